@@ -1,0 +1,3 @@
+from analysim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""The ``analysim`` command: one entry point, a module per subcommand.
+
+Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed arguments and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from analysim import __version__
+from analysim.errors import UserError
+
+# Subcommand modules, in the order ``analysim --help`` lists them.
+SUBCOMMANDS = ("simulate", "compare", "trace")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="analysim",
+        description="Trace-driven emulation of multi-tenant GPU clusters, and an MLaaS extraction monitor.",
+    )
+    parser.add_argument("--version", action="version", version=f"analysim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"analysim.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"analysim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"analysim {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""The deterministic simulation core: pure, no I/O, no wall-clock reads."""

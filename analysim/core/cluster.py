@@ -1,0 +1,142 @@
+"""The cluster model: physical topology (racks, nodes, GPUs) and logical partition (virtual clusters),
+and the mutable allocation state the engine keeps over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysim.core.job import GPU_MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    rack: str
+    gpu_model: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class VCSpec:
+    """A virtual cluster (tenant). ``quota_gpus``: GPUs it is guaranteed (None: no quota);
+    ``nodes``: names of nodes dedicated to it (only its jobs run there)."""
+
+    name: str
+    quota_gpus: float | None = None
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """A whole cluster. With no VCs, every job shares one pool (jobs' VCs are still reported).
+
+    ``allow_borrowing``: a VC over its quota may use idle GPUs, which the owning VC can reclaim by
+    preemption. Slowdowns: the fraction by which a job runs slower when spread over more nodes than
+    it needs (``cross_node_slowdown``) or over more than one rack (``cross_rack_slowdown``).
+    """
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    vcs: tuple[VCSpec, ...] = ()
+    allow_borrowing: bool = True
+    cross_node_slowdown: float = 0.0
+    cross_rack_slowdown: float = 0.0
+    description: str = ""
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu_model for n in self.nodes}))
+
+    @property
+    def racks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.rack for n in self.nodes))
+
+    def vc(self, name: str) -> VCSpec | None:
+        for v in self.vcs:
+            if v.name == name:
+                return v
+        return None
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """Free resources, as flat arrays indexed by node (and GPU slot): cheap to scan with numpy.
+
+    ``free_milli[n, g]`` is the free share of GPU g on node n in thousandths; slots past a node's GPU
+    count hold -1 so that they never fit anything.
+    """
+
+    spec: ClusterSpec
+    free_milli: np.ndarray = field(init=False)
+    full_free: np.ndarray = field(init=False)  # GPUs with nothing on them, per node
+    cpu_free: np.ndarray = field(init=False)
+    mem_free: np.ndarray = field(init=False)
+    up: np.ndarray = field(init=False)
+    gpus: np.ndarray = field(init=False)
+    rack_id: np.ndarray = field(init=False)
+    model_id: np.ndarray = field(init=False)
+    owner_vc: list[str | None] = field(init=False)  # dedicated node -> VC
+    node_index: dict[str, int] = field(init=False)
+    model_names: tuple[str, ...] = field(init=False)
+    vc_used: dict[str, float] = field(init=False)  # GPUs held, per VC
+
+    def __post_init__(self) -> None:
+        nodes = self.spec.nodes
+        n = len(nodes)
+        gmax = max((x.gpus for x in nodes), default=1) or 1
+        self.free_milli = np.full((n, gmax), -1, dtype=np.int32)
+        for i, x in enumerate(nodes):
+            self.free_milli[i, : x.gpus] = GPU_MILLI
+        self.gpus = np.array([x.gpus for x in nodes], dtype=np.int32)
+        self.full_free = self.gpus.copy()
+        self.cpu_free = np.array([x.cpu_milli for x in nodes], dtype=np.int64)
+        self.mem_free = np.array([x.memory_mib for x in nodes], dtype=np.int64)
+        self.up = np.ones(n, dtype=bool)
+        racks = {r: i for i, r in enumerate(self.spec.racks)}
+        self.rack_id = np.array([racks[x.rack] for x in nodes], dtype=np.int32)
+        self.model_names = self.spec.gpu_models
+        models = {m: i for i, m in enumerate(self.model_names)}
+        self.model_id = np.array([models[x.gpu_model] for x in nodes], dtype=np.int32)
+        self.node_index = {x.name: i for i, x in enumerate(nodes)}
+        self.owner_vc = [None] * n
+        for vc in self.spec.vcs:
+            for name in vc.nodes:
+                self.owner_vc[self.node_index[name]] = vc.name
+        self.vc_used = {v.name: 0.0 for v in self.spec.vcs}
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.spec.nodes)
+
+    def allocate(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
+        row = self.free_milli[node]
+        for g in gpu_slots:
+            if row[g] == GPU_MILLI:
+                self.full_free[node] -= 1
+            row[g] -= milli
+            if row[g] < 0:
+                raise AssertionError(f"GPU {g} of node {node} over-allocated")
+        self.cpu_free[node] -= cpu
+        self.mem_free[node] -= mem
+
+    def release(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
+        row = self.free_milli[node]
+        for g in gpu_slots:
+            row[g] += milli
+            if row[g] == GPU_MILLI:
+                self.full_free[node] += 1
+        self.cpu_free[node] += cpu
+        self.mem_free[node] += mem
+
+    def free_gpus_total(self) -> float:
+        """Free GPU capacity on nodes that are up, fractional shares included."""
+        f = self.free_milli[self.up]
+        return float(f[f > 0].sum()) / GPU_MILLI

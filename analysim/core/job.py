@@ -1,0 +1,89 @@
+"""What a job asks for (JobSpec, immutable, from a trace) and what happens to it (JobRun, engine-owned)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+GPU_MILLI = 1000  # one whole GPU, in thousandths; fractional (GPU-sharing) jobs ask for less
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job of a trace, in the canonical form every reader converts to.
+
+    ``num_gpus`` whole GPUs, each used at ``gpu_milli``/1000. A GPU-sharing job has
+    ``num_gpus == 1`` and ``gpu_milli < 1000``; a CPU-only job has ``num_gpus == 0``.
+    ``duration_s`` is the run time on an ideal placement (None: unknown, inflate mode only).
+    ``gpu_models`` restricts placement to these GPU models (empty: any).
+    """
+
+    job_id: str
+    submit_s: float
+    duration_s: float | None
+    num_gpus: int
+    gpu_milli: int = GPU_MILLI
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    vc: str = "default"
+    user: str = ""
+    gpu_models: tuple[str, ...] = ()
+    qos: str = ""
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.num_gpus == 1 and self.gpu_milli < GPU_MILLI
+
+    @property
+    def gpu_demand(self) -> float:
+        """GPUs asked for, fractional jobs counting their share."""
+        return self.num_gpus * self.gpu_milli / GPU_MILLI
+
+
+class JobStatus(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where a running job sits: per node, the GPU indexes it holds."""
+
+    gpus: tuple[tuple[int, tuple[int, ...]], ...]  # ((node, (gpu, ...)), ...)
+    slowdown: float = 1.0  # >1 when spread over more nodes or racks than needed
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(n for n, _ in self.gpus)
+
+
+@dataclass(slots=True)
+class JobRun:
+    """The engine's runtime record of a job."""
+
+    spec: JobSpec
+    seq: int  # arrival order: ties are broken by it, so runs are deterministic
+    status: JobStatus = JobStatus.PENDING
+    remaining_s: float = 0.0  # work left, in seconds at slowdown 1
+    overhead_s: float = 0.0  # restore/migration time to pay before progress resumes
+    attained_gpu_s: float = 0.0  # GPU-seconds received so far (Tiresias' 2D LAS)
+    executed_s: float = 0.0  # wall (virtual) seconds spent running
+    placement: Placement | None = None
+    last_start_s: float = 0.0  # start of the current run segment
+    first_start_s: float | None = None
+    end_s: float | None = None
+    enqueued_s: float = 0.0  # when it last entered the queue
+    preemptions: int = 0
+    migrations: int = 0
+    restarts: int = 0  # requeues after node failure
+    queue_level: int = 0  # used by multi-level queue policies
+    estimate_s: float | None = None  # predicted duration, for predicting policies
+    completion_token: int = 0  # invalidates stale completion events after preemption
+    placements_seen: list[tuple[int, ...]] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id

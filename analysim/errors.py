@@ -1,0 +1,20 @@
+"""Errors a user can cause. The CLI prints them as one line, without a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user: a file, a flag, a value. ``str()`` is the whole message."""
+
+
+class InputFileError(UserError):
+    """A problem at a place in an input file: names the file, the line and the column."""
+
+    def __init__(self, path: str, line: int | None, column: str | None, problem: str) -> None:
+        self.path, self.line, self.column, self.problem = path, line, column, problem
+        where = path
+        if line is not None:
+            where += f", line {line}"
+        if column:
+            where += f", column {column!r}"
+        super().__init__(f"{where}: {problem}")

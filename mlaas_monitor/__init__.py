@@ -1,0 +1,1 @@
+"""mlaas_monitor"""
