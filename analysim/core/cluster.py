@@ -3,6 +3,7 @@ and the mutable allocation state the engine keeps over it."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,7 @@ class ClusterState:
     node_index: dict[str, int] = field(init=False)
     model_names: tuple[str, ...] = field(init=False)
     vc_used: dict[str, float] = field(init=False)  # GPUs held, per VC
+    touched: set[int] = field(init=False)  # nodes changed since a cache (e.g. fragmentation) last looked
 
     def __post_init__(self) -> None:
         nodes = self.spec.nodes
@@ -111,12 +113,14 @@ class ClusterState:
             for name in vc.nodes:
                 self.owner_vc[self.node_index[name]] = vc.name
         self.vc_used = {v.name: 0.0 for v in self.spec.vcs}
+        self.touched = set()
 
     @property
     def num_nodes(self) -> int:
         return len(self.spec.nodes)
 
     def allocate(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
+        self.touched.add(node)
         row = self.free_milli[node]
         for g in gpu_slots:
             if row[g] == GPU_MILLI:
@@ -128,6 +132,7 @@ class ClusterState:
         self.mem_free[node] -= mem
 
     def release(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
+        self.touched.add(node)
         row = self.free_milli[node]
         for g in gpu_slots:
             row[g] += milli
@@ -140,3 +145,15 @@ class ClusterState:
         """Free GPU capacity on nodes that are up, fractional shares included."""
         f = self.free_milli[self.up]
         return float(f[f > 0].sum()) / GPU_MILLI
+
+    def clone(self) -> ClusterState:
+        """A copy whose allocation can be changed freely (to test a what-if), sharing the topology."""
+        new = copy.copy(self)
+        new.free_milli = self.free_milli.copy()
+        new.full_free = self.full_free.copy()
+        new.cpu_free = self.cpu_free.copy()
+        new.mem_free = self.mem_free.copy()
+        new.up = self.up.copy()
+        new.vc_used = dict(self.vc_used)
+        new.touched = set(self.touched)
+        return new

@@ -1,0 +1,68 @@
+"""Arguments shared by the commands that run simulations (simulate, compare, up)."""
+
+from __future__ import annotations
+
+import argparse
+
+from analysim.clusters import parse_cluster
+from analysim.core.cluster import ClusterSpec
+from analysim.simulation import MODES, RunOptions
+from analysim.traces import Trace, load_trace
+from analysim.traces.synthetic import generate
+
+DEFAULT_SYNTHETIC_JOBS = 2000
+# A trace's own cluster, when --cluster is not given.
+DEFAULT_CLUSTER = {"philly": "philly", "openb": "openb", "helios": "helios-venus"}
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload and cluster")
+    g.add_argument("--trace", help="trace file (default: the embedded synthetic Philly-like trace)")
+    g.add_argument("--format", default="auto", choices=["auto", "philly", "openb", "helios", "canonical"],
+                   help="trace format (default: detected from the header)")
+    g.add_argument("--jobs", type=int, default=DEFAULT_SYNTHETIC_JOBS,
+                   help=f"jobs in the embedded synthetic trace (default {DEFAULT_SYNTHETIC_JOBS})")
+    g.add_argument("--cluster", help="preset name, NxG[:MODEL] (e.g. 64x8:V100), or a JSON/YAML/TOML spec or "
+                                     "openb node-list CSV (default: the trace's own cluster, else 'philly')")
+    g.add_argument("--limit", type=int, help="use only the first N jobs of the trace")
+    g.add_argument("--seed", type=int, default=0, help="seed for the synthetic trace, random placement and sampling")
+    g.add_argument("--mode", choices=MODES, default="replay",
+                   help="replay the trace in time, or inflate: place tasks until the next one does not fit")
+    g.add_argument("--inflate-order", choices=["sample", "trace"], default="sample",
+                   help="inflate mode: draw tasks at random (by --seed) or in trace order")
+    m = p.add_argument_group("mechanisms")
+    m.add_argument("--preemption", action="store_true", help="let the policy evict running jobs (checkpointed)")
+    m.add_argument("--migration", action="store_true", help="move running jobs to defragment for blocked jobs")
+    m.add_argument("--backfill", action="store_true", help="EASY backfilling behind a blocked FIFO head")
+    m.add_argument("--restore-overhead", type=float, default=30.0, metavar="S",
+                   help="seconds to restore a preempted job's checkpoint (default 30)")
+    m.add_argument("--migration-overhead", type=float, default=60.0, metavar="S",
+                   help="seconds a migrated job loses (default 60)")
+    m.add_argument("--checkpoint-interval", type=float, default=1800.0, metavar="S",
+                   help="periodic checkpoint every S seconds of progress; a node failure loses the rest "
+                        "(0: none; default 1800)")
+    m.add_argument("--rebalance-interval", type=float, metavar="S",
+                   help="also try to defragment every S virtual seconds (with --migration)")
+    m.add_argument("--relaxed-locality", action="store_true",
+                   help="let jobs span more nodes than they need (they run slower by the cluster's slowdown)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
+    if args.trace:
+        trace = load_trace(args.trace, args.format)
+    else:
+        trace = generate(args.jobs, args.seed)
+    cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
+    return trace, cluster
+
+
+def run_options(args: argparse.Namespace, policy: str, placement: str) -> RunOptions:
+    return RunOptions(
+        policy=policy, placement=placement, preemption=args.preemption, migration=args.migration,
+        backfill=args.backfill, mode=args.mode, seed=args.seed, limit=args.limit,
+        inflate_order=args.inflate_order, restore_overhead_s=args.restore_overhead,
+        migration_overhead_s=args.migration_overhead,
+        checkpoint_interval_s=args.checkpoint_interval or None,
+        rebalance_interval_s=args.rebalance_interval, relaxed_locality=args.relaxed_locality,
+    )

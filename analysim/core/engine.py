@@ -1,0 +1,612 @@
+"""The discrete-event engine: the one implementation of scheduling that every front end drives.
+
+Inputs are explicit events — job arrivals, completions, cancellations, node up/down — and outputs
+are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O and no wall clock:
+``analysim simulate`` feeds it a trace; the live scheduler service feeds it the network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from analysim.core import placement
+from analysim.core.cluster import ClusterSpec, ClusterState
+from analysim.core.events import ARRIVAL, COMPLETION, NODE, TIMER, EventQueue
+from analysim.core.framework import Policy
+from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
+
+if TYPE_CHECKING:
+    from analysim.core.fragmentation import FragmentationIndex
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the mechanism, independent of the policy.
+
+    Overheads are virtual seconds a job spends before making progress again: reloading its
+    checkpoint after a preemption (``restore_overhead_s``) or after being moved
+    (``migration_overhead_s``). Preemption always checkpoints; a node failure rolls a job back to
+    its last periodic checkpoint (every ``checkpoint_interval_s`` of progress; None: no periodic
+    checkpoints, so only preemption checkpoints survive).
+    """
+
+    preemption: bool = False
+    migration: bool = False
+    restore_overhead_s: float = 30.0
+    migration_overhead_s: float = 60.0
+    checkpoint_interval_s: float | None = 1800.0
+    rebalance_interval_s: float | None = None
+    relaxed_locality: bool = False
+    predict_completions: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Something the engine did, in the order it did it."""
+
+    time: float
+    kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
+    job_id: str
+    nodes: tuple[str, ...] = ()
+
+
+class InfeasibleJob(ValueError):
+    """A job that can never run on this cluster. ``reason`` is a short code for filter counts."""
+
+    def __init__(self, message: str, reason: str = "infeasible") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Extra:
+    """Engine bookkeeping per job that plugins need not see."""
+
+    borrowed: bool = False
+    checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
+    expected_end_s: float = math.inf
+    qkey: tuple | None = None
+    promote_at: float | None = None
+
+
+class Engine:
+    def __init__(self, spec: ClusterSpec, policy: Policy, config: EngineConfig | None = None,
+                 recorder: Recorder | None = None, workload: Sequence[JobSpec] | None = None) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.config = config or EngineConfig()
+        self.state = ClusterState(spec)
+        self.rng = np.random.default_rng(self.config.seed)
+        self.now = 0.0
+        self.events = EventQueue()
+        self.jobs: dict[str, JobRun] = {}
+        self.extra: dict[str, _Extra] = {}
+        self.running: dict[str, JobRun] = {}
+        self._pending = SortedList()  # (key, seq): for static queue orders
+        self._pending_by_seq: dict[int, JobRun] = {}
+        self.decisions: list[Decision] = []
+        self.recorder = recorder
+        self._seq = 0
+        self._static_cache: dict[tuple, np.ndarray] = {}
+        self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
+        self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
+        self._node_names = [n.name for n in spec.nodes]
+        self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
+        self.allocated_by_model = np.zeros(len(self.state.model_names))
+        self.pending_demand = 0.0
+        self._dirty = False  # something changed since the last scheduling pass
+        self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
+        self._frag_index = None
+        if self.config.rebalance_interval_s and policy.rebalance is not None:
+            self.events.push(self.config.rebalance_interval_s, TIMER, "rebalance")
+
+    # ----------------------------------------------------------------- inputs
+
+    def submit(self, spec: JobSpec) -> JobRun:
+        """Accept a job; it arrives at ``spec.submit_s`` (or now, if that is in the past)."""
+        if spec.job_id in self.jobs:
+            raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
+        self.check_feasible(spec)
+        job = JobRun(spec=spec, seq=self._seq, remaining_s=spec.duration_s or 0.0)
+        self._seq += 1
+        self.jobs[spec.job_id] = job
+        self.extra[spec.job_id] = _Extra()
+        self.events.push(max(spec.submit_s, self.now), ARRIVAL, "arrival", job)
+        return job
+
+    def place_now(self, spec: JobSpec) -> bool:
+        """Place a job at once if it fits, with no queue (inflate mode). False if it does not fit."""
+        job = JobRun(spec=spec, seq=self._seq, remaining_s=spec.duration_s or 0.0)
+        self.jobs[spec.job_id] = job
+        self.extra[spec.job_id] = _Extra()
+        pl = placement.bind(self, job, self.static_mask(spec))
+        if pl is None:
+            del self.jobs[spec.job_id], self.extra[spec.job_id]
+            return False
+        self._seq += 1
+        self._launch(job, pl)
+        return True
+
+    def cancel(self, job_id: str, at: float | None = None) -> None:
+        self.events.push(self._at(at), ARRIVAL, "cancel", job_id)
+
+    def node_down(self, node: str, at: float | None = None) -> None:
+        self.events.push(self._at(at), NODE, "node_down", self.state.node_index[node])
+
+    def node_up(self, node: str, at: float | None = None) -> None:
+        self.events.push(self._at(at), NODE, "node_up", self.state.node_index[node])
+
+    def job_finished(self, job_id: str, at: float | None = None) -> None:
+        """A completion reported from outside (live mode, where agents run the jobs)."""
+        job = self.jobs[job_id]
+        self.events.push(self._at(at), COMPLETION, "complete", (job, job.completion_token))
+
+    def _at(self, at: float | None) -> float:
+        return self.now if at is None else max(at, self.now)
+
+    def check_feasible(self, spec: JobSpec) -> None:
+        """Raise InfeasibleJob if no empty cluster could ever run the job."""
+        if spec.duration_s is not None and (spec.duration_s < 0 or not math.isfinite(spec.duration_s)):
+            raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a finite number >= 0", "bad_duration")
+        if self.spec.vcs and spec.vc in self._vc_dedicated and self.spec.vc(spec.vc) is None:
+            raise InfeasibleJob(f"job {spec.job_id!r}: unknown virtual cluster {spec.vc!r}", "unknown_vc")
+        static = self.static_mask(spec)
+        if not static.any():
+            models = "|".join(spec.gpu_models) or "any"
+            raise InfeasibleJob(f"job {spec.job_id!r}: no node of GPU model {models} is open to VC {spec.vc!r}",
+                                "no_matching_node")
+        empty = ClusterState(self.spec)
+        if not placement.can_place(self, spec, static, empty):
+            raise InfeasibleJob(
+                f"job {spec.job_id!r}: asks for {spec.num_gpus} GPU(s) x {spec.gpu_milli}/1000, "
+                f"{spec.cpu_milli} CPU milli, {spec.memory_mib} MiB, more than the cluster can ever hold",
+                "larger_than_cluster")
+
+    # ------------------------------------------------------------------ driving
+
+    def next_event_time(self) -> float | None:
+        return self.events.peek_time()
+
+    def run(self, until: float = math.inf) -> None:
+        """Process every event up to ``until`` (inclusive), one scheduling pass per distinct time."""
+        while self.events and self.events.peek_time() <= until:
+            t = self.events.peek_time()
+            self._advance_clock(t)
+            while self.events and self.events.peek_time() == t:
+                ev = self.events.pop()
+                getattr(self, "_on_" + ev.kind)(ev.payload)
+            if self._dirty:
+                self._schedule()
+                self._dirty = False
+            if self.recorder is not None:
+                self.recorder.after_pass(self)
+        if until != math.inf and until > self.now:
+            self._advance_clock(until)
+
+    def _advance_clock(self, t: float) -> None:
+        if t < self.now:
+            raise AssertionError(f"time went backwards: {t} < {self.now}")
+        if self.recorder is not None and t > self.now:
+            self.recorder.advance(self, t)
+        self.now = t
+
+    def fragmentation_index(self) -> FragmentationIndex:
+        """FGD's per-node expected fragmentation, brought up to date with the allocation."""
+        from analysim.core.fragmentation import FragmentationIndex, WorkloadDistribution
+
+        if self._frag_index is None:
+            jobs = self.workload if self.workload else [j.spec for j in self.jobs.values()]
+            self._frag_index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(jobs))
+            self.state.touched.clear()
+        elif self.state.touched:
+            self._frag_index.refresh(sorted(self.state.touched))
+            self.state.touched.clear()
+        return self._frag_index
+
+    def job_run(self, job_id: str) -> JobRun:
+        return self.jobs[job_id]
+
+    # --------------------------------------------------------------- event handlers
+
+    def _on_arrival(self, job: JobRun) -> None:
+        if job.status is not JobStatus.PENDING or job.end_s is not None:
+            return
+        job.enqueued_s = self.now
+        self.policy.queue.on_event("arrival", job, self)
+        self._enqueue(job)
+
+    def _on_cancel(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+            return
+        if job.status is JobStatus.RUNNING:
+            self._stop(job)
+        elif self.extra[job_id].qkey is not None:
+            self._dequeue(job)
+        job.status = JobStatus.CANCELLED
+        job.end_s = self.now
+        self._decide("cancel", job)
+        if self.recorder is not None:
+            self.recorder.job_ended(self, job)
+
+    def _on_complete(self, payload: tuple[JobRun, int]) -> None:
+        job, token = payload
+        if job.status is not JobStatus.RUNNING or token != job.completion_token:
+            return  # stale: the job was preempted or moved after this completion was predicted
+        nodes = self._stop(job)
+        job.remaining_s = 0.0
+        job.status = JobStatus.COMPLETED
+        job.end_s = self.now
+        self.policy.queue.on_event("complete", job, self)
+        self.decisions.append(Decision(self.now, "complete", job.job_id, nodes))
+        if self.recorder is not None:
+            self.recorder.job_ended(self, job)
+
+    def _on_node_down(self, node: int) -> None:
+        if not self.state.up[node]:
+            return
+        self.state.up[node] = False
+        self.state.touched.add(node)
+        self._static_cache.clear()
+        for job in [j for j in self.running.values() if node in j.placement.nodes]:
+            self._stop(job)
+            ex = self.extra[job.job_id]
+            done = (job.spec.duration_s or 0.0) - job.remaining_s
+            kept = ex.checkpoint_work_s
+            if self.config.checkpoint_interval_s:
+                kept = max(kept, math.floor(done / self.config.checkpoint_interval_s) * self.config.checkpoint_interval_s)
+            job.remaining_s = (job.spec.duration_s or 0.0) - kept
+            job.overhead_s = self.config.restore_overhead_s if kept > 0 else 0.0
+            job.restarts += 1
+            self._decide("requeue", job)
+            self._requeue(job)
+
+    def _on_node_up(self, node: int) -> None:
+        if self.state.up[node]:
+            return
+        self.state.up[node] = True
+        self.state.touched.add(node)
+        self._static_cache.clear()
+        self._dirty = True
+
+    def _on_timer(self, payload: tuple[str, JobRun | None]) -> None:
+        """Policy timers (e.g. a queue level change): the job's key may have changed."""
+        _, job = payload
+        if job is not None and job.status is JobStatus.PENDING and self.extra[job.job_id].qkey is not None:
+            self._dequeue(job)
+            self._enqueue(job)
+        self._dirty = True
+
+    def _on_rebalance(self, _payload: object) -> None:
+        moves = self.policy.rebalance.rebalance(self) if self.config.migration else []
+        for job, node, slots in moves:
+            self._migrate(job, node, slots)
+        if self.running or self.pending_count:
+            self.events.push(self.now + self.config.rebalance_interval_s, TIMER, "rebalance")
+        self._dirty = True
+
+    def set_timer(self, at: float, job: JobRun | None = None, tag: str = "") -> None:
+        """For plugins: re-examine ``job`` (re-key it if pending) and run a pass at ``at``."""
+        self.events.push(max(at, self.now), TIMER, "timer", (tag, job))
+
+    # ------------------------------------------------------------------ the queue
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending_by_seq)
+
+    def pending_jobs(self) -> Iterator[JobRun]:
+        """Pending jobs in queue order (as of the last re-key)."""
+        for _, seq in self._pending:
+            yield self._pending_by_seq[seq]
+
+    def head_of_line(self) -> JobRun | None:
+        if not self._pending_by_seq:
+            return None
+        if self.policy.queue.dynamic:
+            return next(self.policy.queue.order(list(self._pending_by_seq.values()), self), None)
+        return self._pending_by_seq[self._pending[0][1]]
+
+    def _enqueue(self, job: JobRun) -> None:
+        key = (self.policy.queue.key(job, self), job.seq)
+        self.extra[job.job_id].qkey = key
+        self._pending.add(key)
+        self._pending_by_seq[job.seq] = job
+        self.pending_demand += job.spec.gpu_demand
+        self._dirty = True
+
+    def _dequeue(self, job: JobRun) -> None:
+        ex = self.extra[job.job_id]
+        self._pending.remove(ex.qkey)
+        del self._pending_by_seq[job.seq]
+        ex.qkey = None
+        self.pending_demand -= job.spec.gpu_demand
+
+    def rekey(self, job: JobRun) -> None:
+        """For plugins: the job's queue key changed while it was pending."""
+        if self.extra[job.job_id].qkey is not None:
+            self._dequeue(job)
+            self._enqueue(job)
+
+    def _requeue(self, job: JobRun) -> None:
+        job.status = JobStatus.PENDING
+        job.enqueued_s = self.now
+        self.policy.queue.on_event("stop", job, self)
+        self._enqueue(job)
+
+    # --------------------------------------------------------------- masks and quota
+
+    def static_mask(self, spec: JobSpec) -> np.ndarray:
+        """Nodes the job may ever use right now: up, of an allowed GPU model, open to its VC."""
+        dedicated = spec.vc if spec.vc in self._vc_dedicated else None
+        key = (spec.gpu_models, dedicated)
+        mask = self._static_cache.get(key)
+        if mask is None:
+            st = self.state
+            mask = st.up.copy()
+            if spec.gpu_models:
+                allowed = [i for i, m in enumerate(st.model_names) if m in spec.gpu_models]
+                mask &= np.isin(st.model_id, allowed)
+            owners = np.array([o == dedicated for o in st.owner_vc], dtype=bool)
+            mask &= owners
+            self._static_cache[key] = mask
+        return mask
+
+    def quota_of(self, vc: str) -> float | None:
+        """GPUs guaranteed to a VC; None when it has none (no VCs, or dedicated nodes)."""
+        if not self.spec.vcs or vc in self._vc_dedicated:
+            return None
+        return self._vc_quota.get(vc, 0.0)
+
+    def within_quota(self, job: JobRun) -> bool:
+        q = self.quota_of(job.spec.vc)
+        return q is None or self.state.vc_used.get(job.spec.vc, 0.0) + job.spec.gpu_demand <= q + 1e-9
+
+    def is_borrowed(self, job: JobRun) -> bool:
+        return self.extra[job.job_id].borrowed
+
+    def expected_end(self, job: JobRun) -> float:
+        return self.extra[job.job_id].expected_end_s
+
+    def remaining_now(self, job: JobRun) -> float:
+        """Work left at ``now``, for a running job counting the progress of its current segment."""
+        if job.status is not JobStatus.RUNNING:
+            return job.remaining_s
+        elapsed = self.now - job.last_start_s
+        return max(0.0, job.remaining_s - max(0.0, elapsed - job.overhead_s) / job.placement.slowdown)
+
+    def attained_now(self, job: JobRun) -> float:
+        if job.status is not JobStatus.RUNNING:
+            return job.attained_gpu_s
+        return job.attained_gpu_s + (self.now - job.last_start_s) * job.spec.gpu_demand
+
+    # ------------------------------------------------------------ the scheduling cycle
+
+    def _schedule(self) -> None:
+        if not self._pending_by_seq:
+            return
+        pol = self.policy
+        q = pol.queue
+        source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
+        placed: list[JobRun] = []
+        failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        reservation: tuple[float, float] | None = None  # EASY: (shadow time, spare GPUs then)
+        can_preempt = self.config.preemption and bool(pol.post_filters)
+        can_migrate = self.config.migration and pol.rebalance is not None
+        for job in q.order(source, self):
+            if job.status is not JobStatus.PENDING:
+                continue
+            spec = job.spec
+            if not self.within_quota(job) and not self.spec.allow_borrowing:
+                continue  # over its VC's quota: waits without blocking other tenants
+            # A request at least as big as one that just failed, with the same constraints, fails
+            # too: skipping it keeps a pass over a long queue cheap when the cluster is full.
+            sig = (spec.gpu_models, spec.vc if self.spec.vcs else None, spec.is_fractional)
+            req = (spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
+            worse = failed.get(sig)
+            pl = None
+            if worse is None or not all(a >= b for a, b in zip(req, worse, strict=True)):
+                if reservation is not None and not self._may_backfill(job, reservation):
+                    continue
+                pl = placement.bind(self, job, self.static_mask(spec))
+                if pl is None and can_migrate:
+                    pl = self._try_migration(job)
+                    if pl is not None:
+                        failed.clear()
+                if pl is None and can_preempt:
+                    pl = self._try_preemption(job)
+                    if pl is not None:
+                        failed.clear()
+            if pl is not None:
+                if reservation is not None:
+                    reservation = self._consume_reservation(job, reservation)
+                self._dequeue(job)
+                self._launch(job, pl)
+                placed.append(job)
+                continue
+            if worse is None or all(a <= b for a, b in zip(req, worse, strict=True)):
+                failed[sig] = req
+            if q.blocking:
+                if not pol.backfill:
+                    break
+                if reservation is None:
+                    reservation = self._reserve(job)
+
+    # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
+    # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
+
+    def _reserve(self, head: JobRun) -> tuple[float, float]:
+        free = self.state.free_gpus_total()
+        need = head.spec.gpu_demand
+        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in self.running.values()):
+            free += gpus
+            if free >= need:
+                return end, free - need
+        return math.inf, 0.0
+
+    def _may_backfill(self, job: JobRun, reservation: tuple[float, float]) -> bool:
+        shadow, spare = reservation
+        ends = self.now + job.overhead_s + job.remaining_s
+        return ends <= shadow or job.spec.gpu_demand <= spare
+
+    def _consume_reservation(self, job: JobRun, reservation: tuple[float, float]) -> tuple[float, float]:
+        shadow, spare = reservation
+        if self.now + job.overhead_s + job.remaining_s <= shadow:
+            return reservation
+        return shadow, spare - job.spec.gpu_demand
+
+    def _try_preemption(self, job: JobRun) -> Placement | None:
+        for pf in self.policy.post_filters:
+            victims = pf.victims(job, self)
+            if not victims:
+                continue
+            for v in victims:
+                self._preempt(v)
+            pl = placement.bind(self, job, self.static_mask(job.spec))
+            if pl is None:
+                raise AssertionError(f"{pf.name}: evicted {len(victims)} jobs but {job.job_id} still does not fit")
+            return pl
+        return None
+
+    def _try_migration(self, job: JobRun) -> Placement | None:
+        moves = self.policy.rebalance.unblock(job, self)
+        if not moves:
+            return None
+        for mover, node, slots in moves:
+            self._migrate(mover, node, slots)
+        return placement.bind(self, job, self.static_mask(job.spec))
+
+    def victims_that_fit(self, job: JobRun, candidates: list[JobRun]) -> list[JobRun] | None:
+        """The shortest prefix of ``candidates`` (least important first) whose eviction lets
+        ``job`` run; for a job that fits on one node, the node needing the fewest evictions."""
+        if not candidates:
+            return None
+        spec = job.spec
+        static = self.static_mask(spec)
+        if placement.gang_size(self.state, spec, static) == 1:
+            best: tuple[int, int, list[JobRun]] | None = None
+            by_node: dict[int, list[JobRun]] = {}
+            for v in candidates:
+                for n in v.placement.nodes:
+                    by_node.setdefault(n, []).append(v)
+            for n in sorted(by_node):
+                if not static[n]:
+                    continue
+                trial = self.state.clone()
+                chosen: list[JobRun] = []
+                for v in by_node[n]:
+                    self._release_on(trial, v)
+                    chosen.append(v)
+                    if placement.single_node_fit(trial, spec)[n]:
+                        if best is None or (len(chosen), n) < (best[0], best[1]):
+                            best = (len(chosen), n, list(chosen))
+                        break
+            return best[2] if best else None
+        trial = self.state.clone()
+        chosen = []
+        for v in candidates:
+            self._release_on(trial, v)
+            chosen.append(v)
+            if placement.can_place(self, spec, static, trial):
+                return chosen
+        return None
+
+    @staticmethod
+    def _release_on(state: ClusterState, job: JobRun) -> None:
+        spec = job.spec
+        per = len(job.placement.gpus)
+        for n, slots in job.placement.gpus:
+            share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / per
+            state.release(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
+
+    # ------------------------------------------------------------ state transitions
+
+    def _launch(self, job: JobRun, pl: Placement) -> None:
+        spec = job.spec
+        for n, slots in pl.gpus:
+            share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / len(pl.gpus)
+            self.state.allocate(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
+            self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
+        ex = self.extra[spec.job_id]
+        ex.borrowed = not self.within_quota(job)
+        self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
+        self.allocated_gpus += spec.gpu_demand
+        job.status = JobStatus.RUNNING
+        job.placement = pl
+        job.last_start_s = self.now
+        if job.first_start_s is None:
+            job.first_start_s = self.now
+        job.placements_seen.append(pl.nodes)
+        self.running[spec.job_id] = job
+        job.completion_token += 1
+        ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
+        if self.config.predict_completions:
+            self.events.push(ex.expected_end_s, COMPLETION, "complete", (job, job.completion_token))
+        self.policy.queue.on_event("launch", job, self)
+        self._decide("launch", job)
+
+    def _stop(self, job: JobRun) -> tuple[str, ...]:
+        """Take a running job off its GPUs, crediting the progress of its current segment."""
+        pl = job.placement
+        elapsed = self.now - job.last_start_s
+        job.remaining_s = self.remaining_now(job)
+        job.overhead_s = max(0.0, job.overhead_s - elapsed)
+        job.attained_gpu_s += elapsed * job.spec.gpu_demand
+        job.executed_s += elapsed
+        self._release_on(self.state, job)
+        spec = job.spec
+        for n, slots in pl.gpus:
+            self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI
+        self.state.vc_used[spec.vc] -= spec.gpu_demand
+        self.allocated_gpus -= spec.gpu_demand
+        del self.running[spec.job_id]
+        job.completion_token += 1
+        self.extra[spec.job_id].expected_end_s = math.inf
+        self._dirty = True
+        return tuple(self._node_names[n] for n in pl.nodes)
+
+    def _preempt(self, job: JobRun) -> None:
+        nodes = self._stop(job)
+        self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
+        job.overhead_s = self.config.restore_overhead_s
+        job.preemptions += 1
+        job.placement = None
+        self.decisions.append(Decision(self.now, "preempt", job.job_id, nodes))
+        self._requeue(job)
+
+    def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...]) -> None:
+        self._stop(job)
+        self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
+        job.overhead_s = self.config.migration_overhead_s
+        job.migrations += 1
+        job.status = JobStatus.PENDING
+        pl = Placement(gpus=((node, slots),), slowdown=1.0)
+        self._launch_quiet(job, pl)
+        self.decisions.append(Decision(self.now, "migrate", job.job_id, (self._node_names[node],)))
+
+    def _launch_quiet(self, job: JobRun, pl: Placement) -> None:
+        self._launch(job, pl)
+        self.decisions.pop()  # recorded as a migration, not a fresh launch
+
+    def _decide(self, kind: str, job: JobRun) -> None:
+        nodes = tuple(self._node_names[n] for n in job.placement.nodes) if job.placement else ()
+        self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+class Recorder:
+    """What the engine reports to as time passes (see analysim.core.metrics)."""
+
+    def advance(self, engine: Engine, t: float) -> None: ...
+
+    def after_pass(self, engine: Engine) -> None: ...
+
+    def job_ended(self, engine: Engine, job: JobRun) -> None: ...
+
+

@@ -1,0 +1,44 @@
+"""A tiny event core: one virtual clock in seconds and a heap of timestamped events.
+
+Events at the same time are taken in a fixed class order (node changes, then completions, then
+arrivals, then timers) and, within a class, in the order they were pushed: runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+# Same-time ordering: free resources before new demand arrives, so a pass sees both.
+NODE, COMPLETION, ARRIVAL, TIMER = 0, 1, 2, 3
+
+
+@dataclass(order=True, slots=True)
+class Event:
+    time: float
+    klass: int
+    seq: int
+    kind: str = field(compare=False)
+    payload: Any = field(compare=False, default=None)
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self._heap: list[Event] = []
+        self._seq = 0
+
+    def push(self, time: float, klass: int, kind: str, payload: Any = None) -> Event:
+        ev = Event(time, klass, self._seq, kind, payload)
+        self._seq += 1
+        heapq.heappush(self._heap, ev)
+        return ev
+
+    def pop(self) -> Event:
+        return heapq.heappop(self._heap)
+
+    def peek_time(self) -> float | None:
+        return self._heap[0].time if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,102 @@
+"""The scheduling framework: a cycle of named extension points, after Kubernetes'.
+
+For each pending job, in the order QueueSort gives:
+
+    admit (quota)  ->  filter (feasible nodes)  ->  score (rank nodes)  ->  reserve + bind
+                                 \\ nothing fits: post-filter (preempt victims) or migrate (defragment)
+
+plus a periodic ``rebalance`` hook. A Policy is a composition of small plugins; the engine owns all
+state changes, plugins only look at the context and answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from analysim.core.job import JobRun
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+class QueueSort(Protocol):
+    """Orders the pending queue, and ranks jobs against each other for preemption."""
+
+    name: str
+    # Strict order: a job that cannot be placed for lack of capacity blocks those behind it.
+    blocking: bool
+    # The key may change while a job waits for reasons other than the plugin's own timers:
+    # the queue is re-sorted on every pass.
+    dynamic: bool
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        """Sort key of a pending job; lower runs first. Must not change while the job waits,
+        unless ``dynamic`` or the plugin calls ``ctx.rekey(job)``."""
+
+    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+        """Comparable across pending and running jobs; lower is more important. Preemption only
+        ever evicts jobs whose priority is strictly greater than the preemptor's."""
+
+    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+        """The order of one scheduling pass. May be lazy and consult ``ctx`` as jobs get placed."""
+
+    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+        """Hook: 'arrival', 'launch', 'stop', 'complete'. Lets a plugin keep its own state."""
+
+
+class Score(Protocol):
+    """Ranks the feasible nodes for a job; the binder takes the best."""
+
+    name: str
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        """Scores for ``nodes`` (indexes), higher is better. Ties go to the lowest node index."""
+
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+        """Optional: a single-node placement (node, GPU slots) chosen directly. Return None to let
+        the binder use ``score``. Plugins that judge whole placements (FGD) implement this."""
+
+
+class PostFilter(Protocol):
+    """Runs when nothing fits: picks running jobs whose eviction would let the job run."""
+
+    name: str
+
+    def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
+        ...
+
+
+class Rebalance(Protocol):
+    """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
+
+    name: str
+
+    def unblock(self, job: JobRun, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]] | None:
+        """Moves (job, destination node, GPU slots) that would let ``job`` fit on one node."""
+
+    def rebalance(self, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]]:
+        ...
+
+
+@dataclass
+class Policy:
+    name: str
+    queue: QueueSort
+    score: Score
+    post_filters: list[PostFilter] = field(default_factory=list)
+    rebalance: Rebalance | None = None
+    backfill: bool = False  # EASY backfilling behind a blocked head (blocking queues only)
+
+    def describe(self) -> str:
+        parts = [f"queue={self.queue.name}", f"score={self.score.name}"]
+        if self.backfill:
+            parts.append("backfill=easy")
+        if self.post_filters:
+            parts.append("post-filter=" + "+".join(p.name for p in self.post_filters))
+        if self.rebalance:
+            parts.append(f"rebalance={self.rebalance.name}")
+        return ", ".join(parts)

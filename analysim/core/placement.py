@@ -1,0 +1,137 @@
+"""Feasibility and binding: which nodes can host a job, and the exact GPUs it gets.
+
+Plugins rank nodes; this module turns a ranking into a concrete placement, including gang
+placement over several nodes (fewest nodes, one rack when possible).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysim.core.cluster import ClusterState
+from analysim.core.job import GPU_MILLI, JobRun, JobSpec, Placement
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+def single_node_fit(state: ClusterState, spec: JobSpec) -> np.ndarray:
+    """Nodes that can host the whole job alone (free GPUs, CPU and memory; not up/model/VC)."""
+    ok = (state.cpu_free >= spec.cpu_milli) & (state.mem_free >= spec.memory_mib)
+    if spec.num_gpus == 0:
+        return ok
+    if spec.is_fractional:
+        return ok & (state.free_milli >= spec.gpu_milli).any(axis=1)
+    return ok & (state.full_free >= spec.num_gpus)
+
+
+def default_slots(state: ClusterState, node: int, spec: JobSpec) -> tuple[int, ...]:
+    """GPU slots on ``node``: the lowest-numbered free GPUs for whole-GPU jobs; for a
+    GPU-sharing job, best fit — the GPU whose free share is the smallest that still fits."""
+    row = state.free_milli[node]
+    if spec.num_gpus == 0:
+        return ()
+    if spec.is_fractional:
+        ok = np.flatnonzero(row >= spec.gpu_milli)
+        best = ok[np.argmin(row[ok])]  # argmin returns the first minimum: lowest slot on ties
+        return (int(best),)
+    free = np.flatnonzero(row == GPU_MILLI)
+    return tuple(int(g) for g in free[: spec.num_gpus])
+
+
+def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int:
+    """The fewest nodes a job can span: 1 when some candidate node is big enough."""
+    if spec.num_gpus <= 1:
+        return 1
+    biggest = int(state.gpus[candidates].max()) if candidates.any() else 0
+    if biggest <= 0:
+        return 0
+    return math.ceil(spec.num_gpus / biggest)
+
+
+def bind(ctx: Engine, job: JobRun, static_ok: np.ndarray) -> Placement | None:
+    """The placement the policy's score plugin prefers, or None when the job cannot run now."""
+    spec, state = job.spec, ctx.state
+    k_min = gang_size(state, spec, static_ok)
+    if k_min == 0:
+        return None
+    if k_min > 1:
+        return _bind_gang(ctx, spec, static_ok, state, k_min)
+    feasible = static_ok & single_node_fit(state, spec)
+    if not feasible.any():
+        return None
+    score = ctx.policy.score
+    chosen = score.choose(job, feasible, ctx)
+    if chosen is None:
+        nodes = np.flatnonzero(feasible)
+        node = int(nodes[int(np.argmax(score.score(job, nodes, ctx)))])  # first max: lowest index
+        chosen = (node, default_slots(state, node, spec))
+    return Placement(gpus=(chosen,), slowdown=1.0)
+
+
+def can_place(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterState) -> bool:
+    """Whether the job would fit on ``state`` (a hypothetical copy, e.g. after evicting victims)."""
+    k_min = gang_size(state, spec, static_ok)
+    if k_min == 0:
+        return False
+    if k_min == 1:
+        return bool((static_ok & single_node_fit(state, spec)).any())
+    return _bind_gang(ctx, spec, static_ok, state, k_min) is not None
+
+
+def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterState, k_min: int) -> Placement | None:
+    """Whole GPUs over several nodes: fill the emptiest nodes first so the job spans as few as
+    possible, inside one rack when one rack can take it (best-fit across racks)."""
+    g = spec.num_gpus
+    per_gpu_cpu = spec.cpu_milli / g
+    per_gpu_mem = spec.memory_mib / g
+    cap = np.minimum(state.full_free, np.minimum(
+        np.floor_divide(state.cpu_free, max(per_gpu_cpu, 1e-9)).astype(np.int64) if per_gpu_cpu else state.full_free,
+        np.floor_divide(state.mem_free, max(per_gpu_mem, 1e-9)).astype(np.int64) if per_gpu_mem else state.full_free,
+    ))
+    cap = np.where(static_ok, cap, 0)
+    if cap.sum() < g:
+        return None
+    relaxed = ctx.config.relaxed_locality
+
+    def take(nodes: np.ndarray) -> list[tuple[int, int]] | None:
+        order = nodes[np.lexsort((nodes, -cap[nodes]))]  # emptiest first, then lowest index
+        chosen, need = [], g
+        for n in order:
+            c = int(cap[n])
+            if c <= 0:
+                break
+            use = min(c, need)
+            chosen.append((int(n), use))
+            need -= use
+            if need == 0:
+                break
+        if need > 0 or (not relaxed and len(chosen) > k_min):
+            return None
+        return chosen
+
+    best: tuple[int, list[tuple[int, int]]] | None = None
+    for rack in np.unique(state.rack_id[cap > 0]):
+        nodes = np.flatnonzero((state.rack_id == rack) & (cap > 0))
+        chosen = take(nodes)
+        if chosen is not None:
+            leftover = int(cap[nodes].sum()) - g
+            if best is None or leftover < best[0]:
+                best = (leftover, chosen)
+    cross_rack = best is None
+    chosen = best[1] if best is not None else take(np.flatnonzero(cap > 0))
+    if chosen is None:
+        return None
+    gpus = []
+    for n, use in chosen:
+        free = np.flatnonzero(state.free_milli[n] == GPU_MILLI)[:use]
+        gpus.append((n, tuple(int(x) for x in free)))
+    slowdown = 1.0
+    if len(chosen) > k_min:
+        slowdown += ctx.spec.cross_node_slowdown
+    if cross_rack:
+        slowdown += ctx.spec.cross_rack_slowdown
+    return Placement(gpus=tuple(gpus), slowdown=slowdown)

@@ -1,0 +1,1 @@
+"""Scheduling plugins, one small class per idea, composed into policies by analysim.core.policies."""

@@ -1,0 +1,104 @@
+"""Rebalance plugin: move running jobs so that a job blocked by fragmentation fits on one node."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysim.core import placement
+from analysim.core.job import GPU_MILLI, JobRun, JobStatus
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+Move = tuple[JobRun, int, tuple[int, ...]]
+
+
+class DefragMigration:
+    """For a blocked whole-GPU job that fits on one node: pick the node where the fewest running
+    single-node jobs must move (then the fewest GPUs), and move them to the best-fitting other
+    nodes. Only when the whole move is possible; jobs about to finish are not worth moving.
+
+    ``max_candidates`` bounds the nodes examined per attempt (those with the smallest deficit),
+    which keeps an attempt cheap on clusters of thousands of nodes.
+    """
+
+    name = "defrag"
+
+    def __init__(self, max_candidates: int = 16) -> None:
+        self.max_candidates = max_candidates
+
+    def unblock(self, job: JobRun, ctx: Engine) -> list[Move] | None:
+        spec = job.spec
+        if spec.num_gpus < 1 or spec.is_fractional:
+            return None
+        st = ctx.state
+        static = ctx.static_mask(spec)
+        if placement.gang_size(st, spec, static) != 1:
+            return None
+        if int(st.full_free[static].sum()) < spec.num_gpus:
+            return None  # moving jobs around cannot create whole GPUs
+        min_left = ctx.config.migration_overhead_s
+        movable: dict[int, list[JobRun]] = {}
+        for r in ctx.running.values():
+            rs = r.spec
+            if (len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
+                    and ctx.expected_end(r) - ctx.now > min_left):
+                movable.setdefault(r.placement.gpus[0][0], []).append(r)
+        deficit = spec.num_gpus - st.full_free
+        cands = np.flatnonzero(static & (st.gpus >= spec.num_gpus) & (deficit > 0)
+                               & (st.cpu_free >= 0) & (st.mem_free >= 0))
+        cands = [int(n) for n in cands if n in movable]
+        cands.sort(key=lambda n: (deficit[n], n))
+        best: tuple[tuple[int, int, int], list[Move]] | None = None
+        for n in cands[: self.max_candidates]:
+            plan = self._plan(job, n, int(deficit[n]), movable[n], ctx)
+            if plan is not None:
+                cost = (len(plan), sum(m[0].spec.num_gpus for m in plan), n)
+                if best is None or cost < best[0]:
+                    best = (cost, plan)
+        return best[1] if best else None
+
+    def _plan(self, job: JobRun, node: int, deficit: int, residents: list[JobRun], ctx: Engine) -> list[Move] | None:
+        # Biggest residents first: the fewest moves that free enough whole GPUs.
+        residents = sorted(residents, key=lambda r: (-r.spec.num_gpus, r.seq))
+        movers, freed = [], 0
+        for r in residents:
+            movers.append(r)
+            freed += r.spec.num_gpus
+            if freed >= deficit:
+                break
+        if freed < deficit:
+            return None
+        trial = ctx.state.clone()
+        for r in movers:
+            ctx._release_on(trial, r)
+        if not placement.single_node_fit(trial, job.spec)[node]:
+            return None  # CPU or memory, not GPUs, is what blocks
+        # Reserve the target: nothing may move onto it.
+        blocked = trial.full_free[node]
+        trial.full_free[node] = -1
+        moves: list[Move] = []
+        for r in movers:
+            ok = ctx.static_mask(r.spec) & placement.single_node_fit(trial, r.spec)
+            ok[node] = False
+            dest = np.flatnonzero(ok)
+            if dest.size == 0:
+                return None
+            left = trial.full_free[dest] - r.spec.num_gpus
+            d = int(dest[int(np.argmin(left))])
+            slots = placement.default_slots(trial, d, r.spec)
+            share = r.spec
+            trial.allocate(d, slots, GPU_MILLI, share.cpu_milli, share.memory_mib)
+            moves.append((r, d, slots))
+        trial.full_free[node] = blocked
+        return moves
+
+    def rebalance(self, ctx: Engine) -> list[Move]:
+        head = ctx.head_of_line()
+        if head is None or head.status is not JobStatus.PENDING:
+            return []
+        if placement.bind(ctx, head, ctx.static_mask(head.spec)) is not None:
+            return []
+        return self.unblock(head, ctx) or []

@@ -1,0 +1,201 @@
+"""QueueSort plugins: who goes first, and who may evict whom."""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from analysim.core.job import JobRun, JobStatus
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+class _QueueSort:
+    name = ""
+    blocking = False
+    dynamic = False
+    preemptive = False  # ranks running jobs below waiting ones, so a post-filter may evict them
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        raise NotImplementedError
+
+    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+        return self.key(job, ctx)
+
+    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+        """What preemption compares: a waiting job may evict a running one ranked strictly lower."""
+        return self.priority(job, ctx)
+
+    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+        return iter(pending)
+
+    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+        pass
+
+
+class Fifo(_QueueSort):
+    """First come, first served; the head blocks the queue (EASY backfill may let others pass)."""
+
+    name = "fifo"
+    blocking = True
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        return (job.spec.submit_s,)
+
+
+class ShortestJobFirst(_QueueSort):
+    """Shortest (oracle) duration first; non-preemptive, skips jobs that do not fit."""
+
+    name = "sjf"
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        return (job.spec.duration_s or 0.0, job.spec.submit_s)
+
+
+class ShortestRemainingTimeFirst(_QueueSort):
+    """Shortest remaining (oracle) time first; with preemption, a job with less work left evicts
+    running jobs with more."""
+
+    name = "srtf"
+    preemptive = True
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        return (job.remaining_s + job.overhead_s, job.spec.submit_s)
+
+    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+        return (ctx.remaining_now(job) + (job.overhead_s if job.status is JobStatus.PENDING else 0.0),
+                job.spec.submit_s)
+
+
+class Tiresias(_QueueSort):
+    """Tiresias' discretized two-dimensional least-attained-service (Gu et al., NSDI'19).
+
+    A job's level is the number of ``thresholds_gpu_s`` its attained GPU-time (GPUs x seconds run)
+    has passed; lower levels go first, FIFO within a level, and with preemption a job in a lower
+    level evicts jobs in higher ones (never within a level). Starvation guard: a job that has
+    waited ``starve_factor`` times as long as it has run in total goes back to level 0, and its
+    attained service counts afresh from there.
+    """
+
+    name = "tiresias"
+    preemptive = True
+
+    def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0), starve_factor: float = 10.0) -> None:
+        self.thresholds = tuple(sorted(thresholds_gpu_s))
+        self.starve_factor = starve_factor
+        self._promote_at: dict[str, float] = {}
+        self._base: dict[str, float] = {}  # attained service at the last promotion
+
+    def level(self, job: JobRun, attained_gpu_s: float) -> int:
+        a = attained_gpu_s - self._base.get(job.job_id, 0.0)
+        return sum(a >= t for t in self.thresholds)
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        promote = self._promote_at.get(job.job_id)
+        if promote is not None and ctx.now >= promote:
+            job.queue_level = 0
+            self._base[job.job_id] = job.attained_gpu_s
+            del self._promote_at[job.job_id]
+        return (job.queue_level, job.spec.submit_s)
+
+    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+        if job.status is JobStatus.RUNNING:
+            return (self.level(job, ctx.attained_now(job)), job.spec.submit_s)
+        return (job.queue_level, job.spec.submit_s)
+
+    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+        # Only a lower level evicts: FIFO within a level must not make jobs evict each other.
+        return self.priority(job, ctx)[:1]
+
+    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+        if kind == "launch":
+            self._promote_at.pop(job.job_id, None)
+            # Wake up when the job crosses its next threshold: it drops a level and may be evicted.
+            attained = job.attained_gpu_s - self._base.get(job.job_id, 0.0)
+            nxt = next((t for t in self.thresholds if t > attained), None)
+            if nxt is not None and job.spec.gpu_demand > 0:
+                ctx.set_timer(ctx.now + (nxt - attained) / job.spec.gpu_demand, None, "tiresias-demote")
+        elif kind == "stop":
+            job.queue_level = self.level(job, job.attained_gpu_s)
+            if job.queue_level > 0 and job.executed_s > 0:
+                at = ctx.now + self.starve_factor * job.executed_s
+                self._promote_at[job.job_id] = at
+                ctx.set_timer(at, job, "tiresias-promote")
+        elif kind == "complete":
+            self._promote_at.pop(job.job_id, None)
+            self._base.pop(job.job_id, None)
+
+
+class QuasiShortestServiceFirst(_QueueSort):
+    """Helios' QSSF (Hu et al., SC'21): least predicted GPU-time first, where a job's duration is
+    predicted from the history of its user's (or, without users, its VC's) finished jobs of the
+    same size, then of any size, then of all jobs. Non-preemptive; oracle durations are not used."""
+
+    name = "qssf"
+
+    def __init__(self, window: int = 32, prior_s: float = 3600.0) -> None:
+        self.window = window
+        self.prior_s = prior_s
+        self._hist: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+
+    def _owner(self, job: JobRun) -> str:
+        return job.spec.user or f"vc:{job.spec.vc}"
+
+    def estimate(self, job: JobRun) -> float:
+        owner = self._owner(job)
+        for k in ((owner, job.spec.num_gpus), (owner, None), (None, None)):
+            h = self._hist.get(k)
+            if h:
+                return sum(h) / len(h)
+        return self.prior_s
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        if job.estimate_s is None:
+            job.estimate_s = self.estimate(job)
+        return (job.estimate_s * max(job.spec.gpu_demand, 1e-3), job.spec.submit_s)
+
+    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+        if kind == "complete":
+            owner = self._owner(job)
+            run = job.end_s - job.first_start_s if job.end_s is not None and job.first_start_s is not None else 0.0
+            run = job.spec.duration_s if job.spec.duration_s is not None else run
+            for k in ((owner, job.spec.num_gpus), (owner, None), (None, None)):
+                self._hist[k].append(run)
+
+
+class FairShare(_QueueSort):
+    """Fair share across VCs: each pick goes to the VC using the least of its share (its quota, or
+    an equal share without quotas); FIFO within a VC. Non-blocking."""
+
+    name = "fair"
+    dynamic = True
+
+    def key(self, job: JobRun, ctx: Engine) -> tuple:
+        return (job.spec.submit_s,)
+
+    def _usage(self, vc: str, ctx: Engine) -> float:
+        share = ctx.quota_of(vc) or 1.0
+        return ctx.state.vc_used.get(vc, 0.0) / max(share, 1e-9)
+
+    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+        by_vc: dict[str, list[JobRun]] = defaultdict(list)
+        for job in pending:
+            by_vc[job.spec.vc].append(job)
+        queues = {vc: deque(sorted(jobs, key=lambda j: (j.spec.submit_s, j.seq))) for vc, jobs in by_vc.items()}
+        heap = [(self._usage(vc, ctx), vc) for vc in sorted(queues)]
+        heapq.heapify(heap)
+        while heap:
+            _, vc = heapq.heappop(heap)
+            q = queues[vc]
+            yield q.popleft()
+            if q:
+                heapq.heappush(heap, (self._usage(vc, ctx), vc))
+
+
+QUEUE_SORTS: dict[str, type[_QueueSort]] = {
+    cls.name: cls for cls in (Fifo, ShortestJobFirst, ShortestRemainingTimeFirst, Tiresias,
+                              QuasiShortestServiceFirst, FairShare)
+}

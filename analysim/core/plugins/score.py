@@ -1,0 +1,77 @@
+"""Score plugins: where a job goes. Ties always go to the lowest node index (determinism)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysim.core.job import GPU_MILLI, JobRun
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+def _free_after(job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    """Free GPU capacity (in GPUs, shares included) each node would have left after the job."""
+    fm = ctx.state.free_milli[nodes]
+    free = np.where(fm > 0, fm, 0).sum(axis=1) / GPU_MILLI
+    return free - job.spec.gpu_demand
+
+
+class _Score:
+    name = ""
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        raise NotImplementedError
+
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+        return None
+
+
+class BestFit(_Score):
+    """Consolidate: the node left with the least free GPU capacity, keeping big holes for big jobs."""
+
+    name = "consolidate"
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        return -_free_after(job, nodes, ctx)
+
+
+class Spread(_Score):
+    """Worst fit: the emptiest node, spreading load (and interference) out."""
+
+    name = "spread"
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        return _free_after(job, nodes, ctx)
+
+
+class RandomFit(_Score):
+    """A uniformly random feasible node, from the run's seeded generator."""
+
+    name = "random"
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        return ctx.rng.random(len(nodes))
+
+
+class FragmentationGradientDescent(_Score):
+    """FGD (Weng et al., ATC'23): the placement whose expected fragmentation, under the workload's
+    distribution of task sizes, grows least."""
+
+    name = "fgd"
+
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+        from analysim.core.fragmentation import fgd_choose
+
+        return fgd_choose(ctx.fragmentation_index(), ctx.state, job.spec, feasible)
+
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+        return -_free_after(job, nodes, ctx)  # only reached if choose() declines: best fit
+
+
+SCORES: dict[str, type[_Score]] = {
+    cls.name: cls for cls in (BestFit, Spread, RandomFit, FragmentationGradientDescent)
+}
+SCORE_ALIASES = {"bestfit": "consolidate", "best-fit": "consolidate", "worstfit": "spread"}

@@ -1,0 +1,46 @@
+"""Named policies: compositions of plugins, as ``--policy`` and ``--placement`` spell them."""
+
+from __future__ import annotations
+
+from analysim.core.framework import Policy
+from analysim.core.plugins.migration import DefragMigration
+from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
+from analysim.core.plugins.queue import QUEUE_SORTS
+from analysim.core.plugins.score import SCORE_ALIASES, SCORES
+
+POLICY_ALIASES = {"fifo-backfill": ("fifo", True), "easy": ("fifo", True), "las": ("tiresias", False)}
+
+
+def policy_names() -> list[str]:
+    return sorted(QUEUE_SORTS) + ["fifo-backfill"]
+
+
+def placement_names() -> list[str]:
+    return sorted(SCORES) + ["bestfit"]
+
+
+def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = False) -> Policy:
+    """E.g. ``build_policy("tiresias", "fgd")``. Unknown names raise ValueError listing the known ones.
+
+    Preemption and migration are mechanisms switched on in EngineConfig; the policy always carries
+    the plugins, so that the same policy can be run with and without them.
+    """
+    qname, bf = POLICY_ALIASES.get(queue, (queue, False))
+    if qname not in QUEUE_SORTS:
+        raise ValueError(f"unknown policy {queue!r}; known: {', '.join(policy_names())}")
+    sname = SCORE_ALIASES.get(score, score)
+    if sname not in SCORES:
+        raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
+    q = QUEUE_SORTS[qname]()
+    backfill = backfill or bf
+    if backfill and not q.blocking:
+        raise ValueError(f"backfill applies to the blocking FIFO queue, not {qname!r}")
+    name = qname + ("+backfill" if backfill else "") + f"/{sname}"
+    return Policy(
+        name=name,
+        queue=q,
+        score=SCORES[sname](),
+        post_filters=[PriorityPreemption(), QuotaReclaim()],
+        rebalance=DefragMigration(),
+        backfill=backfill,
+    )

@@ -1,0 +1,204 @@
+"""Writing a run's results: summary.json, CSV tables, PNG plots, and the terminal table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from analysim.core.metrics import JOB_FIELDS
+
+
+def _clean(x: object) -> object:
+    """JSON has no infinity or NaN: write null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def write_json(obj: dict, path: Path) -> None:
+    path.write_text(json.dumps(_clean(obj), indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(rows: Sequence[dict], path: Path, fields: Sequence[str] | None = None) -> None:
+    fields = list(fields or (rows[0].keys() if rows else []))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _fmt(r.get(k)) for k in fields})
+
+
+def _fmt(v: object) -> object:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(round(v, 6)) if math.isfinite(v) else ""
+    return v
+
+
+def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequence[dict], plots: bool = True) -> list[Path]:
+    """The standard outputs of ``analysim simulate`` (and of ``analysim up --out``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.json"]
+    write_json(summary, written[0])
+    if summary.get("mode") == "inflate":
+        write_csv(timeseries, out / "inflate.csv")
+        written.append(out / "inflate.csv")
+        if plots:
+            written += plot_inflate(timeseries, out)
+        return written
+    write_csv(sorted(jobs, key=lambda j: (j["submit_s"], j["job_id"])), out / "jobs.csv", JOB_FIELDS)
+    write_csv(timeseries, out / "timeseries.csv")
+    written += [out / "jobs.csv", out / "timeseries.csv"]
+    if plots:
+        written += plot_run(summary, jobs, timeseries, out)
+    return written
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_run(summary: dict, jobs: Sequence[dict], ts: Sequence[dict], out: Path) -> list[Path]:
+    plt = _plt()
+    paths = []
+    if ts:
+        t = np.array([r["time_s"] for r in ts]) / 3600.0
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        a1.plot(t, [r["allocated_gpus"] for r in ts], label="allocated GPUs", lw=1)
+        a1.plot(t, [r["fragmented_gpus"] for r in ts], label="fragmented GPUs (head of line)", lw=1)
+        a1.axhline(summary.get("cluster_gpus", 0), color="grey", ls="--", lw=0.8, label="cluster GPUs")
+        a1.set_ylabel("GPUs")
+        a1.legend(loc="upper right", fontsize=8)
+        a1.set_title(f"{summary.get('policy')} on {summary.get('cluster')}: "
+                     f"utilization {summary.get('gpu_utilization', 0):.1%}")
+        a2.plot(t, [r["pending_gpu_demand"] for r in ts], label="pending GPU demand", color="tab:red", lw=1)
+        a2.set_ylabel("GPUs waiting")
+        a2.set_xlabel("virtual time (hours)")
+        a2.legend(loc="upper right", fontsize=8)
+        fig.tight_layout()
+        p = out / "utilization.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    done = [j["jct_s"] for j in jobs if j["status"] == "completed"]
+    if done:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        _cdf(ax, done, summary.get("policy", ""))
+        ax.set_xscale("log")
+        ax.set_xlabel("job completion time (s)")
+        ax.set_ylabel("fraction of jobs")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        p = out / "jct_cdf.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def _cdf(ax, values: Iterable[float], label: str) -> None:
+    v = np.sort(np.asarray(list(values), dtype=float))
+    ax.plot(np.maximum(v, 1.0), np.arange(1, len(v) + 1) / len(v), label=label, lw=1.2)
+
+
+def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = [r["gpu_allocation_ratio"] for r in rows]
+    if rows and "fgd_fragmentation_gpus" in rows[0]:
+        ax.plot(x, [r["fgd_fragmentation_gpus"] for r in rows], label="FGD expected fragmentation")
+    ax.plot(x, [r["free_gpus"] for r in rows], label="free GPUs", ls="--")
+    ax.set_xlabel("GPU allocation ratio")
+    ax.set_ylabel("GPUs")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    p = out / "inflate.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return [p]
+
+
+def plot_compare(results: Sequence[tuple[str, dict, Sequence[dict]]], out: Path) -> Path:
+    """One figure for ``analysim compare``: JCT CDFs, and average JCT and utilization per run."""
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
+    for label, _, jobs in results:
+        done = [j["jct_s"] for j in jobs if j["status"] == "completed"]
+        if done:
+            _cdf(a1, done, label)
+    a1.set_xscale("log")
+    a1.set_xlabel("job completion time (s)")
+    a1.set_ylabel("fraction of jobs")
+    a1.legend(fontsize=7)
+    a1.grid(alpha=0.3)
+    labels = [r[0] for r in results]
+    jct = [(r[1].get("avg_jct_s") or 0) / 3600 for r in results]
+    y = np.arange(len(labels))
+    a2.barh(y, jct, color="tab:blue")
+    a2.set_yticks(y, labels, fontsize=7)
+    a2.set_xlabel("average JCT (hours)")
+    a2.invert_yaxis()
+    fig.tight_layout()
+    p = out / "compare.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p
+
+
+SUMMARY_COLUMNS = (
+    ("jobs", "jobs_completed", "{:d}"),
+    ("avg JCT h", "avg_jct_s", "h"),
+    ("p50 JCT h", "median_jct_s", "h"),
+    ("p99 JCT h", "p99_jct_s", "h"),
+    ("avg queue h", "avg_queue_s", "h"),
+    ("util", "gpu_utilization", "{:.1%}"),
+    ("frag", "avg_fragmentation", "{:.1%}"),
+    ("preempt", "preemptions", "{:d}"),
+    ("migrate", "migrations", "{:d}"),
+    ("jain", "jain_fairness", "{:.3f}"),
+    ("wall s", "wall_s", "{:.1f}"),
+)
+INFLATE_COLUMNS = (
+    ("tasks", "tasks_placed", "{:d}"),
+    ("alloc ratio", "gpu_allocation_ratio", "{:.2%}"),
+    ("frag GPUs", "fragmentation_gpus", "{:.1f}"),
+    ("wall s", "wall_s", "{:.1f}"),
+)
+
+
+def summary_table(rows: Sequence[tuple[str, dict]]) -> str:
+    """A fixed-width table, one line per run."""
+    inflate = any(s.get("mode") == "inflate" for _, s in rows)
+    cols = INFLATE_COLUMNS if inflate else SUMMARY_COLUMNS
+    header = ["run"] + [c[0] for c in cols]
+    body = []
+    for label, s in rows:
+        line = [label]
+        for _, key, fmt in cols:
+            v = s.get(key)
+            if v is None:
+                line.append("-")
+            elif fmt == "h":
+                line.append(f"{v / 3600:.2f}")
+            else:
+                line.append(fmt.format(v))
+        body.append(line)
+    widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
+    fmt_line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
+    return "\n".join([fmt_line(header), "  ".join("-" * w for w in widths)] + [fmt_line(r) for r in body])
