@@ -104,6 +104,10 @@ class Engine:
         self._dirty = False  # something changed since the last scheduling pass
         self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
         self._frag_index = None
+        self._empty_state: ClusterState | None = None
+        self._in_pass = False
+        self._deferred_adds: list[tuple] = []
+        self._deferred_removals: list[tuple] = []
         if self.config.rebalance_interval_s and policy.rebalance is not None:
             self.events.push(self.config.rebalance_interval_s, TIMER, "rebalance")
 
@@ -162,8 +166,9 @@ class Engine:
             models = "|".join(spec.gpu_models) or "any"
             raise InfeasibleJob(f"job {spec.job_id!r}: no node of GPU model {models} is open to VC {spec.vc!r}",
                                 "no_matching_node")
-        empty = ClusterState(self.spec)
-        if not placement.can_place(self, spec, static, empty):
+        if self._empty_state is None:
+            self._empty_state = ClusterState(self.spec)
+        if not placement.can_place(self, spec, static, self._empty_state):
             raise InfeasibleJob(
                 f"job {spec.job_id!r}: asks for {spec.num_gpus} GPU(s) x {spec.gpu_milli}/1000, "
                 f"{spec.cpu_milli} CPU milli, {spec.memory_mib} MiB, more than the cluster can ever hold",
@@ -182,9 +187,10 @@ class Engine:
             while self.events and self.events.peek_time() == t:
                 ev = self.events.pop()
                 getattr(self, "_on_" + ev.kind)(ev.payload)
-            if self._dirty:
-                self._schedule()
+            # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
+            while self._dirty:
                 self._dirty = False
+                self._schedule()
             if self.recorder is not None:
                 self.recorder.after_pass(self)
         if until != math.inf and until > self.now:
@@ -305,7 +311,9 @@ class Engine:
     def pending_jobs(self) -> Iterator[JobRun]:
         """Pending jobs in queue order (as of the last re-key)."""
         for _, seq in self._pending:
-            yield self._pending_by_seq[seq]
+            job = self._pending_by_seq.get(seq)
+            if job is not None:  # placed earlier in this pass
+                yield job
 
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
@@ -317,14 +325,20 @@ class Engine:
     def _enqueue(self, job: JobRun) -> None:
         key = (self.policy.queue.key(job, self), job.seq)
         self.extra[job.job_id].qkey = key
-        self._pending.add(key)
+        if self._in_pass:
+            self._deferred_adds.append(key)  # the pass is iterating the sorted queue
+        else:
+            self._pending.add(key)
         self._pending_by_seq[job.seq] = job
         self.pending_demand += job.spec.gpu_demand
         self._dirty = True
 
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
-        self._pending.remove(ex.qkey)
+        if self._in_pass:
+            self._deferred_removals.append(ex.qkey)
+        else:
+            self._pending.remove(ex.qkey)
         del self._pending_by_seq[job.seq]
         ex.qkey = None
         self.pending_demand -= job.spec.gpu_demand
@@ -392,6 +406,19 @@ class Engine:
     def _schedule(self) -> None:
         if not self._pending_by_seq:
             return
+        self._in_pass = True
+        try:
+            self._pass()
+        finally:
+            self._in_pass = False
+            for key in self._deferred_removals:
+                self._pending.remove(key)
+            for key in self._deferred_adds:
+                self._pending.add(key)
+            self._deferred_removals.clear()
+            self._deferred_adds.clear()
+
+    def _pass(self) -> None:
         pol = self.policy
         q = pol.queue
         source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
@@ -502,7 +529,7 @@ class Engine:
                 trial = self.state.clone()
                 chosen: list[JobRun] = []
                 for v in by_node[n]:
-                    self._release_on(trial, v)
+                    self.release_on(trial, v)
                     chosen.append(v)
                     if placement.single_node_fit(trial, spec)[n]:
                         if best is None or (len(chosen), n) < (best[0], best[1]):
@@ -512,14 +539,14 @@ class Engine:
         trial = self.state.clone()
         chosen = []
         for v in candidates:
-            self._release_on(trial, v)
+            self.release_on(trial, v)
             chosen.append(v)
             if placement.can_place(self, spec, static, trial):
                 return chosen
         return None
 
     @staticmethod
-    def _release_on(state: ClusterState, job: JobRun) -> None:
+    def release_on(state: ClusterState, job: JobRun) -> None:
         spec = job.spec
         per = len(job.placement.gpus)
         for n, slots in job.placement.gpus:
@@ -560,7 +587,7 @@ class Engine:
         job.overhead_s = max(0.0, job.overhead_s - elapsed)
         job.attained_gpu_s += elapsed * job.spec.gpu_demand
         job.executed_s += elapsed
-        self._release_on(self.state, job)
+        self.release_on(self.state, job)
         spec = job.spec
         for n, slots in pl.gpus:
             self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI

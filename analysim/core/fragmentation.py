@@ -118,7 +118,9 @@ class WorkloadDistribution:
         return len(self.classes)
 
     @classmethod
-    def from_popularity(cls, classes: Sequence[TaskClass], popularity: Sequence[float]) -> WorkloadDistribution:
+    def from_popularity(
+        cls, classes: Sequence[TaskClass], popularity: Sequence[float]
+    ) -> WorkloadDistribution:
         """Classes with float popularity (normalised here), quantised to integer weights summing to
         about 2**30: precise to ~1e-9, small enough that weight x milli sums stay exact in int64."""
         total = float(sum(popularity))
@@ -175,7 +177,13 @@ def _coarsen(counts: Counter[TaskClass], max_classes: int) -> Counter[TaskClass]
     for step in _LOG_STEPS:
         groups = {}
         for tc, n in sorted(counts.items()):
-            key = (tc.num_gpus, tc.gpu_milli, tc.gpu_models, _bucket(tc.cpu_milli, step), _bucket(tc.memory_mib, step))
+            key = (
+                tc.num_gpus,
+                tc.gpu_milli,
+                tc.gpu_models,
+                _bucket(tc.cpu_milli, step),
+                _bucket(tc.memory_mib, step),
+            )
             groups.setdefault(key, []).append((tc, n))
         if len(groups) <= max_classes:
             break
@@ -275,6 +283,7 @@ class _ShapeCache:
     ver: np.ndarray  # int64[node]; -1: never computed
     delta: np.ndarray  # int64[node], weighted milli; _NO_FIT where the shape does not fit
     slots: np.ndarray  # int16[node, num_gpus]
+    model_ok: np.ndarray  # bool[model id]: the shape may use that GPU model
 
 
 class FragmentationIndex:
@@ -297,13 +306,17 @@ class FragmentationIndex:
         self._s_k = np.array([s[1] for s in shapes], dtype=np.int64)
         self._n_shapes = len(shapes)
         cls_shape = np.array([shape_of[(c.gpu_milli, c.num_gpus)] for c, _ in gpu], dtype=np.int64)
-        self._shape_starts = np.flatnonzero(np.r_[True, cls_shape[1:] != cls_shape[:-1]]) if gpu else cls_shape
+        self._shape_starts = (
+            np.flatnonzero(np.r_[True, cls_shape[1:] != cls_shape[:-1]]) if gpu else cls_shape
+        )
         self._c_cpu = np.array([c.cpu_milli for c, _ in gpu], dtype=np.int64)
         self._c_mem = np.array([c.memory_mib for c, _ in gpu], dtype=np.int64)
         self._c_w = np.array([w for _, w in gpu], dtype=np.int64)
         # model_ok[model_id, class]: the class may use that GPU model
-        self._model_ok = np.stack([_job_model_ok(state, c.gpu_models) for c, _ in gpu], axis=1) if gpu else (
-            np.zeros((len(state.model_names), 0), dtype=bool)
+        self._model_ok = (
+            np.stack([_job_model_ok(state, c.gpu_models) for c, _ in gpu], axis=1)
+            if gpu
+            else (np.zeros((len(state.model_names), 0), dtype=bool))
         )
         n = state.num_nodes
         self._frag = np.zeros(n, dtype=np.int64)  # W_total x F_n, exact
@@ -320,7 +333,9 @@ class FragmentationIndex:
 
     # -- the measure -----------------------------------------------------------------------------
 
-    def _shape_weights(self, cpu: np.ndarray, mem: np.ndarray, model: np.ndarray, up: np.ndarray) -> np.ndarray:
+    def _shape_weights(
+        self, cpu: np.ndarray, mem: np.ndarray, model: np.ndarray, up: np.ndarray
+    ) -> np.ndarray:
         """C[b, s]: weight of the GPU classes of shape s whose non-GPU conditions hold on row b."""
         if not self._n_shapes:
             return np.zeros((cpu.shape[0], 0), dtype=np.int64)
@@ -385,6 +400,7 @@ class FragmentationIndex:
                 np.full(n, -1, dtype=np.int64),
                 np.full(n, _NO_FIT, dtype=np.int64),
                 np.zeros((n, tc.num_gpus), dtype=np.int16),
+                _job_model_ok(self.state, tc.gpu_models),
             )
             self._cache[tc] = e
             if len(self._cache) > _CACHE_SHAPES:
@@ -403,7 +419,7 @@ class FragmentationIndex:
         cpu = s.cpu_free[idx] - tc.cpu_milli
         mem = s.mem_free[idx] - tc.memory_mib
         model, up = s.model_id[idx], s.up[idx]
-        node_ok = up & (cpu >= 0) & (mem >= 0) & _job_model_ok(s, tc.gpu_models)[model]
+        node_ok = up & (cpu >= 0) & (mem >= 0) & e.model_ok[model]
         c = self._shape_weights(cpu, mem, model, up)
         if tc.num_gpus == 1:
             after, slot = self._single_gpu_after(idx, free, c, tc.gpu_milli)
@@ -434,7 +450,8 @@ class FragmentationIndex:
         only the lowest slot of each distinct free value is evaluated (fresh nodes: one pair)."""
         b, g = free.shape
         fits = free >= d
-        dup = ((free[:, :, None] == free[:, None, :]) & self._earlier).any(axis=1)  # an earlier slot has that value
+        # dup[b, j]: an earlier slot of row b has the same free capacity as slot j
+        dup = ((free[:, :, None] == free[:, None, :]) & self._earlier).any(axis=1)
         rows, cols = np.nonzero(fits & ~dup)
         out = np.full((b, g), _NO_FIT, dtype=np.int64)
         if rows.size:

@@ -61,38 +61,37 @@ class DefragMigration:
         return best[1] if best else None
 
     def _plan(self, job: JobRun, node: int, deficit: int, residents: list[JobRun], ctx: Engine) -> list[Move] | None:
-        # Biggest residents first: the fewest moves that free enough whole GPUs.
-        residents = sorted(residents, key=lambda r: (-r.spec.num_gpus, r.seq))
-        movers, freed = [], 0
-        for r in residents:
-            movers.append(r)
-            freed += r.spec.num_gpus
-            if freed >= deficit:
-                break
-        if freed < deficit:
-            return None
+        # One job big enough, the smallest such, moves the fewest GPUs; failing that, the biggest
+        # residents first make the fewest moves.
+        single = sorted((r for r in residents if r.spec.num_gpus >= deficit), key=lambda r: (r.spec.num_gpus, r.seq))
+        if single:
+            movers = [single[0]]
+        else:
+            movers, freed = [], 0
+            for r in sorted(residents, key=lambda r: (-r.spec.num_gpus, r.seq)):
+                movers.append(r)
+                freed += r.spec.num_gpus
+                if freed >= deficit:
+                    break
+            if freed < deficit:
+                return None
         trial = ctx.state.clone()
         for r in movers:
-            ctx._release_on(trial, r)
+            ctx.release_on(trial, r)
         if not placement.single_node_fit(trial, job.spec)[node]:
             return None  # CPU or memory, not GPUs, is what blocks
-        # Reserve the target: nothing may move onto it.
-        blocked = trial.full_free[node]
-        trial.full_free[node] = -1
         moves: list[Move] = []
         for r in movers:
             ok = ctx.static_mask(r.spec) & placement.single_node_fit(trial, r.spec)
-            ok[node] = False
+            ok[node] = False  # the freed node is reserved for the blocked job
             dest = np.flatnonzero(ok)
             if dest.size == 0:
                 return None
             left = trial.full_free[dest] - r.spec.num_gpus
             d = int(dest[int(np.argmin(left))])
             slots = placement.default_slots(trial, d, r.spec)
-            share = r.spec
-            trial.allocate(d, slots, GPU_MILLI, share.cpu_milli, share.memory_mib)
+            trial.allocate(d, slots, GPU_MILLI, r.spec.cpu_milli, r.spec.memory_mib)
             moves.append((r, d, slots))
-        trial.full_free[node] = blocked
         return moves
 
     def rebalance(self, ctx: Engine) -> list[Move]:
