@@ -1,0 +1,213 @@
+"""The Trace record and the CSV plumbing every reader shares: opening, header checks, row
+iteration with editor line numbers, and field parsers whose errors name the line and column."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from operator import attrgetter
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from analysim.core.job import JobSpec
+from analysim.errors import InputFileError, UserError
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(slots=True)
+class Trace:
+    """A loaded trace. ``jobs`` are sorted by (submit_s, order in the file); ``filtered`` counts the
+    rows a reader left out, by reason, so that nothing is dropped silently."""
+
+    jobs: list[JobSpec]
+    source: str
+    format: str
+    filtered: dict[str, int] = field(default_factory=dict)
+
+
+def make_trace(jobs: list[JobSpec], source: str, fmt: str, filtered: dict[str, int]) -> Trace:
+    jobs.sort(key=attrgetter("submit_s"))  # stable: ties keep file order
+    return Trace(jobs, source, fmt, {k: v for k, v in filtered.items() if v})
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building a trace: 10^5 new JobSpecs trigger repeated
+    full collections that find nothing (the records hold no cycles) yet add up to a noticeable share
+    of the load time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_header(path: str | Path) -> list[str]:
+    """The header line's column names (used by format detection)."""
+    with CsvInput(path, "trace", ()) as src:
+        return list(src.header)
+
+
+class CsvInput:
+    """A CSV file opened for a reader: ``with CsvInput(path, fmt, required, optional) as src``.
+
+    Column names not in ``required`` or ``optional`` are allowed (ignored) unless ``strict``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        fmt: str,
+        required: Iterable[str],
+        optional: Iterable[str] = (),
+        strict: bool = False,
+    ) -> None:
+        self.path = str(path)
+        self.fmt = fmt
+        self.required = tuple(required)
+        self.optional = tuple(optional)
+        self.strict = strict
+        self._file: IO[str] | None = None
+        self.header: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def __enter__(self) -> CsvInput:
+        p = Path(self.path)
+        if not p.exists():
+            raise UserError(f"{self.path}: no such file")
+        if p.is_dir():
+            raise UserError(f"{self.path}: is a directory, expected a {self.fmt} CSV file")
+        try:
+            # utf-8-sig: spreadsheets often prepend a byte-order mark to the header
+            self._file = p.open(newline="", encoding="utf-8-sig")
+        except OSError as e:
+            raise UserError(f"{self.path}: cannot open: {e.strerror}") from None
+        self._reader = csv.reader(self._file)
+        try:
+            first = self._next()
+            while first is not None and not first:
+                first = self._next()
+        except BaseException:
+            self._file.close()
+            raise
+        if first is None:
+            self._file.close()
+            raise UserError(f"{self.path}: empty file, expected a {self.fmt} CSV header line")
+        self.header = [h.strip() for h in first]
+        self.header_line = self._reader.line_num
+        self.index = {h: i for i, h in enumerate(self.header)}
+        missing = [c for c in self.required if c not in self.index]
+        problem = ""
+        if missing:
+            problem = f"missing column(s) {', '.join(missing)} for the {self.fmt} format"
+        elif self.strict:
+            known = set(self.required) | set(self.optional)
+            unknown = [c for c in self.header if c not in known]
+            if unknown:
+                problem = f"unknown column(s) {', '.join(unknown)} for the {self.fmt} format"
+        if not problem and len(self.index) != len(self.header):
+            dup = sorted({h for h in self.header if self.header.count(h) > 1})
+            problem = f"duplicate column(s) {', '.join(dup)}"
+        if problem:
+            self._file.close()
+            raise InputFileError(
+                self.path, self.header_line, None, f"{problem} (header: {','.join(self.header)})"
+            )
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def _next(self) -> list[str] | None:
+        try:
+            return next(self._reader)
+        except StopIteration:
+            return None
+        except UnicodeDecodeError:
+            raise InputFileError(self.path, None, None, "not a UTF-8 text file") from None
+        except csv.Error as e:
+            raise InputFileError(self.path, self._reader.line_num, None, f"bad CSV: {e}") from None
+
+    def has(self, column: str) -> bool:
+        return column in self.index
+
+    def rows(self) -> Iterator[tuple[int, list[str]]]:
+        """(line number, fields) per data row; blank lines are not rows and are skipped."""
+        n = len(self.header)
+        reader = self._reader
+        try:
+            for row in reader:
+                if len(row) != n:
+                    if not row:
+                        continue
+                    raise InputFileError(
+                        self.path,
+                        reader.line_num,
+                        None,
+                        f"expected {n} fields as in the header, found {len(row)}",
+                    )
+                yield reader.line_num, row
+        except UnicodeDecodeError:
+            raise InputFileError(self.path, None, None, "not a UTF-8 text file") from None
+        except csv.Error as e:
+            raise InputFileError(self.path, reader.line_num, None, f"bad CSV: {e}") from None
+
+    def error(self, line: int, column: str, problem: str) -> InputFileError:
+        return InputFileError(self.path, line, column, problem)
+
+    # Field parsers: ``row`` is a data row from rows(), ``column`` a header name.
+
+    def int_field(self, row: list[str], column: str, line: int, minimum: int = 0) -> int:
+        text = row[self.index[column]]
+        try:
+            value = int(text)
+        except ValueError:
+            value = self._integral_float(text)
+            if value is None:
+                raise self.error(line, column, f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise self.error(line, column, f"must be at least {minimum}, got {text!r}")
+        return value
+
+    def _integral_float(self, text: str) -> int | None:
+        # Traces exported through pandas often write counts as "8.0".
+        try:
+            f = float(text)
+        except ValueError:
+            return None
+        return int(f) if math.isfinite(f) and f == int(f) else None
+
+    def float_field(self, row: list[str], column: str, line: int, minimum: float | None = 0.0) -> float:
+        text = row[self.index[column]]
+        try:
+            value = float(text)
+        except ValueError:
+            raise self.error(line, column, f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise self.error(line, column, f"expected a finite number, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise self.error(line, column, f"must be at least {minimum:g}, got {text!r}")
+        return value
+
+    def time_field(self, row: list[str], column: str, line: int) -> float:
+        """``YYYY-MM-DD HH:MM:SS`` as seconds since 1970 in the trace's own (naive) clock: no time
+        zone or daylight-saving shift is applied, so differences are exact."""
+        text = row[self.index[column]]
+        try:
+            if len(text) != 19 or text[10] not in " T":
+                raise ValueError
+            return (datetime.fromisoformat(text) - _EPOCH).total_seconds()
+        except ValueError:
+            raise self.error(line, column, f"expected a time as YYYY-MM-DD HH:MM:SS, got {text!r}") from None

@@ -1,0 +1,92 @@
+"""Alibaba GPU cluster trace v2023 ("openb") pod lists.
+
+Full form: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
+deletion_time,scheduled_time`` (times in seconds). Short form (multigpu50): the first five columns
+only, no times, for "fill the cluster until full" (inflate) runs: submit 0, duration unknown.
+
+A pod with ``num_gpu == 1`` uses ``gpu_milli``/1000 of one GPU; a pod with more GPUs uses them whole,
+whatever the file says. Left out, and counted: pods without GPUs (``cpu_only``), pods never scheduled
+(``never_scheduled``, empty scheduled_time) and pods deleted before being scheduled
+(``deleted_before_scheduled``). Pods still running at the end of the observation carry its end as
+deletion_time, so their durations are lower bounds (pod_phase says which; it is not read).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysim.core.job import GPU_MILLI, JobSpec
+from analysim.traces.base import CsvInput, Trace, make_trace
+
+FORMAT = "openb"
+COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
+OPTIONAL = ("gpu_spec", "qos", "pod_phase", *TIME_COLUMNS)
+
+
+def read_openb(path: str | Path) -> Trace:
+    jobs: list[JobSpec] = []
+    filtered = {"cpu_only": 0, "never_scheduled": 0, "deleted_before_scheduled": 0}
+    with CsvInput(path, FORMAT, COLUMNS, OPTIONAL) as src:
+        timed = any(src.has(c) for c in TIME_COLUMNS)
+        if timed and not all(src.has(c) for c in TIME_COLUMNS):
+            missing = ", ".join(c for c in TIME_COLUMNS if not src.has(c))
+            raise src.error(src.header_line, missing, "the time columns come together: this one is missing")
+        i_name = src.index["name"]
+        i_spec = src.index.get("gpu_spec")
+        i_qos = src.index.get("qos")
+        for line, row in src.rows():
+            cpu = src.int_field(row, "cpu_milli", line)
+            mem = src.int_field(row, "memory_mib", line)
+            gpus = src.int_field(row, "num_gpu", line)
+            milli = src.int_field(row, "gpu_milli", line)
+            if milli > GPU_MILLI:
+                raise src.error(line, "gpu_milli", f"must be at most {GPU_MILLI}, got {milli}")
+            if gpus == 1 and milli == 0:
+                raise src.error(line, "gpu_milli", "a one-GPU pod needs a share of 1 to 1000")
+            models = _models(src, row, i_spec, line)
+            submit, end, scheduled = _times(src, row, line) if timed else (0.0, 0.0, 0.0)
+            duration = None
+            if gpus == 0:
+                filtered["cpu_only"] += 1
+                continue
+            if timed:
+                if scheduled is None:
+                    filtered["never_scheduled"] += 1
+                    continue
+                if end < scheduled:
+                    filtered["deleted_before_scheduled"] += 1
+                    continue
+                duration = end - scheduled
+            jobs.append(
+                JobSpec(
+                    job_id=row[i_name],
+                    submit_s=submit,
+                    duration_s=duration,
+                    num_gpus=gpus,
+                    gpu_milli=milli if gpus == 1 else GPU_MILLI,
+                    cpu_milli=cpu,
+                    memory_mib=mem,
+                    vc="default",
+                    gpu_models=models,
+                    qos=row[i_qos] if i_qos is not None else "",
+                )
+            )
+    return make_trace(jobs, str(path), FORMAT, filtered)
+
+
+def _times(src: CsvInput, row: list[str], line: int) -> tuple[float, float, float | None]:
+    """(creation, deletion, scheduled); scheduled is None for a pod never scheduled."""
+    scheduled = None
+    if row[src.index["scheduled_time"]] != "":
+        scheduled = src.float_field(row, "scheduled_time", line)
+    return src.float_field(row, "creation_time", line), src.float_field(row, "deletion_time", line), scheduled
+
+
+def _models(src: CsvInput, row: list[str], i_spec: int | None, line: int) -> tuple[str, ...]:
+    if i_spec is None or not row[i_spec]:
+        return ()
+    models = tuple(m.strip() for m in row[i_spec].split("|"))
+    if not all(models):
+        raise src.error(line, "gpu_spec", f"empty GPU model in {row[i_spec]!r}")
+    return models
