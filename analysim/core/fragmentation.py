@@ -13,7 +13,12 @@ Definitions (all amounts in GPU milli):
   no GPU can use none of the free GPU capacity, so all of it is fragmented for that class (the paper's
   "x-axis" case, as in its reference simulator).
 * F_n = sum_m p_m F_n(m); the cluster's fragmentation is sum_n F_n.
-* FGD places a task where the increase of F_n is smallest.
+* FGD places a task where the increase of F_n is smallest (``fgd_choose``; ``FragmentationIndex.deltas``
+  gives the increases themselves, for scoring).
+
+Helpers that other placement code can share live here too: ``fits_mask`` (can a job run on each node
+now), ``gpu_slots_for`` (best-fit GPUs within one node) and ``best_fit_choose`` (the paper's best-fit
+baseline).
 
 Popularity is carried as integer weights (job counts, or probabilities quantised to 2**-30), so every
 fragmentation value is an exact integer in weight x milli: equal placements tie exactly, and ties are
@@ -361,8 +366,11 @@ class FragmentationIndex:
         return self._combine(t, k, r, self._shape_weights(cpu, mem, model, up))
 
     def refresh(self, nodes: Iterable[int] | np.ndarray) -> None:
-        """Recompute F_n for ``nodes`` from the state (after allocate/release/up-down on them)."""
+        """Recompute F_n for ``nodes`` (indexes, or a bool mask) from the state, after allocate,
+        release or up/down on them."""
         idx = nodes if isinstance(nodes, np.ndarray) else np.fromiter(nodes, dtype=np.int64)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
         if idx.size > 1:
             idx = np.unique(idx)  # repeated nodes would be harmless but wasted work
         elif idx.size == 0:
