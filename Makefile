@@ -24,3 +24,8 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache
+
+# Regenerate the Python gRPC code for every protos/**/*.proto (committed; a test fails when stale).
+.PHONY: protos
+protos: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py

@@ -14,7 +14,7 @@ from analysim import __version__
 from analysim.errors import UserError
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
-SUBCOMMANDS = ("simulate", "compare", "trace")
+SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,94 @@
+"""``analysim gateway``: serve the store's models over HTTP and gRPC until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from analysim.errors import UserError
+
+
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {v}")
+    return v
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = _nonneg(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
+    return v
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "gateway",
+        help="serve the MLaaS gateway (REST + gRPC) over a store",
+        description="The admin key comes from ANALYSIM_ADMIN_KEY or --admin-key-file; there is no default.",
+    )
+    p.add_argument("--db", required=True, help="SQLite store (created if absent)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8080, help="HTTP port (0 = any free port)")
+    p.add_argument("--grpc-port", type=_port, default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--admin-key-file", help="file holding the admin key (else $ANALYSIM_ADMIN_KEY)")
+    p.add_argument("--port-file", help='write {"host", "http", "grpc"} here (atomically) once listening')
+    p.add_argument("--max-body-bytes", type=_positive, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
+    p.add_argument("--max-batch-rows", type=_positive, default=1000, help="larger batches get 413 (default 1000)")
+    p.add_argument("--default-quota-rows", type=_nonneg, help="per-user row quota (default: unlimited)")
+    p.add_argument("--default-rate-limit", type=_rate, help="per-user requests/s (default: unlimited)")
+    p.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL",
+                   help="SQLite durability: NORMAL survives a killed process, FULL also a power cut")  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlaas_monitor.admin_key import load_admin_key
+    from mlaas_monitor.server import Bound, run_forever, write_port_file
+    from mlaas_monitor.service import Gateway, Limits
+    from mlaas_monitor.store import Store
+
+    admin_key = load_admin_key(os.environ, args.admin_key_file)
+    store = Store(args.db, args.synchronous, background_checkpoint=True)
+    limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit)
+    gw = Gateway(store, admin_key, limits)
+
+    def ready(b: Bound) -> None:
+        if args.port_file:
+            write_port_file(args.port_file, b)
+        print(f"gateway: http://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
+              f"({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
+
+    try:
+        run_forever(gw, args.host, args.port, args.grpc_port, ready)
+    except OSError as e:
+        raise UserError(f"cannot serve on {args.host}: {e}") from e
+    finally:
+        store.close()
+    print("gateway: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Benchmark the MLaaS gateway: rows/s and p50/p99 latency for single-row requests and
+100-row batches, over HTTP and gRPC, from loopback clients in a separate process.
+
+The gateway runs as its own process (``python -m mlaas_monitor gateway``) over a fresh
+store holding a German-credit tree; this process is the client (closed loop, N concurrent
+in-flight requests on keep-alive connections). After the run, the ledger is checked
+against the rows the client saw answered.
+
+    .venv/bin/python bench/bench_gateway.py --duration 10 --concurrency 8
+
+Scenarios (--scenarios, comma-separated): http-1, http-100 (REST, rows per request),
+grpc-1, grpc-100 (gRPC; batches as PackedRows), grpcrows-100 (gRPC, repeated Row), and
+grpchealth-1 (the gRPC health check: grpc.aio's own floor, for reference). --pin pins the
+gateway to CPU 0 and the client to CPU 1; --profile FILE runs the gateway under cProfile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import platform
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mlaas_monitor.datasets import load_dataset  # noqa: E402
+from mlaas_monitor.schema import NUMERIC  # noqa: E402
+from mlaas_monitor.store import Store  # noqa: E402
+from mlaas_monitor.training import train_model  # noqa: E402
+
+GERMAN = ROOT.parent / "shared" / "datasets" / "german.data"
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return json.loads(path.read_text())
+        if proc.poll() is not None:
+            raise SystemExit(f"gateway exited with {proc.returncode}")
+        time.sleep(0.02)
+    raise SystemExit("gateway did not start")
+
+
+def client_rows(dataset: str, model_id: str, db: Path) -> tuple[list[list], object]:
+    ds = load_dataset(dataset)
+    model = train_model(ds, model_id, max_leaf_nodes=26, seed=0)
+    store = Store(db)
+    store.add_model(model)
+    store.close()
+    kinds = [f.kind for f in model.schema.features]
+    rows = [[float(v) if k == NUMERIC else v for v, k in zip(r, kinds, strict=True)] for r in ds.data]
+    return rows, model
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summarise(name: str, latencies: list[float], rows_per_req: int, elapsed: float, errors: int) -> dict:
+    lat = np.array(latencies) * 1000
+    n = len(latencies)
+    return {
+        "scenario": name,
+        "requests": n,
+        "errors": errors,
+        "req_per_s": n / elapsed,
+        "rows_per_s": n * rows_per_req / elapsed,
+        "p50_ms": float(np.percentile(lat, 50)) if n else None,
+        "p99_ms": float(np.percentile(lat, 99)) if n else None,
+    }
+
+
+async def run_http(url: str, key: str, model: str, batches: list[list], duration: float, conc: int) -> tuple:
+    """Closed-loop keep-alive HTTP/1.1 clients, one connection each. Hand-rolled on asyncio
+    streams because a full client library costs more CPU per request than the gateway
+    does, and the client would be what we measure."""
+    host, port = url.removeprefix("http://").split(":")
+    requests = []
+    sizes = [len(b) for b in batches]
+    for b in batches:
+        body = json.dumps({"rows": b}).encode()
+        requests.append(
+            f"POST /v1/models/{model}/predict HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+    latencies: list[float] = []
+    errors = 0
+    answered_rows = 0
+    end = time.perf_counter() + duration
+
+    async def worker(i: int) -> None:
+        nonlocal errors, answered_rows
+        reader, writer = await asyncio.open_connection(host, int(port))
+        j = i
+        while time.perf_counter() < end:
+            req, size = requests[j % len(requests)], sizes[j % len(requests)]
+            j += conc
+            t0 = time.perf_counter()
+            writer.write(req)
+            head = await reader.readuntil(b"\r\n\r\n")
+            k = head.lower().find(b"content-length:")
+            data = await reader.readexactly(int(head[k + 15 : head.find(b"\r\n", k)]))
+            # A 200 answers every row of the request (or none): count them without parsing
+            # the body, so the client spends its CPU on load rather than on JSON.
+            if head.startswith(b"HTTP/1.1 200") and data.startswith(b'{"predictions":['):
+                latencies.append(time.perf_counter() - t0)
+                answered_rows += size
+            else:
+                errors += 1
+        writer.close()
+        await writer.wait_closed()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(conc)))
+    elapsed = time.perf_counter() - start
+    return latencies, elapsed, errors, answered_rows
+
+
+async def run_grpc(
+    target: str, key: str, model: str, batches: list[list], duration: float, conc: int, form: str = "rows"
+) -> tuple:
+    import grpc
+
+    from protos.analysim.v1 import prediction_pb2 as pb
+    from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
+
+    def value(v: object) -> pb.Value:
+        return pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v)
+
+    def packed(b: list[list]) -> pb.PredictRequest:
+        nums = [v for r in b for v in r if not isinstance(v, str)]
+        cats = [v for r in b for v in r if isinstance(v, str)]
+        return pb.PredictRequest(model_id=model, packed=pb.PackedRows(n_rows=len(b), numbers=nums, categories=cats))
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    check = health_pb2.HealthCheckRequest()
+    if form == "packed":
+        reqs = [packed(b) for b in batches]
+    else:
+        reqs = [pb.PredictRequest(model_id=model, rows=[pb.Row(values=[value(v) for v in r]) for r in b]) for b in batches]
+    md = (("authorization", f"Bearer {key}"),)
+    latencies: list[float] = []
+    errors = 0
+    answered_rows = 0
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.PredictionServiceStub(channel)
+        # grpchealth: the floor of grpc.aio itself on this machine, a trivial RPC on the same server.
+        health_stub = health_pb2_grpc.HealthStub(channel)
+        end = time.perf_counter() + duration
+
+        async def worker(i: int) -> None:
+            nonlocal errors, answered_rows
+            j = i
+            while time.perf_counter() < end:
+                req = reqs[j % len(reqs)]
+                j += conc
+                t0 = time.perf_counter()
+                try:
+                    if form == "health":
+                        await health_stub.Check(check)
+                        latencies.append(time.perf_counter() - t0)
+                        continue
+                    resp = await stub.Predict(req, metadata=md)
+                except grpc.aio.AioRpcError:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                answered_rows += len(resp.predictions)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(conc)))
+        elapsed = time.perf_counter() - start
+    return latencies, elapsed, errors, answered_rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--concurrency", type=int, default=8, help="in-flight requests")
+    ap.add_argument("--dataset", default=str(GERMAN))
+    ap.add_argument("--scenarios", default="http-1,http-100,grpc-1,grpc-100,grpcrows-100")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--pin", action="store_true", help="pin the gateway to CPU 0 and this client to CPU 1")
+    ap.add_argument("--profile", type=Path, help="run the gateway under cProfile, writing its stats here")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        rows, _ = client_rows(args.dataset, "bench", db)
+        admin = secrets.token_urlsafe(24)
+        env = {**os.environ, "ANALYSIM_ADMIN_KEY": admin}
+        port_file = Path(tmp) / "ports.json"
+        proc = subprocess.Popen(
+            [sys.executable, *(["-m", "cProfile", "-o", str(args.profile.resolve())] if args.profile else []),
+             "-m", "mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+             "--port-file", str(port_file)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        if args.pin:
+            os.sched_setaffinity(proc.pid, {0})
+            os.sched_setaffinity(0, {1})
+        try:
+            ports = wait_for(port_file, proc)
+            url, target = f"http://127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"
+            import urllib.request
+
+            req = urllib.request.Request(
+                f"{url}/v1/admin/users", data=b'{"name": "bench"}', headers={"Authorization": f"Bearer {admin}"}
+            )
+            key = json.loads(urllib.request.urlopen(req).read())["api_key"]
+            results = []
+            total_rows = 0
+            for scenario in args.scenarios.split(","):
+                proto, size = scenario.split("-")
+                n = int(size)
+                batches = [rows[i : i + n] for i in range(0, len(rows) - n + 1, n)] if n > 1 else [[r] for r in rows]
+                dest = url if proto == "http" else target
+                if proto == "http":
+                    runner = run_http
+                else:
+                    # grpc-N sends PackedRows (the batch form), grpcrows-N repeated Row messages,
+                    # grpchealth-1 the health check (a reference, not a prediction).
+                    form = {"grpcrows": "rows", "grpchealth": "health"}.get(proto, "packed")
+                    runner = functools.partial(run_grpc, form=form)
+                w = asyncio.run(runner(dest, key, "bench", batches, args.warmup, args.concurrency))
+                server_cpu0, client_cpu0 = cpu_seconds(proc.pid), time.process_time()
+                lat, elapsed, errors, answered = asyncio.run(
+                    runner(dest, key, "bench", batches, args.duration, args.concurrency)
+                )
+                server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, time.process_time() - client_cpu0
+                total_rows += w[3] + answered
+                res = summarise(scenario, lat, n, elapsed, errors)
+                # Which side is saturated: a core is 1.0.
+                res["server_cpu"] = server_cpu / elapsed
+                res["server_cpu_us_per_req"] = server_cpu / max(1, len(lat)) * 1e6
+                res["client_cpu"] = client_cpu / elapsed
+                results.append(res)
+                print(json.dumps(res), flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        store = Store(db)
+        _, charged_rows, _ = store.ledger_totals()
+        store.close()
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"\nledger rows {charged_rows} == rows answered {total_rows}: {charged_rows == total_rows}")
+    pinned = "gateway pinned to CPU 0, client to CPU 1" if args.pin else "unpinned"
+    print(f"\nMachine: {machine}; concurrency {args.concurrency}, {args.duration:g} s per scenario, {pinned}\n")
+    print("| scenario | requests/s | rows/s | p50 ms | p99 ms | errors | server CPU | client CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['scenario']} | {r['req_per_s']:,.0f} | {r['rows_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} "
+              f"| {r['server_cpu']:.2f} | {r['client_cpu']:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine, "results": results, "ledger_ok": charged_rows == total_rows}, indent=2))
+    return 0 if charged_rows == total_rows else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""The REST front end (aiohttp): decode HTTP, call the Gateway, encode JSON. Nothing else."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from mlaas_monitor.openapi import openapi_spec
+from mlaas_monitor.service import ApiError, Gateway, bad_field
+
+log = logging.getLogger(__name__)
+GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity, which are not JSON; refuse them by name.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status, content_type="application/json")
+
+
+def error_response(e: ApiError) -> web.Response:
+    return json_response(e.body(), e.status)
+
+
+async def read_json(request: web.Request) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as e:
+        limit = request.app[GATEWAY].limits.max_body_bytes
+        raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
+    if not raw:
+        raise bad_field("body", "empty body: expected JSON", "malformed_json")
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except UnicodeDecodeError as e:
+        raise bad_field("body", "not UTF-8 text", "malformed_json") from e
+    except RecursionError as e:
+        raise bad_field("body", "JSON nested too deeply", "malformed_json") from e
+    except ValueError as e:  # JSONDecodeError included
+        raise bad_field("body", f"malformed JSON: {e}", "malformed_json") from e
+
+
+def _route_name(request: web.Request) -> str:
+    info = request.match_info
+    if isinstance(info, web.UrlMappingMatchInfo) and not info.http_exception:
+        return info.route.resource.canonical if info.route.resource else "unmatched"
+    return "unmatched"
+
+
+def build_app(gw: Gateway) -> web.Application:
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        try:
+            response = await handler(request)
+        except ApiError as e:
+            response = error_response(e)
+            gw.metrics.rejections.labels(e.code).inc()
+        except web.HTTPException as e:  # router 404/405
+            code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
+            response = error_response(ApiError(e.status, code, e.reason))
+            gw.metrics.rejections.labels(code).inc()
+        except Exception:  # a bug: answer JSON, log it, keep serving
+            log.exception("internal error on %s %s", request.method, request.path)
+            response = error_response(ApiError(500, "internal", "internal error"))
+        gw.metrics.observe_request("http", _route_name(request), response.status, time.perf_counter() - start)
+        return response
+
+    app = web.Application(middlewares=[observe], client_max_size=gw.limits.max_body_bytes)
+    app[GATEWAY] = gw
+
+    def principal(request: web.Request) -> Any:
+        return gw.authenticate(request.headers.get("Authorization"))
+
+    async def list_models(request: web.Request) -> web.Response:
+        principal(request)
+        return json_response({"models": gw.list_models()})
+
+    async def get_model(request: web.Request) -> web.Response:
+        principal(request)
+        return json_response(gw.model(request.match_info["id"]).public())
+
+    async def predict(request: web.Request) -> web.Response:
+        p = principal(request)
+        body = await read_json(request)
+        if type(body) is not dict:
+            raise bad_field("body", "expected a JSON object with 'rows'")
+        for key in body:
+            if key != "rows":
+                raise bad_field(str(key)[:40], "unknown field (expected only 'rows')")
+        if "rows" not in body:
+            raise bad_field("rows", "missing: expected a list of rows")
+        result = await gw.predict(p, request.match_info["id"], body["rows"])
+        return web.Response(body=result.to_json(), content_type="application/json")
+
+    async def usage(request: web.Request) -> web.Response:
+        p = principal(request)
+        return json_response(gw.usage(p, request.query.get("user")))
+
+    async def openapi(request: web.Request) -> web.Response:
+        principal(request)
+        return json_response(openapi_spec())
+
+    async def metrics(request: web.Request) -> web.Response:
+        gw.require_admin(principal(request))
+        return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    def admin(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            gw.require_admin(principal(request))
+            return json_response(await fn(request))
+
+        return handler
+
+    async def list_users(request: web.Request) -> Any:
+        return {"users": gw.list_users()}
+
+    async def create_user(request: web.Request) -> Any:
+        return gw.create_user(await read_json(request))
+
+    async def patch_user(request: web.Request) -> Any:
+        return gw.update_limits(request.match_info["name"], await read_json(request))
+
+    async def rotate(request: web.Request) -> Any:
+        return gw.rotate_key(request.match_info["name"])
+
+    async def revoke(request: web.Request) -> Any:
+        return gw.revoke_key(request.match_info["name"])
+
+    async def get_policy(request: web.Request) -> Any:
+        return gw.model(request.match_info["id"]).policy.to_dict()
+
+    async def put_policy(request: web.Request) -> Any:
+        return gw.set_policy(request.match_info["id"], await read_json(request))
+
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{id}", get_model)
+    app.router.add_post("/v1/models/{id}/predict", predict)
+    app.router.add_get("/v1/usage", usage)
+    app.router.add_get("/v1/openapi.json", openapi)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/admin/users", admin(list_users))
+    app.router.add_post("/v1/admin/users", admin(create_user))
+    app.router.add_patch("/v1/admin/users/{name}", admin(patch_user))
+    app.router.add_post("/v1/admin/users/{name}/rotate", admin(rotate))
+    app.router.add_post("/v1/admin/users/{name}/revoke", admin(revoke))
+    app.router.add_get("/v1/admin/models/{id}/policy", admin(get_policy))
+    app.router.add_put("/v1/admin/models/{id}/policy", admin(put_policy))
+    return app

@@ -1,0 +1,73 @@
+"""Prometheus metrics of one gateway, in its own registry (several gateways can share a
+process, e.g. in tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "analysim_gateway_requests_total",
+            "Requests handled, by protocol, route and status.",
+            ["protocol", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "analysim_gateway_request_duration_seconds",
+            "Time from request received to response ready, by protocol and route.",
+            ["protocol", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.rows = Counter(
+            "analysim_gateway_rows_answered_total",
+            "Rows answered (and charged), by model.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.charged = Counter(
+            "analysim_gateway_charged_credits_total",
+            "Credits charged to users, by model.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "analysim_gateway_rejections_total",
+            "Requests refused, by reason (the JSON error code).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.commit_batch = Histogram(
+            "analysim_gateway_commit_batch_queries",
+            "Queries per group commit of the query log and ledger.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+        # labels() costs a dict lookup and lock; cache the children on the hot path.
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def observe_request(self, protocol: str, route: str, status: int | str, seconds: float) -> None:
+        key = (protocol, route, str(status))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = (self.requests.labels(*key), self.latency.labels(protocol, route))
+        req, lat = child  # type: ignore[misc]
+        req.inc()
+        lat.observe(seconds)
+
+    def observe_answer(self, model: str, rows: int, credits: float) -> None:
+        key = ("answer", model)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = (self.rows.labels(model), self.charged.labels(model))
+        r, c = child  # type: ignore[misc]
+        r.inc(rows)
+        c.inc(credits)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,172 @@
+"""Run a gateway: the aiohttp and gRPC servers on one event loop over one Gateway, with
+graceful shutdown (in-flight requests finish, pending commits are flushed, the store is
+closed). ``serve`` is what ``analysim gateway`` runs; ``GatewayThread`` runs the same thing
+in a background thread for tests and benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from aiohttp import web
+
+from mlaas_monitor.grpc_service import build_grpc_server
+from mlaas_monitor.http_app import build_app
+from mlaas_monitor.service import Gateway
+
+SHUTDOWN_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    host: str
+    http_port: int
+    grpc_port: int
+
+
+def write_port_file(path: str | Path, bound: Bound) -> None:
+    """Atomically (write + rename), so a watcher never reads half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"host": bound.host, "http": bound.http_port, "grpc": bound.grpc_port}))
+    os.replace(tmp, path)
+
+
+# An extension (e.g. the extraction monitor) installs its routes, gRPC services and
+# query-stream listeners before the servers start: extension(gateway, http_app, grpc_server).
+Extension = Callable[[Gateway, web.Application, grpc.aio.Server], None]
+
+
+async def serve(
+    gw: Gateway,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[Bound], None] | None = None,
+    extensions: Sequence[Extension] = (),
+) -> None:
+    app = build_app(gw)
+    grpc_srv = build_grpc_server(gw)
+    for ext in extensions:
+        ext(gw, app, grpc_srv.server)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
+    await runner.setup()
+    started = False
+    try:
+        site = web.TCPSite(runner, host, http_port)
+        await site.start()
+        bound_http = runner.addresses[0][1]
+        bound_grpc = grpc_srv.server.add_insecure_port(f"{host}:{grpc_port}")
+        if bound_grpc == 0:
+            raise OSError(f"cannot bind gRPC on {host}:{grpc_port}")
+        await grpc_srv.server.start()
+        started = True
+        await grpc_srv.set_serving(True)
+        if on_ready is not None:
+            on_ready(Bound(host, bound_http, bound_grpc))
+        await stop.wait()
+    finally:
+        if started:
+            await grpc_srv.set_serving(False)
+        await grpc_srv.server.stop(SHUTDOWN_GRACE_S)
+        await runner.cleanup()  # stops listening, lets in-flight handlers finish
+        gw.shutdown()
+
+
+def run_forever(
+    gw: Gateway,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    on_ready: Callable[[Bound], None],
+    extensions: Sequence[Extension] = (),
+) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions)
+
+    asyncio.run(main())
+
+
+class GatewayThread:
+    """A real gateway on 127.0.0.1 ephemeral ports in a background thread."""
+
+    def __init__(self, gw: Gateway, host: str = "127.0.0.1", extensions: Sequence[Extension] = ()) -> None:
+        self.gw, self.host, self.extensions = gw, host, extensions
+        self.bound: Bound | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+
+            def ready(b: Bound) -> None:
+                self.bound = b
+                self._ready.set()
+
+            await serve(self.gw, self.host, 0, 0, self._stop, ready, self.extensions)
+
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # surfaced by start()
+            self._error = e
+            self._ready.set()
+
+    def start(self, timeout: float = 30.0) -> GatewayThread:
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None:
+            raise RuntimeError(f"gateway did not start: {self._error!r}")
+        return self
+
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the gateway's loop (e.g. to add a stream listener)."""
+        assert self._loop is not None
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        self._loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+
+    @property
+    def url(self) -> str:
+        assert self.bound is not None
+        return f"http://{self.host}:{self.bound.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        assert self.bound is not None
+        return f"{self.host}:{self.bound.grpc_port}"
+
+    def __enter__(self) -> GatewayThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,331 @@
+"""The gateway's serving logic, shared by the REST and gRPC front ends: authentication,
+authorisation, validation, rate limits and quotas, prediction, charging, publishing.
+
+Protocol-neutral: front ends pass in the bearer token and decoded JSON-like values and map
+``ApiError`` to their own status codes. The only I/O is through the Store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mlaas_monitor import auth
+from mlaas_monitor.commit import GroupCommitter
+from mlaas_monitor.limits import TokenBucket, quota_allows
+from mlaas_monitor.metrics import Metrics
+from mlaas_monitor.model import MICROS, Answer, Model, PolicyError
+from mlaas_monitor.schema import RowError
+from mlaas_monitor.store import QueryRecord, Store, UserRecord
+from mlaas_monitor.stream import QueryEvent, QueryStream
+
+USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+MAX_ID_LENGTH = 200
+Packed = tuple[int, Sequence[float], Sequence[str]]  # (n_rows, numbers, categories)
+
+
+class ApiError(Exception):
+    """A refused request: HTTP-like status, a stable code, a message naming the problem."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        return {"error": err}
+
+
+def bad_field(field: str, problem: str, code: str = "invalid_request") -> ApiError:
+    return ApiError(400, code, f"{field}: {problem}", field)
+
+
+@dataclass(frozen=True, eq=False)
+class PredictResult:
+    model: Model
+    answer: Answer
+    query_id: int
+    charged: float
+
+    def predictions(self) -> list[dict[str, Any]]:
+        return self.model.render(self.answer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"predictions": self.predictions(), "query_id": self.query_id, "charged": self.charged}
+
+    def to_json(self) -> bytes:
+        """Same bytes as a compact json.dumps(to_dict()), built from per-leaf fragments."""
+        preds = self.model.predictions_json(self.answer)
+        return f'{{"predictions":{preds},"query_id":{self.query_id},"charged":{json.dumps(self.charged)}}}'.encode()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20
+    max_batch_rows: int = 1000
+    default_quota_rows: int | None = None  # per user, over the ledger's lifetime
+    default_rate_limit: float | None = None  # requests per second per user
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str | None  # None for the admin
+    admin: bool = False
+
+
+@dataclass
+class _User:
+    record: UserRecord
+    used_rows: int = 0
+    reserved_rows: int = 0  # answered but not yet committed
+    bucket: TokenBucket | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Gateway:
+    def __init__(
+        self,
+        store: Store,
+        admin_key: str,
+        limits: Limits | None = None,
+        metrics: Metrics | None = None,
+        stream: QueryStream | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        if len(admin_key) < auth.MIN_ADMIN_KEY_LENGTH:
+            raise ValueError(f"the admin key must be at least {auth.MIN_ADMIN_KEY_LENGTH} characters")
+        self.store = store
+        self.limits = limits or Limits()
+        self.metrics = metrics or Metrics()
+        self.stream = stream or QueryStream()
+        self._admin_hash = auth.hash_key(admin_key)
+        self._clock = clock
+        self._models: dict[str, Model] = {}
+        self._by_hash: dict[str, _User] = {}
+        self._by_name: dict[str, _User] = {}
+        self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
+        used = store.rows_by_user()
+        for rec in store.users():
+            self._install(rec, used.get(rec.name, 0))
+
+    # ---- auth ----
+
+    def _install(self, rec: UserRecord, used_rows: int) -> _User:
+        old = self._by_name.get(rec.name)
+        if old is not None:
+            self._by_hash.pop(old.record.key_hash, None)
+            used_rows = old.used_rows
+        u = _User(rec, used_rows, old.reserved_rows if old else 0)
+        rate = rec.rate_limit if rec.rate_limit is not None else self.limits.default_rate_limit
+        if rate is not None:
+            u.bucket = TokenBucket.full(rate, self._clock())
+        self._by_name[rec.name] = u
+        if rec.revoked is None:
+            self._by_hash[rec.key_hash] = u
+        return u
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        token = auth.bearer_token(authorization)
+        if token is None:
+            raise ApiError(401, "unauthenticated", "missing API key: send 'Authorization: Bearer KEY'", "Authorization")
+        h = auth.hash_key(token)
+        if auth.same_hash(h, self._admin_hash):
+            return Principal(None, admin=True)
+        u = self._by_hash.get(h)
+        if u is None or not auth.same_hash(h, u.record.key_hash):
+            raise ApiError(401, "unauthenticated", "invalid or revoked API key", "Authorization")
+        return Principal(u.record.name)
+
+    @staticmethod
+    def require_admin(p: Principal) -> None:
+        if not p.admin:
+            raise ApiError(403, "forbidden", "this endpoint needs the admin key")
+
+    @staticmethod
+    def require_user(p: Principal) -> str:
+        if p.user is None:
+            raise ApiError(403, "forbidden", "the admin key cannot query models; create a user and use its key")
+        return p.user
+
+    # ---- models ----
+
+    def model(self, model_id: str) -> Model:
+        m = self._models.get(model_id)
+        if m is None:
+            if len(model_id) > MAX_ID_LENGTH:
+                raise ApiError(404, "unknown_model", "no such model", "model_id")
+            # Models trained while the gateway runs become servable without a restart.
+            m = self.store.load_model(model_id)
+            if m is None:
+                raise ApiError(404, "unknown_model", f"no such model {model_id!r}", "model_id")
+            self._models[model_id] = m
+        return m
+
+    def list_models(self) -> list[dict[str, Any]]:
+        return [self.model(mid).public() for mid in self.store.model_ids()]
+
+    def set_policy(self, model_id: str, patch: Any) -> dict[str, Any]:
+        m = self.model(model_id)
+        if type(patch) is not dict:
+            raise bad_field("body", "expected a JSON object of policy fields")
+        try:
+            policy = m.policy.updated(patch)
+        except PolicyError as e:
+            raise bad_field(e.field, e.problem) from e
+        self.store.set_policy(model_id, policy)
+        self._models[model_id] = replace(m, policy=policy)
+        return policy.to_dict()
+
+    # ---- predictions ----
+
+    def check_batch(self, n_rows: int, field: str = "rows") -> None:
+        if n_rows > self.limits.max_batch_rows:
+            raise ApiError(
+                413, "batch_too_large", f"{field}: {n_rows} rows exceed the limit of {self.limits.max_batch_rows}", field
+            )
+
+    async def predict(self, principal: Principal, model_id: str, rows: Any, packed: Packed | None = None) -> PredictResult:
+        """Answer, charge and publish one query; raises ApiError before any charge.
+
+        ``rows`` is the JSON-like list of rows; gRPC clients may send ``packed`` instead.
+        """
+        name = self.require_user(principal)
+        model = self.model(model_id)
+        try:
+            if packed is None:
+                if type(rows) is list:
+                    self.check_batch(len(rows))
+                X = model.schema.encode_rows(rows)
+            else:
+                self.check_batch(packed[0], "packed.n_rows")
+                X = model.schema.encode_packed(*packed)
+        except RowError as e:
+            raise ApiError(400, "invalid_row", str(e), e.field) from e
+        n = X.shape[0]
+        u = self._by_name[name]
+        quota = u.record.quota_rows if u.record.quota_rows is not None else self.limits.default_quota_rows
+        if not quota_allows(u.used_rows, u.reserved_rows, quota, n):
+            raise ApiError(429, "quota_exceeded", f"row quota of {quota} would be exceeded ({u.used_rows} used)")
+        if u.bucket is not None and not u.bucket.take(self._clock()):
+            raise ApiError(429, "rate_limited", f"rate limit of {u.bucket.rate:g} requests/s exceeded")
+        ans = model.answer(X)
+        conf, leaves = model.revealed(ans)
+        amount = n * model.policy.price_micros
+        record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount)
+        u.reserved_rows += n
+        try:
+            seq = await self.committer.commit(record)
+        except sqlite3.Error as e:
+            raise ApiError(503, "store_unavailable", f"the ledger could not be written: {e}") from e
+        finally:
+            u.reserved_rows -= n
+        u.used_rows += n
+        self.metrics.observe_answer(model_id, n, amount / MICROS)
+        if self.stream.active:
+            self.stream.publish(QueryEvent(seq, record.ts, name, model_id, X, ans.labels, conf, leaves))
+        return PredictResult(model, ans, seq, amount / MICROS)
+
+    # ---- usage ----
+
+    def usage(self, principal: Principal, user: str | None = None) -> dict[str, Any]:
+        if user is None or user == "":
+            if principal.user is None:
+                raise bad_field("user", "the admin must name a user: ?user=NAME")
+            user = principal.user
+        elif not principal.admin and user != principal.user:
+            raise ApiError(403, "forbidden", "you can only see your own usage", "user")
+        if user not in self._by_name:
+            raise ApiError(404, "unknown_user", f"no such user {user!r}", "user")
+        rows = self.store.usage(user)
+        return {
+            "user": user,
+            "queries": sum(q for _, q, _, _ in rows),
+            "rows": sum(r for _, _, r, _ in rows),
+            "charged": sum(a for *_, a in rows) / MICROS,
+            "models": [{"model": m, "queries": q, "rows": r, "charged": a / MICROS} for m, q, r, a in rows],
+        }
+
+    # ---- admin: users ----
+
+    def create_user(self, body: Any) -> dict[str, Any]:
+        if type(body) is not dict:
+            raise bad_field("body", "expected a JSON object")
+        unknown = set(body) - {"name", "quota_rows", "rate_limit"}
+        if unknown:
+            raise bad_field(sorted(unknown)[0], "unknown field")
+        name = body.get("name")
+        if type(name) is not str or not USER_NAME.match(name):
+            raise bad_field("name", "expected 1-64 characters: letters, digits, '_', '.', '@', '-'")
+        quota, rate = self._limits_fields(body)
+        key = auth.new_key()
+        if not self.store.add_user(name, auth.hash_key(key), quota, rate):
+            raise ApiError(409, "user_exists", f"user {name!r} already exists", "name")
+        rec = next(r for r in self.store.users() if r.name == name)
+        self._install(rec, 0)
+        return {"user": name, "api_key": key, "quota_rows": quota, "rate_limit": rate}
+
+    @staticmethod
+    def _limits_fields(body: dict[str, Any]) -> tuple[int | None, float | None]:
+        quota = body.get("quota_rows")
+        if quota is not None and (type(quota) is not int or quota < 0):
+            raise bad_field("quota_rows", "expected a non-negative integer or null")
+        rate = body.get("rate_limit")
+        if rate is not None and (type(rate) not in (int, float) or not 0 < rate < 1e9):
+            raise bad_field("rate_limit", "expected a positive number (requests per second) or null")
+        return quota, None if rate is None else float(rate)
+
+    def _user(self, name: str) -> _User:
+        u = self._by_name.get(name)
+        if u is None:
+            raise ApiError(404, "unknown_user", f"no such user {name!r}", "user")
+        return u
+
+    def rotate_key(self, name: str) -> dict[str, Any]:
+        self._user(name)
+        key = auth.new_key()
+        self.store.update_user(name, key_hash=auth.hash_key(key), revoked=None)
+        self._reload_user(name)
+        return {"user": name, "api_key": key}
+
+    def revoke_key(self, name: str) -> dict[str, Any]:
+        self._user(name)
+        self.store.update_user(name, revoked=time.time())
+        self._reload_user(name)
+        return {"user": name, "revoked": True}
+
+    def update_limits(self, name: str, body: Any) -> dict[str, Any]:
+        self._user(name)
+        if type(body) is not dict:
+            raise bad_field("body", "expected a JSON object")
+        unknown = set(body) - {"quota_rows", "rate_limit"}
+        if unknown:
+            raise bad_field(sorted(unknown)[0], "unknown field")
+        quota, rate = self._limits_fields(body)
+        fields: dict[str, Any] = {}
+        if "quota_rows" in body:
+            fields["quota_rows"] = quota
+        if "rate_limit" in body:
+            fields["rate_limit"] = rate
+        if fields:
+            self.store.update_user(name, **fields)
+        return self._reload_user(name).record.public()
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return [
+            {**u.record.public(), "rows_used": u.used_rows} for u in sorted(self._by_name.values(), key=lambda u: u.record.name)
+        ]
+
+    def _reload_user(self, name: str) -> _User:
+        rec = next(r for r in self.store.users() if r.name == name)
+        return self._install(rec, 0)
+
+    def shutdown(self) -> None:
+        self.committer.flush_now()
+        self.stream.close()

@@ -1,0 +1,174 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Value(_message.Message):
+    __slots__ = ("number", "text")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    number: float
+    text: str
+    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Row(_message.Message):
+    __slots__ = ("values", "fields")
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    fields: _containers.MessageMap[str, Value]
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FeatureInfo(_message.Message):
+    __slots__ = ("name", "kind", "min", "max", "categories")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    min: float
+    max: float
+    categories: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("id", "features", "classes", "card_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
+    CARD_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    features: _containers.RepeatedCompositeFieldContainer[FeatureInfo]
+    classes: _containers.RepeatedScalarFieldContainer[str]
+    card_json: str
+    def __init__(self, id: _Optional[str] = ..., features: _Optional[_Iterable[_Union[FeatureInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[str]] = ..., card_json: _Optional[str] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class GetModelRequest(_message.Message):
+    __slots__ = ("model_id",)
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    def __init__(self, model_id: _Optional[str] = ...) -> None: ...
+
+class PackedRows(_message.Message):
+    __slots__ = ("n_rows", "numbers", "categories")
+    N_ROWS_FIELD_NUMBER: _ClassVar[int]
+    NUMBERS_FIELD_NUMBER: _ClassVar[int]
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    n_rows: int
+    numbers: _containers.RepeatedScalarFieldContainer[float]
+    categories: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, n_rows: _Optional[int] = ..., numbers: _Optional[_Iterable[float]] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("model_id", "rows", "packed")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    rows: _containers.RepeatedCompositeFieldContainer[Row]
+    packed: PackedRows
+    def __init__(self, model_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., packed: _Optional[_Union[PackedRows, _Mapping]] = ...) -> None: ...
+
+class Prediction(_message.Message):
+    __slots__ = ("label", "confidence", "leaf")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    LEAF_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    confidence: float
+    leaf: int
+    def __init__(self, label: _Optional[str] = ..., confidence: _Optional[float] = ..., leaf: _Optional[int] = ...) -> None: ...
+
+class PredictResponse(_message.Message):
+    __slots__ = ("predictions", "query_id", "charged")
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
+    query_id: int
+    charged: float
+    def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., query_id: _Optional[int] = ..., charged: _Optional[float] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class ModelUsage(_message.Message):
+    __slots__ = ("model_id", "queries", "rows", "charged")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    queries: int
+    rows: int
+    charged: float
+    def __init__(self, model_id: _Optional[str] = ..., queries: _Optional[int] = ..., rows: _Optional[int] = ..., charged: _Optional[float] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("user", "models", "queries", "rows", "charged")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    models: _containers.RepeatedCompositeFieldContainer[ModelUsage]
+    queries: int
+    rows: int
+    charged: float
+    def __init__(self, user: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., queries: _Optional[int] = ..., rows: _Optional[int] = ..., charged: _Optional[float] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("after_seq", "model_id")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    model_id: str
+    def __init__(self, after_seq: _Optional[int] = ..., model_id: _Optional[str] = ...) -> None: ...
+
+class QueryEvent(_message.Message):
+    __slots__ = ("seq", "timestamp", "user", "model_id", "n_features", "features", "labels", "confidences", "leaves")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    N_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCES_FIELD_NUMBER: _ClassVar[int]
+    LEAVES_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    timestamp: float
+    user: str
+    model_id: str
+    n_features: int
+    features: _containers.RepeatedScalarFieldContainer[float]
+    labels: _containers.RepeatedScalarFieldContainer[int]
+    confidences: _containers.RepeatedScalarFieldContainer[float]
+    leaves: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., user: _Optional[str] = ..., model_id: _Optional[str] = ..., n_features: _Optional[int] = ..., features: _Optional[_Iterable[float]] = ..., labels: _Optional[_Iterable[int]] = ..., confidences: _Optional[_Iterable[float]] = ..., leaves: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Regenerate the Python code for every ``protos/**/*.proto`` with grpc_tools.protoc.
+
+The generated ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` files land next to each
+``.proto`` and import each other as ``protos.<path>`` (the include root is the repository
+root), so the packages are importable from a checkout or an installed wheel. Files are
+processed in sorted order and written only when they differ, so a run is deterministic
+and a no-op when nothing changed.
+
+    python scripts/gen_protos.py                 # regenerate in place
+    python scripts/gen_protos.py --out DIR       # write the tree under DIR instead
+    python scripts/gen_protos.py --check         # exit 1 if the committed code is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_DIR = "protos"
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+
+
+def proto_files(root: Path = ROOT) -> list[Path]:
+    """Every .proto under protos/, relative to ``root``, sorted for a stable order."""
+    return sorted(p.relative_to(root) for p in (root / PROTO_DIR).rglob("*.proto"))
+
+
+def generated_names(proto: Path) -> list[Path]:
+    stem = proto.with_suffix("")
+    return [stem.parent / (stem.name + suffix) for suffix in GENERATED_SUFFIXES]
+
+
+def generate(out_dir: Path, root: Path = ROOT) -> list[Path]:
+    """Compile every proto into ``out_dir`` (mirroring the tree); return generated paths."""
+    # Imported here so ``--help`` works without grpcio-tools installed.
+    import grpc_tools
+    from grpc_tools import protoc
+
+    protos = proto_files(root)
+    if not protos:
+        return []
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = [
+        "grpc_tools.protoc",
+        f"-I{root}",
+        f"-I{well_known}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        *[str(p) for p in protos],
+    ]
+    if protoc.main(args) != 0:
+        raise SystemExit("gen_protos: protoc failed")
+    return [g for p in protos for g in generated_names(p)]
+
+
+def ensure_packages(root: Path) -> None:
+    """Every directory holding generated code must be a package for the imports to work."""
+    for proto in proto_files(root):
+        d = root / proto.parent
+        while d != root:
+            init = d / "__init__.py"
+            if not init.exists():
+                init.write_text("")
+            d = d.parent
+
+
+def stale_files(root: Path = ROOT) -> list[Path]:
+    """Generated files that are missing or differ from a fresh generation."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(Path(tmp), root)
+        return [g for g in fresh if not (root / g).exists() or not filecmp.cmp(Path(tmp) / g, root / g, shallow=False)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the generated tree here instead of in place")
+    parser.add_argument("--check", action="store_true", help="only report stale generated files")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            print(f"stale: {path}", file=sys.stderr)
+        return 1 if stale else 0
+    if args.out is not None:
+        generate(args.out)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel in generate(Path(tmp)):
+            target = ROOT / rel
+            if not target.exists() or not filecmp.cmp(Path(tmp) / rel, target, shallow=False):
+                target.write_bytes((Path(tmp) / rel).read_bytes())
+                print(f"wrote {rel}")
+    ensure_packages(ROOT)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""Shared helpers for the gateway and model tests: real models, a real gateway on
+127.0.0.1 ephemeral ports, a plain HTTP client, and polling with a deadline."""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlaas_monitor.datasets import load_dataset
+from mlaas_monitor.model import Model, Policy
+from mlaas_monitor.schema import NUMERIC
+from mlaas_monitor.server import GatewayThread
+from mlaas_monitor.service import Gateway, Limits
+from mlaas_monitor.store import Store
+from mlaas_monitor.training import train_model
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "datasets"
+GERMAN = SHARED / "german.data"
+ADULT = SHARED / "adult.csv"
+ADMIN_KEY = "test-admin-key-0123456789"
+
+needs_shared = pytest.mark.skipif(not GERMAN.exists(), reason="needs ../shared/datasets")
+
+# A small mixed-type dataset made here, so the core tests run without ../shared.
+CREDIT_CSV = "amount,purpose,age,housing,risk\n" + "\n".join(
+    f"{100 + (i * 37) % 900},{['car', 'tv', 'repairs', 'education'][i % 4]},{18 + (i * 7) % 50},"
+    f"{['own', 'rent', 'free'][(i // 3) % 3]},{'bad' if ((i * 37) % 900 > 500) != (i % 4 == 1) else 'good'}"
+    for i in range(240)
+)
+
+
+@functools.cache
+def credit_csv(tmp_root: str = "/tmp") -> Path:
+    path = Path(tmp_root) / f"analysim-credit-{os.getpid()}.csv"
+    path.write_text(CREDIT_CSV + "\n")
+    return path
+
+
+@functools.cache
+def credit_model(name: str = "credit") -> Model:
+    return train_model(load_dataset(str(credit_csv())), name, max_leaf_nodes=12, seed=0)
+
+
+@functools.cache
+def iris_model(name: str = "iris") -> Model:
+    return train_model(load_dataset("iris"), name, max_depth=4, seed=0)
+
+
+def typed_rows(model: Model, raw: list[list[str]]) -> list[list[Any]]:
+    """Raw text rows as a client would send them: numbers for numeric features."""
+    kinds = [f.kind for f in model.schema.features]
+    return [[float(v) if k == NUMERIC else v for v, k in zip(r, kinds, strict=True)] for r in raw]
+
+
+@functools.cache
+def credit_rows() -> list[list[Any]]:
+    return typed_rows(credit_model(), load_dataset(str(credit_csv())).data)  # type: ignore[arg-type]
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``cond`` until truthy; never a fixed sleep as synchronisation."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class Client:
+    """Minimal HTTP/1.1 client: one keep-alive connection, reconnecting after errors."""
+
+    def __init__(self, host: str, port: int, key: str | None = None) -> None:
+        self.host, self.port, self.key = host, port, key
+        self._conn: http.client.HTTPConnection | None = None
+
+    def request(
+        self, method: str, path: str, body: Any = None, key: str | None | bool = True, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        k = self.key if key is True else key
+        if k:
+            headers["Authorization"] = f"Bearer {k}"
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            self._conn.request(method, path, body=data, headers=headers)
+            resp = self._conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if resp.getheader("Connection", "").lower() == "close":
+            self.close()
+        ctype = resp.getheader("Content-Type", "")
+        return resp.status, json.loads(payload) if "json" in ctype else payload.decode()
+
+    def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return self.request("POST", path, body, **kw)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class Running:
+    def __init__(self, thread: GatewayThread, store: Store) -> None:
+        self.thread, self.store, self.gw = thread, store, thread.gw
+        assert thread.bound is not None
+        self.port = thread.bound.http_port
+        self.admin = Client("127.0.0.1", self.port, ADMIN_KEY)
+
+    def client(self, key: str | None = None) -> Client:
+        return Client("127.0.0.1", self.port, key)
+
+    def new_user(self, name: str, **limits: Any) -> Client:
+        status, body = self.admin.post("/v1/admin/users", {"name": name, **limits})
+        assert status == 200, body
+        return self.client(body["api_key"])
+
+    def new_key(self, name: str) -> str:
+        key = self.new_user(name).key
+        assert key is not None
+        return key
+
+    def charged(self) -> tuple[int, int, int]:
+        return self.store.ledger_totals()
+
+
+@contextmanager
+def running_gateway(
+    db: Path, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
+) -> Iterator[Running]:
+    store = Store(db, background_checkpoint=True)
+    for m in models if models is not None else [credit_model()]:
+        if m.id not in store.model_ids():
+            store.add_model(m)
+    for mid, p in (policies or {}).items():
+        store.set_policy(mid, p)
+    thread = GatewayThread(Gateway(store, ADMIN_KEY, limits or Limits())).start()
+    try:
+        yield Running(thread, store)
+    finally:
+        thread.stop()
+        store.close()
+
+
+def test_helpers_wait_until_times_out() -> None:
+    with pytest.raises(AssertionError, match="timed out"):
+        wait_until(lambda: False, timeout=0.05)

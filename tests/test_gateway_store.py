@@ -1,0 +1,89 @@
+"""The store under the gateway: group commit keeps one transaction per tick and every
+charge exact; a store that cannot be written refuses the query with 503 and charges
+nothing; reopening keeps users, keys and the ledger."""
+
+from __future__ import annotations
+
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mlaas_monitor.server import GatewayThread
+from mlaas_monitor.service import Gateway
+from mlaas_monitor.store import Store
+from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows
+
+
+def test_concurrent_queries_are_group_committed_and_charged_exactly(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db", background_checkpoint=True)
+    store.add_model(credit_model())
+    gw = Gateway(store, ADMIN_KEY)
+    with GatewayThread(gw) as t:
+        assert t.bound is not None
+        port = t.bound.http_port
+        key = Client("127.0.0.1", port, ADMIN_KEY).post("/v1/admin/users", {"name": "u"})[1]["api_key"]
+
+        def work(i: int) -> int:
+            c = Client("127.0.0.1", port, key)
+            total = 0
+            for j in range(40):
+                n = 1 + (i + j) % 5
+                status, body = c.post("/v1/models/credit/predict", {"rows": credit_rows()[:n]})
+                assert status == 200
+                total += len(body["predictions"])
+            return total
+
+        with ThreadPoolExecutor(8) as pool:
+            answered = sum(pool.map(work, range(8)))
+        batches = gw.metrics.commit_batch.collect()[0].samples
+    count = next(s.value for s in batches if s.name.endswith("_count"))
+    total = next(s.value for s in batches if s.name.endswith("_sum"))
+    assert total == 320  # every query committed exactly once
+    assert count < total  # ...and some shared a transaction
+    assert store.ledger_totals() == (320, answered, answered * 1000)
+    store.close()
+
+
+def test_unwritable_store_answers_503_and_charges_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db, busy_timeout=0.2)
+    store.add_model(credit_model())
+    with GatewayThread(Gateway(store, ADMIN_KEY)) as t:
+        assert t.bound is not None
+        admin = Client("127.0.0.1", t.bound.http_port, ADMIN_KEY)
+        user = Client("127.0.0.1", t.bound.http_port, admin.post("/v1/admin/users", {"name": "u"})[1]["api_key"])
+        # Another process holds the write lock (as a long writer would).
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            status, body = user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert (status, body["error"]["code"]) == (503, "store_unavailable")
+        assert user.get("/v1/usage")[1]["rows"] == 0
+        status, body = user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})
+        assert status == 200 and body["query_id"] == 1
+        assert user.get("/v1/usage")[1]["rows"] == 3
+    store.close()
+
+
+def test_reopened_store_keeps_users_keys_and_ledger(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    store.add_model(credit_model())
+    with GatewayThread(Gateway(store, ADMIN_KEY)) as t:
+        assert t.bound is not None
+        admin = Client("127.0.0.1", t.bound.http_port, ADMIN_KEY)
+        key = admin.post("/v1/admin/users", {"name": "u", "quota_rows": 10})[1]["api_key"]
+        assert Client("127.0.0.1", t.bound.http_port, key).post("/v1/models/credit/predict", {"rows": credit_rows()[:7]})[0] == 200
+    store.close()
+    store = Store(db)
+    with GatewayThread(Gateway(store, ADMIN_KEY)) as t:
+        assert t.bound is not None
+        user = Client("127.0.0.1", t.bound.http_port, key)
+        assert user.get("/v1/usage")[1]["rows"] == 7
+        # The quota counts rows answered before the restart.
+        assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:4]})[0] == 429
+        assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})[0] == 200
+    store.close()
