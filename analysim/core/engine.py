@@ -69,7 +69,6 @@ class InfeasibleJob(ValueError):
 class _Extra:
     """Engine bookkeeping per job that plugins need not see."""
 
-    borrowed: bool = False
     checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
     expected_end_s: float = math.inf
     qkey: tuple | None = None
@@ -161,6 +160,10 @@ class Engine:
             raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a finite number >= 0", "bad_duration")
         if self.spec.vcs and spec.vc in self._vc_dedicated and self.spec.vc(spec.vc) is None:
             raise InfeasibleJob(f"job {spec.job_id!r}: unknown virtual cluster {spec.vc!r}", "unknown_vc")
+        quota = self.quota_of(spec.vc)
+        if not self.spec.allow_borrowing and quota is not None and spec.gpu_demand > quota + 1e-9:
+            raise InfeasibleJob(f"job {spec.job_id!r}: asks for {spec.gpu_demand:g} GPUs, more than VC {spec.vc!r}'s "
+                                f"quota of {quota:g}, and borrowing is off", "larger_than_vc_quota")
         static = self.static_mask(spec)
         if not static.any():
             models = "|".join(spec.gpu_models) or "any"
@@ -188,9 +191,15 @@ class Engine:
                 ev = self.events.pop()
                 getattr(self, "_on_" + ev.kind)(ev.payload)
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
+            # Evictions only ever go down a strict order, so this ends; the bound turns a bug
+            # into an error instead of a hang.
+            passes = 0
             while self._dirty:
                 self._dirty = False
                 self._schedule()
+                passes += 1
+                if passes > 2 * len(self.jobs) + 10:
+                    raise AssertionError(f"scheduling livelock at t={self.now}: jobs keep evicting each other")
             if self.recorder is not None:
                 self.recorder.after_pass(self)
         if until != math.inf and until > self.now:
@@ -383,8 +392,10 @@ class Engine:
         q = self.quota_of(job.spec.vc)
         return q is None or self.state.vc_used.get(job.spec.vc, 0.0) + job.spec.gpu_demand <= q + 1e-9
 
-    def is_borrowed(self, job: JobRun) -> bool:
-        return self.extra[job.job_id].borrowed
+    def vc_over_quota(self, vc: str) -> bool:
+        """Whether the VC holds more GPUs than its quota: it is borrowing, and can be reclaimed from."""
+        q = self.quota_of(vc)
+        return q is not None and self.state.vc_used.get(vc, 0.0) > q + 1e-9
 
     def expected_end(self, job: JobRun) -> float:
         return self.extra[job.job_id].expected_end_s
@@ -562,7 +573,6 @@ class Engine:
             self.state.allocate(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
             self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
         ex = self.extra[spec.job_id]
-        ex.borrowed = not self.within_quota(job)
         self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
         self.allocated_gpus += spec.gpu_demand
         job.status = JobStatus.RUNNING

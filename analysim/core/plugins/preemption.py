@@ -12,7 +12,13 @@ if TYPE_CHECKING:
 
 class PriorityPreemption:
     """Evict running jobs that the queue ranks strictly below the waiting job, least important
-    (then most recently started) first, as few as possible."""
+    (then most recently started) first, as few as possible.
+
+    With VC quotas, only jobs of the waiting job's own VC, and only if the VC then stays within its
+    quota: across tenants GPUs change hands by quota reclaim alone. (Otherwise the two rules undo
+    each other: a job evicts a VC-mate to run on borrowed GPUs, is reclaimed, and the mate
+    reclaims back.)
+    """
 
     name = "priority"
 
@@ -22,19 +28,30 @@ class PriorityPreemption:
             return None
         mine = q.preempt_rank(job, ctx)
         static = ctx.static_mask(job.spec)
+        same_vc_only = ctx.quota_of(job.spec.vc) is not None
         ranked = []
         for r in ctx.running.values():
+            if same_vc_only and r.spec.vc != job.spec.vc:
+                continue
             p = q.preempt_rank(r, ctx)
             if p > mine and any(static[n] for n in r.placement.nodes):
                 ranked.append((p, r.last_start_s, r.seq, r))
         if not ranked:
             return None
         ranked.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
-        return ctx.victims_that_fit(job, [t[3] for t in ranked])
+        victims = ctx.victims_that_fit(job, [t[3] for t in ranked])
+        if victims and same_vc_only:
+            after = ctx.state.vc_used.get(job.spec.vc, 0.0) - sum(v.spec.gpu_demand for v in victims)
+            if after + job.spec.gpu_demand > ctx.quota_of(job.spec.vc) + 1e-9:
+                return None
+        return victims
 
 
 class QuotaReclaim:
-    """A VC within its quota takes back GPUs that other VCs borrowed, newest loans first."""
+    """A VC within its quota takes back GPUs from VCs running over theirs, newest jobs first.
+
+    Only from VCs over quota, for a job that keeps its own VC within quota: GPUs always move from
+    borrowers to owners, so reclaims cannot undo each other."""
 
     name = "reclaim"
 
@@ -43,7 +60,8 @@ class QuotaReclaim:
             return None
         static = ctx.static_mask(job.spec)
         loans = [r for r in ctx.running.values()
-                 if r.spec.vc != job.spec.vc and ctx.is_borrowed(r) and any(static[n] for n in r.placement.nodes)]
+                 if r.spec.vc != job.spec.vc and ctx.vc_over_quota(r.spec.vc)
+                 and any(static[n] for n in r.placement.nodes)]
         if not loans:
             return None
         loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
