@@ -31,17 +31,17 @@ def write_json(obj: dict, path: Path) -> None:
 def write_csv(rows: Sequence[dict], path: Path, fields: Sequence[str] | None = None) -> None:
     fields = list(fields or (rows[0].keys() if rows else []))
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _fmt(r.get(k)) for k in fields})
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(fields)
+        w.writerows([_fmt(r.get(k)) for k in fields] for r in rows)
 
 
 def _fmt(v: object) -> object:
+    """Exact values (repr round-trips a float), empty for missing or infinite ones."""
     if v is None:
         return ""
-    if isinstance(v, float):
-        return repr(round(v, 6)) if math.isfinite(v) else ""
+    if type(v) is float:
+        return repr(v) if math.isfinite(v) else ""
     return v
 
 

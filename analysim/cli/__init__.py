@@ -14,7 +14,8 @@ from analysim import __version__
 from analysim.errors import UserError
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
-SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway")
+SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway", "attack", "monitor-eval",
+               "up", "agent", "submit", "status")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"analysim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
-        importlib.import_module(f"analysim.cli.{name}").register(sub)
+        importlib.import_module(f"analysim.cli.{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -78,6 +78,8 @@ class ClusterState:
     spec: ClusterSpec
     free_milli: np.ndarray = field(init=False)
     full_free: np.ndarray = field(init=False)  # GPUs with nothing on them, per node
+    smallest_node_gpus: int = field(init=False)
+    free_total: np.ndarray = field(init=False)  # free GPU share per node, in milli (partial GPUs too)
     cpu_free: np.ndarray = field(init=False)
     mem_free: np.ndarray = field(init=False)
     up: np.ndarray = field(init=False)
@@ -99,6 +101,8 @@ class ClusterState:
             self.free_milli[i, : x.gpus] = GPU_MILLI
         self.gpus = np.array([x.gpus for x in nodes], dtype=np.int32)
         self.full_free = self.gpus.copy()
+        self.smallest_node_gpus = int(self.gpus.min()) if len(self.gpus) else 0
+        self.free_total = self.gpus.astype(np.int64) * GPU_MILLI
         self.cpu_free = np.array([x.cpu_milli for x in nodes], dtype=np.int64)
         self.mem_free = np.array([x.memory_mib for x in nodes], dtype=np.int64)
         self.up = np.ones(n, dtype=bool)
@@ -128,6 +132,7 @@ class ClusterState:
             row[g] -= milli
             if row[g] < 0:
                 raise AssertionError(f"GPU {g} of node {node} over-allocated")
+        self.free_total[node] -= milli * len(gpu_slots)
         self.cpu_free[node] -= cpu
         self.mem_free[node] -= mem
 
@@ -138,19 +143,20 @@ class ClusterState:
             row[g] += milli
             if row[g] == GPU_MILLI:
                 self.full_free[node] += 1
+        self.free_total[node] += milli * len(gpu_slots)
         self.cpu_free[node] += cpu
         self.mem_free[node] += mem
 
     def free_gpus_total(self) -> float:
         """Free GPU capacity on nodes that are up, fractional shares included."""
-        f = self.free_milli[self.up]
-        return float(f[f > 0].sum()) / GPU_MILLI
+        return float(self.free_total[self.up].sum()) / GPU_MILLI
 
     def clone(self) -> ClusterState:
         """A copy whose allocation can be changed freely (to test a what-if), sharing the topology."""
         new = copy.copy(self)
         new.free_milli = self.free_milli.copy()
         new.full_free = self.full_free.copy()
+        new.free_total = self.free_total.copy()
         new.cpu_free = self.cpu_free.copy()
         new.mem_free = self.mem_free.copy()
         new.up = self.up.copy()

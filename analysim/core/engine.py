@@ -8,6 +8,7 @@ are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -89,6 +90,11 @@ class Engine:
         self.extra: dict[str, _Extra] = {}
         self.running: dict[str, JobRun] = {}
         self._pending = SortedList()  # (key, seq): for static queue orders
+        # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
+        self._pending_whole: Counter[int] = Counter()
+        self._pending_frac: Counter[int] = Counter()
+        self._pending_cpu_only = 0
+        self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         self.decisions: list[Decision] = []
         self.recorder = recorder
@@ -98,6 +104,7 @@ class Engine:
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
         self._node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
+        self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
         self.allocated_by_model = np.zeros(len(self.state.model_names))
         self.pending_demand = 0.0
         self._dirty = False  # something changed since the last scheduling pass
@@ -105,6 +112,8 @@ class Engine:
         self._frag_index = None
         self._empty_state: ClusterState | None = None
         self._in_pass = False
+        self._handlers = {k: getattr(self, "_on_" + k) for k in
+                          ("arrival", "cancel", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
         self._deferred_removals: list[tuple] = []
         if self.config.rebalance_interval_s and policy.rebalance is not None:
@@ -184,12 +193,14 @@ class Engine:
 
     def run(self, until: float = math.inf) -> None:
         """Process every event up to ``until`` (inclusive), one scheduling pass per distinct time."""
-        while self.events and self.events.peek_time() <= until:
-            t = self.events.peek_time()
+        events = self.events
+        handlers = self._handlers
+        while events and events.peek_time() <= until:
+            t = events.peek_time()
             self._advance_clock(t)
-            while self.events and self.events.peek_time() == t:
-                ev = self.events.pop()
-                getattr(self, "_on_" + ev.kind)(ev.payload)
+            while events and events.peek_time() == t:
+                ev = events.pop()
+                handlers[ev.kind](ev.payload)
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
             # Evictions only ever go down a strict order, so this ends; the bound turns a bug
             # into an error instead of a hang.
@@ -269,6 +280,7 @@ class Engine:
             return
         self.state.up[node] = False
         self.state.touched.add(node)
+        self.up_gpus -= float(self.state.gpus[node])
         self._static_cache.clear()
         for job in [j for j in self.running.values() if node in j.placement.nodes]:
             self._stop(job)
@@ -288,6 +300,7 @@ class Engine:
             return
         self.state.up[node] = True
         self.state.touched.add(node)
+        self.up_gpus += float(self.state.gpus[node])
         self._static_cache.clear()
         self._dirty = True
 
@@ -340,6 +353,7 @@ class Engine:
             self._pending.add(key)
         self._pending_by_seq[job.seq] = job
         self.pending_demand += job.spec.gpu_demand
+        self._count_shape(job.spec, 1)
         self._dirty = True
 
     def _dequeue(self, job: JobRun) -> None:
@@ -351,6 +365,39 @@ class Engine:
         del self._pending_by_seq[job.seq]
         ex.qkey = None
         self.pending_demand -= job.spec.gpu_demand
+        self._count_shape(job.spec, -1)
+
+    def _count_shape(self, spec: JobSpec, delta: int) -> None:
+        if spec.num_gpus == 0:
+            self._pending_cpu_only += delta
+            return
+        counter = self._pending_frac if spec.is_fractional else self._pending_whole
+        key = spec.gpu_milli if spec.is_fractional else spec.num_gpus
+        counter[key] += delta
+        if counter[key] == 0:
+            del counter[key]
+
+    def _hopeless(self) -> bool:
+        """True when no pending job could fit on the free GPUs, whatever its other constraints:
+        a pass without preemption or migration can stop early. Conservative: never wrongly True."""
+        if self._pending_cpu_only:
+            return False
+        st = self.state
+        if self._pending_frac:
+            free = st.free_milli[st.up]
+            if free.size and int(free.max()) >= min(self._pending_frac):
+                return False
+        if self._pending_whole:
+            ff = st.full_free[st.up]
+            if not ff.size:
+                return True
+            smallest = min(self._pending_whole)
+            if smallest <= self._gmax and int(ff.max()) >= smallest:
+                return False
+            # Jobs wider than any node spread over several: they need enough whole GPUs in all.
+            gangs = [g for g in self._pending_whole if g > self._gmax]
+            return not (gangs and int(ff.sum()) >= min(gangs))
+        return True
 
     def rekey(self, job: JobRun) -> None:
         """For plugins: the job's queue key changed while it was pending."""
@@ -438,6 +485,9 @@ class Engine:
         reservation: tuple[float, float] | None = None  # EASY: (shadow time, spare GPUs then)
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
+        only_capacity = not (can_preempt or can_migrate)
+        if only_capacity and self._hopeless():
+            return
         for job in q.order(source, self):
             if job.status is not JobStatus.PENDING:
                 continue
@@ -471,6 +521,8 @@ class Engine:
                 continue
             if worse is None or all(a <= b for a, b in zip(req, worse, strict=True)):
                 failed[sig] = req
+            if only_capacity and not q.blocking and self._hopeless():
+                break
             if q.blocking:
                 if not pol.backfill:
                     break

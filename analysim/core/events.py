@@ -7,20 +7,20 @@ arrivals, then timers) and, within a class, in the order they were pushed: runs 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # Same-time ordering: free resources before new demand arrives, so a pass sees both.
 NODE, COMPLETION, ARRIVAL, TIMER = 0, 1, 2, 3
 
 
-@dataclass(order=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    # A plain tuple: the heap compares (time, klass, seq) in C, and seq is unique, so the
+    # comparison never reaches kind or payload.
     time: float
     klass: int
     seq: int
-    kind: str = field(compare=False)
-    payload: Any = field(compare=False, default=None)
+    kind: str
+    payload: Any = None
 
 
 class EventQueue:
@@ -38,7 +38,7 @@ class EventQueue:
         return heapq.heappop(self._heap)
 
     def peek_time(self) -> float | None:
-        return self._heap[0].time if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def __len__(self) -> int:
         return len(self._heap)

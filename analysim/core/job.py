@@ -54,10 +54,10 @@ class Placement:
 
     gpus: tuple[tuple[int, tuple[int, ...]], ...]  # ((node, (gpu, ...)), ...)
     slowdown: float = 1.0  # >1 when spread over more nodes or racks than needed
+    nodes: tuple[int, ...] = ()  # derived from gpus
 
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        return tuple(n for n, _ in self.gpus)
+    def __post_init__(self) -> None:
+        self.nodes = tuple(n for n, _ in self.gpus)
 
 
 @dataclass(slots=True)

@@ -77,7 +77,7 @@ class MetricsRecorder:
         if dt <= 0:
             return
         self.alloc_gpu_s += engine.allocated_gpus * dt
-        self.capacity_gpu_s += float(engine.state.gpus[engine.state.up].sum()) * dt
+        self.capacity_gpu_s += engine.up_gpus * dt
         self.pending_job_s += engine.pending_count * dt
         for vc, used in engine.state.vc_used.items():
             if used:

@@ -20,12 +20,18 @@ if TYPE_CHECKING:
 
 def single_node_fit(state: ClusterState, spec: JobSpec) -> np.ndarray:
     """Nodes that can host the whole job alone (free GPUs, CPU and memory; not up/model/VC)."""
-    ok = (state.cpu_free >= spec.cpu_milli) & (state.mem_free >= spec.memory_mib)
-    if spec.num_gpus == 0:
-        return ok
     if spec.is_fractional:
-        return ok & (state.free_milli >= spec.gpu_milli).any(axis=1)
-    return ok & (state.full_free >= spec.num_gpus)
+        ok = (state.free_milli >= spec.gpu_milli).any(axis=1)
+    elif spec.num_gpus:
+        ok = state.full_free >= spec.num_gpus
+    else:
+        ok = np.ones(len(state.gpus), dtype=bool)
+    # Most trace jobs ask for no CPU or memory: skip the comparisons that cannot fail.
+    if spec.cpu_milli:
+        ok &= state.cpu_free >= spec.cpu_milli
+    if spec.memory_mib:
+        ok &= state.mem_free >= spec.memory_mib
+    return ok
 
 
 def default_slots(state: ClusterState, node: int, spec: JobSpec) -> tuple[int, ...]:
@@ -44,7 +50,7 @@ def default_slots(state: ClusterState, node: int, spec: JobSpec) -> tuple[int, .
 
 def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int:
     """The fewest nodes a job can span: 1 when some candidate node is big enough."""
-    if spec.num_gpus <= 1:
+    if spec.num_gpus <= 1 or spec.num_gpus <= state.smallest_node_gpus:
         return 1
     biggest = int(state.gpus[candidates].max()) if candidates.any() else 0
     if biggest <= 0:

@@ -14,9 +14,7 @@ if TYPE_CHECKING:
 
 def _free_after(job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
     """Free GPU capacity (in GPUs, shares included) each node would have left after the job."""
-    fm = ctx.state.free_milli[nodes]
-    free = np.where(fm > 0, fm, 0).sum(axis=1) / GPU_MILLI
-    return free - job.spec.gpu_demand
+    return ctx.state.free_total[nodes] / GPU_MILLI - job.spec.gpu_demand
 
 
 class _Score:

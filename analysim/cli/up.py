@@ -1,0 +1,150 @@
+"""``analysim up``: the live emulation, all in one — a scheduler process and agent processes on
+127.0.0.1 replaying a trace; endpoints and progress on the terminal; the run summary at the end
+(and with --out, the same summary.json and jobs.csv as ``analysim simulate``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from analysim.cli.common import DEFAULT_CLUSTER
+from analysim.clusters import parse_cluster
+from analysim.errors import UserError
+from analysim.report import summary_table
+
+UP_ONLY = {"agents", "progress_s", "func", "command", "workdir"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from scheduler_svc.cli import add_service_arguments
+
+    p = sub.add_parser(
+        "up",
+        help="live emulation: scheduler service + node agents replaying a trace",
+        description="Start the gRPC scheduler service and fake node agents as separate processes on 127.0.0.1, "
+                    "replay a trace (default: the embedded synthetic one) in lockstep (--speed max, default) or "
+                    "paced (--speed S), print the endpoints, the progress and the run summary, then stop "
+                    "everything. See docs/live.md.",
+    )
+    add_service_arguments(p)
+    p.add_argument("--agents", type=int, default=2, help="agent processes sharing the nodes (default 2)")
+    p.add_argument("--progress-s", type=float, default=0.5, help=argparse.SUPPRESS)
+    p.add_argument("--workdir", type=Path, help="where the processes' logs and port files go (default: a temp folder)")
+    p.set_defaults(func=main)
+
+
+def forward_args(args: argparse.Namespace) -> list[str]:
+    """The scheduler's own command line, from the options `up` shares with it."""
+    from scheduler_svc.cli import add_service_arguments
+
+    ref = argparse.ArgumentParser(add_help=False)
+    add_service_arguments(ref)
+    out: list[str] = []
+    for a in ref._actions:  # noqa: SLF001 — argparse has no public listing
+        if not a.option_strings or a.dest in UP_ONLY or a.dest in ("port_file", "exit_when_done"):
+            continue
+        v = getattr(args, a.dest, a.default)
+        if v == a.default or v is None:
+            continue
+        flag = a.option_strings[-1]
+        if isinstance(a, argparse._StoreTrueAction):  # noqa: SLF001
+            out.append(flag)
+        else:
+            if isinstance(v, Path) or (a.dest == "trace"):
+                v = str(Path(v).resolve())
+            out += [flag, str(v)]
+    return out
+
+
+def cluster_spec(args: argparse.Namespace) -> str:
+    if args.cluster:
+        return args.cluster
+    if args.trace:
+        from analysim.traces import detect_format
+
+        fmt = args.format if args.format != "auto" else detect_format(args.trace)
+        return DEFAULT_CLUSTER.get(fmt, "philly")
+    return "philly"
+
+
+def main(args: argparse.Namespace) -> int:
+    from scheduler_svc.client import SchedulerClient
+    from scheduler_svc.launcher import LocalRun
+
+    if args.agents < 1:
+        raise UserError("--agents must be at least 1")
+    if args.mode != "replay":
+        raise UserError("analysim up replays traces in time: --mode inflate is offline only (analysim simulate)")
+    spec = cluster_spec(args)
+    cluster = parse_cluster(spec)
+    if args.trace and not Path(args.trace).exists():
+        raise UserError(f"{args.trace}: no such file")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))
+    sched_args = forward_args(args)
+    if args.cluster is None:
+        sched_args += ["--cluster", spec]
+    run = LocalRun(workdir)
+    try:
+        info = run.start_scheduler(sched_args)
+        print(f"scheduler  grpc {run.target}   metrics http://{info['host']}:{info['metrics']}/metrics")
+        run.start_agents(spec, len(cluster.nodes), args.agents)
+        for i, p in sorted(run.agents.items()):
+            print(f"agent {i:<4} {p.info['host']}:{p.info['metrics']}/metrics   pid {p.pid}")
+        print(f"logs       {workdir}")
+        with SchedulerClient(run.target) as client:
+            client.wait_ready()
+            summary = _follow(client, run, args)
+        _report(summary, args)
+        return 0
+    finally:
+        run.stop()
+
+
+def _follow(client, run, args: argparse.Namespace) -> dict:  # noqa: ANN001
+    """Show progress until the replay is done; the summary."""
+    tty = sys.stderr.isatty() and not args.no_progress
+    last_line = 0.0
+    while True:
+        if run.scheduler is not None and not run.scheduler.alive():
+            raise UserError(f"the scheduler exited (code {run.scheduler.popen.returncode}):\n{run.scheduler.tail()}")
+        st = client.cluster_state(queue_limit=1)
+        if st.replay_done:
+            if tty:
+                sys.stderr.write("\r" + " " * 100 + "\r")
+            return client.summary()[1]
+        ended = st.jobs_completed + st.jobs_failed + st.jobs_cancelled
+        line = (f"t={st.clock.time_s / 86400:8.2f} d  jobs {ended}/{st.trace_jobs} done, {st.jobs_running} running, "
+                f"{st.jobs_pending} pending  agents {st.agents}  x{st.clock.speed:,.0f}")
+        now = time.monotonic()
+        if tty:
+            sys.stderr.write("\r" + line[:100].ljust(100))
+            sys.stderr.flush()
+        elif not args.no_progress and now - last_line >= 5.0:
+            print(line, file=sys.stderr)
+            last_line = now
+        time.sleep(args.progress_s)
+
+
+def _report(summary: dict, args: argparse.Namespace) -> None:
+    print(summary_table([(f"{summary['policy']} (live)", summary)]))
+    live = summary.get("live", {})
+    print(f"mode {live.get('mode')}: {live.get('virtual_s', 0) / 86400:.1f} virtual days in {summary.get('wall_s', 0):.1f} s "
+          f"(x{live.get('speedup', 0):,.0f}), {live.get('messages_per_s', 0):,.0f} stream messages/s, decision latency "
+          f"p50 {live.get('decision_latency_p50_s', 0) * 1e3:.2f} ms p99 {live.get('decision_latency_p99_s', 0) * 1e3:.2f} ms")
+    print(f"accounted for: {summary.get('jobs_completed')} completed, {summary.get('jobs_failed')} failed, "
+          f"{summary.get('jobs_cancelled')} cancelled of {summary.get('jobs_total')} jobs")
+    fid = summary.get("fidelity")
+    if fid:
+        print(f"versus the offline run: {fid['identical_jobs']}/{fid['compared_jobs']} jobs with identical start and end; "
+              f"|dJCT| mean {fid['mean_abs_delta_jct_s']:.3g} s, max {fid['max_abs_delta_jct_s']:.3g} s "
+              f"({fid['divergence_ratio']:.3%} of the mean JCT)")
+    if summary.get("jobs_filtered"):
+        print("filtered: " + ", ".join(f"{k} {v}" for k, v in summary["jobs_filtered"].items()))
+    if args.out:
+        print(f"wrote {args.out}/summary.json, {args.out}/jobs.csv, {args.out}/timeseries.csv")
+    if args.log_level.upper() == "DEBUG":
+        print(json.dumps(summary, indent=2))
