@@ -145,6 +145,6 @@ def _report(summary: dict, args: argparse.Namespace) -> None:
     if summary.get("jobs_filtered"):
         print("filtered: " + ", ".join(f"{k} {v}" for k, v in summary["jobs_filtered"].items()))
     if args.out:
-        print(f"wrote {args.out}/summary.json, {args.out}/jobs.csv, {args.out}/timeseries.csv")
+        print("wrote " + ", ".join(str(p) for p in sorted(Path(args.out).iterdir()) if p.suffix in (".json", ".csv", ".png")))
     if args.log_level.upper() == "DEBUG":
         print(json.dumps(summary, indent=2))

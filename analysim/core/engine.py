@@ -394,9 +394,17 @@ class Engine:
             smallest = min(self._pending_whole)
             if smallest <= self._gmax and int(ff.max()) >= smallest:
                 return False
-            # Jobs wider than any node spread over several: they need enough whole GPUs in all.
+            # Jobs wider than any node span several: as few as possible unless locality is
+            # relaxed, so the emptiest nodes must hold them.
             gangs = [g for g in self._pending_whole if g > self._gmax]
-            return not (gangs and int(ff.sum()) >= min(gangs))
+            if not gangs:
+                return True
+            g = min(gangs)
+            if self.config.relaxed_locality:
+                return int(ff.sum()) < g
+            k = math.ceil(g / self._gmax)
+            top = np.sort(ff)[-k:] if k < ff.size else ff
+            return int(top.sum()) < g
         return True
 
     def rekey(self, job: JobRun) -> None:
@@ -479,8 +487,8 @@ class Engine:
     def _pass(self) -> None:
         pol = self.policy
         q = pol.queue
+        st = self.state
         source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
-        placed: list[JobRun] = []
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         reservation: tuple[float, float] | None = None  # EASY: (shadow time, spare GPUs then)
         can_preempt = self.config.preemption and bool(pol.post_filters)
@@ -488,41 +496,50 @@ class Engine:
         only_capacity = not (can_preempt or can_migrate)
         if only_capacity and self._hopeless():
             return
+        quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
+        gmax = self._gmax
+        # The most whole GPUs free on one node: a job that fits on one node but asks for more
+        # cannot be placed, and is passed over without the cost of a placement attempt.
+        ffmax = int(st.full_free[st.up].max()) if st.up.any() else 0
         for job in q.order(source, self):
             if job.status is not JobStatus.PENDING:
                 continue
             spec = job.spec
-            if not self.within_quota(job) and not self.spec.allow_borrowing:
-                continue  # over its VC's quota: waits without blocking other tenants
-            # A request at least as big as one that just failed, with the same constraints, fails
-            # too: skipping it keeps a pass over a long queue cheap when the cluster is full.
-            sig = (spec.gpu_models, spec.vc if self.spec.vcs else None, spec.is_fractional)
-            req = (spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
-            worse = failed.get(sig)
+            g = spec.num_gpus
             pl = None
-            if worse is None or not all(a >= b for a, b in zip(req, worse, strict=True)):
-                if reservation is not None and not self._may_backfill(job, reservation):
+            if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional:
+                pass  # cannot fit: a failure, as below
+            elif not self.spec.allow_borrowing and not self.within_quota(job):
+                continue  # over its VC's quota: waits without blocking other tenants
+            else:
+                # A request at least as big as one that just failed, with the same constraints,
+                # fails too: skipping it keeps a pass over a long queue cheap when the cluster is full.
+                sig = (spec.gpu_models, spec.vc if quotas_matter else None, spec.is_fractional)
+                req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
+                worse = failed.get(sig)
+                if worse is None or not all(a >= b for a, b in zip(req, worse, strict=True)):
+                    if reservation is not None and not self._may_backfill(job, reservation):
+                        continue
+                    pl = placement.bind(self, job, self.static_mask(spec))
+                    if pl is None and can_migrate:
+                        pl = self._try_migration(job)
+                        if pl is not None:
+                            failed.clear()
+                    if pl is None and can_preempt:
+                        pl = self._try_preemption(job)
+                        if pl is not None:
+                            failed.clear()
+                if pl is not None:
+                    if reservation is not None:
+                        reservation = self._consume_reservation(job, reservation)
+                    self._dequeue(job)
+                    self._launch(job, pl)
+                    ffmax = int(st.full_free[st.up].max()) if st.up.any() else 0
+                    if only_capacity and not q.blocking and self._hopeless():
+                        break
                     continue
-                pl = placement.bind(self, job, self.static_mask(spec))
-                if pl is None and can_migrate:
-                    pl = self._try_migration(job)
-                    if pl is not None:
-                        failed.clear()
-                if pl is None and can_preempt:
-                    pl = self._try_preemption(job)
-                    if pl is not None:
-                        failed.clear()
-            if pl is not None:
-                if reservation is not None:
-                    reservation = self._consume_reservation(job, reservation)
-                self._dequeue(job)
-                self._launch(job, pl)
-                placed.append(job)
-                continue
-            if worse is None or all(a <= b for a, b in zip(req, worse, strict=True)):
-                failed[sig] = req
-            if only_capacity and not q.blocking and self._hopeless():
-                break
+                if worse is None or all(a <= b for a, b in zip(req, worse, strict=True)):
+                    failed[sig] = req
             if q.blocking:
                 if not pol.backfill:
                     break
