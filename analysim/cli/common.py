@@ -11,8 +11,11 @@ from analysim.traces import Trace, load_trace
 from analysim.traces.synthetic import generate
 
 DEFAULT_SYNTHETIC_JOBS = 2000
+# The embedded trace offers a quarter of Philly's load, sized for the 128-GPU 'demo' cluster
+# (Philly's ~374 busy GPUs were sized for 512).
+DEFAULT_RATE_SCALE = 0.25
 # A trace's own cluster, when --cluster is not given.
-DEFAULT_CLUSTER = {"philly": "philly", "openb": "openb", "helios": "helios-venus"}
+DEFAULT_CLUSTER = {"philly": "philly", "openb": "openb", "helios": "helios-venus", "synthetic": "demo"}
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,8 +25,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="trace format (default: detected from the header)")
     g.add_argument("--jobs", type=int, default=DEFAULT_SYNTHETIC_JOBS,
                    help=f"jobs in the embedded synthetic trace (default {DEFAULT_SYNTHETIC_JOBS})")
+    g.add_argument("--rate-scale", type=float, default=DEFAULT_RATE_SCALE,
+                   help=f"arrival rate of the embedded synthetic trace, relative to Philly's (default {DEFAULT_RATE_SCALE})")
     g.add_argument("--cluster", help="preset name, NxG[:MODEL] (e.g. 64x8:V100), or a JSON/YAML/TOML spec or "
-                                     "openb node-list CSV (default: the trace's own cluster, else 'philly')")
+                                     "openb node-list CSV (default: the trace's own cluster: 'demo' for the "
+                                     "synthetic trace, 'philly', 'openb', 'helios-venus'; 'philly' for others)")
     g.add_argument("--limit", type=int, help="use only the first N jobs of the trace")
     g.add_argument("--seed", type=int, default=0, help="seed for the synthetic trace, random placement and sampling")
     g.add_argument("--mode", choices=MODES, default="replay",
@@ -52,7 +58,7 @@ def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
     if args.trace:
         trace = load_trace(args.trace, args.format)
     else:
-        trace = generate(args.jobs, args.seed)
+        trace = generate(args.jobs, args.seed, rate_scale=args.rate_scale)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
     return trace, cluster
 
