@@ -89,6 +89,7 @@ class Engine:
         self.jobs: dict[str, JobRun] = {}
         self.extra: dict[str, _Extra] = {}
         self.running: dict[str, JobRun] = {}
+        self.running_by_vc: dict[str, dict[str, JobRun]] = {}  # for plugins that look within a VC
         self._pending = SortedList()  # (key, seq): for static queue orders
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
@@ -651,6 +652,7 @@ class Engine:
             job.first_start_s = self.now
         job.placements_seen.append(pl.nodes)
         self.running[spec.job_id] = job
+        self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self.config.predict_completions:
@@ -673,6 +675,7 @@ class Engine:
         self.state.vc_used[spec.vc] -= spec.gpu_demand
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
+        del self.running_by_vc[spec.vc][spec.job_id]
         job.completion_token += 1
         self.extra[spec.job_id].expected_end_s = math.inf
         self._dirty = True

@@ -30,9 +30,8 @@ class PriorityPreemption:
         static = ctx.static_mask(job.spec)
         same_vc_only = ctx.quota_of(job.spec.vc) is not None
         ranked = []
-        for r in ctx.running.values():
-            if same_vc_only and r.spec.vc != job.spec.vc:
-                continue
+        pool = ctx.running_by_vc.get(job.spec.vc, {}) if same_vc_only else ctx.running
+        for r in pool.values():
             p = q.preempt_rank(r, ctx)
             if p > mine and any(static[n] for n in r.placement.nodes):
                 ranked.append((p, r.last_start_s, r.seq, r))
@@ -59,9 +58,9 @@ class QuotaReclaim:
         if ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job):
             return None
         static = ctx.static_mask(job.spec)
-        loans = [r for r in ctx.running.values()
-                 if r.spec.vc != job.spec.vc and ctx.vc_over_quota(r.spec.vc)
-                 and any(static[n] for n in r.placement.nodes)]
+        lenders = [vc for vc in ctx.running_by_vc if vc != job.spec.vc and ctx.vc_over_quota(vc)]
+        loans = [r for vc in lenders for r in ctx.running_by_vc[vc].values()
+                 if any(static[n] for n in r.placement.nodes)]
         if not loans:
             return None
         loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
