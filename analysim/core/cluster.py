@@ -3,7 +3,6 @@ and the mutable allocation state the engine keeps over it."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,7 +152,9 @@ class ClusterState:
 
     def clone(self) -> ClusterState:
         """A copy whose allocation can be changed freely (to test a what-if), sharing the topology."""
-        new = copy.copy(self)
+        new = object.__new__(ClusterState)
+        for name in self.__dataclass_fields__:
+            object.__setattr__(new, name, getattr(self, name))
         new.free_milli = self.free_milli.copy()
         new.full_free = self.full_free.copy()
         new.free_total = self.free_total.copy()

@@ -604,18 +604,32 @@ class Engine:
             for v in candidates:
                 for n in v.placement.nodes:
                     by_node.setdefault(n, []).append(v)
+            st = self.state
             for n in sorted(by_node):
                 if not static[n]:
                     continue
-                trial = self.state.clone()
+                # What node n would have free after each eviction: one row, not a whole clone.
+                row = st.free_milli[n].copy()
+                cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
                 chosen: list[JobRun] = []
                 for v in by_node[n]:
-                    self.release_on(trial, v)
+                    vs = v.spec
+                    for vn, slots in v.placement.gpus:
+                        if vn == n:
+                            row[list(slots)] += vs.gpu_milli
+                            share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(v.placement.gpus)
+                            cpu += round(vs.cpu_milli * share)
+                            mem += round(vs.memory_mib * share)
                     chosen.append(v)
-                    if placement.single_node_fit(trial, spec)[n]:
-                        if best is None or (len(chosen), n) < (best[0], best[1]):
-                            best = (len(chosen), n, list(chosen))
+                    if best is not None and len(chosen) >= best[0]:
+                        break  # cannot beat the best node found so far
+                    if cpu >= spec.cpu_milli and mem >= spec.memory_mib and (
+                            (row >= spec.gpu_milli).any() if spec.is_fractional
+                            else int((row == GPU_MILLI).sum()) >= spec.num_gpus):
+                        best = (len(chosen), n, list(chosen))
                         break
+                if best is not None and best[0] == 1:
+                    break  # one eviction on the lowest such node: nothing does better
             return best[2] if best else None
         trial = self.state.clone()
         chosen = []
