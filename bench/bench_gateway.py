@@ -211,7 +211,7 @@ def main() -> int:
         proc = subprocess.Popen(
             [sys.executable, *(["-m", "cProfile", "-o", str(args.profile.resolve())] if args.profile else []),
              "-m", "mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
-             "--port-file", str(port_file)],
+             "--port-file", str(port_file), "--no-monitor"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         if args.pin:

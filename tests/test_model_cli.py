@@ -116,4 +116,4 @@ def test_analysim_gateway_serves_models_trained_while_running(tmp_path: Path) ->
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out.startswith("gateway: http://127.0.0.1:")
+    assert out.startswith("gateway (monitored): http://127.0.0.1:")

@@ -62,6 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-batch-rows", type=_positive, default=1000, help="larger batches get 413 (default 1000)")
     p.add_argument("--default-quota-rows", type=_nonneg, help="per-user row quota (default: unlimited)")
     p.add_argument("--default-rate-limit", type=_rate, help="per-user requests/s (default: unlimited)")
+    p.add_argument("--no-monitor", action="store_true",
+                   help="serve without the in-process extraction monitor (it is on by default)")
+    p.add_argument("--monitor-checkpoint-interval", type=float, default=1.0, metavar="S",
+                   help="checkpoint the monitor's state at most every S seconds (default 1; "
+                        "whatever is not checkpointed is replayed from the query log)")  # fmt: skip
     p.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL",
                    help="SQLite durability: NORMAL survives a killed process, FULL also a power cut")  # fmt: skip
     p.set_defaults(func=run)
@@ -81,11 +86,16 @@ def run(args: argparse.Namespace) -> int:
     def ready(b: Bound) -> None:
         if args.port_file:
             write_port_file(args.port_file, b)
-        print(f"gateway: http://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
+        print(f"gateway{'' if args.no_monitor else ' (monitored)'}: http://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
               f"({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
 
+    extensions = []
+    if not args.no_monitor:
+        from mlaas_monitor.monitor.service import monitor_extension
+
+        extensions.append(monitor_extension(checkpoint_interval=args.monitor_checkpoint_interval))
     try:
-        run_forever(gw, args.host, args.port, args.grpc_port, ready)
+        run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions)
     except OSError as e:
         raise UserError(f"cannot serve on {args.host}: {e}") from e
     finally:

@@ -1,0 +1,9 @@
+"""The extraction monitor (issue 5): per user and per colluding group, how much of a served
+decision tree has been extracted, measured from the query and response streams alone.
+
+Pure core (no I/O): ``infogain`` (IG status and fidelity), ``coverage`` (per-leaf query
+boxes and the covered fraction of the feature space), ``core`` (per-model state, refit
+schedule, warnings). Thin layers over it: ``persist`` (SQLite tables in the gateway's
+store), ``service`` (query-stream listener, admin API, metrics, enforcement), ``attacks``
+(real HTTP attackers) and ``evaluate`` (``analysim monitor-eval``).
+"""

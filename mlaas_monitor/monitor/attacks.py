@@ -1,0 +1,392 @@
+"""Extraction attacks as real HTTP clients of the gateway, and the models they rebuild.
+
+Strategies (``STRATEGIES``): benign (rows of a dataset), random (uniform over the model
+card's feature domain), pathfinding (Tramèr et al., USENIX Security 2016, Algorithm 1, with
+the leaf-identity oracle), each optionally split across K accounts (colluding). Attackers
+work on encoded vectors (category index, as the public schema defines it) and send raw
+rows; every row sent is one query. Each attacker rebuilds the model from its answers:
+pathfinding from the leaf boxes it discovered, the others by fitting a tree on the answers.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from analysim.errors import UserError
+
+STRATEGIES = ("benign", "random", "pathfinding")
+CONTINUOUS_STEPS = 20  # binary-search steps on a continuous feature (precision range / 2^20)
+
+
+# ---- the public schema, as an attacker sees it ----
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Per feature: kind, bounds (categories as indices 0..n-1), whether whole-valued."""
+
+    names: tuple[str, ...]
+    categorical: np.ndarray  # (d,) bool
+    integer: np.ndarray  # (d,) bool (categorical features are whole-valued too)
+    lo: np.ndarray
+    hi: np.ndarray
+    categories: tuple[tuple[str, ...], ...]  # empty for numeric features
+
+    @classmethod
+    def from_public(cls, features: Sequence[dict[str, Any]]) -> Domain:
+        cat = np.array([f["type"] == "categorical" for f in features])
+        lo = np.array([0.0 if c else float(f["min"]) for f, c in zip(features, cat, strict=True)])
+        hi = np.array([len(f["categories"]) - 1.0 if c else float(f["max"]) for f, c in zip(features, cat, strict=True)])
+        integer = np.array([bool(c or f.get("integer", False)) for f, c in zip(features, cat, strict=True)])
+        cats = tuple(tuple(f["categories"]) if c else () for f, c in zip(features, cat, strict=True))
+        return cls(tuple(f["name"] for f in features), cat, integer, lo, hi, cats)
+
+    @property
+    def d(self) -> int:
+        return len(self.names)
+
+    def raw(self, x: np.ndarray) -> list[Any]:
+        """An encoded vector as the row a client sends (category strings, plain numbers)."""
+        out: list[Any] = []
+        for j, v in enumerate(x.tolist()):
+            if self.categorical[j]:
+                out.append(self.categories[j][int(v)])
+            elif self.integer[j]:
+                out.append(int(v))
+            else:
+                out.append(v)
+        return out
+
+    def encode(self, rows: Sequence[Sequence[Any]]) -> np.ndarray:
+        """Raw dataset rows (text or numbers, in feature order) as encoded vectors; rows
+        with a category the model does not know are dropped."""
+        tables = [{c: i for i, c in enumerate(cats)} for cats in self.categories]
+        out = []
+        for r in rows:
+            try:
+                out.append([tables[j][str(v)] if self.categorical[j] else float(v) for j, v in enumerate(r)])
+            except (KeyError, ValueError):
+                continue
+        return np.array(out, dtype=np.float64).reshape(-1, self.d)
+
+    def uniform(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        X = rng.uniform(self.lo, self.hi, size=(n, self.d))
+        whole = np.floor(rng.uniform(self.lo, self.hi + 1.0, size=(n, self.d)))
+        return np.where(self.integer, np.minimum(whole, self.hi), X)
+
+
+# ---- the gateway, over HTTP ----
+
+
+class ApiClient:
+    """One account: keep-alive HTTP/1.1 to the gateway; an error is a one-line UserError."""
+
+    def __init__(self, url: str, key: str, timeout: float = 30.0) -> None:
+        u = urlsplit(url if "://" in url else f"http://{url}")
+        if u.scheme != "http" or not u.hostname:
+            raise UserError(f"--gateway: expected http://HOST:PORT, got {url!r}")
+        self.host, self.port, self.key, self.timeout = u.hostname, u.port or 80, key, timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+        for attempt in (0, 1):  # one reconnect: the server may have closed an idle connection
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self._conn.request(method, path, body=data, headers=headers)
+                resp = self._conn.getresponse()
+                payload = resp.read()
+                break
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                if attempt:
+                    raise UserError(f"gateway {self.host}:{self.port} unreachable: {e}") from e
+        try:
+            out = json.loads(payload)
+        except ValueError:
+            out = {"error": {"message": payload[:200].decode(errors="replace")}}
+        if resp.status != 200:
+            err = out.get("error", {}) if isinstance(out, dict) else {}
+            raise UserError(f"gateway answered {resp.status} on {method} {path}: {err.get('message', out)}")
+        return out
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class Oracle:
+    """The model behind K accounts: requests go round-robin, rows are counted as queries."""
+
+    def __init__(self, clients: Sequence[ApiClient], model_id: str, domain: Domain, budget: int | None) -> None:
+        if not clients:
+            raise UserError("at least one account is needed")
+        self.clients, self.model_id, self.domain, self.budget = list(clients), model_id, domain, budget
+        self.queries = 0
+        self._next = 0
+        self.log_X: list[np.ndarray] = []  # every row sent, encoded, in order
+        self.log_labels: list[int] = []
+        self.on_request: Callable[[Oracle], None] | None = None
+
+    @classmethod
+    def connect(cls, url: str, keys: Sequence[str], model_id: str, budget: int | None) -> Oracle:
+        clients = [ApiClient(url, k) for k in keys]
+        info = clients[0].call("GET", f"/v1/models/{model_id}")
+        return cls(clients, model_id, Domain.from_public(info["features"]), budget)
+
+    def remaining(self) -> int | None:
+        return None if self.budget is None else self.budget - self.queries
+
+    def ask(self, X: np.ndarray) -> list[dict[str, Any]]:
+        """Predictions for the rows of X (clipped to the budget: fewer answers if it runs out)."""
+        rem = self.remaining()
+        if rem is not None:
+            X = X[: max(0, rem)]
+        if X.shape[0] == 0:
+            return []
+        client = self.clients[self._next % len(self.clients)]
+        self._next += 1
+        out = client.call("POST", f"/v1/models/{self.model_id}/predict", {"rows": [self.domain.raw(x) for x in X]})
+        preds = out["predictions"]
+        self.queries += len(preds)
+        self.log_X.append(np.array(X, dtype=np.float64))
+        self.log_labels += [p["label"] for p in preds]
+        if self.on_request is not None:
+            self.on_request(self)
+        return preds
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+
+def leaf_identity(p: dict[str, Any]) -> Any:
+    """The leaf-identity oracle: the leaf id when revealed, else (label, confidence) as on
+    BigML (Tramèr et al. use confidences as leaf identifiers)."""
+    if "leaf" in p:
+        return ("leaf", p["leaf"])
+    return ("conf", p["label"], p.get("confidence"))
+
+
+# ---- rebuilt models ----
+
+
+class TreeRebuild:
+    """A tree fitted on the (query, label) pairs an attacker collected."""
+
+    def __init__(self, X: np.ndarray, labels: Sequence[Any]) -> None:
+        from sklearn.tree import DecisionTreeClassifier
+
+        self.labels = list(labels)
+        self.est = DecisionTreeClassifier(random_state=0).fit(X, np.array([str(v) for v in labels])) if len(labels) else None
+
+    def predict(self, X: np.ndarray) -> list[str]:
+        if self.est is None:
+            return ["?"] * X.shape[0]
+        return [str(v) for v in self.est.predict(X)]
+
+
+@dataclass
+class LeafBox:
+    label: Any
+    lo: np.ndarray  # numeric bounds (inclusive; -inf/+inf when the domain edge stayed inside)
+    hi: np.ndarray
+    allowed: list[set[int]]  # categorical: the category indices that stay in the leaf
+
+
+@dataclass
+class BoxRebuild:
+    """Pathfinding's reconstruction: the discovered leaves as boxes with their labels."""
+
+    domain: Domain
+    leaves: list[LeafBox] = field(default_factory=list)
+
+    def predict(self, X: np.ndarray) -> list[str]:
+        if not self.leaves:
+            return ["?"] * X.shape[0]
+        n = X.shape[0]
+        cat = self.domain.categorical
+        viol = np.zeros((n, len(self.leaves)), dtype=np.int64)
+        for k, b in enumerate(self.leaves):
+            num = np.less(X, b.lo) | np.greater(X, b.hi)
+            num[:, cat] = False
+            v = num.sum(axis=1)
+            for j in np.flatnonzero(cat):
+                v += ~np.isin(X[:, j], list(b.allowed[j]))
+            viol[:, k] = v
+        # A point inside a discovered leaf gets its label; elsewhere (an undiscovered leaf)
+        # the leaf it is closest to by violated predicates.
+        best = viol.argmin(axis=1)
+        return [str(self.leaves[k].label) for k in best.tolist()]
+
+
+# ---- strategies ----
+
+
+def run_benign(oracle: Oracle, rows: np.ndarray, seed: int = 0, batch: int = 1) -> TreeRebuild:
+    """Rows of the dataset in a seeded random order (each once, then again, up to the budget)."""
+    rng = np.random.default_rng(seed)
+    if oracle.budget is None:
+        oracle.budget = rows.shape[0]
+    order = np.concatenate([rng.permutation(rows.shape[0]) for _ in range(-(-oracle.budget // rows.shape[0]))])
+    for i in range(0, oracle.budget, batch):
+        if not oracle.ask(rows[order[i : i + batch]]):
+            break
+    return rebuild_from_log(oracle)
+
+
+def run_random(oracle: Oracle, seed: int = 0, batch: int = 1, default_budget: int = 1000) -> TreeRebuild:
+    rng = np.random.default_rng(seed)
+    if oracle.budget is None:
+        oracle.budget = default_budget
+    while oracle.remaining() > 0:  # type: ignore[operator]
+        if not oracle.ask(oracle.domain.uniform(rng, batch)):
+            break
+    return rebuild_from_log(oracle)
+
+
+def rebuild_from_log(oracle: Oracle) -> TreeRebuild:
+    X = np.concatenate(oracle.log_X) if oracle.log_X else np.empty((0, oracle.domain.d))
+    return TreeRebuild(X, oracle.log_labels)
+
+
+class Pathfinding:
+    """Tramèr et al., Algorithm 1: from a point, find its leaf's predicates feature by
+    feature (line search on numeric features, one probe per category on categorical ones),
+    queue one point per newly seen leaf identity, until the queue is empty."""
+
+    def __init__(self, oracle: Oracle, seed: int = 0, start: np.ndarray | None = None) -> None:
+        self.oracle, self.domain = oracle, oracle.domain
+        self.rng = np.random.default_rng(seed)
+        self.start = start
+        self.rebuild = BoxRebuild(self.domain)
+        self.seen: set[Any] = set()
+        self.queue: list[tuple[np.ndarray, Any, Any]] = []  # (point, identity, label)
+        self.exhausted = False
+
+    def _ask(self, X: np.ndarray) -> list[tuple[Any, Any]] | None:
+        preds = self.oracle.ask(X)
+        if len(preds) < X.shape[0]:
+            self.exhausted = True
+            return None
+        return [(leaf_identity(p), p["label"]) for p in preds]
+
+    def _discover(self, x: np.ndarray, ident: Any, label: Any) -> None:
+        if ident not in self.seen:
+            self.seen.add(ident)
+            self.queue.append((x.copy(), ident, label))
+
+    def run(self) -> BoxRebuild:
+        x0 = self.start if self.start is not None else self.domain.uniform(self.rng, 1)[0]
+        first = self._ask(x0[None, :])
+        if first is None:
+            return self.rebuild
+        self._discover(x0, *first[0])
+        while self.queue and not self.exhausted:
+            x, ident, label = self.queue.pop(0)
+            box = self._leaf(x, ident, label)
+            if box is None:
+                break
+            self.rebuild.leaves.append(box)
+        return self.rebuild
+
+    def _leaf(self, x: np.ndarray, ident: Any, label: Any) -> LeafBox | None:
+        dom = self.domain
+        lo, hi = np.full(dom.d, -np.inf), np.full(dom.d, np.inf)
+        allowed: list[set[int]] = [set() for _ in range(dom.d)]
+        for j in range(dom.d):
+            if dom.categorical[j]:
+                others = [c for c in range(len(dom.categories[j])) if c != int(x[j])]
+                allowed[j].add(int(x[j]))
+                if not others:
+                    continue
+                probes = np.repeat(x[None, :], len(others), axis=0)
+                probes[:, j] = others
+                answers = self._ask(probes)  # one request: the category splits of this feature
+                if answers is None:
+                    return None
+                for c, p, (pid, plab) in zip(others, probes, answers, strict=True):
+                    if pid == ident:
+                        allowed[j].add(c)
+                    else:
+                        self._discover(p, pid, plab)
+            else:
+                bounds = self._line_search(x, j, ident)
+                if bounds is None:
+                    return None
+                lo[j], hi[j] = bounds
+        return LeafBox(label, lo, hi, allowed)
+
+    def _line_search(self, x: np.ndarray, j: int, ident: Any) -> tuple[float, float] | None:
+        """The interval of feature j (others fixed at x) that stays in leaf ``ident``: the
+        leaf is a box, so it is one interval. Both domain edges in one request, then a
+        binary search toward each edge that left the leaf."""
+        dom = self.domain
+        ends = np.repeat(x[None, :], 2, axis=0)
+        ends[0, j], ends[1, j] = dom.lo[j], dom.hi[j]
+        answers = self._ask(ends)
+        if answers is None:
+            return None
+        result = []
+        for side, (pid, plab) in zip((0, 1), answers, strict=True):
+            if pid == ident:
+                result.append(-np.inf if side == 0 else np.inf)  # the leaf reaches the domain edge
+                continue
+            self._discover(ends[side], pid, plab)
+            inside, outside = float(x[j]), float(ends[side, j])
+            steps = 0
+            while True:
+                if dom.integer[j]:
+                    if abs(outside - inside) <= 1:
+                        break
+                    mid = float(np.floor((inside + outside) / 2))
+                else:
+                    if steps >= CONTINUOUS_STEPS:
+                        break
+                    mid = (inside + outside) / 2
+                steps += 1
+                p = x.copy()
+                p[j] = mid
+                a = self._ask(p[None, :])
+                if a is None:
+                    return None
+                mid_id, mid_label = a[0]
+                if mid_id == ident:
+                    inside = mid
+                else:
+                    outside = mid
+                    self._discover(p, mid_id, mid_label)
+            result.append(inside)
+        return float(min(result)), float(max(result))
+
+
+def run_strategy(
+    strategy: str, oracle: Oracle, seed: int = 0, benign_rows: np.ndarray | None = None, start: np.ndarray | None = None
+) -> TreeRebuild | BoxRebuild:
+    if strategy == "benign":
+        if benign_rows is None or benign_rows.shape[0] == 0:
+            raise UserError("the benign strategy needs rows to draw from (--dataset)")
+        return run_benign(oracle, benign_rows, seed)
+    if strategy == "random":
+        return run_random(oracle, seed)
+    if strategy == "pathfinding":
+        return Pathfinding(oracle, seed, start).run()
+    raise UserError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+
+
+def agreement(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> float:
+    """True fidelity: the share of rows where the rebuilt model agrees with the owner's labels."""
+    if X.shape[0] == 0:
+        return 0.0
+    pred = rebuilt.predict(X)
+    return float(np.mean([p == str(t) for p, t in zip(pred, truth, strict=True)]))

@@ -1,0 +1,400 @@
+"""Per-model monitor state: every subject's (user's, group's) query summary, queries, status
+and warnings, updated from query events. Pure: events in, evaluations and warnings out; the
+service persists them and the store replays them after a restart.
+
+A subject is re-evaluated (T_u refitted, coverage and fidelity recomputed) when its query
+count reaches ``next_eval``; the next one is ``max(min_refit, refit_fraction * n)`` queries
+later, so a refit costs O(n log n) every Θ(n) queries and the amortised cost per query
+stays flat. Because the schedule depends only on query counts and T_u only on the multiset
+of queries, a replay reproduces the same statuses and history.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from mlaas_monitor.model import Model
+from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, coverage, merge_all
+from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
+
+METHODS = ("ig", "coverage_volume", "coverage_mass", "fidelity")
+ACTIONS = ("none", "degrade", "refuse")
+GROUP_PREFIX = "group:"
+AUTO_PREFIX = "auto:top"
+
+
+class ConfigError(ValueError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field, self.problem = field, problem
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    action: str = "none"  # none | degrade (drop confidence and leaf id) | refuse
+    method: str = "coverage_mass"
+    threshold: float = 0.9
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "method": self.method, "threshold": self.threshold}
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Per model. ``thresholds``: a warning per subject and method when its status reaches it."""
+
+    thresholds: dict[str, float] = field(default_factory=lambda: {"ig": 0.5, "coverage_mass": 0.5})
+    # Coverage by S mass: monotone in the queries, exact under collusion (merges), and on
+    # German credit it flags random and pathfinding attackers but not benign users (see
+    # docs/monitor.md); IG is reported and warned on beside it.
+    default_method: str = "coverage_mass"
+    min_refit: int = 25  # evaluate (coverage, warnings) at most every this many queries...
+    refit_fraction: float = 0.05  # ... or this fraction of the subject's queries, whichever is more
+    ig_refit_fraction: float = 0.5  # T_u (the costly part) is refitted every max(2 min_refit, this * n)
+    auto_k: int = 0  # >= 2: also pool the k users with the highest status (automatic collusion)
+    enforcement: Enforcement = Enforcement()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thresholds": dict(self.thresholds),
+            "default_method": self.default_method,
+            "min_refit": self.min_refit,
+            "refit_fraction": self.refit_fraction,
+            "ig_refit_fraction": self.ig_refit_fraction,
+            "auto_k": self.auto_k,
+            "enforcement": self.enforcement.to_dict(),
+        }
+
+    def updated(self, patch: Any) -> MonitorConfig:
+        """Apply a JSON patch; raises ConfigError naming the field."""
+        if type(patch) is not dict:
+            raise ConfigError("body", "expected a JSON object")
+        kw: dict[str, Any] = {}
+        for key, v in patch.items():
+            if key == "thresholds":
+                if type(v) is not dict:
+                    raise ConfigError("thresholds", "expected an object of method: threshold")
+                th = {}
+                for m, t in v.items():
+                    if m not in METHODS:
+                        raise ConfigError(f"thresholds.{str(m)[:40]}", f"unknown method (expected one of {', '.join(METHODS)})")
+                    if t is not None:
+                        th[m] = _unit(t, f"thresholds.{m}")
+                kw["thresholds"] = th
+            elif key == "default_method":
+                if v not in METHODS:
+                    raise ConfigError(key, f"expected one of {', '.join(METHODS)}")
+                kw[key] = v
+            elif key == "min_refit":
+                if type(v) is not int or not 1 <= v <= 1_000_000:
+                    raise ConfigError(key, "expected an integer from 1 to 1000000")
+                kw[key] = v
+            elif key in ("refit_fraction", "ig_refit_fraction"):
+                if type(v) not in (int, float) or not 0 <= v <= 10:
+                    raise ConfigError(key, "expected a number from 0 to 10")
+                kw[key] = float(v)
+            elif key == "auto_k":
+                if type(v) is not int or not (v == 0 or 2 <= v <= 1000):
+                    raise ConfigError(key, "expected 0 (off) or an integer from 2 to 1000")
+                kw[key] = v
+            elif key == "enforcement":
+                kw[key] = _enforcement(v, self.enforcement)
+            else:
+                raise ConfigError(str(key)[:40], "unknown field")
+        return replace(self, **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MonitorConfig:
+        return cls().updated(d)
+
+
+def _unit(v: Any, where: str) -> float:
+    if type(v) not in (int, float) or not 0 <= v <= 1:
+        raise ConfigError(where, "expected a number from 0 to 1")
+    return float(v)
+
+
+def _enforcement(v: Any, old: Enforcement) -> Enforcement:
+    if type(v) is not dict:
+        raise ConfigError("enforcement", "expected an object with action, method, threshold")
+    kw: dict[str, Any] = {}
+    for key, x in v.items():
+        if key == "action":
+            if x not in ACTIONS:
+                raise ConfigError("enforcement.action", f"expected one of {', '.join(ACTIONS)}")
+            kw[key] = x
+        elif key == "method":
+            if x not in METHODS:
+                raise ConfigError("enforcement.method", f"expected one of {', '.join(METHODS)}")
+            kw[key] = x
+        elif key == "threshold":
+            kw[key] = _unit(x, "enforcement.threshold")
+        else:
+            raise ConfigError(f"enforcement.{str(key)[:40]}", "unknown field")
+    return replace(old, **kw)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    model: str
+    subject: str
+    n_queries: int
+    seq: int  # last query event folded in
+    ts: float
+    status: dict[str, float]
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExtractionWarning:
+    model: str
+    subject: str
+    method: str
+    threshold: float
+    status: float
+    n_queries: int
+    seq: int
+    ts: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "subject": self.subject, "method": self.method, "threshold": self.threshold,
+            "status": self.status, "n_queries": self.n_queries, "seq": self.seq, "ts": self.ts,
+        }  # fmt: skip
+
+
+@dataclass(eq=False)
+class SubjectState:
+    """What is kept per subject. Users also keep their queries (float32: the trees compare
+    float32, so nothing is lost) in chunks, concatenated only when refitting."""
+
+    name: str
+    summary: Summary | None  # users only; a group's is the merge of its members'
+    n_queries: int = 0
+    next_eval: int = 1
+    next_refit: int = 1
+    evaluated_at: int = 0
+    status: dict[str, float] = field(default_factory=lambda: dict.fromkeys(METHODS, 0.0))
+    warned: set[str] = field(default_factory=set)
+    members: tuple[str, ...] = ()
+    _X: list[np.ndarray] = field(default_factory=list)
+    _y: list[np.ndarray] = field(default_factory=list)
+    _unfolded: int = 0  # trailing chunks of _X not yet in the summary
+
+    def append(self, X: np.ndarray, y: np.ndarray, fold_later: bool = True) -> None:
+        self._X.append(X)
+        self._y.append(y)
+        if fold_later:
+            self._unfolded += 1
+
+    def data(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+        """All the subject's queries (float32) and labels, compacted into one chunk (after
+        ``ModelMonitor.fold``: compaction would lose track of the unfolded chunks)."""
+        assert not self._unfolded, "fold the summary before compacting"
+        self._compact(n_features)
+        return self._X[0], self._y[0]
+
+    def _compact(self, n_features: int) -> None:
+        if len(self._X) == 1 and self._X[0].dtype == np.float32:
+            return
+        X = np.concatenate(self._X).astype(np.float32) if self._X else np.empty((0, n_features), dtype=np.float32)
+        y = np.concatenate(self._y).astype(np.int32) if self._y else np.empty(0, dtype=np.int32)
+        self._X, self._y = [X], [y]
+
+    def unfolded_rows(self) -> np.ndarray | None:
+        """The queries added since the summary was last brought up to date (then marks
+        them folded). Queries are folded in batches: one tree walk and one scatter per
+        evaluation instead of per event."""
+        if not self._unfolded:
+            return None
+        chunks = self._X[-self._unfolded :]
+        self._unfolded = 0
+        return np.concatenate(chunks).astype(np.float64) if len(chunks) > 1 else np.asarray(chunks[0], np.float64)
+
+    def public(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"subject": self.name, "n_queries": self.n_queries, "evaluated_at": self.evaluated_at,
+                             "status": dict(self.status), "warned": sorted(self.warned)}  # fmt: skip
+        if self.members:
+            d["members"] = list(self.members)
+        return d
+
+
+class ModelMonitor:
+    def __init__(self, model: Model, config: MonitorConfig | None = None) -> None:
+        self.model_id = model.id
+        self.config = config or MonitorConfig()
+        self.tree = model.tree
+        self.n_features = len(model.schema)
+        self.S = np.asarray(model.validation_X, dtype=np.float64)
+        self.owner_labels = model.answer(self.S).labels if self.S.shape[0] else np.empty(0, dtype=np.int64)
+        # The owner's leaves are pure in its own labels, so IG(S, T_owner) = H(S).
+        self.ig_owner = entropy(self.owner_labels)
+        self.regions: Regions = build_regions(model.tree, model.schema, self.S)
+        self.users: dict[str, SubjectState] = {}
+        self.groups: dict[str, SubjectState] = {}  # keyed by subject name ("group:x", "auto:topk")
+        self.total_queries = 0
+        self.next_auto = 0
+        self.last_seq = 0
+
+    # ---- state ----
+
+    def user(self, name: str) -> SubjectState:
+        s = self.users.get(name)
+        if s is None:
+            # First evaluation after min_refit queries, not at the first one: most accounts
+            # send few queries, and their statuses would be noise anyway.
+            first = self.config.min_refit
+            s = self.users[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
+                                                next_eval=first, next_refit=2 * first)  # fmt: skip
+        return s
+
+    def group(self, subject: str, members: tuple[str, ...]) -> SubjectState:
+        s = self.groups.get(subject)
+        if s is None:
+            first = self.config.min_refit
+            s = self.groups[subject] = SubjectState(subject, None, next_eval=first, next_refit=2 * first)
+        s.members = members
+        return s
+
+    def ingest(self, user: str, X: np.ndarray, labels: np.ndarray, seq: int) -> SubjectState:
+        """Take one answered query (a batch of rows); it reaches the user's summary at the
+        next ``fold`` (every evaluation does one)."""
+        s = self.user(user)
+        s.append(X, labels)
+        s.n_queries += X.shape[0]
+        self.total_queries += X.shape[0]
+        self.last_seq = max(self.last_seq, seq)
+        return s
+
+    def fold(self, s: SubjectState) -> Summary | None:
+        """Bring a user's summary up to date with its queries; returns it."""
+        X = s.unfolded_rows()
+        if X is not None and s.summary is not None:
+            s.summary.add(self.regions.leaf_index[self.tree.apply(X)], X)
+        return s.summary
+
+    def restore_queries(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
+        """After a restart: the user's summary and counts are loaded; only its raw queries
+        (needed to refit T_u) come back from the query log."""
+        self.user(user).append(X, labels, fold_later=False)
+
+    # ---- evaluation ----
+
+    def _schedule(self, s: SubjectState) -> None:
+        c = self.config
+        s.evaluated_at = s.n_queries
+        s.next_eval = s.n_queries + max(c.min_refit, math.ceil(c.refit_fraction * s.n_queries))
+
+    def evaluate(
+        self, s: SubjectState, members: list[SubjectState] | None, ts: float, refit: bool = False
+    ) -> tuple[Evaluation, list[ExtractionWarning]]:
+        """Score one subject (a user, or the pool of ``members``): coverage every time (it
+        costs O(leaves x features)); T_u, hence IG and fidelity, when its own geometric
+        schedule is due (a fit costs O(n log n)), or when ``refit``."""
+        if members is None:
+            summary = self.fold(s)
+        else:
+            summary = merge_all([x for x in map(self.fold, members) if x is not None], self.regions.n_leaves, self.n_features)
+            s.n_queries = sum(m.n_queries for m in members)
+        assert summary is not None
+        status = dict(s.status)
+        if refit or s.n_queries >= s.next_refit:
+            if members is None:
+                X, y = s.data(self.n_features)
+            else:
+                parts = [m.data(self.n_features) for m in members]
+                X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.n_features), np.float32)
+                y = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int32)
+            scores = score_tree(fit_subject_tree(X, y), self.S, self.owner_labels, self.ig_owner)
+            status["ig"], status["fidelity"] = scores.ig, scores.fidelity
+            c = self.config
+            s.next_refit = s.n_queries + max(2 * c.min_refit, math.ceil(c.ig_refit_fraction * s.n_queries))
+        status["coverage_volume"], status["coverage_mass"] = coverage(self.regions, summary)
+        s.status = status
+        self._schedule(s)
+        ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
+        return ev, self._warnings(s, ts)
+
+    def _warnings(self, s: SubjectState, ts: float) -> list[ExtractionWarning]:
+        out = []
+        for method, threshold in sorted(self.config.thresholds.items()):
+            if method not in s.warned and s.status[method] >= threshold:
+                s.warned.add(method)
+                out.append(ExtractionWarning(self.model_id, s.name, method, threshold, s.status[method], s.n_queries, self.last_seq, ts))
+        return out
+
+    def evaluate_due(
+        self, touched: set[str], groups: dict[str, tuple[str, ...]], ts: float, force: bool = False
+    ) -> tuple[list[Evaluation], list[ExtractionWarning]]:
+        """Evaluate the touched users whose schedule is due, the declared groups with a
+        touched member, and the automatic top-k pool. ``groups``: name -> members."""
+        # The per-event common case, kept cheap: no group, no automatic pool due, no user due.
+        users = self.users
+        if (
+            not force
+            and not groups
+            and (self.config.auto_k < 2 or self.total_queries < self.next_auto)
+            and all(n not in users or users[n].n_queries < users[n].next_eval for n in touched)
+        ):
+            return [], []
+        evals: list[Evaluation] = []
+        warns: list[ExtractionWarning] = []
+        for name in sorted(touched):
+            s = self.users.get(name)
+            if s is not None and (force or s.n_queries >= s.next_eval):
+                e, w = self.evaluate(s, None, ts, refit=force)
+                evals.append(e)
+                warns += w
+        for gname, members in sorted(groups.items()):
+            if not touched.intersection(members) and not force:
+                continue
+            present = [self.users[m] for m in members if m in self.users]
+            if not present:
+                continue
+            g = self.group(GROUP_PREFIX + gname, members)
+            if force or sum(m.n_queries for m in present) >= g.next_eval:
+                e, w = self.evaluate(g, present, ts, refit=force)
+                evals.append(e)
+                warns += w
+        k = self.config.auto_k
+        if k >= 2 and len(self.users) >= 2 and (force or self.total_queries >= self.next_auto):
+            method = self.config.default_method
+            top = sorted(self.users.values(), key=lambda u: (-u.status[method], u.name))[:k]
+            g = self.group(f"{AUTO_PREFIX}{k}", tuple(sorted(u.name for u in top)))
+            e, w = self.evaluate(g, top, ts, refit=True)  # the pool's members change: always refit
+            evals.append(e)
+            warns += w
+            c = self.config
+            self.next_auto = self.total_queries + max(4 * c.min_refit, math.ceil(c.refit_fraction * self.total_queries))
+        return evals, warns
+
+    def evaluate_group_now(self, gname: str, members: tuple[str, ...], ts: float) -> tuple[list[Evaluation], list[ExtractionWarning]]:
+        present = [self.users[m] for m in members if m in self.users]
+        if not present:
+            return [], []
+        e, w = self.evaluate(self.group(GROUP_PREFIX + gname, members), present, ts, refit=True)
+        return [e], w
+
+    # ---- enforcement ----
+
+    def enforcement_for(self, user: str, groups: dict[str, tuple[str, ...]]) -> str:
+        """'none', 'degrade' or 'refuse' for this user's next query."""
+        e = self.config.enforcement
+        if e.action == "none":
+            return "none"
+        s = self.users.get(user)
+        if s is not None and s.status[e.method] >= e.threshold:
+            return e.action
+        for gname, members in groups.items():
+            if user in members:
+                g = self.groups.get(GROUP_PREFIX + gname)
+                if g is not None and g.status[e.method] >= e.threshold:
+                    return e.action
+        return "none"
+
+    def subject(self, name: str) -> SubjectState | None:
+        return self.users.get(name) or self.groups.get(name)

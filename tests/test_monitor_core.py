@@ -1,0 +1,115 @@
+"""The per-model monitor state machine: determinism, collusion as merged summaries, the
+automatic top-k pool, warnings, enforcement decisions and config validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
+from tests.test_gateway_helpers import credit_model
+
+
+def queries(seed: int, n: int) -> np.ndarray:
+    """Uniform queries over the credit model's domain (encoded)."""
+    m = credit_model()
+    rng = np.random.default_rng(seed)
+    lo = np.array([f.min for f in m.schema.features])
+    hi = np.array([f.max for f in m.schema.features])
+    return np.floor(rng.uniform(lo, hi + 1, size=(n, len(lo))))
+
+
+def feed(mon: ModelMonitor, stream: list[tuple[str, np.ndarray]], groups: dict[str, tuple[str, ...]] | None = None) -> list:  # type: ignore[type-arg]
+    out = []
+    for seq, (user, X) in enumerate(stream, 1):
+        mon.ingest(user, X, mon.tree.value[mon.tree.apply(X)].argmax(axis=1), seq)
+        evals, _ = mon.evaluate_due({user}, groups or {}, float(seq))
+        out += evals
+    return out
+
+
+def test_same_events_same_history() -> None:
+    stream = [(f"u{i % 3}", queries(i, 1 + i % 4)) for i in range(120)]
+    a = feed(ModelMonitor(credit_model()), stream)
+    b = feed(ModelMonitor(credit_model()), stream)
+    assert [(e.subject, e.n_queries, e.status) for e in a] == [(e.subject, e.n_queries, e.status) for e in b]
+    assert len(a) > 6
+
+
+def test_group_status_equals_one_user_with_all_the_queries() -> None:
+    batches = [queries(100 + i, 3) for i in range(90)]
+    colluders = ModelMonitor(credit_model())
+    evals = feed(colluders, [(f"c{i % 3}", X) for i, X in enumerate(batches)], {"g": ("c0", "c1", "c2")})
+    single = ModelMonitor(credit_model())
+    one = feed(single, [("solo", X) for X in batches])
+    group_hist = {e.n_queries: e.status for e in evals if e.subject == "group:g"}
+    solo_hist = {e.n_queries: e.status for e in one}
+    assert group_hist == solo_hist  # same schedule, same statuses, exactly
+    g = colluders.groups["group:g"]
+    assert g.status == single.users["solo"].status
+    assert g.members == ("c0", "c1", "c2")
+    # each member alone covers less than the group
+    for m in ("c0", "c1", "c2"):
+        assert colluders.users[m].status["coverage_volume"] <= g.status["coverage_volume"]
+
+
+def test_automatic_mode_pools_the_top_k() -> None:
+    mon = ModelMonitor(credit_model(), MonitorConfig(auto_k=2, min_refit=5))
+    stream = [("big", queries(i, 5)) for i in range(30)] + [("mid", queries(50 + i, 2)) for i in range(10)]
+    stream += [("small", queries(90, 1))]
+    evals = feed(mon, stream)
+    auto = [e for e in evals if e.subject == "auto:top2"]
+    assert auto, "the automatic pool was never evaluated"
+    last = mon.groups["auto:top2"]
+    ranked = sorted(mon.users.values(), key=lambda u: (-u.status["coverage_mass"], u.name))
+    assert set(last.members) == {u.name for u in ranked[:2]}
+
+
+def test_warnings_fire_once_per_subject_and_method() -> None:
+    mon = ModelMonitor(credit_model(), MonitorConfig(thresholds={"coverage_mass": 0.05, "ig": 0.05}, min_refit=5))
+    warns = []
+    for seq in range(1, 80):
+        X = queries(seq, 4)
+        mon.ingest("u", X, mon.tree.value[mon.tree.apply(X)].argmax(axis=1), seq)
+        warns += mon.evaluate_due({"u"}, {}, float(seq))[1]
+    assert sorted(w.method for w in warns) == ["coverage_mass", "ig"]
+    assert all(w.status >= 0.05 and w.subject == "u" for w in warns)
+
+
+def test_enforcement_decision_covers_groups() -> None:
+    cfg = MonitorConfig().updated({"enforcement": {"action": "refuse", "method": "coverage_mass", "threshold": 0.2}})
+    mon = ModelMonitor(credit_model(), cfg)
+    groups = {"g": ("a", "b")}
+    feed(mon, [("a", queries(i, 6)) if i % 2 else ("b", queries(i, 6)) for i in range(40)], groups)
+    assert mon.groups["group:g"].status["coverage_mass"] >= 0.2
+    assert mon.enforcement_for("a", groups) == "refuse"
+    assert mon.enforcement_for("nobody", groups) == "none"
+    assert ModelMonitor(credit_model()).enforcement_for("a", groups) == "none"
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"thresholds": {"magic": 0.5}}, "thresholds.magic"),
+        ({"thresholds": {"ig": 2}}, "thresholds.ig"),
+        ({"thresholds": []}, "thresholds"),
+        ({"default_method": "vibes"}, "default_method"),
+        ({"min_refit": 0}, "min_refit"),
+        ({"refit_fraction": "x"}, "refit_fraction"),
+        ({"auto_k": 1}, "auto_k"),
+        ({"enforcement": {"action": "ban"}}, "enforcement.action"),
+        ({"enforcement": {"threshold": -1}}, "enforcement.threshold"),
+        ({"enforcement": {"colour": 1}}, "enforcement.colour"),
+        ({"nope": 1}, "nope"),
+        ([], "body"),
+    ],
+)
+def test_config_errors_name_the_field(patch: object, field: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        MonitorConfig().updated(patch)
+    assert e.value.field == field
+
+
+def test_config_round_trips() -> None:
+    cfg = MonitorConfig().updated({"thresholds": {"ig": 0.7}, "auto_k": 3, "enforcement": {"action": "degrade"}})
+    assert MonitorConfig.from_dict(cfg.to_dict()) == cfg

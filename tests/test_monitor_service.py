@@ -1,0 +1,217 @@
+"""The monitor inside a real gateway (127.0.0.1, ephemeral ports): admin API and its auth,
+bad input, Prometheus text, groups, and enforcement over REST and gRPC."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.service import Monitor, monitor_extension
+from mlaas_monitor.server import GatewayThread
+from mlaas_monitor.service import Gateway
+from mlaas_monitor.store import Store
+from protos.analysim.v1 import prediction_pb2 as pb
+from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
+from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, wait_until
+
+_names = itertools.count()
+
+
+class Env:
+    def __init__(self, t: GatewayThread, mon: Monitor) -> None:
+        assert t.bound is not None
+        self.t, self.mon, self.port = t, mon, t.bound.http_port
+        self.admin = Client("127.0.0.1", self.port, ADMIN_KEY)
+
+    def user(self, prefix: str = "u") -> tuple[str, Client]:
+        name = f"{prefix}{next(_names)}"
+        status, body = self.admin.post("/v1/admin/users", {"name": name})
+        assert status == 200, body
+        return name, Client("127.0.0.1", self.port, body["api_key"])
+
+    def settle(self, name: str, n: int) -> dict[str, Any]:
+        """Poll the admin API until the monitor has folded in ``n`` of the user's rows."""
+
+        def seen() -> Any:
+            status, body = self.admin.get(f"/v1/admin/monitor/credit/users/{name}")
+            return body if status == 200 and body["n_queries"] >= n else None
+
+        return wait_until(seen, what=f"the monitor to see {n} rows of {name}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    db = tmp_path_factory.mktemp("monitor") / "store.db"
+    store = Store(db)
+    store.add_model(credit_model())
+    store.set_policy("credit", Policy(reveal_leaf=True))
+    keep: list[Monitor] = []
+    with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[monitor_extension(keep=keep)]) as t:
+        yield Env(t, keep[0])
+    store.close()
+
+
+ADMIN_ROUTES = [
+    ("GET", "/v1/admin/monitor"), ("GET", "/v1/admin/monitor/credit"), ("GET", "/v1/admin/monitor/credit/config"),
+    ("PUT", "/v1/admin/monitor/credit/config"), ("POST", "/v1/admin/monitor/credit/evaluate"),
+    ("GET", "/v1/admin/monitor/credit/users/x"), ("GET", "/v1/admin/monitor/credit/groups/x"),
+    ("GET", "/v1/admin/monitor/credit/subjects/x"), ("GET", "/v1/admin/warnings"), ("GET", "/v1/admin/groups"),
+    ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/x"), ("DELETE", "/v1/admin/groups/x"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ROUTES)
+def test_every_monitor_route_needs_the_admin_key(env: Env, method: str, path: str) -> None:
+    _, user = env.user()
+    anon = Client("127.0.0.1", env.port)
+    assert anon.request(method, path, {})[0] == 401
+    assert Client("127.0.0.1", env.port, "ak_wrong").request(method, path, {})[0] == 401
+    status, body = user.request(method, path, {})
+    assert status == 403 and body["error"]["code"] == "forbidden"
+
+
+def test_status_history_and_metrics_agree(env: Env) -> None:
+    name, user = env.user()
+    rows = credit_rows()
+    for i in range(0, 120, 3):
+        assert user.post("/v1/models/credit/predict", {"rows": rows[i : i + 3]})[0] == 200
+    view = env.settle(name, 120)
+    hist = view["history"]
+    assert [p["n_queries"] for p in hist] == sorted(p["n_queries"] for p in hist) and hist[0]["n_queries"] == 27  # first at >= min_refit (25)
+    assert all(0.0 <= p[m] <= 1.0 for p in hist for m in ("ig", "coverage_volume", "coverage_mass", "fidelity"))
+    assert hist[-1]["n_queries"] == view["evaluated_at"]
+    status, text = env.admin.get("/metrics")
+    assert status == 200
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    gauge = {(s.labels["subject"], s.labels["method"]): s.value for s in fams["analysim_extraction_status"].samples}
+    for method, v in view["status"].items():
+        assert gauge[(name, method)] == pytest.approx(v)
+    hist_count = [s for s in fams["analysim_monitor_update_duration_seconds"].samples if s.name.endswith("_count")]
+    assert hist_count and hist_count[0].value >= 1
+    assert "analysim_extraction_warnings" in fams
+
+
+def test_groups_merge_members_and_equal_one_user(env: Env) -> None:
+    rows = credit_rows()
+    (a, ca), (b, cb), (solo, cs) = env.user("ga"), env.user("gb"), env.user("gs")
+    for i in range(0, 90, 3):
+        batch = rows[i : i + 3]
+        assert (ca if (i // 3) % 2 else cb).post("/v1/models/credit/predict", {"rows": batch})[0] == 200
+        assert cs.post("/v1/models/credit/predict", {"rows": batch})[0] == 200
+    env.settle(a, 45), env.settle(b, 45), env.settle(solo, 90)
+    gname = f"g{next(_names)}"
+    status, body = env.admin.post("/v1/admin/groups", {"name": gname, "members": [a, b]})
+    assert status == 200 and body == {"name": gname, "members": sorted([a, b])}
+    env.admin.post("/v1/admin/monitor/credit/evaluate", {})
+    group = env.admin.get(f"/v1/admin/monitor/credit/groups/{gname}")[1]
+    single = env.admin.get(f"/v1/admin/monitor/credit/users/{solo}")[1]
+    assert group["n_queries"] == 90
+    for m, v in single["status"].items():
+        assert group["status"][m] == pytest.approx(v, abs=1e-12)
+    assert set(group["member_status"]) == {a, b}
+    assert any(g["name"] == gname for g in env.admin.get("/v1/admin/groups")[1]["groups"])
+    assert env.admin.get(f"/v1/admin/groups/{gname}")[1]["models"]["credit"]["n_queries"] == 90
+    assert env.admin.request("DELETE", f"/v1/admin/groups/{gname}")[0] == 200
+    assert env.admin.get(f"/v1/admin/groups/{gname}")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"members": ["x"]}, 400, "name"),
+        ({"name": "bad name", "members": ["x"]}, 400, "name"),
+        ({"name": "g-bad", "members": []}, 400, "members"),
+        ({"name": "g-bad", "members": "x"}, 400, "members"),
+        ({"name": "g-bad", "members": ["nobody-at-all"]}, 400, "members[0]"),
+        ({"name": "g-bad", "members": ["x"], "extra": 1}, 400, "extra"),
+        ([1], 400, "body"),
+    ],
+)
+def test_bad_group_bodies_name_the_field(env: Env, body: Any, status: int, field: str) -> None:
+    got, err = env.admin.post("/v1/admin/groups", body)
+    assert got == status and err["error"]["field"] == field, err
+
+
+def test_bad_input_elsewhere(env: Env) -> None:
+    assert env.admin.request("POST", "/v1/admin/groups", raw=b"{nope")[1]["error"]["field"] == "body"
+    status, err = env.admin.request("PUT", "/v1/admin/monitor/credit/config", {"thresholds": {"ig": 3}})
+    assert status == 400 and err["error"]["field"] == "thresholds.ig"
+    status, err = env.admin.get("/v1/admin/monitor/nosuch")
+    assert status == 404 and err["error"]["field"] == "model_id"
+    status, err = env.admin.get("/v1/admin/monitor/credit/users/nosuch")
+    assert status == 404 and err["error"]["field"] == "subject"
+    assert env.admin.get("/v1/admin/warnings?model=nosuch")[0] == 404
+    name, _ = env.user()
+    assert env.admin.post("/v1/admin/groups", {"name": "dup", "members": [name]})[0] == 200
+    assert env.admin.post("/v1/admin/groups", {"name": "dup", "members": [name]})[1]["error"]["code"] == "group_exists"
+
+
+def test_warning_events_are_listed_and_counted(env: Env) -> None:
+    name, user = env.user()
+    rows = credit_rows()
+    for i in range(0, 200, 5):
+        user.post("/v1/models/credit/predict", {"rows": rows[i : i + 5]})
+    env.settle(name, 200)
+    warnings = env.admin.get(f"/v1/admin/warnings?model=credit&subject={name}")[1]["warnings"]
+    assert warnings, "200 real rows of a 12-leaf tree should cover half of S's mass"
+    assert all(w["status"] >= w["threshold"] for w in warnings)
+    assert len({w["method"] for w in warnings}) == len(warnings)  # once per method
+    fams = {f.name: f for f in text_string_to_metric_families(env.admin.get("/metrics")[1])}
+    total = sum(s.value for s in fams["analysim_extraction_warnings"].samples if s.name.endswith("_total"))
+    assert total >= len(warnings)
+
+
+def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
+    rows = credit_rows()
+    try:
+        cfg = {"enforcement": {"action": "degrade", "method": "coverage_mass", "threshold": 0.3}}
+        assert env.admin.request("PUT", "/v1/admin/monitor/credit/config", cfg)[0] == 200
+        name, user = env.user()
+        first: dict[str, Any] = {}
+        for i in range(0, 150, 5):
+            status, body = user.post("/v1/models/credit/predict", {"rows": rows[i : i + 5]})
+            assert status == 200
+            first = first or body
+        assert "leaf" in first["predictions"][0]  # a fresh account (status 0) is answered in full
+        env.settle(name, 150)
+        status, body = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
+        assert status == 200 and set(body["predictions"][0]) == {"label"}  # degraded: label only
+        with grpc.insecure_channel(env.t.grpc_target) as ch:
+            stub = pb_grpc.PredictionServiceStub(ch)
+            rowpb = [pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in rows[0]])]
+            resp = stub.Predict(pb.PredictRequest(model_id="credit", rows=rowpb),
+                                metadata=(("authorization", f"Bearer {user.key}"),))  # fmt: skip
+            assert not resp.predictions[0].HasField("confidence") and not resp.predictions[0].HasField("leaf")
+            cfg["enforcement"]["action"] = "refuse"
+            env.admin.request("PUT", "/v1/admin/monitor/credit/config", cfg)
+            before = env.admin.get(f"/v1/usage?user={name}")[1]["rows"]
+            status, err = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
+            assert status == 403 and err["error"]["code"] == "extraction_refused"
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Predict(pb.PredictRequest(model_id="credit", rows=rowpb), metadata=(("authorization", f"Bearer {user.key}"),))
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert json.loads(e.value.details())["error"]["code"] == "extraction_refused"
+            assert env.admin.get(f"/v1/usage?user={name}")[1]["rows"] == before  # refused: never charged
+        # a fresh user is served in full
+        _, fresh = env.user()
+        status, body = fresh.post("/v1/models/credit/predict", {"rows": rows[:1]})
+        assert status == 200 and "confidence" in body["predictions"][0] and "leaf" in body["predictions"][0]
+    finally:
+        env.admin.request("PUT", "/v1/admin/monitor/credit/config", {"enforcement": {"action": "none"}})
+
+
+def test_store_tables_are_ours(tmp_path: Path, env: Env) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(env.mon.gw.store.path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.close()
+    assert {"monitor_subjects", "monitor_history", "monitor_warnings", "monitor_groups", "monitor_checkpoint"} <= tables
