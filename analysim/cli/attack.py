@@ -6,19 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from analysim.cli.argtypes import positive_int
 from analysim.errors import UserError
 
 STRATEGY_CHOICES = ("benign", "random", "pathfinding", "colluding")
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,9 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--keys-file", help="file with one API key per line (added to --key)")
     p.add_argument("--model", required=True, help="model id")
     p.add_argument("--strategy", required=True, choices=STRATEGY_CHOICES)
-    p.add_argument("--budget", type=_positive, help="maximum queries (default: benign each dataset row once, "
+    p.add_argument("--budget", type=positive_int, help="maximum queries (default: benign each dataset row once, "
                                                     "random 1000, pathfinding until no leaf is left)")  # fmt: skip
-    p.add_argument("--accounts", type=_positive, default=1, help="split the queries across K accounts (default 1)")
+    p.add_argument("--accounts", type=positive_int, default=1, help="split the queries across K accounts (default 1)")
     p.add_argument("--collude-base", choices=("benign", "random", "pathfinding"), default="pathfinding",
                    help="the strategy colluders split (default pathfinding)")  # fmt: skip
     p.add_argument("--dataset", help="benign: rows to draw queries from (built-in name or file; the target column is dropped)")

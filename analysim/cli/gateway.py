@@ -6,44 +6,8 @@ import argparse
 import os
 import sys
 
+from analysim.cli.argtypes import nonneg_int, port, positive_int, rate
 from analysim.errors import UserError
-
-
-def _port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {v}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
-    return v
-
-
-def _positive(text: str) -> int:
-    v = _nonneg(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
-    return v
-
-
-def _rate(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,14 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--db", required=True, help="SQLite store (created if absent)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_port, default=8080, help="HTTP port (0 = any free port)")
-    p.add_argument("--grpc-port", type=_port, default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--port", type=port, default=8080, help="HTTP port (0 = any free port)")
+    p.add_argument("--grpc-port", type=port, default=50051, help="gRPC port (0 = any free port)")
     p.add_argument("--admin-key-file", help="file holding the admin key (else $ANALYSIM_ADMIN_KEY)")
     p.add_argument("--port-file", help='write {"host", "http", "grpc"} here (atomically) once listening')
-    p.add_argument("--max-body-bytes", type=_positive, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
-    p.add_argument("--max-batch-rows", type=_positive, default=1000, help="larger batches get 413 (default 1000)")
-    p.add_argument("--default-quota-rows", type=_nonneg, help="per-user row quota (default: unlimited)")
-    p.add_argument("--default-rate-limit", type=_rate, help="per-user requests/s (default: unlimited)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
+    p.add_argument("--max-batch-rows", type=positive_int, default=1000, help="larger batches get 413 (default 1000)")
+    p.add_argument("--default-quota-rows", type=nonneg_int, help="per-user row quota (default: unlimited)")
+    p.add_argument("--default-rate-limit", type=rate, help="per-user requests/s (default: unlimited)")
     p.add_argument("--no-monitor", action="store_true",
                    help="serve without the in-process extraction monitor (it is on by default)")
     p.add_argument("--monitor-checkpoint-interval", type=float, default=1.0, metavar="S",

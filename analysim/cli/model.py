@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysim.cli.argtypes import positive_int
 from analysim.errors import UserError
 
 if TYPE_CHECKING:
@@ -15,15 +16,6 @@ if TYPE_CHECKING:
 
 MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t.add_argument("--db", required=True, help="SQLite store (created if absent)")
     t.add_argument("--dataset", required=True, help="iris, wine, breast_cancer, digits, or a CSV / german.data file")
     t.add_argument("--target", help="target column of a file (default: credit, income, else the last column)")
-    t.add_argument("--max-depth", type=_positive)
-    t.add_argument("--max-leaf-nodes", type=_positive)
+    t.add_argument("--max-depth", type=positive_int)
+    t.add_argument("--max-leaf-nodes", type=positive_int)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--name", required=True, help="model id")
     t.add_argument("--replace", action="store_true", help="overwrite a model with the same id")

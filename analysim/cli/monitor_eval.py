@@ -6,17 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysim.cli.argtypes import positive_int
 from analysim.errors import UserError
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,11 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", help="target column (default as for 'model train')")
     p.add_argument("--strategies", default="benign,random,pathfinding,colluding",
                    help="comma-separated (default benign,random,pathfinding,colluding)")  # fmt: skip
-    p.add_argument("--accounts", type=_positive, default=3, help="colluding accounts K (default 3)")
+    p.add_argument("--accounts", type=positive_int, default=3, help="colluding accounts K (default 3)")
     p.add_argument("--collude-base", choices=("benign", "random", "pathfinding"), default="pathfinding")
-    p.add_argument("--max-leaf-nodes", type=_positive, default=26, help="default 26 (Tramèr et al.'s German tree)")
-    p.add_argument("--max-depth", type=_positive)
-    p.add_argument("--budget", type=_positive, default=2000, help="queries for random (default 2000)")
+    p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="default 26 (Tramèr et al.'s German tree)")
+    p.add_argument("--max-depth", type=positive_int)
+    p.add_argument("--budget", type=positive_int, default=2000, help="queries for random (default 2000)")
     p.add_argument("--oracle", choices=("leaf", "confidence"), default="leaf",
                    help="what the policy reveals as leaf identity: leaf ids, or label + confidence (BigML)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
