@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/analysim simulate --out out/demo
+	$(BIN)/analysim up --out out/demo --plots
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,1 +1,4 @@
-"""scheduler_svc"""
+"""The live scheduler service: drives the simulation core from the network (docs/live.md).
+
+``python -m scheduler_svc serve ...``; ``scheduler_svc.client.SchedulerClient`` for clients.
+"""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -61,14 +62,15 @@ def forward_args(args: argparse.Namespace) -> list[str]:
 
 
 def cluster_spec(args: argparse.Namespace) -> str:
+    """The --cluster to give every process (they run in the repository root: files made absolute)."""
     if args.cluster:
-        return args.cluster
+        return str(Path(args.cluster).resolve()) if Path(args.cluster).is_file() else args.cluster
     if args.trace:
         from analysim.traces import detect_format
 
         fmt = args.format if args.format != "auto" else detect_format(args.trace)
         return DEFAULT_CLUSTER.get(fmt, "philly")
-    return "philly"
+    return DEFAULT_CLUSTER.get("synthetic", "philly")  # as analysim simulate chooses
 
 
 def main(args: argparse.Namespace) -> int:
@@ -79,15 +81,20 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--agents must be at least 1")
     if args.mode != "replay":
         raise UserError("analysim up replays traces in time: --mode inflate is offline only (analysim simulate)")
-    spec = cluster_spec(args)
+    spec = args.cluster = cluster_spec(args)
     cluster = parse_cluster(spec)
     if args.trace and not Path(args.trace).exists():
         raise UserError(f"{args.trace}: no such file")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))
     sched_args = forward_args(args)
-    if args.cluster is None:
-        sched_args += ["--cluster", spec]
+    if args.journal is None:
+        # With the logs, and fresh: resuming is for an explicit --journal.
+        for suffix in ("", "-wal", "-shm"):
+            (workdir / f"journal.db{suffix}").unlink(missing_ok=True)
+        sched_args += ["--journal", str(workdir / "journal.db")]
     run = LocalRun(workdir)
+    # SIGTERM (e.g. from `timeout` or a supervisor) stops the children in order, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         info = run.start_scheduler(sched_args)
         print(f"scheduler  grpc {run.target}   metrics http://{info['host']}:{info['metrics']}/metrics")

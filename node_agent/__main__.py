@@ -1,0 +1,3 @@
+from node_agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""Command line of the node agent: ``analysim agent`` and ``python -m node_agent``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from analysim.clusters import parse_cluster
+from analysim.errors import UserError
+
+
+def add_agent_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", required=True, metavar="HOST:PORT", help="the scheduler's gRPC address")
+    p.add_argument("--cluster", default="philly",
+                   help="the cluster spec the scheduler runs (preset, NxG[:MODEL] or file; default philly)")
+    p.add_argument("--nodes", type=int, help="how many of its nodes this process fakes (default: all from --first-node)")
+    p.add_argument("--first-node", type=int, default=0, help="index of the first of them in the cluster (default 0)")
+    p.add_argument("--agent-id", help="stable name, kept across restarts (default agent-<first node>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic telemetry")
+    p.add_argument("--host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, default=0, help="/metrics port (default 0: any free port)")
+    p.add_argument("--port-file", help="write the bound /metrics port here (JSON) once connected")
+    p.add_argument("--fail-rate", type=float, default=0.0, metavar="P",
+                   help="inject faults: each launch fails part-way with probability P (by --seed; default 0)")
+    p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
+                   help="give up after S wall seconds without a scheduler (default 60)")
+    p.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    from node_agent.agent import Agent, Connection, FatalError
+    from node_agent.metrics import registry_for
+    from scheduler_svc.server import start_metrics, write_port_file
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s")
+    cluster = parse_cluster(args.cluster)
+    total = len(cluster.nodes)
+    n = args.nodes if args.nodes is not None else total - args.first_node
+    if not (0 <= args.first_node < total and 1 <= n <= total - args.first_node):
+        raise UserError(f"--first-node {args.first_node} --nodes {n}: cluster {cluster.name!r} has {total} nodes")
+    nodes = list(cluster.nodes[args.first_node: args.first_node + n])
+    if not 0.0 <= args.fail_rate <= 1.0:
+        raise UserError(f"--fail-rate must be between 0 and 1, got {args.fail_rate}")
+    agent = Agent(args.agent_id or f"agent-{args.first_node}", nodes, seed=args.seed, fail_rate=args.fail_rate)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        runner, port = await start_metrics(registry_for(agent), args.host, args.metrics_port)
+        if args.port_file:
+            write_port_file(args.port_file, {"host": args.host, "metrics": port, "pid": os.getpid()})
+        conn = Connection(agent, args.scheduler, args.connect_timeout)
+        try:
+            await conn.run(stop)
+        except FatalError as e:
+            print(f"analysim agent: error: {e}", file=sys.stderr)
+            return 2
+        finally:
+            await runner.cleanup()
+        return 0
+
+    return asyncio.run(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m node_agent", description="AnalySIM fake node agent")
+    add_agent_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as e:
+        print(f"node_agent: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

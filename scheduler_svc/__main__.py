@@ -1,0 +1,3 @@
+from scheduler_svc.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Command line of the scheduler service: ``python -m scheduler_svc serve ...`` (and what
+``analysim up`` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import tempfile
+from pathlib import Path
+
+from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.errors import UserError
+
+
+def parse_speed(text: str) -> float | None:
+    """``max`` (lockstep) or a positive number of virtual seconds per wall second."""
+    if text == "max":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speed must be 'max' or a positive number, not {text!r}") from None
+    if not 0 < v <= 1e9:
+        raise argparse.ArgumentTypeError(f"speed must be in (0, 1e9], got {v:g}")
+    return v
+
+
+def add_service_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("--policy", default="fifo", help="queue policy (as analysim simulate)")
+    p.add_argument("--placement", default="consolidate", help="placement (as analysim simulate)")
+    p.add_argument("--speed", type=parse_speed, default=None,
+                   help="'max' (default): lockstep, as fast as the agents answer; S: S virtual seconds per wall second")
+    p.add_argument("--paced-lag", type=float, default=0.0, metavar="S",
+                   help="paced mode: take events up S wall seconds after they are due, so that agents' reports "
+                        "up to S late are still exact (decisions keep their virtual times; default 0)")
+    p.add_argument("--heartbeat-deadline", type=float, default=5.0, metavar="S",
+                   help="wall seconds without a message before an agent's nodes are marked down (default 5)")
+    p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
+                                                "an existing one is resumed")
+    p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay")
+    p.add_argument("--plots", action="store_true", help="with --out, also the PNG plots")
+    p.add_argument("--no-offline-check", action="store_true",
+                   help="skip the offline run that the summary's fidelity figures compare against")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="gRPC port (default 0: any free port)")
+    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (default 0: any)")
+    p.add_argument("--port-file", help="write the bound ports here (JSON) once serving")
+    p.add_argument("--exit-when-done", action="store_true", help="stop once every trace job is accounted for")
+    p.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scheduler_svc.core import LiveScheduler
+    from scheduler_svc.journal import Journal
+    from scheduler_svc.metrics import SchedulerMetrics
+    from scheduler_svc.server import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s scheduler %(levelname)s %(message)s")
+    if not 0 <= args.paced_lag <= 10:
+        raise UserError(f"--paced-lag must be between 0 and 10 wall seconds, got {args.paced_lag:g}")
+    if args.mode != "replay":
+        raise UserError("the live scheduler replays traces in time: --mode inflate is offline only")
+    trace, cluster = load_inputs(args)
+    opts = run_options(args, args.policy, args.placement)
+    journal_path = args.journal or Path(tempfile.mkdtemp(prefix="analysim-journal-")) / "journal.db"
+
+    async def main() -> None:
+        # The scheduler's asyncio objects must be made on the loop that runs them.
+        journal = Journal(journal_path)
+        try:
+            live = LiveScheduler(cluster, opts, trace.jobs, journal=journal, metrics=SchedulerMetrics(),
+                                 speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,
+                                 heartbeat_deadline_s=args.heartbeat_deadline, out=args.out, plots=args.plots,
+                                 offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag)
+        except ValueError as e:
+            journal.close()
+            raise UserError(str(e)) from None
+        # The trace and the engine's tables live for the whole run: out of the collector's sight,
+        # so that full collections (latency spikes on a lockstep step) stay cheap.
+        gc.collect()
+        gc.freeze()
+        await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done)
+
+    asyncio.run(main())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_service_arguments(sub.add_parser("serve", help="run the scheduler service"))
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as e:
+        print(f"scheduler_svc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,101 @@
+"""A small synchronous Python client for the scheduler service.
+
+    with SchedulerClient("127.0.0.1:50051") as c:
+        job = c.submit(num_gpus=4, duration_s=3600, vc="default")
+        print(c.get_job(job.job_id).status, c.cluster_state().clock.time_s)
+
+Errors are ``grpc.RpcError`` (e.g. INVALID_ARGUMENT with the server's message in ``details()``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos.analysim.v1 import scheduler_pb2 as spb
+from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
+
+
+class SchedulerClient:
+    def __init__(self, target: str, timeout_s: float = 10.0) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(target)
+        self.stub = spb_grpc.SchedulerServiceStub(self.channel)
+
+    def __enter__(self) -> SchedulerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def wait_ready(self, deadline_s: float = 30.0) -> None:
+        """Until the health service says SERVING (or raise TimeoutError)."""
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > end:
+                raise TimeoutError(f"scheduler at {self.target} not serving after {deadline_s:g} s")
+            time.sleep(0.05)
+
+    def submit(self, num_gpus: int, duration_s: float, *, job_id: str = "", vc: str = "", user: str = "",
+               gpu_milli: int = 0, gpu_models: Sequence[str] = (), cpu_milli: int = 0,
+               memory_mib: int = 0) -> spb.JobInfo:
+        req = spb.JobRequest(job_id=job_id, num_gpus=num_gpus, gpu_milli=gpu_milli, duration_s=duration_s, vc=vc,
+                             user=user, gpu_models=list(gpu_models), cpu_milli=cpu_milli, memory_mib=memory_mib)
+        return self.stub.SubmitJob(req, timeout=self.timeout_s)
+
+    def cancel(self, job_id: str) -> spb.JobInfo:
+        return self.stub.CancelJob(spb.JobId(job_id=job_id), timeout=self.timeout_s)
+
+    def get_job(self, job_id: str) -> spb.JobInfo:
+        return self.stub.GetJob(spb.JobId(job_id=job_id), timeout=self.timeout_s)
+
+    def list_jobs(self, status: str = "", vc: str = "", limit: int = 100, offset: int = 0) -> spb.ListJobsResponse:
+        return self.stub.ListJobs(spb.ListJobsRequest(status=status, vc=vc, limit=limit, offset=offset),
+                                  timeout=self.timeout_s)
+
+    def cluster_state(self, nodes: bool = False, queue_limit: int = 20) -> spb.ClusterState:
+        return self.stub.GetClusterState(spb.ClusterStateRequest(nodes=nodes, queue_limit=queue_limit),
+                                         timeout=self.timeout_s)
+
+    def watch(self, kinds: Sequence[str] = ()) -> Iterator[spb.Event]:
+        """Events as they happen (an endless iterator; cancel it with ``.cancel()``)."""
+        return self.stub.WatchEvents(spb.WatchRequest(kinds=list(kinds)))
+
+    def pause(self) -> spb.ClockState:
+        return self.stub.Pause(spb.ClockRequest(), timeout=self.timeout_s)
+
+    def resume(self) -> spb.ClockState:
+        return self.stub.Resume(spb.ClockRequest(), timeout=self.timeout_s)
+
+    def set_speed(self, speed: float | None) -> spb.ClockState:
+        """A number: paced; None: lockstep (``--speed max``)."""
+        req = spb.SpeedRequest(max=True) if speed is None else spb.SpeedRequest(speed=speed)
+        return self.stub.SetSpeed(req, timeout=self.timeout_s)
+
+    def summary(self) -> tuple[bool, dict]:
+        r = self.stub.GetSummary(spb.SummaryRequest(), timeout=max(self.timeout_s, 60.0))
+        return r.done, json.loads(r.summary_json)
+
+    def wait_done(self, deadline_s: float, poll_s: float = 0.1) -> dict:
+        """Until the replay is done; its summary (or TimeoutError)."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.cluster_state(queue_limit=1).replay_done:
+                return self.summary()[1]
+            time.sleep(poll_s)
+        raise TimeoutError(f"replay not done after {deadline_s:g} s")

@@ -1,0 +1,31 @@
+"""The scheduler's virtual clock."""
+
+from __future__ import annotations
+
+import time
+
+from protos.analysim.v1 import agent_pb2 as apb
+
+
+class VirtualClock:
+    """Virtual seconds. Lockstep or paused: moves only when set. Paced: t0 + speed x (wall - w0)."""
+
+    def __init__(self, speed: float | None) -> None:
+        self.lockstep = speed is None
+        self.speed = float(speed) if speed else 1.0
+        self.paused = False
+        self.t0 = 0.0
+        self.w0 = time.monotonic()
+
+    def now(self) -> float:
+        if self.lockstep or self.paused:
+            return self.t0
+        return self.t0 + self.speed * (time.monotonic() - self.w0)
+
+    def set(self, t: float) -> None:
+        self.t0 = t
+        self.w0 = time.monotonic()
+
+    def update(self, step: int = 0) -> apb.ClockUpdate:
+        return apb.ClockUpdate(time_s=self.now(), speed=self.speed, lockstep=self.lockstep,
+                               paused=self.paused, step=step)

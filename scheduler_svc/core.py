@@ -1,0 +1,820 @@
+"""The live scheduler: drives the simulation core (``analysim.core.engine.Engine``) from the
+network. No scheduling logic lives here — arrivals (trace replayer and clients), completions
+and node state (agents) go into the engine as events; its decisions go out to the agents as
+commands.
+
+The engine runs with ``predict_completions=False``: it never decides when a job ends, the
+agents do. A Launch carries the engine's numbers for the job (remaining work, overhead,
+slowdown) and the agent computes ``end = t + overhead + remaining * slowdown`` with the same
+float arithmetic as the engine, so a lockstep replay reproduces ``analysim simulate`` exactly.
+
+Two clock modes:
+
+- lockstep (``speed=None``, ``--speed max``): conservative synchronisation. Each step sends
+  every connected agent its commands and the next virtual time T; each agent applies the
+  commands, moves its clock to T, reports the completions at T and its lookahead (earliest
+  pending completion) in an Ack. Only when every agent has acknowledged does the scheduler
+  feed those completions to the engine, run the engine to T, and pick the next T: the minimum
+  of the engine's next event, the trace's next arrival, and each agent's lookahead bound
+  (its last reported lookahead, lowered by the ends of the launches just sent to it). One
+  round trip per step, and no agent can report an event earlier than a time the engine has
+  already passed.
+- paced (``speed=S``): virtual time = start + S x wall time; the engine is run up to "now"
+  whenever an event is due or an agent reports; agents report completions when their own
+  clock (re-anchored by every clock update) passes them.
+
+Everything runs on one asyncio loop (the gRPC servicers too), so the engine needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from analysim.core.cluster import ClusterSpec
+from analysim.core.engine import Decision, Engine, InfeasibleJob
+from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
+from analysim.core.metrics import MetricsRecorder
+from analysim.core.policies import build_policy
+from analysim.errors import UserError
+from analysim.simulation import RunOptions, _header, filter_for_cluster
+from protos.analysim.v1 import agent_pb2 as apb
+from scheduler_svc.clock import VirtualClock
+from scheduler_svc.journal import TERMINAL, Journal
+from scheduler_svc.metrics import SchedulerMetrics
+from scheduler_svc.sessions import Placed, Session, plausible
+from scheduler_svc.summary import build_summary, fidelity
+
+log = logging.getLogger("scheduler_svc")
+INF = math.inf
+CLOCK_BROADCAST_S = 1.0  # paced mode: re-anchor the agents' clocks this often (wall)
+PACED_MAX_WAIT_S = 0.25
+
+
+class InvalidJob(ValueError):
+    """A client's job that can never run here: INVALID_ARGUMENT, with this message."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class _LiveRecorder(MetricsRecorder):
+    """The standard recorder; a job an agent reported failed is recorded as failed (the engine
+    stops it the way it stops a cancelled one)."""
+
+    failing: set[str]
+    rows: dict[str, dict]
+
+    def job_ended(self, engine: Engine, job: JobRun) -> None:
+        if job.job_id in self.failing:
+            job.status = JobStatus.FAILED
+        super().job_ended(engine, job)
+        self.rows[job.job_id] = self.jobs[-1]
+
+
+class LiveScheduler:
+    def __init__(self, cluster: ClusterSpec, opts: RunOptions, trace_jobs: Sequence[JobSpec], *,
+                 journal: Journal, metrics: SchedulerMetrics, speed: float | None = None,
+                 trace_source: str = "", trace_filtered: dict[str, int] | None = None,
+                 heartbeat_deadline_s: float = 5.0, out: Path | None = None, plots: bool = False,
+                 offline_check: bool = True, paced_lag_s: float = 0.0) -> None:
+        self.cluster, self.opts, self.journal, self.metrics = cluster, opts, journal, metrics
+        self.heartbeat_deadline_s = heartbeat_deadline_s
+        self.paced_lag_s = paced_lag_s
+        self.out, self.plots, self.offline_check = out, plots, offline_check
+        self.trace_source = trace_source
+        policy = build_policy(opts.policy, opts.placement, backfill=opts.backfill)
+        # Exactly what analysim.simulation.run does with a trace, so that the runs can be compared.
+        jobs = sorted(trace_jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(trace_jobs)
+        self.offline_input = jobs
+        self.trace_filtered = trace_filtered
+        span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
+        interval = max(1.0, math.ceil(span / max(opts.sample_points, 1))) if span > 0 else 60.0
+        self.failing: set[str] = set()
+        self.recorder = _LiveRecorder(sample_interval_s=interval, fgd=opts.fgd_metric)
+        self.recorder.failing = self.failing
+        self.recorder.rows = {}
+        self.engine = Engine(cluster, policy, replace(opts.engine_config(), predict_completions=False),
+                             recorder=self.recorder, workload=jobs)
+        if self.recorder.fgd:
+            # Built now rather than at the first sample: a first build costs tens of milliseconds,
+            # a stall a paced replay would feel (its incremental refresh keeps it exact after).
+            self.engine.fragmentation_index()
+        self._validator = Engine(cluster, policy, self.engine.config)
+        kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
+        self.header = _header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
+        self.trace_total = len(kept)
+        self.clock = VirtualClock(speed)
+        self.sessions: dict[str, Session] = {}
+        self.node_owner: dict[str, Session] = {}
+        self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.placed: dict[str, Placed] = {}
+        self.source: dict[str, str] = {}
+        self.restored: dict[str, dict] = {}  # jobs that ended before a restart: their records
+        self.started = False
+        self.done = False
+        self.summary: dict | None = None
+        self.t_cur = 0.0
+        self._step = 0
+        self._pending_acks: set[Session] = set()
+        self._completions: list[tuple[float, int, str]] = []
+        self._failures: list[tuple[float, str, str]] = []
+        self._dec_idx = 0
+        self._launch_seq = 0
+        self._terminal = 0
+        self._kick = asyncio.Event()
+        self._stopping = False
+        self._idle = True
+        self._last_clock_broadcast = 0.0
+        self._watchdog_paused = False
+        self.latencies: list[float] = []
+        self.steps = 0
+        self.wall_start: float | None = None
+        self.wall_done: float | None = None
+        self.virtual_start = 0.0
+        self.agents_lost = 0
+        self.watchers: list[asyncio.Queue] = []
+        self._client_seq = 0
+        self.trace_skipped = 0
+        self._finishing = False
+        self._started_ids: set[str] = set()
+        self._held: dict[str, JobSpec] = {}  # accepted, but the nodes up now cannot hold them: wait
+        self._held_up = -1
+        self._restore(kept)
+        metrics.attach(self)
+
+    # ------------------------------------------------------------------ restart
+
+    def _restore(self, kept: list[JobSpec]) -> None:
+        """Resume from the journal: ended jobs keep their records, the others are resubmitted."""
+        ident = {"trace": self.trace_source, "cluster": self.cluster.name, "policy": self.engine.policy.name,
+                 "seed": self.opts.seed, "trace_jobs": len(kept)}
+        meta = self.journal.meta()
+        if meta.get("identity") not in (None, ident):
+            raise UserError(f"journal {self.journal.path} belongs to another run ({meta['identity']}); "
+                            f"this one is {ident}: give a fresh --journal")
+        self.journal.set_meta("identity", ident)
+        rows = self.journal.jobs()
+        seen = set()
+        if rows:
+            t = float(meta.get("clock", 0.0))
+            if t > 0:
+                self.engine.run(until=t)  # no events yet: only moves the clock
+            self.t_cur = t
+            self.clock.set(t)
+            for job_id, source, spec, status, record in rows:
+                seen.add(job_id)
+                self.source[job_id] = source
+                if source == "client":
+                    self._client_seq += 1
+                if status in TERMINAL and record is not None:
+                    self.restored[job_id] = record
+                    self.recorder.jobs.append(record)
+                else:
+                    self._engine_submit(spec)
+            log.info("resumed from %s at t=%.1f: %d ended, %d resubmitted", self.journal.path, t,
+                     len(self.restored), len(rows) - len(self.restored))
+        self.trace_jobs = [j for j in kept if j.job_id not in seen]
+        self._cursor = 0
+        self.journal.commit()
+
+    # --------------------------------------------------------------- the trace
+
+    def _feed(self, until: float) -> None:
+        jobs, i, n = self.trace_jobs, self._cursor, len(self.trace_jobs)
+        if i >= n or jobs[i].submit_s > until:
+            return
+        batch = []
+        while i < n and jobs[i].submit_s <= until:
+            spec = jobs[i]
+            i += 1
+            try:
+                self._engine_submit(spec)
+            except InfeasibleJob as e:  # a client took the id first
+                log.warning("trace job skipped: %s", e)
+                self.trace_skipped += 1
+                continue
+            self.source[spec.job_id] = "trace"
+            self.metrics.submitted.labels(spec.vc, "trace").inc()
+            batch.append(spec)
+        self._cursor = i
+        self.journal.add_jobs(batch, "trace")
+
+    def _engine_submit(self, spec: JobSpec) -> None:
+        """Into the engine; or, if only the nodes that are down right now could hold it, held
+        until nodes come back (the engine refuses what its up nodes cannot hold)."""
+        try:
+            self.engine.submit(spec)
+        except InfeasibleJob as e:
+            if e.reason == "duplicate_id":
+                raise
+            self._validator.check_feasible(spec)  # never feasible: the caller's error
+            self._held[spec.job_id] = spec
+
+    def _release_held(self) -> None:
+        if not self._held:
+            return
+        up = int(self.engine.state.up.sum())
+        if up == self._held_up:
+            return
+        self._held_up = up
+        for job_id, spec in list(self._held.items()):
+            try:
+                self.engine.submit(spec)
+            except InfeasibleJob:
+                continue
+            del self._held[job_id]
+
+    def _trace_next(self) -> float:
+        return self.trace_jobs[self._cursor].submit_s if self._cursor < len(self.trace_jobs) else INF
+
+    # ------------------------------------------------------------------ agents
+
+    def register(self, agent_id: str, nodes: Sequence[apb.NodeInfo]) -> Session:
+        """Check an agent's nodes against the cluster; raise InvalidJob-style ValueError if wrong."""
+        if not nodes:
+            raise ValueError("an agent must register at least one node")
+        names = []
+        for n in nodes:
+            i = self.node_index.get(n.name)
+            if i is None:
+                raise ValueError(f"node {n.name!r} is not part of cluster {self.cluster.name!r}")
+            spec = self.cluster.nodes[i]
+            if (n.gpus, n.gpu_model) != (spec.gpus, spec.gpu_model):
+                raise ValueError(f"node {n.name!r}: registered with {n.gpus}x{n.gpu_model}, but the cluster "
+                                 f"has {spec.gpus}x{spec.gpu_model}")
+            names.append(n.name)
+        if len(set(names)) != len(names):
+            raise ValueError("a node is registered twice")
+        for name in names:
+            owner = self.node_owner.get(name)
+            if owner is not None and owner.agent_id != agent_id:
+                raise ValueError(f"node {name!r} is held by agent {owner.agent_id!r}")
+        # The same agent coming back (a restart): its previous session is over, and its jobs with it.
+        for s in list(self.sessions.values()):
+            if s.agent_id == agent_id or set(s.nodes) & set(names):
+                self.lose(s, "replaced by a new registration")
+        s = Session(agent_id=agent_id, session_id=uuid.uuid4().hex, nodes=tuple(names))
+        self.sessions[s.session_id] = s
+        return s
+
+    def attach(self, s: Session) -> None:
+        """The session's stream is open: its nodes are up."""
+        s.connected = True
+        s.last_seen = time.monotonic()
+        at = self._event_time()
+        for name in s.nodes:
+            self.node_owner[name] = s
+            if self.started and not self.engine.state.up[self.node_index[name]]:
+                self.engine.node_up(name, at=at)
+                self._publish("node_up", "", (name,), f"agent {s.agent_id}")
+        s.outbox.put_nowait(apb.SchedulerMessage(clock=self.clock.update(0)))
+        self._count_sent(1)
+        if not self.started and len(self.node_owner) == len(self.cluster.nodes):
+            self._start()
+        self._kick.set()
+
+    def lose(self, s: Session, why: str) -> None:
+        if s.lost:
+            return
+        was_connected = s.connected
+        s.lost, s.connected = True, False
+        self.sessions.pop(s.session_id, None)
+        self._pending_acks.discard(s)
+        s.outbox.put_nowait(None)  # ends its stream if still open
+        if not was_connected:
+            return
+        self.agents_lost += 1
+        self.metrics.agents_lost.inc()
+        log.warning("agent %s lost (%s): %d node(s) down", s.agent_id, why, len(s.nodes))
+        at = self._event_time()  # one instant for all its nodes: a paced clock moves between calls
+        for name in s.nodes:
+            if self.node_owner.get(name) is s:
+                del self.node_owner[name]
+                if self.started:
+                    self.engine.node_down(name, at=at)
+                    self._publish("node_down", "", (name,), f"agent {s.agent_id}: {why}")
+        self._kick.set()
+
+    def _event_time(self) -> float:
+        """When an outside event happens: the time the agents were last told (lockstep), or now."""
+        return self.t_cur if self.clock.lockstep else max(self.clock.now(), self.engine.now)
+
+    def on_agent_message(self, s: Session, msg: apb.AgentMessage) -> None:
+        if s.lost:
+            return
+        s.last_seen = time.monotonic()
+        self.metrics.received.inc()
+        for ev in msg.events:
+            self._on_job_event(s, ev)
+        if msg.HasField("heartbeat"):
+            self._on_heartbeat(s, msg.heartbeat)
+        if msg.HasField("ack"):
+            ack = msg.ack
+            if s in self._pending_acks and ack.step == self._step:
+                s.bound = ack.lookahead_s
+                self._pending_acks.discard(s)
+                if not self._pending_acks:
+                    self._kick.set()
+        elif msg.events and not self.clock.lockstep:
+            self._kick.set()
+
+    def _on_job_event(self, s: Session, ev: apb.JobEvent) -> None:
+        p = self.placed.get(ev.job_id)
+        if ev.kind == apb.JobEvent.STARTED:
+            # Only a confirmation (the engine started it already); paced, it can cross a preemption.
+            return
+        if p is None or p.launch_id != ev.launch_id or s not in p.sessions:
+            reason = "unknown_job" if ev.job_id not in self.engine.jobs else "stale_launch"
+            log.warning("agent %s reported %s for %s (launch %d): %s; ignored", s.agent_id,
+                        apb.JobEvent.Kind.Name(ev.kind), ev.job_id, ev.launch_id, reason.replace("_", " "))
+            self.metrics.agent_events.labels(reason).inc()
+            return
+        if not math.isfinite(ev.time_s):
+            self.metrics.agent_events.labels("bad_time").inc()
+            return
+        if ev.kind == apb.JobEvent.FINISHED:
+            self._completions.append((ev.time_s, ev.launch_id, ev.job_id))
+            if not self.clock.lockstep and log.isEnabledFor(logging.DEBUG):
+                log.debug("finished %s at %.1f, reported %.1f virtual s later (engine at %.1f)", ev.job_id,
+                          ev.time_s, self.clock.now() - ev.time_s, self.engine.now)
+        elif ev.kind == apb.JobEvent.FAILED:
+            self._failures.append((ev.time_s, ev.job_id, ev.message))
+
+    def _on_heartbeat(self, s: Session, hb: apb.Heartbeat) -> None:
+        for node in hb.nodes:
+            i = self.node_index.get(node.node)
+            if i is None or node.node not in s.nodes:
+                self.metrics.agent_events.labels("unknown_node").inc()
+                log.warning("agent %s sent telemetry for node %r it does not hold; ignored", s.agent_id, node.node)
+                continue
+            gpus = self.cluster.nodes[i].gpus
+            bad = [g for g in node.gpus if not plausible(g, gpus)]
+            if bad:
+                self.metrics.agent_events.labels("impossible_gpu_state").inc()
+                log.warning("agent %s: impossible GPU state on %s (GPU %d: util %.3g, memory %.3g/%.3g B, "
+                            "%.3g W, %.3g C); telemetry ignored", s.agent_id, node.node, bad[0].index,
+                            bad[0].utilization, bad[0].memory_used_bytes, bad[0].memory_total_bytes,
+                            bad[0].power_watts, bad[0].temperature_celsius)
+                continue
+            s.telemetry[node.node] = node
+
+    async def watchdog(self) -> None:
+        """Agents that stop talking for ``heartbeat_deadline_s`` wall seconds are lost."""
+        period = min(0.5, self.heartbeat_deadline_s / 4)
+        while not self._stopping:
+            await asyncio.sleep(period)
+            if self._watchdog_paused:
+                continue
+            now = time.monotonic()
+            for s in list(self.sessions.values()):
+                if now - s.last_seen > self.heartbeat_deadline_s:
+                    self.lose(s, f"no message for {now - s.last_seen:.1f} s")
+
+    # ------------------------------------------------------------------ clients
+
+    def submit_client(self, spec: JobSpec) -> None:
+        if spec.job_id in self.engine.jobs or spec.job_id in self.restored or spec.job_id in self._held:
+            raise KeyError(spec.job_id)
+        self.validate(spec)
+        self._engine_submit(spec)
+        self.source[spec.job_id] = "client"
+        self.journal.add_jobs([spec], "client")
+        self.journal.commit()  # acknowledged means durable
+        self.metrics.submitted.labels(spec.vc, "client").inc()
+        self._publish("submit", spec.job_id, (), "client")
+        self._kick.set()
+
+    def next_client_id(self) -> str:
+        while True:
+            self._client_seq += 1
+            job_id = f"client-{self._client_seq:06d}"
+            if job_id not in self.engine.jobs and job_id not in self.restored and job_id not in self._held:
+                return job_id
+
+    def validate(self, spec: JobSpec) -> None:
+        c = self.cluster
+        if not spec.job_id or len(spec.job_id) > 200:
+            raise InvalidJob("job_id must be 1 to 200 characters", "bad_id")
+        if spec.duration_s is None or not math.isfinite(spec.duration_s) or spec.duration_s < 0:
+            raise InvalidJob(f"duration_s must be a finite number >= 0, got {spec.duration_s}", "bad_duration")
+        if spec.num_gpus < 1:
+            raise InvalidJob("num_gpus must be at least 1", "bad_gpus")
+        if not 0 < spec.gpu_milli <= GPU_MILLI or (spec.gpu_milli < GPU_MILLI and spec.num_gpus != 1):
+            raise InvalidJob("gpu_milli must be in 1..1000, and below 1000 only for a 1-GPU job", "bad_gpus")
+        if c.vcs and c.vc(spec.vc) is None:
+            raise InvalidJob(f"unknown virtual cluster {spec.vc!r}; known: {', '.join(v.name for v in c.vcs)}",
+                             "unknown_vc")
+        unknown = [m for m in spec.gpu_models if m not in c.gpu_models]
+        if unknown:
+            raise InvalidJob(f"unknown GPU model {unknown[0]!r}; this cluster has {', '.join(c.gpu_models)}",
+                             "unknown_gpu_model")
+        biggest = max(n.gpus for n in c.nodes)
+        try:
+            # Against the whole cluster, not the live engine: a job is not invalid because some
+            # nodes are down right now (it waits for them).
+            self._validator.check_feasible(spec)
+        except InfeasibleJob as e:
+            extra = f" (the largest node has {biggest} GPUs, the cluster {c.total_gpus})" \
+                if e.reason == "larger_than_cluster" else ""
+            raise InvalidJob(str(e) + extra, e.reason) from None
+
+    def cancel(self, job_id: str) -> None:
+        job = self.engine.jobs.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        self.engine.cancel(job_id, at=self._event_time())
+        self._kick.set()
+
+    # --------------------------------------------------------------- the clock
+
+    def _start(self) -> None:
+        self.started = True
+        if self.t_cur == 0.0 and not self.journal.meta().get("clock"):
+            # Paced mode starts at the first arrival, as the offline run does; lockstep would
+            # jump there anyway.
+            first = self._trace_next()
+            if math.isfinite(first) and first > 0:
+                self.t_cur = first
+        self.clock.set(self.t_cur)
+        self.virtual_start = self.t_cur
+        self.wall_start = time.monotonic()
+        log.info("all %d nodes have agents: clock starts at t=%.1f (%s)", len(self.cluster.nodes), self.t_cur,
+                 "lockstep" if self.clock.lockstep else f"paced x{self.clock.speed:g}")
+        self._broadcast({}, sync=self.clock.lockstep)
+
+    def pause(self) -> None:
+        if not self.clock.paused:
+            self.clock.set(self.clock.now())
+            self.clock.paused = True
+            self._broadcast({}, sync=False)
+
+    def resume(self) -> None:
+        if self.clock.paused:
+            self.clock.paused = False
+            self.clock.set(self.clock.t0)
+            self._broadcast({}, sync=self.clock.lockstep)
+            self._kick.set()
+
+    def set_speed(self, speed: float | None) -> None:
+        """A number: paced at that speed from now on. None: lockstep."""
+        now = self.clock.now() if not self.clock.lockstep else self.t_cur
+        self.clock.lockstep = speed is None
+        if speed is not None:
+            self.clock.speed = float(speed)
+        self.clock.set(now)
+        self.t_cur = max(self.t_cur, now)
+        self._pending_acks.clear()
+        if self.started and not self.clock.paused:
+            self._broadcast({}, sync=self.clock.lockstep)
+        self._kick.set()
+
+    def achieved_speed(self) -> float:
+        if self.wall_start is None:
+            return 0.0
+        end = self.wall_done or time.monotonic()
+        return (self.clock.now() - self.virtual_start) / max(end - self.wall_start, 1e-9)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        while not self._stopping:
+            self._kick.clear()
+            timeout = None
+            if self.started and not self.clock.paused:
+                if self.clock.lockstep:
+                    if not self._pending_acks:
+                        self._lockstep_step()
+                        if not self._pending_acks and not self._idle:
+                            await asyncio.sleep(0)  # no agent to wait for: let the servicers in
+                            continue
+                else:
+                    timeout = self._paced_tick()
+            self._check_done()
+            if self.journal.due():
+                self.journal.set_meta("clock", self.engine.now)
+                self.journal.commit()
+            if self._kick.is_set():
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._kick.set()
+        for s in list(self.sessions.values()):
+            s.outbox.put_nowait(None)
+
+    def _deliver(self) -> None:
+        """Agents' reports into the engine, completions in launch order within a time (the order
+        in which the offline engine, which pushed each completion at launch, takes them)."""
+        if self._completions:
+            comps = sorted(self._completions)
+            self._completions.clear()
+            for t, lid, job_id in comps:
+                p = self.placed.get(job_id)
+                if p is not None and p.launch_id == lid:
+                    self.engine.job_finished(job_id, at=t)
+        if self._failures:
+            for t, job_id, msg in sorted(self._failures):
+                if job_id in self.placed:
+                    log.info("job %s failed on its agent: %s", job_id, msg or "no reason given")
+                    self.failing.add(job_id)
+                    self.engine.cancel(job_id, at=t)
+            self._failures.clear()
+
+    def _lockstep_step(self) -> None:
+        T = self.t_cur
+        w = time.perf_counter()
+        self._deliver()
+        self._feed(T)
+        nxt = self.engine.next_event_time()
+        ran = nxt is not None and nxt <= T
+        if ran:
+            self.engine.run(until=T)
+        self._release_held()
+        cmds = self._collect()
+        t_next = min(_or_inf(self.engine.next_event_time()), self._trace_next(),
+                     min((s.bound for s in self.sessions.values() if s.connected), default=INF))
+        if t_next == INF and not cmds:
+            self._idle = True
+            if ran:
+                self._observe_latency(w)
+            return
+        self._idle = False
+        self.t_cur = max(T, t_next) if t_next < INF else T
+        self.clock.set(self.t_cur)
+        self._broadcast(cmds, sync=True)
+        self.steps += 1
+        if ran:
+            self._observe_latency(w)
+
+    def _paced_tick(self) -> float:
+        vnow = self.clock.now()
+        w = time.perf_counter()
+        self._deliver()
+        self._feed(vnow)
+        # Only up to the events that are due, never on to "now": the engine's clock stays at its
+        # last event, so a completion reported a little late is still taken at its own time
+        # unless a later event has been processed meanwhile. With a lag, events are taken up
+        # only once they are `paced_lag_s` wall seconds old: reports later than that are the
+        # only ones that can diverge (decisions keep their exact virtual times).
+        lag = self.paced_lag_s * self.clock.speed
+        horizon = vnow - lag
+        ran = False
+        while (nxt := self.engine.next_event_time()) is not None and nxt <= horizon:
+            self.engine.run(until=nxt)
+            ran = True
+        self._release_held()
+        cmds = self._collect()
+        t = time.monotonic()
+        if cmds or t - self._last_clock_broadcast >= CLOCK_BROADCAST_S:
+            self._broadcast(cmds, sync=False, only=None if t - self._last_clock_broadcast >= CLOCK_BROADCAST_S
+                            else set(cmds))
+        if ran:
+            self._observe_latency(w)
+            self.steps += 1
+        nxt = min(_or_inf(self.engine.next_event_time()), self._trace_next())
+        if not math.isfinite(nxt):
+            return PACED_MAX_WAIT_S
+        return min(PACED_MAX_WAIT_S, max(0.0, (nxt + lag - self.clock.now()) / self.clock.speed))
+
+    def _observe_latency(self, w: float) -> None:
+        d = time.perf_counter() - w
+        self.latencies.append(d)
+        self.metrics.latency.observe(d)
+
+    def _broadcast(self, cmds: dict[Session, list], sync: bool, only: set[Session] | None = None) -> None:
+        """Send each connected agent its commands and the clock; in lockstep, expect every Ack."""
+        if sync:
+            self._step += 1
+        upd = self.clock.update(self._step if sync else 0)
+        n = 0
+        for s in self.sessions.values():
+            if not s.connected or (only is not None and s not in only):
+                continue
+            s.outbox.put_nowait(apb.SchedulerMessage(commands=cmds.get(s, ()), clock=upd))
+            n += 1
+            if sync:
+                self._pending_acks.add(s)
+        self._count_sent(n)
+        self._last_clock_broadcast = time.monotonic()
+
+    def _count_sent(self, n: int) -> None:
+        self.metrics.sent.inc(n)
+
+    # -------------------------------------------------------- decisions -> commands
+
+    def _collect(self) -> dict[Session, list]:
+        """Turn the engine's new decisions into per-agent commands: stops first, then starts in
+        launch order. Compares what the agents were told with what the engine now runs, so a job
+        launched and preempted within one pass costs nothing on the wire."""
+        dec = self.engine.decisions
+        if self._dec_idx == len(dec):
+            return {}
+        new = dec[self._dec_idx:]
+        self._dec_idx = len(dec)
+        last: dict[str, tuple[int, str, float]] = {}
+        migrated: set[str] = set()
+        for i, d in enumerate(new):
+            self._account(d)
+            last[d.job_id] = (i, d.kind, d.time)
+            if d.kind == "migrate":
+                migrated.add(d.job_id)
+        out: dict[Session, list] = defaultdict(list)
+        starts = []
+        jobs = self.engine.jobs
+        for job_id, (i, kind, t) in last.items():
+            job = jobs[job_id]
+            cur = self.placed.get(job_id)
+            running = job.status is JobStatus.RUNNING
+            if cur is not None and running and cur.token == job.completion_token:
+                continue
+            if cur is not None:
+                del self.placed[job_id]
+                if running and job_id in migrated:
+                    pass  # the Migrate command reaches the old agents too
+                elif job.status is not JobStatus.COMPLETED:
+                    if job.status is JobStatus.PENDING and kind == "preempt":
+                        cmd = apb.Command(time_s=t, preempt=apb.Preempt(job_id=job_id, checkpoint=True))
+                    else:
+                        cmd = apb.Command(time_s=t, kill=apb.Kill(job_id=job_id, reason=kind))
+                    for s in cur.sessions:
+                        if s.connected:
+                            out[s].append(cmd)
+            if running:
+                starts.append((i, job_id, cur if job_id in migrated else None))
+        starts.sort()
+        names = self.engine._node_names  # noqa: SLF001 — index -> name, read-only
+        for _, job_id, old in starts:
+            job = jobs[job_id]
+            pl = job.placement
+            self._launch_seq += 1
+            end = self.engine.expected_end(job)
+            launch = apb.Launch(
+                job_id=job_id, launch_id=self._launch_seq,
+                slots=[apb.GpuSlots(node=names[n], gpus=slots) for n, slots in pl.gpus],
+                gpu_milli=job.spec.gpu_milli, remaining_s=job.remaining_s, overhead_s=job.overhead_s,
+                slowdown=pl.slowdown, end_s=end, duration_s=job.spec.duration_s or 0.0)
+            targets: list[Session] = []
+            for n, _ in pl.gpus:
+                s = self.node_owner.get(names[n])
+                if s is None:
+                    log.error("job %s placed on %s, which has no agent", job_id, names[n])
+                elif s not in targets:
+                    targets.append(s)
+            # The launch time is the job's, not the engine's now: a paced tick may cover several
+            # event times, and the agent computes the end from it.
+            t = job.last_start_s
+            if old is not None:
+                cmd = apb.Command(time_s=t, migrate=apb.Migrate(target=launch))
+                for s in old.sessions:
+                    if s.connected and s not in targets:
+                        out[s].append(cmd)
+            else:
+                cmd = apb.Command(time_s=t, launch=launch)
+            for s in targets:
+                out[s].append(cmd)
+                if end < s.bound:
+                    s.bound = end
+            self.placed[job_id] = Placed(self._launch_seq, job.completion_token, tuple(targets))
+        return out
+
+    def _account(self, d: Decision) -> None:
+        """Metrics, journal and watchers for one decision."""
+        job = self.engine.jobs[d.job_id]
+        vc = job.spec.vc
+        m = self.metrics
+        kind = d.kind
+        if kind == "launch":
+            m.vc(m.started, vc).inc()
+            if d.job_id not in self._started_ids:
+                self._started_ids.add(d.job_id)
+                m.queueing.observe(d.time - job.spec.submit_s)
+        elif kind == "complete":
+            m.vc(m.completed, vc).inc()
+            m.jct.observe(d.time - job.spec.submit_s)
+            self._ended(job)
+        elif kind == "preempt":
+            m.vc(m.preempted, vc).inc()
+        elif kind == "migrate":
+            m.vc(m.migrated, vc).inc()
+        elif kind == "requeue":
+            m.vc(m.requeued, vc).inc()
+        elif kind == "cancel":
+            if d.job_id in self.failing:
+                kind = "fail"
+                m.vc(m.failed, vc).inc()
+            else:
+                m.vc(m.cancelled, vc).inc()
+            self._ended(job)
+        if self.watchers:
+            self._publish(kind, d.job_id, d.nodes, "", d.time)
+
+    def _ended(self, job: JobRun) -> None:
+        self._terminal += 1
+        self.placed.pop(job.job_id, None)
+        rec = self.recorder.rows.get(job.job_id)
+        self.journal.ended(job.job_id, job.status.value, rec or {"job_id": job.job_id, "status": job.status.value})
+
+    def _publish(self, kind: str, job_id: str, nodes: Sequence[str], message: str, t: float | None = None) -> None:
+        if not self.watchers:
+            return
+        from protos.analysim.v1 import scheduler_pb2 as spb
+
+        ev = spb.Event(time_s=self.engine.now if t is None else t, kind=kind, job_id=job_id, nodes=nodes,
+                       message=message)
+        for q in list(self.watchers):
+            if q.qsize() >= q.maxsize - 1 and q.maxsize > 0:
+                self.watchers.remove(q)  # too slow: cut it off rather than buffer without bound
+                q.put_nowait(None)
+            else:
+                q.put_nowait(ev)
+
+    # ------------------------------------------------------------------ the end
+
+    @property
+    def replay_done(self) -> bool:
+        return (self.started and self._cursor >= len(self.trace_jobs) and not self._held
+                and self._terminal >= len(self.engine.jobs))
+
+    def _check_done(self) -> None:
+        if self.done or not self.replay_done or self._finishing:
+            return
+        self._finishing = True
+        self.wall_done = time.monotonic()
+        self.journal.set_meta("clock", self.engine.now)
+        self.journal.commit()
+        asyncio.get_running_loop().create_task(self._finish())
+
+    async def _finish(self) -> None:
+        summary = build_summary(self)
+        if self.offline_check and self.offline_input:
+            self._watchdog_paused = True  # the comparison holds the GIL for a while
+            try:
+                summary["fidelity"] = await asyncio.to_thread(fidelity, self)
+            finally:
+                for s in self.sessions.values():
+                    s.last_seen = time.monotonic()
+                self._watchdog_paused = False
+        if self.out is not None:
+            from analysim.report import write_run
+
+            await asyncio.to_thread(write_run, self.out, summary, self.recorder.jobs, self.recorder.timeseries(),
+                                    self.plots)
+        self.summary = summary
+        self.done = True
+        self._publish("done", "", (), f"{summary['jobs_completed']} completed")
+        log.info("replay done: %d jobs completed, %d failed, %d cancelled in %.1f s wall (x%.0f)",
+                 summary["jobs_completed"], summary["jobs_failed"], summary["jobs_cancelled"],
+                 summary["wall_s"], summary["live"]["speedup"])
+
+    # ------------------------------------------------------------------ queries
+
+    def job_record(self, job_id: str) -> dict | None:
+        """A job's state as a dict (JobInfo's fields), or None if unknown."""
+        job = self.engine.jobs.get(job_id)
+        if job is None and job_id in self._held:
+            s = self._held[job_id]
+            return {"job_id": job_id, "status": "pending", "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
+                    "gpu_milli": s.gpu_milli, "duration_s": s.duration_s, "submit_s": s.submit_s,
+                    "source": self.source.get(job_id, "")}
+        if job is None:
+            rec = self.restored.get(job_id)
+            if rec is None:
+                return None
+            return {**rec, "source": self.source.get(job_id, ""), "nodes": [n for n in rec.get("nodes", "").split("|") if n]}
+        s = job.spec
+        nodes = job.placement.nodes if job.placement else (job.placements_seen[-1] if job.placements_seen else ())
+        names = self.engine._node_names  # noqa: SLF001
+        return {
+            "job_id": s.job_id, "status": job.status.value, "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
+            "gpu_milli": s.gpu_milli, "duration_s": s.duration_s or 0.0, "submit_s": s.submit_s,
+            "first_start_s": job.first_start_s, "end_s": job.end_s, "nodes": [names[n] for n in nodes],
+            "preemptions": job.preemptions, "migrations": job.migrations, "restarts": job.restarts,
+            "source": self.source.get(job_id, ""),
+        }
+
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = defaultdict(int)
+        for job in self.engine.jobs.values():
+            c[job.status.value] += 1
+        for rec in self.restored.values():
+            c[rec.get("status", "completed")] += 1
+        c["pending"] += len(self._held)
+        return c
+
+
+def _or_inf(t: float | None) -> float:
+    return INF if t is None else t
+
+

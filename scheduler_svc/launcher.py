@@ -1,0 +1,152 @@
+"""Start a scheduler and its agents as separate processes on 127.0.0.1 and stop them cleanly:
+what ``analysim up``, the tests and the benchmark share. Every port is ephemeral; each process
+reports what it bound through a port file, which is waited for with a deadline."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysim.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    port_file: Path
+    log: Path
+    info: dict = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent dies, however it dies (Linux), so
+    that a killed `analysim up` or test leaves no scheduler or agent behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def wait_port_file(proc: Proc, deadline_s: float) -> dict:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.port_file.exists():
+            proc.info = json.loads(proc.port_file.read_text())
+            return proc.info
+        if not proc.alive():
+            raise UserError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
+        time.sleep(0.02)
+    raise UserError(f"{proc.name} did not start within {deadline_s:g} s:\n{proc.tail()}")
+
+
+def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
+    """(first node, count) for each agent process, as even as possible."""
+    agents = max(1, min(agents, total))
+    per = math.ceil(total / agents)
+    return [(i, min(per, total - i)) for i in range(0, total, per)]
+
+
+class LocalRun:
+    """A scheduler process and agent processes, with their logs and port files in ``workdir``."""
+
+    def __init__(self, workdir: Path, python: str = sys.executable) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        self.scheduler: Proc | None = None
+        self.agents: dict[int, Proc] = {}
+        self.cluster = ""
+        self._restarts = 0
+
+    def _spawn(self, name: str, argv: list[str]) -> Proc:
+        port_file = self.workdir / f"{name}.json"
+        port_file.unlink(missing_ok=True)
+        log = self.workdir / f"{name}.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        with log.open("ab") as out:
+            # Own session: Ctrl-C reaches only `analysim up`, which then stops the children in order.
+            popen = subprocess.Popen([self.python, *argv, "--port-file", str(port_file)], stdout=out,
+                                     stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        return Proc(name, popen, port_file, log)
+
+    def start_scheduler(self, args: list[str], deadline_s: float = 60.0) -> dict:
+        name = "scheduler" if self._restarts == 0 else f"scheduler-{self._restarts}"
+        self._restarts += 1
+        self.scheduler = self._spawn(name, ["-m", "scheduler_svc", "serve", *args])
+        return wait_port_file(self.scheduler, deadline_s)
+
+    @property
+    def target(self) -> str:
+        assert self.scheduler is not None
+        return f"{self.scheduler.info['host']}:{self.scheduler.info['grpc']}"
+
+    def start_agent(self, index: int, cluster: str, first: int, count: int, extra: list[str] = (),
+                    deadline_s: float = 60.0) -> Proc:
+        old = self.agents.get(index)
+        n = 0 if old is None else int(old.name.rsplit("-", 1)[-1]) + 1 if old.name.count("-") > 1 else 1
+        name = f"agent{index}" if old is None else f"agent{index}-{n}"
+        p = self._spawn(name, ["-m", "node_agent", "--scheduler", self.target, "--cluster", cluster,
+                               "--first-node", str(first), "--nodes", str(count), "--agent-id", f"agent-{index}",
+                               "--log-level", "WARNING", *extra])
+        self.agents[index] = p
+        wait_port_file(p, deadline_s)
+        return p
+
+    def start_agents(self, cluster: str, nodes: int, processes: int, extra: list[str] = ()) -> None:
+        self.cluster = cluster
+        for i, (first, count) in enumerate(split_nodes(nodes, processes)):
+            self.start_agent(i, cluster, first, count, extra)
+
+    def kill(self, proc: Proc, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> int | None:
+        if proc.alive():
+            proc.popen.send_signal(sig)
+        try:
+            return proc.popen.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            return proc.popen.wait(wait_s)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM everyone (agents first), then SIGKILL whoever outlives the grace period."""
+        procs = [*self.agents.values(), *([self.scheduler] if self.scheduler else [])]
+        for p in procs:
+            if p.alive():
+                p.popen.send_signal(signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        for p in procs:
+            try:
+                p.popen.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+
+    def __enter__(self) -> LocalRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

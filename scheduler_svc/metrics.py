@@ -1,0 +1,144 @@
+"""The scheduler's Prometheus metrics. Counters and histograms are updated as decisions are
+made; cluster gauges are computed from the engine when /metrics is scraped (cheap, and never
+stale). Names: ``analysim_`` prefix, base units (seconds, bytes), ``_total`` for counters,
+dimensions as labels."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from analysim.core.job import GPU_MILLI
+from analysim.core.metrics import head_of_line_fragmentation
+
+if TYPE_CHECKING:
+    from scheduler_svc.core import LiveScheduler
+
+# Virtual seconds: a minute to four weeks (trace jobs run from seconds to weeks).
+JOB_TIME_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400, 28 * 86400)
+# Wall seconds: the target is p99 under 10 ms.
+LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+
+
+class SchedulerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.submitted = Counter("analysim_jobs_submitted_total", "Jobs accepted, by VC and source (trace|client).",
+                                 ["vc", "source"], registry=r)
+        self.started = Counter("analysim_jobs_started_total", "Job launches (first starts and restarts).", ["vc"], registry=r)
+        self.completed = Counter("analysim_jobs_completed_total", "Jobs that completed.", ["vc"], registry=r)
+        self.preempted = Counter("analysim_jobs_preempted_total", "Preemptions (checkpointed).", ["vc"], registry=r)
+        self.migrated = Counter("analysim_jobs_migrated_total", "Migrations.", ["vc"], registry=r)
+        self.requeued = Counter("analysim_jobs_requeued_total", "Jobs requeued because a node went down.", ["vc"], registry=r)
+        self.failed = Counter("analysim_jobs_failed_total", "Jobs reported failed by an agent.", ["vc"], registry=r)
+        self.cancelled = Counter("analysim_jobs_cancelled_total", "Jobs cancelled by a client.", ["vc"], registry=r)
+        self.rejected = Counter("analysim_jobs_rejected_total", "Submissions refused, by reason.", ["reason"], registry=r)
+        self.queueing = Histogram("analysim_job_queueing_delay_seconds",
+                                  "Virtual seconds from submission to first start.", buckets=JOB_TIME_BUCKETS, registry=r)
+        self.jct = Histogram("analysim_job_completion_time_seconds",
+                             "Virtual seconds from submission to completion.", buckets=JOB_TIME_BUCKETS, registry=r)
+        self.latency = Histogram("analysim_scheduler_decision_latency_seconds",
+                                 "Wall seconds from an event being due to the decisions being sent to the agents.",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.messages = Counter("analysim_stream_messages_total", "Agent stream messages, by direction (sent|received).",
+                                ["direction"], registry=r)
+        self.agent_events = Counter("analysim_agent_reports_ignored_total",
+                                    "Agent reports ignored (unknown job, stale launch, impossible GPU state), by reason.",
+                                    ["reason"], registry=r)
+        self.agents_lost = Counter("analysim_agents_lost_total", "Agent sessions lost (stream ended or heartbeat missed).",
+                                   registry=r)
+        self.sent = self.messages.labels("sent")
+        self.received = self.messages.labels("received")
+        self._vc_children: dict[tuple[int, str], object] = {}
+
+    def vc(self, counter: Counter, vc: str):
+        """``counter.labels(vc)``, cached: labels() costs more than inc() on the hot path."""
+        key = (id(counter), vc)
+        child = self._vc_children.get(key)
+        if child is None:
+            child = self._vc_children[key] = counter.labels(vc)
+        return child
+
+    def attach(self, live: LiveScheduler) -> None:
+        self.registry.register(_ClusterCollector(lambda: live))
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, get: Callable[[], LiveScheduler]) -> None:
+        self.get = get
+
+    def describe(self) -> list:
+        return []  # computed on scrape; nothing to check at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        live = self.get()
+        eng = live.engine
+        st = eng.state
+        models = st.model_names
+        cap = GaugeMetricFamily("analysim_cluster_gpus", "GPUs on nodes that are up, by GPU model.", labels=["gpu_model"])
+        alloc = GaugeMetricFamily("analysim_allocated_gpus", "GPUs held by running jobs, by VC and GPU model.",
+                                  labels=["vc", "gpu_model"])
+        free = GaugeMetricFamily("analysim_free_gpus", "Free GPUs on nodes that are up, by GPU model.", labels=["gpu_model"])
+        by: dict[tuple[str, str], float] = defaultdict(float)
+        for job in eng.running.values():
+            per = job.spec.gpu_milli / GPU_MILLI
+            for n, slots in job.placement.gpus:
+                by[(job.spec.vc, models[st.model_id[n]])] += len(slots) * per
+        for (vc, m), v in sorted(by.items()):
+            alloc.add_metric([vc, m], v)
+        for i, m in enumerate(models):
+            mask = st.up & (st.model_id == i)
+            total = float(st.gpus[mask].sum())
+            cap.add_metric([m], total)
+            f = st.free_milli[mask]
+            free.add_metric([m], float(f[f > 0].sum()) / GPU_MILLI)
+        yield cap
+        yield alloc
+        yield free
+        quota = GaugeMetricFamily("analysim_vc_quota_gpus", "GPUs guaranteed to each VC.", labels=["vc"])
+        vfree = GaugeMetricFamily("analysim_vc_free_quota_gpus", "Unused quota of each VC.", labels=["vc"])
+        for v in eng.spec.vcs:
+            q = eng.quota_of(v.name)
+            if q is not None:
+                quota.add_metric([v.name], q)
+                vfree.add_metric([v.name], max(0.0, q - st.vc_used.get(v.name, 0.0)))
+        yield quota
+        yield vfree
+        pend = GaugeMetricFamily("analysim_pending_jobs", "Jobs waiting in the queue, by VC.", labels=["vc"])
+        demand = GaugeMetricFamily("analysim_pending_gpus", "GPUs asked for by waiting jobs, by VC.", labels=["vc"])
+        pj: dict[str, int] = defaultdict(int)
+        pg: dict[str, float] = defaultdict(float)
+        for job in eng._pending_by_seq.values():  # noqa: SLF001 — read-only, no ordering needed
+            pj[job.spec.vc] += 1
+            pg[job.spec.vc] += job.spec.gpu_demand
+        for vc in sorted(pj):
+            pend.add_metric([vc], pj[vc])
+            demand.add_metric([vc], pg[vc])
+        yield pend
+        yield demand
+        frag = head_of_line_fragmentation(eng)
+        yield GaugeMetricFamily("analysim_fragmented_gpus",
+                                "Free GPUs the head-of-line job cannot use (0 when nothing waits).", value=frag)
+        yield GaugeMetricFamily("analysim_fragmentation_ratio", "Fragmented GPUs over cluster GPUs.",
+                                value=frag / eng.spec.total_gpus if eng.spec.total_gpus else 0.0)
+        yield GaugeMetricFamily("analysim_running_jobs", "Jobs running.", value=len(eng.running))
+        nodes = GaugeMetricFamily("analysim_nodes", "Nodes by state (up|down).", labels=["state"])
+        up = int(st.up.sum()) if live.started else 0
+        nodes.add_metric(["up"], up)
+        nodes.add_metric(["down"], st.num_nodes - up)
+        yield nodes
+        yield GaugeMetricFamily("analysim_agents_connected", "Agent sessions with an open stream.",
+                                value=sum(1 for s in live.sessions.values() if s.connected))
+        clock = live.clock
+        yield GaugeMetricFamily("analysim_virtual_time_seconds", "The virtual clock.", value=clock.now())
+        yield GaugeMetricFamily("analysim_clock_speed_ratio",
+                                "Virtual seconds per wall second: the set speed when paced, the achieved one in lockstep.",
+                                value=live.achieved_speed() if clock.lockstep else clock.speed)
+        yield GaugeMetricFamily("analysim_clock_lockstep", "1 in lockstep mode.", value=1.0 if clock.lockstep else 0.0)
+        yield GaugeMetricFamily("analysim_clock_paused", "1 while the clock is paused.", value=1.0 if clock.paused else 0.0)

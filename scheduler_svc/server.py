@@ -1,0 +1,86 @@
+"""Run the scheduler service: gRPC (SchedulerService, AgentService, health, reflection) and
+Prometheus /metrics over HTTP, on one asyncio loop with the LiveScheduler; clean shutdown on
+SIGTERM/SIGINT. Ports may be 0: the bound ones are written to ``port_file`` (JSON)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from scheduler_svc.core import LiveScheduler
+from scheduler_svc.grpc_api import build_server, set_serving
+
+log = logging.getLogger("scheduler_svc")
+GRACE_S = 5.0
+
+
+def write_port_file(path: str | Path, ports: dict[str, object]) -> None:
+    """Atomically (write, then rename), so a watcher never reads half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(ports))
+    os.replace(tmp, path)
+
+
+def metrics_app(registry) -> web.Application:  # noqa: ANN001 — a prometheus_client CollectorRegistry
+    async def handler(request: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    return app
+
+
+async def start_metrics(registry, host: str, port: int) -> tuple[web.AppRunner, int]:  # noqa: ANN001
+    runner = web.AppRunner(metrics_app(registry), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
+                exit_when_done: bool = False) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server, hs = build_server(live)
+    bound = server.add_insecure_port(f"{host}:{grpc_port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC on {host}:{grpc_port}")
+    runner, mport = await start_metrics(live.metrics.registry, host, metrics_port)
+    await server.start()
+    await set_serving(hs, True)
+    tasks = [loop.create_task(live.run()), loop.create_task(live.watchdog())]
+    info = {"host": host, "grpc": bound, "metrics": mport, "pid": os.getpid()}
+    if port_file:
+        write_port_file(port_file, info)
+    log.info("scheduler on %s:%d (gRPC), metrics http://%s:%d/metrics", host, bound, host, mport)
+    waiter = loop.create_task(stop.wait())
+    try:
+        while not stop.is_set():
+            done, _ = await asyncio.wait([waiter, *tasks], timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                if t in done and t.exception() is not None:
+                    raise t.exception()
+            if exit_when_done and live.done:
+                break
+    finally:
+        await set_serving(hs, False)
+        live.stop()
+        for t in tasks:
+            t.cancel()
+        await server.stop(GRACE_S)
+        await runner.cleanup()
+        waiter.cancel()
+        live.journal.set_meta("clock", live.engine.now)
+        live.journal.close()

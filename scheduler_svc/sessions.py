@@ -1,0 +1,43 @@
+"""What the scheduler keeps about agents: their sessions, what it told them about running jobs,
+and what GPU telemetry is plausible."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+
+from protos.analysim.v1 import agent_pb2 as apb
+
+INF = math.inf
+
+
+@dataclass(eq=False)
+class Session:
+    """One agent process: its nodes and its stream."""
+
+    agent_id: str
+    session_id: str
+    nodes: tuple[str, ...]
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    connected: bool = False
+    lost: bool = False
+    last_seen: float = field(default_factory=time.monotonic)
+    bound: float = INF  # lockstep: no completion from this agent before this virtual time
+    telemetry: dict[str, apb.NodeTelemetry] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Placed:
+    """What the agents were told about a running job: which launch, on which sessions."""
+
+    launch_id: int
+    token: int  # the engine's completion token at launch: a later stop or move changes it
+    sessions: tuple[Session, ...]
+
+
+def plausible(g: apb.GpuState, gpus: int) -> bool:
+    vals = (g.utilization, g.memory_used_bytes, g.memory_total_bytes, g.power_watts, g.temperature_celsius)
+    return (g.index < gpus and all(math.isfinite(v) and v >= 0 for v in vals) and g.utilization <= 1.0
+            and g.memory_used_bytes <= g.memory_total_bytes and g.temperature_celsius < 150)

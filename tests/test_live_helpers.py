@@ -1,0 +1,58 @@
+"""Shared helpers for the live-emulation tests: real scheduler and agent processes on
+127.0.0.1 with ephemeral ports (scheduler_svc.launcher), conditions waited for with deadlines,
+Prometheus text parsed with prometheus_client."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler_svc.client import SchedulerClient
+from scheduler_svc.launcher import LocalRun
+
+T = TypeVar("T")
+
+
+def wait_until(cond: Callable[[], T], deadline_s: float = 30.0, what: str = "condition", poll_s: float = 0.02) -> T:
+    """Poll ``cond`` until it returns something truthy; fail the test at the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline_s:g} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+@contextmanager
+def live(tmp: Path, sched_args: list[str], cluster: str, nodes: int, agents: int = 2,
+         agent_args: list[str] = ()) -> Iterator[tuple[LocalRun, SchedulerClient]]:
+    """A scheduler with ``sched_args`` (cluster added) and ``agents`` agent processes."""
+    run = LocalRun(tmp / "procs")
+    try:
+        run.start_scheduler([*sched_args, "--cluster", cluster, "--log-level", "WARNING"])
+        if agents:
+            run.start_agents(cluster, nodes, agents, list(agent_args))
+        with SchedulerClient(run.target) as client:
+            client.wait_ready()
+            yield run, client
+    finally:
+        run.stop()
+
+
+def scrape(host: str, port: int) -> dict[str, list]:
+    """{metric family name: [samples]} from a real /metrics endpoint."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def sample_sum(samples: list, name: str, **labels: str) -> float:
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))

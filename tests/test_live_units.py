@@ -1,0 +1,129 @@
+"""The live emulator's pure parts: the journal's round trip, node splitting, speed parsing, the
+agent's end-time arithmetic (the engine's own) and its deterministic telemetry."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pytest
+
+from analysim.clusters import parse_cluster
+from analysim.core.engine import Engine, EngineConfig
+from analysim.core.job import JobSpec, JobStatus
+from analysim.core.policies import build_policy
+from node_agent.agent import Agent
+from node_agent.telemetry import gpu_sample
+from protos.analysim.v1 import agent_pb2 as apb
+from scheduler_svc.cli import parse_speed
+from scheduler_svc.journal import Journal
+from scheduler_svc.launcher import ROOT, split_nodes
+
+
+def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    j = Journal(path, group_s=3600)
+    specs = [JobSpec("a", 1.5, 10.0, 2, gpu_models=("V100",), vc="x", user="u"), JobSpec("b", 2.0, 0.0, 1, gpu_milli=250)]
+    j.add_jobs(specs, "trace")
+    j.commit()
+    j.ended("a", "completed", {"job_id": "a", "end_s": 11.5})
+    j.set_meta("clock", 11.5)
+    assert j.due() is False  # the group is younger than group_s: not committed yet
+    j.db.close()  # a crash: the open group is lost, the committed submissions are not
+    j2 = Journal(path)
+    rows = j2.jobs()
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [("a", "trace", specs[0], "pending", None),
+                                                               ("b", "trace", specs[1], "pending", None)]
+    assert j2.meta() == {}
+    j2.ended("b", "cancelled", {"job_id": "b"})
+    j2.close()
+    assert Journal(path).jobs()[1][3:] == ("cancelled", {"job_id": "b"})
+
+
+def test_split_nodes() -> None:
+    assert split_nodes(135, 2) == [(0, 68), (68, 67)]
+    assert split_nodes(16, 2) == [(0, 8), (8, 8)]
+    assert split_nodes(3, 5) == [(0, 1), (1, 1), (2, 1)]
+    assert sum(n for _, n in split_nodes(1000, 7)) == 1000
+
+
+def test_parse_speed() -> None:
+    assert parse_speed("max") is None
+    assert parse_speed("2500") == 2500.0
+    for bad in ("0", "-1", "fast", "nan", "inf"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_speed(bad)
+
+
+def test_agent_end_times_are_the_engines() -> None:
+    """Odd floats on purpose: the agent's end must equal Engine.expected_end bit for bit."""
+    cluster = parse_cluster("2x8")
+    eng = Engine(cluster, build_policy("fifo"), EngineConfig(predict_completions=False, relaxed_locality=True))
+    eng.submit(JobSpec("j", 0.1, 1234.5678901, 8))
+    eng.run(0.1)
+    job = eng.jobs["j"]
+    assert job.status is JobStatus.RUNNING
+    agent = Agent("a", list(cluster.nodes))
+    slots = [apb.GpuSlots(node="node-0000", gpus=list(range(8)))]
+    la = apb.Launch(job_id="j", launch_id=1, slots=slots, remaining_s=job.remaining_s, overhead_s=job.overhead_s,
+                    slowdown=job.placement.slowdown, end_s=eng.expected_end(job))
+    started = agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=job.last_start_s, launch=la)]))
+    assert [(e.kind, e.time_s) for e in started.events] == [(apb.JobEvent.STARTED, 0.1)]
+    assert agent.lookahead() == eng.expected_end(job)
+    # With an overhead and a slowdown, the same expression as the engine's _launch.
+    t, over, slow = 7.77, 0.3, 1.1
+    la2 = apb.Launch(job_id="j", launch_id=2, slots=slots, remaining_s=job.remaining_s, overhead_s=over, slowdown=slow,
+                     end_s=t + over + job.remaining_s * slow)
+    agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=t, launch=la2)]))
+    end = agent.lookahead()
+    assert end == t + over + job.remaining_s * slow
+    # Lockstep: an update to just before the end reports nothing; to the end, the completion.
+    before = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=math.nextafter(end, 0), lockstep=True, step=1)))
+    assert [e.kind for e in before.events] == [] and before.ack.lookahead_s == end
+    at = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=end, lockstep=True, step=2)))
+    assert [(e.kind, e.job_id, e.launch_id, e.time_s) for e in at.events] == [(apb.JobEvent.FINISHED, "j", 2, end)]
+    assert at.ack.lookahead_s == math.inf and agent.used["node-0000"] == [0] * 8
+
+
+def test_preempted_then_relaunched_job_reports_only_its_last_launch() -> None:
+    cluster = parse_cluster("2x8")
+    agent = Agent("a", list(cluster.nodes))
+
+    def launch(lid: int, node: str, t: float) -> apb.Command:
+        return apb.Command(time_s=t, launch=apb.Launch(job_id="j", launch_id=lid, remaining_s=100.0, slowdown=1.0,
+                                                       slots=[apb.GpuSlots(node=node, gpus=[0, 1])]))
+
+    agent.handle(apb.SchedulerMessage(commands=[launch(1, "node-0000", 0.0)]))
+    agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=50.0, preempt=apb.Preempt(job_id="j", checkpoint=True)),
+                                                launch(2, "node-0001", 50.0)]))
+    assert agent.used["node-0000"][:2] == [0, 0] and agent.used["node-0001"][:2] == [1000, 1000]
+    out = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=1000.0, lockstep=True, step=1)))
+    fin = [(e.launch_id, e.time_s) for e in out.events if e.kind == apb.JobEvent.FINISHED]
+    assert fin == [(2, 150.0)]
+
+
+def test_telemetry_is_deterministic_and_plausible() -> None:
+    a = gpu_sample(1, "node-0000", 3, "V100", "job-1", 1.0, 1000.0)
+    assert a == gpu_sample(1, "node-0000", 3, "V100", "job-1", 1.0, 1000.0)
+    assert a != gpu_sample(2, "node-0000", 3, "V100", "job-1", 1.0, 1000.0)
+    util, mem, total, power, temp = a
+    assert 0.5 <= util <= 1.0 and 0 < mem <= total == 32 * 2**30 and 40 < power <= 300 and 30 < temp < 90
+    idle = gpu_sample(1, "node-0000", 3, "V100", "", 0.0, 1000.0)
+    assert idle[0] == 0.0 and idle[3] == 40.0 and idle[1] < mem
+    half = gpu_sample(1, "node-0000", 3, "T4", "job-1", 0.5, 1000.0)
+    assert half[0] < util and half[3] <= 70.0
+
+
+def test_up_picks_the_cluster_simulate_picks() -> None:
+    """Without --cluster, `analysim up` must replay on the cluster `analysim simulate` would use."""
+    from analysim.cli import build_parser
+    from analysim.cli.common import load_inputs
+    from analysim.cli.up import cluster_spec
+
+    parser = build_parser()
+    data = ROOT / "tests" / "data"
+    for extra in ([], ["--trace", str(data / "philly_small.csv")], ["--trace", str(data / "helios_small.csv")]):
+        up = parser.parse_args(["up", *extra])
+        sim = parser.parse_args(["simulate", *extra])
+        assert parse_cluster(cluster_spec(up)).name == load_inputs(sim)[1].name, extra
