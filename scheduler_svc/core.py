@@ -654,7 +654,7 @@ class LiveScheduler:
             if running:
                 starts.append((i, job_id, cur if job_id in migrated else None))
         starts.sort()
-        names = self.engine._node_names  # noqa: SLF001 — index -> name, read-only
+        names = self.engine.node_names
         for _, job_id, old in starts:
             job = jobs[job_id]
             pl = job.placement
@@ -795,7 +795,7 @@ class LiveScheduler:
             return {**rec, "source": self.source.get(job_id, ""), "nodes": [n for n in rec.get("nodes", "").split("|") if n]}
         s = job.spec
         nodes = job.placement.nodes if job.placement else (job.placements_seen[-1] if job.placements_seen else ())
-        names = self.engine._node_names  # noqa: SLF001
+        names = self.engine.node_names
         return {
             "job_id": s.job_id, "status": job.status.value, "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
             "gpu_milli": s.gpu_milli, "duration_s": s.duration_s or 0.0, "submit_s": s.submit_s,

@@ -123,7 +123,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         st = eng.state
         c = live.counts()
         up_mask = [bool(st.up[i]) and live.started and name in live.node_owner
-                   for i, name in enumerate(eng._node_names)]  # noqa: SLF001
+                   for i, name in enumerate(eng.node_names)]
         out = spb.ClusterState(
             clock=clock_state(live), gpus_total=eng.spec.total_gpus, gpus_allocated=eng.allocated_gpus,
             nodes_up=sum(up_mask), nodes_down=len(up_mask) - sum(up_mask), jobs_submitted=sum(c.values()),

@@ -114,7 +114,7 @@ class _ClusterCollector(Collector):
         demand = GaugeMetricFamily("analysim_pending_gpus", "GPUs asked for by waiting jobs, by VC.", labels=["vc"])
         pj: dict[str, int] = defaultdict(int)
         pg: dict[str, float] = defaultdict(float)
-        for job in eng._pending_by_seq.values():  # noqa: SLF001 — read-only, no ordering needed
+        for job in eng.pending_jobs():
             pj[job.spec.vc] += 1
             pg[job.spec.vc] += job.spec.gpu_demand
         for vc in sorted(pj):

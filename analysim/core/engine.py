@@ -103,7 +103,7 @@ class Engine:
         self._static_cache: dict[tuple, np.ndarray] = {}
         self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
-        self._node_names = [n.name for n in spec.nodes]
+        self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
         self.allocated_by_model = np.zeros(len(self.state.model_names))
@@ -693,7 +693,7 @@ class Engine:
         job.completion_token += 1
         self.extra[spec.job_id].expected_end_s = math.inf
         self._dirty = True
-        return tuple(self._node_names[n] for n in pl.nodes)
+        return tuple(self.node_names[n] for n in pl.nodes)
 
     def _preempt(self, job: JobRun) -> None:
         nodes = self._stop(job)
@@ -712,14 +712,14 @@ class Engine:
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
         self._launch_quiet(job, pl)
-        self.decisions.append(Decision(self.now, "migrate", job.job_id, (self._node_names[node],)))
+        self.decisions.append(Decision(self.now, "migrate", job.job_id, (self.node_names[node],)))
 
     def _launch_quiet(self, job: JobRun, pl: Placement) -> None:
         self._launch(job, pl)
         self.decisions.pop()  # recorded as a migration, not a fresh launch
 
     def _decide(self, kind: str, job: JobRun) -> None:
-        nodes = tuple(self._node_names[n] for n in job.placement.nodes) if job.placement else ()
+        nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
 
 
