@@ -28,17 +28,29 @@ STATUS = {
     404: grpc.StatusCode.NOT_FOUND,
     409: grpc.StatusCode.ALREADY_EXISTS,
     413: grpc.StatusCode.INVALID_ARGUMENT,
+    422: grpc.StatusCode.FAILED_PRECONDITION,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
     503: grpc.StatusCode.UNAVAILABLE,
 }
+# Where the HTTP status is ambiguous, the error code decides.
+CODE_STATUS = {"request_in_progress": grpc.StatusCode.ABORTED}
 REPLAY_PAGE = 1000
+REPLAYED_METADATA = (("idempotent-replayed", "true"),)
+
+
+def grpc_status(e: ApiError) -> grpc.StatusCode:
+    return CODE_STATUS.get(e.code) or STATUS[e.status]
+
+
+def _metadata(context: grpc.aio.ServicerContext, name: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return value if isinstance(value, str) else value.decode()
+    return None
 
 
 def _authorization(context: grpc.aio.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == "authorization":
-            return value if isinstance(value, str) else value.decode()
-    return None
+    return _metadata(context, "authorization")
 
 
 def _value(v: pb.Value) -> Any:
@@ -86,6 +98,12 @@ def _leaf_fragments(model: Model) -> list[bytes]:
 def predict_response(result: PredictResult) -> pb.PredictResponse:
     """Concatenated wire fragments parse as one message (repeated fields append): this
     replaces building a Python message object per row."""
+    if result.answer is None:  # a replay: rare, so the plain way
+        return pb.PredictResponse(
+            predictions=[pb.Prediction(label=str(d["label"]), confidence=d.get("confidence"), leaf=d.get("leaf"))
+                         for d in result.predictions()],
+            query_id=result.query_id, charged=result.charged,
+        )  # fmt: skip
     frags = _leaf_fragments(result.model)
     tail = pb.PredictResponse(query_id=result.query_id, charged=result.charged).SerializeToString()
     return pb.PredictResponse.FromString(b"".join([frags[i] for i in result.answer.leaves.tolist()]) + tail)
@@ -121,8 +139,9 @@ class _Observed:
             result = await fn(self.gw.authenticate(_authorization(context)))
         except ApiError as e:
             self.gw.metrics.rejections.labels(e.code).inc()
-            self.gw.metrics.observe_request("grpc", route, STATUS[e.status].name, time.perf_counter() - start)
-            await context.abort(STATUS[e.status], json.dumps(e.body()))
+            status = grpc_status(e)
+            self.gw.metrics.observe_request("grpc", route, status.name, time.perf_counter() - start)
+            await context.abort(status, json.dumps(e.body()))
         self.gw.metrics.observe_request("grpc", route, "OK", time.perf_counter() - start)
         return result
 
@@ -143,6 +162,7 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
     async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:
         async def run(p: Principal) -> pb.PredictResponse:
             self.gw.require_user(p)
+            key = _metadata(context, "idempotency-key")
             if request.HasField("packed"):
                 if request.rows:
                     raise ApiError(400, "invalid_request", "rows: give rows or packed, not both", "rows")
@@ -150,10 +170,12 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
                 # list() copies the repeated fields in C; numpy and slicing on the protobuf
                 # containers themselves would go element by element in Python.
                 packed = (pk.n_rows, list(pk.numbers), list(pk.categories))
-                result = await self.gw.predict(p, request.model_id, None, packed)
+                result = await self.gw.predict(p, request.model_id, None, packed, key)
             else:
                 self.gw.check_batch(len(request.rows))
-                result = await self.gw.predict(p, request.model_id, rows_from_proto(request.rows))
+                result = await self.gw.predict(p, request.model_id, rows_from_proto(request.rows), None, key)
+            if result.replayed:
+                await context.send_initial_metadata(REPLAYED_METADATA)
             return predict_response(result)
 
         return await self.call("Predict", context, run)
@@ -197,7 +219,7 @@ class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
         try:
             self.gw.require_admin(self.gw.authenticate(_authorization(context)))
         except ApiError as e:
-            await context.abort(STATUS[e.status], json.dumps(e.body()))
+            await context.abort(grpc_status(e), json.dumps(e.body()))
         model = request.model_id or None
         # Subscribe before replaying so nothing committed in between is missed; skip the
         # live events the replay already delivered.

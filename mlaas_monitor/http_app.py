@@ -15,7 +15,12 @@ from mlaas_monitor.service import ApiError, Gateway, bad_field
 
 log = logging.getLogger(__name__)
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+# OpenAPI fragments describing the routes extensions add (see openapi.py).
+OPENAPI_FRAGMENTS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_fragments", list)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+REPLAYED = {"Idempotent-Replayed": "true"}
 
 
 def _reject_constant(name: str) -> Any:
@@ -49,6 +54,11 @@ async def read_json(request: web.Request) -> Any:
         raise bad_field("body", f"malformed JSON: {e}", "malformed_json") from e
 
 
+def add_openapi(app: web.Application, fragment: dict[str, Any]) -> None:
+    """Describe routes an extension adds to ``app`` (before it starts) in GET /v1/openapi.json."""
+    app[OPENAPI_FRAGMENTS].append(fragment)
+
+
 def _route_name(request: web.Request) -> str:
     info = request.match_info
     if isinstance(info, web.UrlMappingMatchInfo) and not info.http_exception:
@@ -77,6 +87,7 @@ def build_app(gw: Gateway) -> web.Application:
 
     app = web.Application(middlewares=[observe], client_max_size=gw.limits.max_body_bytes)
     app[GATEWAY] = gw
+    app[OPENAPI_FRAGMENTS] = []
 
     def principal(request: web.Request) -> Any:
         return gw.authenticate(request.headers.get("Authorization"))
@@ -99,8 +110,9 @@ def build_app(gw: Gateway) -> web.Application:
                 raise bad_field(str(key)[:40], "unknown field (expected only 'rows')")
         if "rows" not in body:
             raise bad_field("rows", "missing: expected a list of rows")
-        result = await gw.predict(p, request.match_info["id"], body["rows"])
-        return web.Response(body=result.to_json(), content_type="application/json")
+        result = await gw.predict(p, request.match_info["id"], body["rows"], None, request.headers.get("Idempotency-Key"))
+        headers = REPLAYED if result.replayed else None
+        return web.Response(body=result.to_json(), content_type="application/json", headers=headers)
 
     async def usage(request: web.Request) -> web.Response:
         p = principal(request)
@@ -108,7 +120,7 @@ def build_app(gw: Gateway) -> web.Application:
 
     async def openapi(request: web.Request) -> web.Response:
         principal(request)
-        return json_response(openapi_spec())
+        return json_response(openapi_spec(*request.app[OPENAPI_FRAGMENTS]))
 
     async def metrics(request: web.Request) -> web.Response:
         gw.require_admin(principal(request))

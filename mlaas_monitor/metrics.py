@@ -42,6 +42,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.replays = Counter(
+            "analysim_gateway_idempotent_replays_total",
+            "Retried requests answered from the ledger by their Idempotency-Key (not charged again), by model.",
+            ["model"],
+            registry=self.registry,
+        )
         self.commit_batch = Histogram(
             "analysim_gateway_commit_batch_queries",
             "Queries per group commit of the query log and ledger.",
@@ -68,6 +74,9 @@ class Metrics:
         r, c = child  # type: ignore[misc]
         r.inc(rows)
         c.inc(credits)
+
+    def observe_replay(self, model: str) -> None:
+        self.replays.labels(model).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -63,6 +63,21 @@ class PolicyError(ValueError):
         self.field, self.problem = field, problem
 
 
+def render_predictions(
+    classes: tuple[Any, ...], labels: np.ndarray, confidences: np.ndarray | None, leaves: np.ndarray | None
+) -> list[dict[str, Any]]:
+    """What a user is told, as JSON-ready dicts: the label, and the confidence and leaf id
+    where they were revealed (``None`` when hidden)."""
+    out: list[dict[str, Any]] = [{"label": classes[i]} for i in labels.tolist()]
+    if confidences is not None:
+        for d, c in zip(out, confidences.tolist(), strict=True):
+            d["confidence"] = c
+    if leaves is not None:
+        for d, lf in zip(out, leaves.tolist(), strict=True):
+            d["leaf"] = lf
+    return out
+
+
 @dataclass(frozen=True)
 class Answer:
     """What the tree says about a batch, before the policy hides anything."""
@@ -108,16 +123,7 @@ class Model:
 
     def render(self, ans: Answer) -> list[dict[str, Any]]:
         """Predictions per the policy, as JSON-ready dicts."""
-        conf, leaves = self.revealed(ans)
-        classes = self.classes
-        out: list[dict[str, Any]] = [{"label": classes[i]} for i in ans.labels.tolist()]
-        if conf is not None:
-            for d, c in zip(out, conf.tolist(), strict=True):
-                d["confidence"] = c
-        if leaves is not None:
-            for d, lf in zip(out, leaves.tolist(), strict=True):
-                d["leaf"] = lf
-        return out
+        return render_predictions(self.classes, ans.labels, *self.revealed(ans))
 
     @cached_property
     def _json_fragments(self) -> list[str]:

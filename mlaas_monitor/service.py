@@ -7,11 +7,12 @@ Protocol-neutral: front ends pass in the bearer token and decoded JSON-like valu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,14 +20,19 @@ from mlaas_monitor import auth
 from mlaas_monitor.commit import GroupCommitter
 from mlaas_monitor.limits import TokenBucket, quota_allows
 from mlaas_monitor.metrics import Metrics
-from mlaas_monitor.model import MICROS, Answer, Model, PolicyError
+from mlaas_monitor.model import MICROS, Answer, Model, PolicyError, render_predictions
 from mlaas_monitor.schema import RowError
-from mlaas_monitor.store import QueryRecord, Store, UserRecord
+from mlaas_monitor.store import AnsweredRequest, QueryRecord, Store, UserRecord
 from mlaas_monitor.stream import QueryEvent, QueryStream
 
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_ID_LENGTH = 200
+REQUEST_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
+REQUEST_KEY_FIELD = "Idempotency-Key"
 Packed = tuple[int, Sequence[float], Sequence[str]]  # (n_rows, numbers, categories)
+# Decides, before a query is answered, what its user may be told: (user, model id) ->
+# "none", "degrade" (label only) or "refuse". The extraction monitor installs one.
+Enforcement = Callable[[str, str], str]
 
 
 class ApiError(Exception):
@@ -43,26 +49,52 @@ class ApiError(Exception):
         return {"error": err}
 
 
+def request_digest(model_id: str, X: Any) -> bytes:
+    """Identifies a request's content, so that a reused idempotency key can be told apart
+    from a retry: the model and the encoded rows (what the tree saw)."""
+    h = hashlib.sha256(model_id.encode())
+    h.update(b"\0%d:%d\0" % X.shape)
+    h.update(X.astype("<f8").tobytes())
+    return h.digest()
+
+
 def bad_field(field: str, problem: str, code: str = "invalid_request") -> ApiError:
     return ApiError(400, code, f"{field}: {problem}", field)
 
 
 @dataclass(frozen=True, eq=False)
 class PredictResult:
+    """An answered query. Fresh: ``answer`` rendered under ``model``'s policy (which the
+    enforcement may have degraded). Replayed: ``replay`` holds what the user was told the
+    first time, and nothing was charged now."""
+
     model: Model
-    answer: Answer
+    answer: Answer | None
     query_id: int
     charged: float
+    replay: AnsweredRequest | None = None
+
+    @property
+    def replayed(self) -> bool:
+        return self.replay is not None
 
     def predictions(self) -> list[dict[str, Any]]:
+        if self.replay is not None:
+            r = self.replay
+            return render_predictions(self.model.classes, r.labels, r.confidences, r.leaves)
+        assert self.answer is not None
         return self.model.render(self.answer)
 
     def to_dict(self) -> dict[str, Any]:
         return {"predictions": self.predictions(), "query_id": self.query_id, "charged": self.charged}
 
     def to_json(self) -> bytes:
-        """Same bytes as a compact json.dumps(to_dict()), built from per-leaf fragments."""
-        preds = self.model.predictions_json(self.answer)
+        """Same bytes as a compact json.dumps(to_dict()); a fresh answer is built from
+        per-leaf fragments."""
+        if self.answer is None:
+            preds = json.dumps(self.predictions(), separators=(",", ":"))
+        else:
+            preds = self.model.predictions_json(self.answer)
         return f'{{"predictions":{preds},"query_id":{self.query_id},"charged":{json.dumps(self.charged)}}}'.encode()
 
 
@@ -111,6 +143,9 @@ class Gateway:
         self._by_hash: dict[str, _User] = {}
         self._by_name: dict[str, _User] = {}
         self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
+        self.enforcement: Enforcement | None = None
+        self._degraded: dict[str, tuple[Model, Model]] = {}  # model id -> (model, label-only copy)
+        self._keys_in_flight: set[tuple[str, str]] = set()  # (user, idempotency key)
         used = store.rows_by_user()
         for rec in store.users():
             self._install(rec, used.get(rec.name, 0))
@@ -185,19 +220,39 @@ class Gateway:
 
     # ---- predictions ----
 
+    def degraded(self, model: Model) -> Model:
+        """``model`` under a label-only policy (same price): what a degraded user is told."""
+        cached = self._degraded.get(model.id)
+        if cached is None or cached[0] is not model:
+            policy = replace(model.policy, reveal_confidence=False, reveal_leaf=False)
+            cached = self._degraded[model.id] = (model, replace(model, policy=policy))
+        return cached[1]
+
     def check_batch(self, n_rows: int, field: str = "rows") -> None:
         if n_rows > self.limits.max_batch_rows:
             raise ApiError(
                 413, "batch_too_large", f"{field}: {n_rows} rows exceed the limit of {self.limits.max_batch_rows}", field
             )
 
-    async def predict(self, principal: Principal, model_id: str, rows: Any, packed: Packed | None = None) -> PredictResult:
+    async def predict(
+        self,
+        principal: Principal,
+        model_id: str,
+        rows: Any,
+        packed: Packed | None = None,
+        request_key: str | None = None,
+    ) -> PredictResult:
         """Answer, charge and publish one query; raises ApiError before any charge.
 
         ``rows`` is the JSON-like list of rows; gRPC clients may send ``packed`` instead.
+        With a ``request_key`` (the client's Idempotency-Key), a retry of an answered query
+        returns the original answer and is not charged again: a client whose connection
+        broke after the charge can collect what it paid for.
         """
         name = self.require_user(principal)
         model = self.model(model_id)
+        if request_key is not None and not REQUEST_KEY.match(request_key):
+            raise bad_field(REQUEST_KEY_FIELD, "expected 1-255 printable ASCII characters without spaces")
         try:
             if packed is None:
                 if type(rows) is list:
@@ -208,6 +263,20 @@ class Gateway:
                 X = model.schema.encode_packed(*packed)
         except RowError as e:
             raise ApiError(400, "invalid_row", str(e), e.field) from e
+        digest = None
+        if request_key is not None:
+            digest = request_digest(model_id, X)
+            replay = self._replay(name, model, request_key, digest)
+            if replay is not None:
+                return replay
+        served = model
+        if self.enforcement is not None:
+            action = self.enforcement(name, model_id)
+            if action == "refuse":
+                raise ApiError(403, "extraction_refused", "queries refused: this account's extraction status is"
+                               " above the model owner's limit", "model_id")  # fmt: skip
+            if action == "degrade":
+                served = self.degraded(model)
         n = X.shape[0]
         u = self._by_name[name]
         quota = u.record.quota_rows if u.record.quota_rows is not None else self.limits.default_quota_rows
@@ -216,21 +285,43 @@ class Gateway:
         if u.bucket is not None and not u.bucket.take(self._clock()):
             raise ApiError(429, "rate_limited", f"rate limit of {u.bucket.rate:g} requests/s exceeded")
         ans = model.answer(X)
-        conf, leaves = model.revealed(ans)
+        # The log keeps what the user was told, so the monitor and a replay see exactly that.
+        conf, leaves = served.revealed(ans)
         amount = n * model.policy.price_micros
-        record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount)
+        record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount, request_key, digest)
         u.reserved_rows += n
+        if request_key is not None:
+            self._keys_in_flight.add((name, request_key))
         try:
             seq = await self.committer.commit(record)
         except sqlite3.Error as e:
             raise ApiError(503, "store_unavailable", f"the ledger could not be written: {e}") from e
         finally:
             u.reserved_rows -= n
+            if request_key is not None:
+                self._keys_in_flight.discard((name, request_key))
         u.used_rows += n
         self.metrics.observe_answer(model_id, n, amount / MICROS)
         if self.stream.active:
             self.stream.publish(QueryEvent(seq, record.ts, name, model_id, X, ans.labels, conf, leaves))
-        return PredictResult(model, ans, seq, amount / MICROS)
+        return PredictResult(served, ans, seq, amount / MICROS)
+
+    def _replay(self, user: str, model: Model, request_key: str, digest: bytes) -> PredictResult | None:
+        """The earlier answer to this user's request with this key, or None if there is none."""
+        if (user, request_key) in self._keys_in_flight:
+            raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
+                           " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
+        try:
+            prior = self.store.answered_request(user, request_key)
+        except sqlite3.Error as e:
+            raise ApiError(503, "store_unavailable", f"the ledger could not be read: {e}") from e
+        if prior is None:
+            return None
+        if prior.model_id != model.id or prior.digest != digest:
+            raise ApiError(422, "idempotency_key_reused", f"this Idempotency-Key was used for a different request"
+                           f" (query {prior.query_id})", REQUEST_KEY_FIELD)  # fmt: skip
+        self.metrics.observe_replay(model.id)
+        return PredictResult(model, None, prior.query_id, prior.amount_micros / MICROS, prior)
 
     # ---- usage ----
 

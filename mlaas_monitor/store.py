@@ -25,7 +25,7 @@ from analysim.errors import UserError
 from mlaas_monitor.model import Model, Policy
 from mlaas_monitor.stream import QueryEvent
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHECKPOINT_INTERVAL_S = 0.5
 
 _DDL = """
@@ -57,7 +57,9 @@ CREATE TABLE IF NOT EXISTS query_log (
     features BLOB NOT NULL,            -- little-endian float64, row-major
     labels BLOB NOT NULL,              -- little-endian int32 class indices
     confidences BLOB,                  -- float64 as revealed, NULL when hidden
-    leaves BLOB                        -- int32, NULL when hidden
+    leaves BLOB,                       -- int32, NULL when hidden
+    request_key TEXT,                  -- the client's Idempotency-Key, if it sent one
+    request_digest BLOB                -- sha256 of (model, encoded rows): a reused key must match
 );
 CREATE INDEX IF NOT EXISTS query_log_model ON query_log(model, id);
 CREATE TABLE IF NOT EXISTS ledger (
@@ -70,6 +72,14 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_user ON ledger(user, model);
 """
+# After the tables exist (a version-1 store gains the columns first).
+_DDL_INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS query_log_request ON query_log(user, request_key) WHERE request_key IS NOT NULL;
+"""
+_MIGRATIONS = {
+    # 1 -> 2: idempotency keys on the query log.
+    1: ["ALTER TABLE query_log ADD COLUMN request_key TEXT", "ALTER TABLE query_log ADD COLUMN request_digest BLOB"],
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,21 @@ class QueryRecord:
     confidences: np.ndarray | None
     leaves: np.ndarray | None
     amount_micros: int
+    request_key: str | None = None
+    request_digest: bytes | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class AnsweredRequest:
+    """A logged query found by its idempotency key: what the user was told, and charged."""
+
+    query_id: int
+    model_id: str
+    digest: bytes
+    labels: np.ndarray
+    confidences: np.ndarray | None
+    leaves: np.ndarray | None
+    amount_micros: int
 
 
 class Store:
@@ -130,10 +155,14 @@ class Store:
                     if stmt.strip():
                         self._db.execute(stmt)
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                if row is None:
-                    self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) != SCHEMA_VERSION:
-                    raise UserError(f"{self.path}: store schema version {row[0]}, expected {SCHEMA_VERSION}")
+                version = SCHEMA_VERSION if row is None else int(row[0])
+                if version > SCHEMA_VERSION:
+                    raise UserError(f"{self.path}: store schema version {version} is newer than this AnalySIM ({SCHEMA_VERSION})")
+                for v in range(version, SCHEMA_VERSION):
+                    for stmt in _MIGRATIONS[v]:
+                        self._db.execute(stmt)
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                self._db.execute(_DDL_INDEXES)
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path}: not a usable store: {e}") from e
         self._lock = threading.Lock()
@@ -239,13 +268,14 @@ class Store:
             first = self._db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM query_log").fetchone()[0]
             ids = list(range(first, first + len(records)))
             self._db.executemany(
-                "INSERT INTO query_log (id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO query_log (id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves,"
+                " request_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (qid, r.ts, r.user, r.model_id, r.features.shape[0], r.features.shape[1],
                      r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
                      None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
-                     None if r.leaves is None else r.leaves.astype("<i4").tobytes())
+                     None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
+                     r.request_key, r.request_digest)
                     for qid, r in zip(ids, records, strict=True)
                 ],
             )  # fmt: skip
@@ -254,6 +284,25 @@ class Store:
                 [(qid, r.ts, r.user, r.model_id, r.features.shape[0], r.amount_micros) for qid, r in zip(ids, records, strict=True)],
             )
         return ids
+
+    def answered_request(self, user: str, request_key: str) -> AnsweredRequest | None:
+        """The query ``user`` sent with this idempotency key, if it was answered."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT q.id, q.model, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
+                " FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q.user=? AND q.request_key=?",
+                (user, request_key),
+            ).fetchone()
+        if row is None:
+            return None
+        qid, model, digest, labels, conf, leaves, amount = row
+        return AnsweredRequest(
+            qid, model, digest,
+            np.frombuffer(labels, dtype="<i4").astype(np.int64),
+            None if conf is None else np.frombuffer(conf, dtype="<f8").astype(np.float64),
+            None if leaves is None else np.frombuffer(leaves, dtype="<i4").astype(np.int64),
+            amount,
+        )  # fmt: skip
 
     def usage(self, user: str) -> list[tuple[str, int, int, int]]:
         """(model, queries, rows, amount_micros) per model for one user."""

@@ -1,6 +1,8 @@
 """Durability with real processes and real signals: the gateway is killed with SIGKILL
-while clients hammer it; after a restart, every answered row is in the ledger. SIGTERM
-shuts down gracefully: in-flight requests finish and the ledger matches exactly."""
+while clients hammer it; after a restart, and once each client has retried the request it
+had in flight (with the same Idempotency-Key), the ledger equals exactly the rows the
+clients saw answered. SIGTERM shuts down gracefully: in-flight requests finish and the
+ledger matches exactly."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from mlaas_monitor.store import Store
 from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Client, credit_model, credit_rows, wait_until
 
 CLIENTS = 4
+PREDICT = "/v1/models/credit/predict"
 
 
 def start_gateway(db: Path, port_file: Path) -> tuple[subprocess.Popen[str], int]:
@@ -37,12 +40,13 @@ def start_gateway(db: Path, port_file: Path) -> tuple[subprocess.Popen[str], int
 
 
 class Hammer:
-    """CLIENTS threads sending 1-3 row queries until the connection fails."""
+    """CLIENTS threads sending 1-3 row queries, each with its own Idempotency-Key, until
+    the connection fails."""
 
     def __init__(self, port: int, key: str) -> None:
         self.port, self.key = port, key
         self.answered: dict[int, int] = {}  # query_id -> rows, as the clients saw them
-        self.in_flight_rows: list[int] = []  # rows of requests cut off by the signal
+        self.in_flight: list[tuple[str, list[list[object]]]] = []  # (key, rows) cut off by the signal
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
 
@@ -54,15 +58,31 @@ class Hammer:
             k = 1 + (n + i) % 3
             batch = rows[(n * 3 + i) % 200 : (n * 3 + i) % 200 + k]
             n += 1
+            request_key = f"client{i}-{n}"
             try:
-                status, body = client.post("/v1/models/credit/predict", {"rows": batch})
+                status, body = client.post(PREDICT, {"rows": batch}, headers={"Idempotency-Key": request_key})
             except (OSError, http.client.HTTPException):
                 with self.lock:
-                    self.in_flight_rows.append(k)
+                    self.in_flight.append((request_key, batch))
                 return
-            assert status == 200, body
-            with self.lock:
-                self.answered[body["query_id"]] = len(body["predictions"])
+            self.saw(status, body)
+
+    def saw(self, status: int, body: dict) -> None:
+        assert status == 200, body
+        with self.lock:
+            assert body["query_id"] not in self.answered  # a new query, never one seen before
+            self.answered[body["query_id"]] = len(body["predictions"])
+
+    def retry_in_flight(self, port: int) -> int:
+        """What a client does after an outage: resend the cut-off request with its key.
+        Returns how many of them were replays (charged before the kill, never seen)."""
+        client, replays = Client("127.0.0.1", port, self.key), 0
+        for request_key, batch in self.in_flight:
+            status, body = client.post(PREDICT, {"rows": batch}, headers={"Idempotency-Key": request_key})
+            assert client.last_headers is not None
+            replays += client.last_headers.get("Idempotent-Replayed") == "true"
+            self.saw(status, body)
+        return replays
 
     def start(self) -> None:
         for t in self.threads:
@@ -109,16 +129,19 @@ def test_sigkill_loses_nothing_that_was_answered(tmp_path: Path) -> None:
 
     proc, port = start_gateway(db, port_file)
     try:
+        before_retry = ledger(db)
+        seen_before = dict(hammer.answered)
+        # Nothing answered is lost...
+        assert {q: before_retry.get(q) for q in seen_before} == seen_before
+        # ...and a kill between a charge's commit and its response leaves at most one charge
+        # per client that it has not seen yet: the request it had in flight.
+        assert len(hammer.in_flight) == CLIENTS
+        assert len(set(before_retry) - set(seen_before)) <= CLIENTS
+        hammer.retry_in_flight(port)
+        # Retried with their keys, those are answered (a replay if charged before the kill,
+        # fresh if not) and charged once: the ledger is exactly what the clients saw.
         charged = ledger(db)
-        seen = hammer.answered
-        # Nothing answered is lost, and nothing is charged twice.
-        assert {q: charged.get(q) for q in seen} == seen
-        # A charge is committed before its response is sent, so a kill between the two can
-        # leave a charge the client never saw — at most one per client, for a request it
-        # had in flight.
-        extra = {q: r for q, r in charged.items() if q not in seen}
-        assert len(extra) <= len(hammer.in_flight_rows) == CLIENTS
-        assert sum(extra.values()) <= sum(hammer.in_flight_rows)
+        assert charged == hammer.answered
         # The restarted gateway serves the same users and reports the same ledger.
         user = Client("127.0.0.1", port, key)
         status, usage = user.get("/v1/usage")

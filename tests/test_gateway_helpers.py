@@ -85,11 +85,18 @@ class Client:
     def __init__(self, host: str, port: int, key: str | None = None) -> None:
         self.host, self.port, self.key = host, port, key
         self._conn: http.client.HTTPConnection | None = None
+        self.last_headers: http.client.HTTPMessage | None = None  # of the last response
 
     def request(
-        self, method: str, path: str, body: Any = None, key: str | None | bool = True, raw: bytes | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        key: str | None | bool = True,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **(headers or {})}
         k = self.key if key is True else key
         if k:
             headers["Authorization"] = f"Bearer {k}"
@@ -103,6 +110,7 @@ class Client:
         except (OSError, http.client.HTTPException):
             self.close()
             raise
+        self.last_headers = resp.headers
         if resp.getheader("Connection", "").lower() == "close":
             self.close()
         ctype = resp.getheader("Content-Type", "")

@@ -184,6 +184,9 @@ def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
         env.settle(name, 150)
         status, body = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
         assert status == 200 and set(body["predictions"][0]) == {"label"}  # degraded: label only
+        # The log (and so the monitor and a replay) holds what the user was told, not more.
+        logged = env.mon.gw.store.events_after(body["query_id"] - 1, "credit", 1)[0]
+        assert logged.seq == body["query_id"] and logged.confidences is None and logged.leaves is None
         with grpc.insecure_channel(env.t.grpc_target) as ch:
             stub = pb_grpc.PredictionServiceStub(ch)
             rowpb = [pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in rows[0]])]

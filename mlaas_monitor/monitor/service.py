@@ -13,15 +13,13 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mlaas_monitor.http_app import json_response, read_json
-from mlaas_monitor.model import Model
+from mlaas_monitor.http_app import add_openapi, json_response, read_json
 from mlaas_monitor.monitor.core import (
     GROUP_PREFIX,
     METHODS,
@@ -32,8 +30,9 @@ from mlaas_monitor.monitor.core import (
     SubjectState,
 )
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
+from mlaas_monitor.monitor.openapi import monitor_openapi
 from mlaas_monitor.monitor.persist import MonitorDB
-from mlaas_monitor.service import USER_NAME, ApiError, Gateway, Packed, PredictResult, Principal, bad_field
+from mlaas_monitor.service import USER_NAME, ApiError, Gateway, bad_field
 from mlaas_monitor.stream import QueryEvent
 
 log = logging.getLogger(__name__)
@@ -130,7 +129,6 @@ class Monitor(MonitorBase):
         self.gw = gw
         self._pending: list[QueryEvent] = []
         self._scheduled = False
-        self._degraded: dict[int, Model] = {}
         self._unlisten: Callable[[], None] | None = None
 
     # ---- models ----
@@ -208,32 +206,12 @@ class Monitor(MonitorBase):
 
     # ---- enforcement ----
 
-    def wrap_predict(self) -> None:
-        """Per-user enforcement in front of the shared serving path (REST and gRPC both
-        call ``Gateway.predict``): refuse, or answer with confidence and leaf id dropped."""
-        original = self.gw.predict
-
-        async def predict(principal: Principal, model_id: str, rows: Any, packed: Packed | None = None) -> PredictResult:
-            action = "none"
-            mon = self.monitors.get(model_id)
-            if principal.user is not None and mon is not None:
-                action = mon.enforcement_for(principal.user, self.groups)
-                if action == "refuse":
-                    raise ApiError(403, "extraction_refused", "queries refused: this account's extraction status is"
-                                   " above the model owner's limit", "model_id")  # fmt: skip
-            result = await original(principal, model_id, rows, packed)
-            if action == "degrade":
-                result = replace(result, model=self._degrade(result.model))
-            return result
-
-        self.gw.predict = predict  # type: ignore[method-assign]
-
-    def _degrade(self, model: Model) -> Model:
-        d = self._degraded.get(id(model))
-        if d is None or d.tree is not model.tree or d.policy.price_micros != model.policy.price_micros:
-            d = replace(model, policy=replace(model.policy, reveal_confidence=False, reveal_leaf=False))
-            self._degraded[id(model)] = d
-        return d
+    def enforce(self, user: str, model_id: str) -> str:
+        """The gateway's enforcement hook: 'none', 'degrade' or 'refuse' for this user's
+        next query on this model (the gateway applies it before answering and logs what
+        the user was told, so a degraded answer reaches the monitor as label-only)."""
+        mon = self.monitors.get(model_id)
+        return "none" if mon is None else mon.enforcement_for(user, self.groups)
 
     # ---- admin views ----
 
@@ -352,7 +330,7 @@ class Monitor(MonitorBase):
         for model_id in gw.store.model_ids():
             self.monitor(model_id)  # recover before the servers accept anything
         self._unlisten = gw.stream.add_listener(self.on_event)
-        self.wrap_predict()
+        self.gw.enforcement = self.enforce
         add_routes(self, app)
 
         async def on_cleanup(app: web.Application) -> None:
@@ -430,6 +408,7 @@ def add_routes(mon: Monitor, app: web.Application) -> None:
     r.add_post("/v1/admin/groups", admin(create_group))
     r.add_get("/v1/admin/groups/{name}", admin(get_group))
     r.add_delete("/v1/admin/groups/{name}", admin(delete_group))
+    add_openapi(app, monitor_openapi(MAX_GROUP_MEMBERS, GROUP_NAME.pattern))  # describe exactly these routes
 
 
 def monitor_extension(

@@ -1,0 +1,237 @@
+"""The OpenAPI fragment for the monitor's admin routes (``service.add_routes`` adds both)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from mlaas_monitor.monitor.core import ACTIONS, METHODS
+from mlaas_monitor.openapi import admin_op, path_param, query_param, ref
+
+MODEL = path_param("model", "model id")
+GROUP = path_param("name", "group name")
+op = partial(admin_op, tag="monitor")
+UNKNOWN_MODEL = {"404": "unknown model"}
+UNKNOWN_SUBJECT = {"404": "unknown model, or no such user or group"}
+UNKNOWN_GROUP = {"404": "unknown group"}
+
+
+def _obj(required: list[str] | None = None, **props: Any) -> dict[str, Any]:
+    o: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        o["required"] = required
+    return o
+
+
+def _list(key: str, items: dict[str, Any]) -> dict[str, Any]:
+    return _obj([key], **{key: {"type": "array", "items": items}})
+
+
+def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str, Any]:
+    num, integer, string = {"type": "number"}, {"type": "integer"}, {"type": "string"}
+    unit = {"type": "number", "minimum": 0, "maximum": 1}
+    method = {"type": "string", "enum": list(METHODS)}
+    status = _obj(list(METHODS), **dict.fromkeys(METHODS, unit))
+    names = {"type": "array", "items": string}
+    schemas = {
+        "MonitorStatus": {**status, "description": "extraction status per method, from 0 to 1"},
+        "MonitorConfig": {
+            **_obj(
+                thresholds={
+                    "type": "object",
+                    "additionalProperties": {**unit, "nullable": True},
+                    "description": "method: threshold; "
+                    "a PUT replaces the whole map (a method left out or null is not warned on)",
+                },
+                default_method=method,
+                min_refit={"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                refit_fraction={"type": "number", "minimum": 0, "maximum": 10},
+                ig_refit_fraction={"type": "number", "minimum": 0, "maximum": 10},
+                auto_k={
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 1000,
+                    "description": "0 (off) or 2 to 1000",
+                },
+                enforcement={
+                    **_obj(action={"type": "string", "enum": list(ACTIONS)}, method=method, threshold=unit),
+                    "additionalProperties": False,
+                },
+            ),
+            "additionalProperties": False,
+            "description": "PUT takes any subset of the fields and answers the whole config",
+        },
+        "MonitorSubject": _obj(
+            ["subject", "n_queries", "evaluated_at", "status", "warned"],
+            subject={"type": "string", "description": "a user, group:NAME or auto:topK"},
+            n_queries=integer,
+            evaluated_at={"type": "integer", "description": "n_queries at the last evaluation"},
+            status=ref("MonitorStatus"),
+            warned={"type": "array", "items": method},
+            members={**names, "description": "groups only"},
+        ),
+        "MonitorModel": _obj(
+            ["model", "last_seq", "total_queries", "config", "default_method", "users", "groups"],
+            model=string,
+            last_seq={"type": "integer", "description": "the last query-log seq folded in"},
+            total_queries=integer,
+            config=ref("MonitorConfig"),
+            default_method=method,
+            users={"type": "array", "items": ref("MonitorSubject")},
+            groups={"type": "array", "items": ref("MonitorSubject")},
+        ),
+        "MonitorSubjectDetail": {
+            "allOf": [
+                ref("MonitorSubject"),
+                _obj(
+                    ["model", "leaves", "history"],
+                    model=string,
+                    leaves=_obj(
+                        ["nodes", "counts", "covered_fraction"],
+                        nodes={"type": "array", "items": integer, "description": "the model's leaf node ids"},
+                        counts={"type": "array", "items": integer, "description": "queries per leaf"},
+                        covered_fraction={"type": "array", "items": unit},
+                    ),
+                    history={
+                        "type": "array",
+                        "description": "status against number of queries, one point per evaluation",
+                        "items": _obj(
+                            ["n_queries", "seq", "ts"],
+                            n_queries=integer,
+                            seq=integer,
+                            ts=num,
+                            members=names,
+                            **dict.fromkeys(METHODS, unit),
+                        ),
+                    },
+                    member_status={
+                        "type": "object",
+                        "additionalProperties": ref("MonitorStatus"),
+                        "description": "groups only: each member's status",
+                    },
+                ),
+            ]
+        },
+        "ExtractionWarning": _obj(
+            ["id", "model", "subject", "method", "threshold", "status", "n_queries", "seq", "ts"],
+            id=integer,
+            model=string,
+            subject=string,
+            method=method,
+            threshold=unit,
+            status=unit,
+            n_queries=integer,
+            seq=integer,
+            ts=num,
+        ),
+        "MonitorGroup": {
+            **_obj(
+                ["name", "members"],
+                name={"type": "string", "pattern": group_name_pattern},
+                members={
+                    "type": "array",
+                    "items": string,
+                    "minItems": 1,
+                    "maxItems": max_group_members,
+                    "description": "user names",
+                },
+            ),
+            "additionalProperties": False,
+        },
+    }
+    subject_detail = ref("MonitorSubjectDetail")
+    paths = {
+        "/v1/admin/monitor": {
+            "get": op("Every model's monitor state", response=_list("models", ref("MonitorModel")))
+        },
+        "/v1/admin/monitor/{model}": {
+            "get": op(
+                "One model's monitor state", [MODEL], response=ref("MonitorModel"), errors=UNKNOWN_MODEL
+            )
+        },
+        "/v1/admin/monitor/{model}/evaluate": {
+            "post": op(
+                "Evaluate (and refit) every subject of the model now",
+                [MODEL],
+                response=ref("MonitorModel"),
+                errors=UNKNOWN_MODEL,
+            )
+        },
+        "/v1/admin/monitor/{model}/config": {
+            "get": op(
+                "The model's monitor config", [MODEL], response=ref("MonitorConfig"), errors=UNKNOWN_MODEL
+            ),
+            "put": op(
+                "Change the model's monitor config",
+                [MODEL],
+                ref("MonitorConfig"),
+                ref("MonitorConfig"),
+                UNKNOWN_MODEL,
+            ),
+        },
+        "/v1/admin/monitor/{model}/users/{name}": {
+            "get": op(
+                "A user's status, history and per-leaf coverage",
+                [MODEL, path_param("name", "user name")],
+                response=subject_detail,
+                errors=UNKNOWN_SUBJECT,
+            )
+        },
+        "/v1/admin/monitor/{model}/groups/{name}": {
+            "get": op(
+                "A group's status, history, per-leaf coverage and member status",
+                [MODEL, GROUP],
+                response=subject_detail,
+                errors=UNKNOWN_SUBJECT,
+            )
+        },
+        "/v1/admin/monitor/{model}/subjects/{subject}": {
+            "get": op(
+                "Any subject: a user, group:NAME or auto:topK",
+                [MODEL, path_param("subject", "a user, group:NAME or auto:topK")],
+                response=subject_detail,
+                errors=UNKNOWN_SUBJECT,
+            )
+        },
+        "/v1/admin/warnings": {
+            "get": op(
+                "Extraction warnings, oldest first",
+                [query_param("model", "only this model's"), query_param("subject", "only this subject's")],
+                response=_list("warnings", ref("ExtractionWarning")),
+                errors={"404": "unknown model (?model=)"},
+            )
+        },
+        "/v1/admin/groups": {
+            "get": op("Declared groups of colluding users", response=_list("groups", ref("MonitorGroup"))),
+            "post": op(
+                "Declare a group (evaluated at once on every model its members queried)",
+                body=ref("MonitorGroup"),
+                response=ref("MonitorGroup"),
+                errors={"409": "the group exists"},
+            ),
+        },
+        "/v1/admin/groups/{name}": {
+            "get": op(
+                "A group and its status per model",
+                [GROUP],
+                response=_obj(
+                    ["name", "members", "models"],
+                    name=string,
+                    members=names,
+                    models={
+                        "type": "object",
+                        "additionalProperties": ref("MonitorSubject"),
+                        "description": "model id: the group's status",
+                    },
+                ),
+                errors=UNKNOWN_GROUP,
+            ),
+            "delete": op(
+                "Remove a group",
+                [GROUP],
+                response=_obj(["name", "deleted"], name=string, deleted={"type": "boolean"}),
+                errors=UNKNOWN_GROUP,
+            ),
+        },
+    }
+    return {"paths": paths, "components": {"schemas": schemas}}
