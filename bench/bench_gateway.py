@@ -13,6 +13,11 @@ Scenarios (--scenarios, comma-separated): http-1, http-100 (REST, rows per reque
 grpc-1, grpc-100 (gRPC; batches as PackedRows), grpcrows-100 (gRPC, repeated Row), and
 grpchealth-1 (the gRPC health check: grpc.aio's own floor, for reference). --pin pins the
 gateway to CPU 0 and the client to CPU 1; --profile FILE runs the gateway under cProfile.
+
+--load h2load drives the same scenarios with nghttp2's h2load (C; HTTP/1.1 for REST, HTTP/2
+for gRPC; Debian package nghttp2-client) instead of the Python clients, which on 2 cores
+take CPU from the gateway they measure. h2load repeats one request body per scenario and
+cannot read gRPC status trailers, so every answer is checked through the ledger instead.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import functools
 import json
 import os
 import platform
+import resource
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +77,11 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def summarise(name: str, latencies: list[float], rows_per_req: int, elapsed: float, errors: int) -> dict:
@@ -190,6 +202,64 @@ async def run_grpc(
     return latencies, elapsed, errors, answered_rows
 
 
+def grpc_frame(message: bytes) -> bytes:
+    """A gRPC length-prefixed message (uncompressed), the body of a unary call."""
+    return b"\0" + len(message).to_bytes(4, "big") + message
+
+
+def h2load_body(proto: str, model: str, batch: list[list]) -> tuple[bytes, str, list[str]]:
+    """(body, path, extra headers) of one request of a scenario."""
+    from grpc_health.v1 import health_pb2
+
+    from protos.analysim.v1 import prediction_pb2 as pb
+
+    if proto == "http":
+        return json.dumps({"rows": batch}).encode(), f"/v1/models/{model}/predict", ["content-type: application/json"]
+    grpc_headers = ["content-type: application/grpc", "te: trailers"]
+    if proto == "grpchealth":
+        return grpc_frame(health_pb2.HealthCheckRequest().SerializeToString()), "/grpc.health.v1.Health/Check", grpc_headers
+    if proto == "grpcrows":
+        values = [[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in r] for r in batch]
+        req = pb.PredictRequest(model_id=model, rows=[pb.Row(values=v) for v in values])
+    else:
+        nums = [v for r in batch for v in r if not isinstance(v, str)]
+        cats = [v for r in batch for v in r if isinstance(v, str)]
+        req = pb.PredictRequest(model_id=model, packed=pb.PackedRows(n_rows=len(batch), numbers=nums, categories=cats))
+    return grpc_frame(req.SerializeToString()), "/analysim.v1.PredictionService/Predict", grpc_headers
+
+
+def run_h2load(base: str, key: str, proto: str, body: tuple[bytes, str, list[str]], rows: int, requests: int,
+               conc: int) -> tuple:  # fmt: skip
+    """One h2load run of ``requests`` requests: closed loop, ``conc`` connections with one
+    request in flight each. By count, not by time: a timed run abandons the requests in
+    flight at its end, which the gateway still answers and charges."""
+    data, path, headers = body
+    with tempfile.TemporaryDirectory() as tmp:
+        body_file, log_file = Path(tmp) / "body", Path(tmp) / "log"
+        body_file.write_bytes(data)
+        cmd = ["h2load", "-c", str(conc), "-m", "1", "-n", str(requests),
+               "-d", str(body_file), "--log-file", str(log_file), "-H", f"authorization: Bearer {key}"]  # fmt: skip
+        for h in headers:
+            cmd += ["-H", h]
+        if proto == "http":
+            cmd.append("--h1")
+        out = subprocess.run([*cmd, base + path], capture_output=True, text=True, check=True).stdout
+        latencies, errors = [], 0
+        for line in log_file.read_text().splitlines():
+            _, status, micros = line.split("\t")
+            if status == "200":
+                latencies.append(int(micros) / 1e6)
+            else:
+                errors += 1
+    elapsed_text = out.split("finished in ", 1)[1].split(",", 1)[0]  # "9.00s", "180.85ms"
+    elapsed = float(elapsed_text.rstrip("ms")) / (1000 if elapsed_text.endswith("ms") else 1)
+    done = int(out.split(" started, ", 1)[1].split(" done", 1)[0])
+    assert done == len(latencies) + errors, out
+    # gRPC answers 200 even for a refused call (the status is in the trailers): the ledger
+    # check after the run catches any that were not answered.
+    return latencies, elapsed, errors, len(latencies) * rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
@@ -200,7 +270,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--pin", action="store_true", help="pin the gateway to CPU 0 and this client to CPU 1")
     ap.add_argument("--profile", type=Path, help="run the gateway under cProfile, writing its stats here")
+    ap.add_argument("--load", choices=["python", "h2load"], default="python", help="the load generator")
     args = ap.parse_args()
+    if args.load == "h2load" and shutil.which("h2load") is None:
+        raise SystemExit("--load h2load needs h2load on PATH (Debian: apt install nghttp2-client)")
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
@@ -233,19 +306,29 @@ def main() -> int:
                 n = int(size)
                 batches = [rows[i : i + n] for i in range(0, len(rows) - n + 1, n)] if n > 1 else [[r] for r in rows]
                 dest = url if proto == "http" else target
-                if proto == "http":
+                if args.load == "h2load":
+                    body = h2load_body(proto, "bench", batches[0])
+                    base = url if proto == "http" else f"http://{target}"
+                    runner = functools.partial(run_h2load, base, key, proto, body, 0 if proto == "grpchealth" else n)
+                    w = runner(100 * args.concurrency, args.concurrency)
+                    requests = max(100, round(len(w[0]) / w[1] * args.duration))  # about --duration s
+                    server_cpu0, client_cpu0 = cpu_seconds(proc.pid), children_cpu()
+                    lat, elapsed, errors, answered = runner(requests, args.concurrency)
+                    server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, children_cpu() - client_cpu0
+                elif proto == "http":
                     runner = run_http
                 else:
                     # grpc-N sends PackedRows (the batch form), grpcrows-N repeated Row messages,
                     # grpchealth-1 the health check (a reference, not a prediction).
                     form = {"grpcrows": "rows", "grpchealth": "health"}.get(proto, "packed")
                     runner = functools.partial(run_grpc, form=form)
-                w = asyncio.run(runner(dest, key, "bench", batches, args.warmup, args.concurrency))
-                server_cpu0, client_cpu0 = cpu_seconds(proc.pid), time.process_time()
-                lat, elapsed, errors, answered = asyncio.run(
-                    runner(dest, key, "bench", batches, args.duration, args.concurrency)
-                )
-                server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, time.process_time() - client_cpu0
+                if args.load == "python":
+                    w = asyncio.run(runner(dest, key, "bench", batches, args.warmup, args.concurrency))
+                    server_cpu0, client_cpu0 = cpu_seconds(proc.pid), time.process_time()
+                    lat, elapsed, errors, answered = asyncio.run(
+                        runner(dest, key, "bench", batches, args.duration, args.concurrency)
+                    )
+                    server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, time.process_time() - client_cpu0
                 total_rows += w[3] + answered
                 res = summarise(scenario, lat, n, elapsed, errors)
                 # Which side is saturated: a core is 1.0.
@@ -263,7 +346,8 @@ def main() -> int:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"\nledger rows {charged_rows} == rows answered {total_rows}: {charged_rows == total_rows}")
     pinned = "gateway pinned to CPU 0, client to CPU 1" if args.pin else "unpinned"
-    print(f"\nMachine: {machine}; concurrency {args.concurrency}, {args.duration:g} s per scenario, {pinned}\n")
+    print(f"\nMachine: {machine}; load {args.load}, concurrency {args.concurrency}, {args.duration:g} s per scenario,"
+          f" {pinned}\n")  # fmt: skip
     print("| scenario | requests/s | rows/s | p50 ms | p99 ms | errors | server CPU | client CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,7 @@ class Schema:
     _codes: tuple[dict[str, int] | None, ...] = field(init=False, repr=False)
     _numeric_idx: list[int] = field(init=False, repr=False)
     _categorical_idx: list[int] = field(init=False, repr=False)
+    _packed_order: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -77,6 +79,9 @@ class Schema:
         object.__setattr__(self, "_codes", codes)
         object.__setattr__(self, "_numeric_idx", [i for i, c in enumerate(codes) if c is None])
         object.__setattr__(self, "_categorical_idx", [i for i, c in enumerate(codes) if c is not None])
+        # Packed rows list numeric values, then categorical ones: where each feature sits.
+        where = {i: k for k, i in enumerate(self._numeric_idx + self._categorical_idx)}
+        object.__setattr__(self, "_packed_order", itemgetter(*(where[i] for i in range(len(codes)))))
 
     @property
     def names(self) -> list[str]:
@@ -190,6 +195,15 @@ class Schema:
         for name, values, width in (("packed.numbers", numbers, len(num)), ("packed.categories", categories, len(cat))):
             if len(values) != n_rows * width:
                 raise RowError(name, f"expected {n_rows} x {width} = {n_rows * width} values, got {len(values)}")
+        if n_rows < FAST_PATH_MIN_ROWS:
+            # A few rows: back to positional rows and the row encoder, which costs less than
+            # the numpy calls below and names a bad value the same way.
+            wn, wc = len(num), len(cat)
+            order = self._packed_order
+            return self.encode_rows(
+                [list(order(list(numbers[r * wn : (r + 1) * wn]) + list(categories[r * wc : (r + 1) * wc])))
+                 for r in range(n_rows)]
+            )  # fmt: skip
         out = np.empty((n_rows, len(self.features)), dtype=np.float64)
         if num:
             nums = np.asarray(numbers, dtype=np.float64).reshape(n_rows, len(num))
@@ -198,15 +212,16 @@ class Schema:
                 r, j = np.argwhere(bad)[0]
                 raise RowError(self._where("rows", int(r), num[j]), _bad_number(float(nums[r, j])))
             out[:, num] = nums
-        for j, i in enumerate(cat):
-            table = self._codes[i]
-            assert table is not None
-            col = categories[j :: len(cat)]
-            codes = list(map(table.get, col))
-            if None in codes:
-                r = codes.index(None)
-                raise RowError(self._where("rows", r, i), f"unknown category {_clip(col[r])!r}")
-            out[:, i] = codes
+        if cat:
+            w = len(cat)
+            getters = [self._codes[i].__getitem__ for i in cat]  # type: ignore[union-attr]
+            try:
+                # Per column a C-level map over a strided slice, streamed into one array.
+                flat = chain.from_iterable([map(get, categories[j::w]) for j, get in enumerate(getters)])
+                out[:, cat] = np.fromiter(flat, dtype=np.float64, count=n_rows * w).reshape(w, n_rows).T
+            except (KeyError, TypeError):  # unknown (or unhashable) category: find the first
+                k = next(k for k, v in enumerate(categories) if type(v) is not str or v not in self._codes[cat[k % w]])  # type: ignore[operator]
+                raise RowError(self._where("rows", k // w, cat[k % w]), f"unknown category {_clip(str(categories[k]))!r}") from None
         return out
 
     def _where(self, field_name: str, r: int, i: int) -> str:

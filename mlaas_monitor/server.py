@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,22 @@ from mlaas_monitor.http_app import build_app
 from mlaas_monitor.service import Gateway
 
 SHUTDOWN_GRACE_S = 10.0
+
+
+def run_loop(main: Coroutine[object, object, None]) -> None:
+    """Run ``main`` on uvloop where it exists (Linux, macOS), else on asyncio's own loop.
+
+    The gateway is bound by per-request event-loop overhead on one core; uvloop takes a
+    quarter to a third off it (BENCHMARKS.md, "MLaaS gateway"). Only the gateway and the
+    monitor use it: uvloop's clock has millisecond resolution, which the scheduler
+    service's paced trace clock should not inherit.
+    """
+    try:
+        import uvloop
+    except ImportError:  # e.g. Windows
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 @dataclass(frozen=True)
@@ -98,7 +114,7 @@ def run_forever(
             loop.add_signal_handler(sig, stop.set)
         await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions)
 
-    asyncio.run(main())
+    run_loop(main())
 
 
 class GatewayThread:
@@ -125,7 +141,7 @@ class GatewayThread:
             await serve(self.gw, self.host, 0, 0, self._stop, ready, self.extensions)
 
         try:
-            asyncio.run(main())
+            run_loop(main())
         except BaseException as e:  # surfaced by start()
             self._error = e
             self._ready.set()

@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS users (
     rate_limit REAL
 );
 CREATE TABLE IF NOT EXISTS query_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,            -- assigned by record_queries, never reused (nothing is deleted)
     ts REAL NOT NULL,
     user TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -166,6 +166,7 @@ class Store:
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path}: not a usable store: {e}") from e
         self._lock = threading.Lock()
+        self._next_id: int | None = None  # of the next query_log row; read once, then counted
         self._stop_checkpoints = threading.Event()
         self._checkpointer: threading.Thread | None = None
         if background_checkpoint:
@@ -262,28 +263,45 @@ class Store:
         """Log and charge every record in ONE transaction; returns their sequence numbers."""
         if not records:
             return []
-        with self._lock, self._tx():
-            # BEGIN IMMEDIATE holds the write lock, so ids after the current maximum are
-            # ours; assigning them lets both tables be filled with one executemany each.
-            first = self._db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM query_log").fetchone()[0]
-            ids = list(range(first, first + len(records)))
-            self._db.executemany(
-                "INSERT INTO query_log (id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves,"
-                " request_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
+        with self._lock:
+            try:
+                return self._record(records)
+            except sqlite3.IntegrityError:
+                # Another writer took the ids this connection expected (one gateway per
+                # store is the rule, but not one to lose a query over): ask SQLite again.
+                self._next_id = None
+                return self._record(records)
+
+    _LOG_INSERT = (
+        "INSERT INTO query_log (id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves,"
+        " request_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def _record(self, records: list[QueryRecord]) -> list[int]:
+        db = self._db
+        with self._tx():
+            # Ids are assigned here rather than by SQLite: both tables are filled without
+            # reading any back. BEGIN IMMEDIATE holds the write lock, so the ids are ours.
+            if self._next_id is None:
+                self._next_id = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM query_log").fetchone()[0]
+            first = self._next_id
+            # One execute per record: for the one to a few records of a group commit, that
+            # is cheaper than executemany's per-call setup.
+            for qid, r in enumerate(records, first):
+                db.execute(
+                    self._LOG_INSERT,
                     (qid, r.ts, r.user, r.model_id, r.features.shape[0], r.features.shape[1],
                      r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
                      None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
                      None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
-                     r.request_key, r.request_digest)
-                    for qid, r in zip(ids, records, strict=True)
-                ],
-            )  # fmt: skip
-            self._db.executemany(
-                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
-                [(qid, r.ts, r.user, r.model_id, r.features.shape[0], r.amount_micros) for qid, r in zip(ids, records, strict=True)],
-            )
-        return ids
+                     r.request_key, r.request_digest),
+                )  # fmt: skip
+                db.execute(
+                    "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
+                    (qid, r.ts, r.user, r.model_id, r.features.shape[0], r.amount_micros),
+                )
+        self._next_id = first + len(records)  # only once committed: a rollback reuses them
+        return list(range(first, first + len(records)))
 
     def answered_request(self, user: str, request_key: str) -> AnsweredRequest | None:
         """The query ``user`` sent with this idempotency key, if it was answered."""

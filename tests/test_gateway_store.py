@@ -87,3 +87,27 @@ def test_reopened_store_keeps_users_keys_and_ledger(tmp_path: Path) -> None:
         assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:4]})[0] == 429
         assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})[0] == 200
     store.close()
+
+
+def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(tmp_path: Path) -> None:
+    """Query ids are counted in memory after the first; a store written by someone else
+    meanwhile (not how a gateway should be run, but possible) must still get fresh ids."""
+    import time
+
+    import numpy as np
+
+    from mlaas_monitor.store import QueryRecord
+
+    def record(store: Store) -> int:
+        x = np.zeros((1, 5))
+        r = QueryRecord(time.time(), "u", "credit", x, np.zeros(1, np.int64), None, None, 10)
+        return store.record_queries([r])[0]
+
+    a, b = Store(tmp_path / "s.db"), Store(tmp_path / "s.db")
+    assert record(b) == 1
+    assert record(a) == 2
+    assert record(b) == 3  # b expected 2: refused by the primary key, retried, not lost
+    assert record(a) == 4
+    assert a.ledger_totals() == (4, 4, 40)
+    a.close()
+    b.close()

@@ -22,6 +22,7 @@ def run_watch(args: argparse.Namespace) -> int:
 
     from mlaas_monitor.admin_key import load_admin_key
     from mlaas_monitor.monitor.remote import RemoteMonitor
+    from mlaas_monitor.server import run_loop
 
     admin_key = load_admin_key(os.environ, args.admin_key_file)
     if not Path(args.models_db).is_file():
@@ -55,7 +56,7 @@ def run_watch(args: argparse.Namespace) -> int:
             await runner.cleanup()
 
     try:
-        asyncio.run(main())
+        run_loop(main())
     except OSError as e:
         raise UserError(f"cannot serve on {args.host}: {e}") from e
     finally:
