@@ -10,7 +10,8 @@ against the rows the client saw answered.
     .venv/bin/python bench/bench_gateway.py --duration 10 --concurrency 8
 
 Scenarios (--scenarios, comma-separated): http-1, http-100 (REST, rows per request),
-grpc-1, grpc-100 (gRPC; batches as PackedRows), grpcrows-100 (gRPC, repeated Row), and
+grpc-1, grpc-100 (gRPC; batches as PackedRows), grpcrows-100 (gRPC, repeated Row),
+grpcstream-1, grpcstream-100 (PredictStream: one stream per client, PackedRows), and
 grpchealth-1 (the gRPC health check: grpc.aio's own floor, for reference). --pin pins the
 gateway to CPU 0 and the client to CPU 1; --profile FILE runs the gateway under cProfile.
 
@@ -163,7 +164,7 @@ async def run_grpc(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     check = health_pb2.HealthCheckRequest()
-    if form == "packed":
+    if form in ("packed", "stream"):
         reqs = [packed(b) for b in batches]
     else:
         reqs = [pb.PredictRequest(model_id=model, rows=[pb.Row(values=[value(v) for v in r]) for r in b]) for b in batches]
@@ -177,8 +178,30 @@ async def run_grpc(
         health_stub = health_pb2_grpc.HealthStub(channel)
         end = time.perf_counter() + duration
 
+        async def stream_worker(i: int) -> None:
+            # One PredictStream per worker, one request in flight on it (closed loop).
+            nonlocal errors, answered_rows
+            call = stub.PredictStream(metadata=md)
+            j = i
+            while time.perf_counter() < end:
+                req = reqs[j % len(reqs)]
+                j += conc
+                t0 = time.perf_counter()
+                await call.write(pb.PredictStreamRequest(request=req))
+                resp = await call.read()
+                if resp.HasField("answer"):
+                    latencies.append(time.perf_counter() - t0)
+                    answered_rows += len(resp.answer.predictions)
+                else:
+                    errors += 1
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+
         async def worker(i: int) -> None:
             nonlocal errors, answered_rows
+            if form.startswith("stream"):
+                return await stream_worker(i)
             j = i
             while time.perf_counter() < end:
                 req = reqs[j % len(reqs)]
@@ -306,6 +329,8 @@ def main() -> int:
                 n = int(size)
                 batches = [rows[i : i + n] for i in range(0, len(rows) - n + 1, n)] if n > 1 else [[r] for r in rows]
                 dest = url if proto == "http" else target
+                if args.load == "h2load" and proto == "grpcstream":
+                    raise SystemExit("--load h2load cannot drive grpcstream scenarios (h2load sends one message per call)")
                 if args.load == "h2load":
                     body = h2load_body(proto, "bench", batches[0])
                     base = url if proto == "http" else f"http://{target}"
@@ -320,7 +345,7 @@ def main() -> int:
                 else:
                     # grpc-N sends PackedRows (the batch form), grpcrows-N repeated Row messages,
                     # grpchealth-1 the health check (a reference, not a prediction).
-                    form = {"grpcrows": "rows", "grpchealth": "health"}.get(proto, "packed")
+                    form = {"grpcrows": "rows", "grpchealth": "health", "grpcstream": "stream"}.get(proto, "packed")
                     runner = functools.partial(run_grpc, form=form)
                 if args.load == "python":
                     w = asyncio.run(runner(dest, key, "bench", batches, args.warmup, args.concurrency))

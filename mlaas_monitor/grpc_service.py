@@ -159,26 +159,55 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
 
         return await self.call("GetModel", context, run)
 
+    async def _answer(self, p: Principal, request: pb.PredictRequest, key: str | None) -> PredictResult:
+        self.gw.require_user(p)
+        if request.HasField("packed"):
+            if request.rows:
+                raise ApiError(400, "invalid_request", "rows: give rows or packed, not both", "rows")
+            pk = request.packed
+            # list() copies the repeated fields in C; numpy and slicing on the protobuf
+            # containers themselves would go element by element in Python.
+            packed = (pk.n_rows, list(pk.numbers), list(pk.categories))
+            return await self.gw.predict(p, request.model_id, None, packed, key)
+        self.gw.check_batch(len(request.rows))
+        return await self.gw.predict(p, request.model_id, rows_from_proto(request.rows), None, key)
+
     async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:
         async def run(p: Principal) -> pb.PredictResponse:
-            self.gw.require_user(p)
-            key = _metadata(context, "idempotency-key")
-            if request.HasField("packed"):
-                if request.rows:
-                    raise ApiError(400, "invalid_request", "rows: give rows or packed, not both", "rows")
-                pk = request.packed
-                # list() copies the repeated fields in C; numpy and slicing on the protobuf
-                # containers themselves would go element by element in Python.
-                packed = (pk.n_rows, list(pk.numbers), list(pk.categories))
-                result = await self.gw.predict(p, request.model_id, None, packed, key)
-            else:
-                self.gw.check_batch(len(request.rows))
-                result = await self.gw.predict(p, request.model_id, rows_from_proto(request.rows), None, key)
+            result = await self._answer(p, request, _metadata(context, "idempotency-key"))
             if result.replayed:
                 await context.send_initial_metadata(REPLAYED_METADATA)
             return predict_response(result)
 
         return await self.call("Predict", context, run)
+
+    async def PredictStream(
+        self, request_iterator: AsyncIterator[pb.PredictStreamRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PredictStreamResponse]:
+        metrics = self.gw.metrics
+        authorization = _authorization(context)
+        try:
+            self.gw.require_user(self.gw.authenticate(authorization))
+        except ApiError as e:
+            metrics.rejections.labels(e.code).inc()
+            metrics.observe_request("grpc", "PredictStream", grpc_status(e).name, 0.0)
+            await context.abort(grpc_status(e), json.dumps(e.body()))
+        async for item in request_iterator:
+            start = time.perf_counter()
+            try:
+                # Per request, not per stream: a key rotated or revoked meanwhile stops here.
+                p = self.gw.authenticate(authorization)
+                result = await self._answer(p, item.request, item.idempotency_key or None)
+            except ApiError as e:
+                status = grpc_status(e).name
+                metrics.rejections.labels(e.code).inc()
+                metrics.observe_request("grpc", "PredictStream", status, time.perf_counter() - start)
+                yield pb.PredictStreamResponse(
+                    error=pb.Error(status=status, code=e.code, message=e.message, field=e.field or "")
+                )
+                continue
+            metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
+            yield pb.PredictStreamResponse(answer=predict_response(result), replayed=result.replayed)
 
     async def GetUsage(self, request: pb.GetUsageRequest, context: grpc.aio.ServicerContext) -> pb.GetUsageResponse:
         async def run(p: Principal) -> pb.GetUsageResponse:

@@ -223,3 +223,69 @@ def test_packed_rows_refusals_name_the_field(gw: Running, channel: grpc.Channel,
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_of(exc.value)["field"] == field
     assert gw.charged() == before
+
+
+def stream_request(rows: list[list[object]], key: str = "", model: str = "credit") -> pb.PredictStreamRequest:
+    return pb.PredictStreamRequest(request=pb.PredictRequest(model_id=model, rows=to_proto(rows)), idempotency_key=key)
+
+
+def test_predict_stream_answers_each_request_in_order_like_predict(gw: Running, channel: grpc.Channel) -> None:
+    key = gw.new_key(f"s-{next(_names)}")
+    stub = pb_grpc.PredictionServiceStub(channel)
+    rows = credit_rows()
+    before = gw.charged()
+    batches = [rows[i : i + 1 + i % 3] for i in range(12)]
+    bad = pb.PredictStreamRequest(request=pb.PredictRequest(model_id="credit", rows=to_proto([[1.0, "boat", 3.0, "own"]])))
+    requests = [stream_request(b) for b in batches[:6]] + [bad, stream_request(batches[0], model="nope")]
+    requests += [stream_request(b) for b in batches[6:]]
+    responses = list(stub.PredictStream(iter(requests), metadata=md(key)))
+    assert len(responses) == len(requests)  # one each, in order; a refusal does not end the stream
+    answers = [r.answer for r in responses if r.HasField("answer")]
+    assert [r.WhichOneof("result") for r in responses[6:8]] == ["error", "error"]
+    assert (responses[6].error.status, responses[6].error.code, responses[6].error.field) == (
+        "INVALID_ARGUMENT", "invalid_row", "rows[0].purpose")  # fmt: skip
+    assert (responses[7].error.status, responses[7].error.code) == ("NOT_FOUND", "unknown_model")
+    for batch, answer in zip(batches, answers, strict=True):
+        unary = stub.Predict(pb.PredictRequest(model_id="credit", rows=to_proto(batch)), metadata=md(key))
+        assert answer.predictions == unary.predictions and answer.charged == unary.charged
+    ids = [a.query_id for a in answers]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    # Every answered row charged once (the stream's and the unary check calls), refusals never.
+    assert gw.charged()[1] - before[1] == 2 * sum(map(len, batches))
+
+
+def test_predict_stream_replays_by_idempotency_key(gw: Running, channel: grpc.Channel) -> None:
+    key = gw.new_key(f"s-{next(_names)}")
+    stub = pb_grpc.PredictionServiceStub(channel)
+    rows = credit_rows()[:3]
+    first, again, other = stub.PredictStream(
+        iter([stream_request(rows, "k1"), stream_request(rows, "k1"), stream_request(rows[:1], "k1")]), metadata=md(key)
+    )
+    assert not first.replayed and again.replayed and again.answer == first.answer
+    assert (other.error.status, other.error.code) == ("FAILED_PRECONDITION", "idempotency_key_reused")
+    assert stub.GetUsage(pb.GetUsageRequest(), metadata=md(key)).rows == 3
+
+
+def test_predict_stream_checks_the_key_at_the_start_and_for_every_request(gw: Running, channel: grpc.Channel) -> None:
+    stub = pb_grpc.PredictionServiceStub(channel)
+    for who, code in ((None, grpc.StatusCode.UNAUTHENTICATED), (ADMIN_KEY, grpc.StatusCode.PERMISSION_DENIED)):
+        with pytest.raises(grpc.RpcError) as exc:
+            list(stub.PredictStream(iter([stream_request(credit_rows()[:1])]), metadata=md(who)))
+        assert exc.value.code() == code
+    name = f"s-{next(_names)}"
+    key = gw.new_key(name)
+    answered = threading.Event()
+
+    def requests() -> Iterator[pb.PredictStreamRequest]:
+        yield stream_request(credit_rows()[:1])
+        answered.wait(30)  # the key is revoked between the two requests
+        yield stream_request(credit_rows()[:1])
+
+    stream = stub.PredictStream(requests(), metadata=md(key))
+    assert next(stream).HasField("answer")
+    assert gw.admin.post(f"/v1/admin/users/{name}/revoke")[0] == 200
+    answered.set()
+    second = next(stream)
+    assert (second.error.status, second.error.code) == ("UNAUTHENTICATED", "unauthenticated")
+    assert list(stream) == []
+    assert stub.GetUsage(pb.GetUsageRequest(user=name), metadata=md(ADMIN_KEY)).rows == 1

@@ -143,6 +143,36 @@ class GetUsageResponse(_message.Message):
     charged: float
     def __init__(self, user: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., queries: _Optional[int] = ..., rows: _Optional[int] = ..., charged: _Optional[float] = ...) -> None: ...
 
+class PredictStreamRequest(_message.Message):
+    __slots__ = ("request", "idempotency_key")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    request: PredictRequest
+    idempotency_key: str
+    def __init__(self, request: _Optional[_Union[PredictRequest, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("status", "code", "message", "field")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    code: str
+    message: str
+    field: str
+    def __init__(self, status: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+
+class PredictStreamResponse(_message.Message):
+    __slots__ = ("answer", "error", "replayed")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    answer: PredictResponse
+    error: Error
+    replayed: bool
+    def __init__(self, answer: _Optional[_Union[PredictResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
 class SubscribeRequest(_message.Message):
     __slots__ = ("after_seq", "model_id")
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]

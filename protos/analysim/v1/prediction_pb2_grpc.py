@@ -49,6 +49,11 @@ class PredictionServiceStub:
                 request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
                 response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
                 _registered_method=True)
+        self.PredictStream = channel.stream_stream(
+                '/analysim.v1.PredictionService/PredictStream',
+                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
+                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
+                _registered_method=True)
         self.GetUsage = channel.unary_unary(
                 '/analysim.v1.PredictionService/GetUsage',
                 request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.SerializeToString,
@@ -77,6 +82,16 @@ class PredictionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PredictStream(self, request_iterator, context):
+        """Many predictions over one call, for clients that send queries at a high rate: the
+        same semantics, auth, billing and refusals as Predict, without a call's setup cost
+        per query. The key (metadata) is checked at the start and again for every request,
+        so a rotated or revoked key stops the stream's next answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetUsage(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -100,6 +115,11 @@ def add_PredictionServiceServicer_to_server(servicer, server):
                     servicer.Predict,
                     request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.FromString,
                     response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.SerializeToString,
+            ),
+            'PredictStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PredictStream,
+                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.FromString,
+                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.SerializeToString,
             ),
             'GetUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUsage,
@@ -188,6 +208,33 @@ class PredictionService:
             '/analysim.v1.PredictionService/Predict',
             protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
             protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PredictStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/analysim.v1.PredictionService/PredictStream',
+            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
+            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
