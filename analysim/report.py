@@ -13,19 +13,20 @@ import numpy as np
 from analysim.core.metrics import JOB_FIELDS
 
 
-def _clean(x: object) -> object:
-    """JSON has no infinity or NaN: write null."""
+def json_safe(x: object) -> object:
+    """``x`` with every infinite or NaN float replaced by None: JSON has neither (summary.json
+    and the live scheduler's summary write null)."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
 def write_json(obj: dict, path: Path) -> None:
-    path.write_text(json.dumps(_clean(obj), indent=2, sort_keys=False) + "\n")
+    path.write_text(json.dumps(json_safe(obj), indent=2, sort_keys=False) + "\n")
 
 
 def write_csv(rows: Sequence[dict], path: Path, fields: Sequence[str] | None = None) -> None:

@@ -96,14 +96,17 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     for j in kept:
         engine.submit(j)
     engine.run()
-    summary = _header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
+    summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions)
 
 
-def _header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered: int,
-            trace_filtered: dict[str, int] | None, reasons: Counter) -> dict:
+def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered: int,
+                   trace_filtered: dict[str, int] | None, reasons: Counter) -> dict:
+    """The keys of summary.json that describe the run rather than its results (offline and
+    live runs share them): mode, policy, mechanisms, seed, cluster, jobs offered and why any
+    were filtered."""
     filtered = dict(trace_filtered or {})
     for k, v in reasons.items():
         filtered[k] = filtered.get(k, 0) + v
@@ -149,7 +152,7 @@ def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions
         if placed % 100 == 0:
             rows.append(_inflate_row(engine, placed, total, opts.fgd_metric))
     rows.append(_inflate_row(engine, placed, total, opts.fgd_metric))
-    summary = _header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
+    summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update({
         "tasks_placed": placed,
         "gpu_allocation_ratio": engine.allocated_gpus / total if total else 0.0,

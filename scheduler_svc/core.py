@@ -45,7 +45,7 @@ from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
-from analysim.simulation import RunOptions, _header, filter_for_cluster
+from analysim.simulation import RunOptions, filter_for_cluster, summary_header
 from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal
@@ -111,7 +111,7 @@ class LiveScheduler:
             self.engine.fragmentation_index()
         self._validator = Engine(cluster, policy, self.engine.config)
         kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
-        self.header = _header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
+        self.header = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
         self.trace_total = len(kept)
         self.clock = VirtualClock(speed)
         self.sessions: dict[str, Session] = {}

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from analysim.core.job import GPU_MILLI, JobSpec
-from analysim.report import _clean  # JSON has no inf/NaN: the same cleaning as summary.json
+from analysim.report import json_safe
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 from protos.analysim.v1 import scheduler_pb2 as spb
@@ -174,7 +174,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
     async def GetSummary(self, request: spb.SummaryRequest, context: grpc.aio.ServicerContext) -> spb.SummaryResponse:
         live = self.live
         summary = live.summary if live.done else build_summary(live)
-        return spb.SummaryResponse(done=live.done, summary_json=json.dumps(_clean(summary)))
+        return spb.SummaryResponse(done=live.done, summary_json=json.dumps(json_safe(summary)))
 
 
 class AgentServicer(apb_grpc.AgentServiceServicer):
