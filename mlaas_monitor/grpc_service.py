@@ -4,6 +4,7 @@ service), plus standard health checking and reflection."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import weakref
@@ -147,6 +148,19 @@ class _Observed:
 
 
 class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
+    def __init__(self, gw: Gateway) -> None:
+        super().__init__(gw)
+        self._stopping = False
+        self._idle_streams: set[asyncio.Task[Any]] = set()  # PredictStreams waiting for a message
+
+    def close_streams(self) -> None:
+        """Graceful shutdown: a stream ends after the message it is answering; a stream
+        waiting for its client's next message ends now (else it would hold the shutdown for
+        the whole grace period)."""
+        self._stopping = True
+        for task in list(self._idle_streams):
+            task.cancel()
+
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext) -> pb.ListModelsResponse:
         async def run(p: Principal) -> pb.ListModelsResponse:
             return pb.ListModelsResponse(models=[model_info(m) for m in self.gw.list_models()])
@@ -192,22 +206,40 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
             metrics.rejections.labels(e.code).inc()
             metrics.observe_request("grpc", "PredictStream", grpc_status(e).name, 0.0)
             await context.abort(grpc_status(e), json.dumps(e.body()))
-        async for item in request_iterator:
-            start = time.perf_counter()
-            try:
-                # Per request, not per stream: a key rotated or revoked meanwhile stops here.
-                p = self.gw.authenticate(authorization)
-                result = await self._answer(p, item.request, item.idempotency_key or None)
-            except ApiError as e:
-                status = grpc_status(e).name
-                metrics.rejections.labels(e.code).inc()
-                metrics.observe_request("grpc", "PredictStream", status, time.perf_counter() - start)
-                yield pb.PredictStreamResponse(
-                    error=pb.Error(status=status, code=e.code, message=e.message, field=e.field or "")
-                )
-                continue
-            metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
-            yield pb.PredictStreamResponse(answer=predict_response(result), replayed=result.replayed)
+        task = asyncio.current_task()
+        assert task is not None
+        self._idle_streams.add(task)
+        try:
+            async for item in request_iterator:
+                self._idle_streams.discard(task)
+                yield await self._stream_answer(item, authorization)
+                if self._stopping:
+                    return
+                self._idle_streams.add(task)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # Cancelled by close_streams while idle: end the stream cleanly (status OK).
+        finally:
+            self._idle_streams.discard(task)
+
+    async def _stream_answer(self, item: pb.PredictStreamRequest, authorization: str | None) -> pb.PredictStreamResponse:
+        """One message of a PredictStream: its answer, or its refusal in band."""
+        metrics = self.gw.metrics
+        start = time.perf_counter()
+        try:
+            # Per request, not per stream: a key rotated or revoked meanwhile stops here.
+            p = self.gw.authenticate(authorization)
+            result = await self._answer(p, item.request, item.idempotency_key or None)
+        except ApiError as e:
+            status = grpc_status(e).name
+            metrics.rejections.labels(e.code).inc()
+            metrics.observe_request("grpc", "PredictStream", status, time.perf_counter() - start)
+            return pb.PredictStreamResponse(
+                error=pb.Error(status=status, code=e.code, message=e.message, field=e.field or "")
+            )
+        metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
+        return pb.PredictStreamResponse(answer=predict_response(result), replayed=result.replayed)
 
     async def GetUsage(self, request: pb.GetUsageRequest, context: grpc.aio.ServicerContext) -> pb.GetUsageResponse:
         async def run(p: Principal) -> pb.GetUsageResponse:
@@ -301,6 +333,7 @@ class GrpcServer:
     server: grpc.aio.Server
     health: Any
     services: list[str]
+    predictions: PredictionServicer
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -312,7 +345,8 @@ def build_grpc_server(gw: Gateway) -> GrpcServer:
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", 0)],
     )
-    pb_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(gw), server)
+    predictions = PredictionServicer(gw)
+    pb_grpc.add_PredictionServiceServicer_to_server(predictions, server)
     pb_grpc.add_QueryStreamServiceServicer_to_server(QueryStreamServicer(gw), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -320,4 +354,4 @@ def build_grpc_server(gw: Gateway) -> GrpcServer:
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
         _AuthorisedReflection(gw, [*services, health.SERVICE_NAME, reflection.SERVICE_NAME]), server
     )
-    return GrpcServer(server, health_servicer, services)
+    return GrpcServer(server, health_servicer, services, predictions)

@@ -92,6 +92,7 @@ async def serve(
     finally:
         if started:
             await grpc_srv.set_serving(False)
+        grpc_srv.predictions.close_streams()
         await grpc_srv.server.stop(SHUTDOWN_GRACE_S)
         await runner.cleanup()  # stops listening, lets in-flight handlers finish
         gw.shutdown()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -289,3 +291,26 @@ def test_predict_stream_checks_the_key_at_the_start_and_for_every_request(gw: Ru
     assert (second.error.status, second.error.code) == ("UNAUTHENTICATED", "unauthenticated")
     assert list(stream) == []
     assert stub.GetUsage(pb.GetUsageRequest(user=name), metadata=md(ADMIN_KEY)).rows == 1
+
+
+def test_shutdown_ends_an_idle_predict_stream_at_once(tmp_path: Path) -> None:
+    """A stream waiting for its client's next message is not a request in flight: shutdown
+    ends it cleanly instead of waiting out the grace period for it."""
+    from mlaas_monitor.server import SHUTDOWN_GRACE_S
+
+    more = threading.Event()
+    with running_gateway(tmp_path / "s.db") as r, grpc.insecure_channel(r.thread.grpc_target) as ch:
+        key = r.new_key("idle")
+
+        def requests() -> Iterator[pb.PredictStreamRequest]:
+            yield stream_request(credit_rows()[:1])
+            more.wait(60)  # the client goes quiet
+
+        stream = pb_grpc.PredictionServiceStub(ch).PredictStream(requests(), metadata=md(key))
+        assert next(stream).HasField("answer")
+        started = time.monotonic()
+        r.thread.stop()
+        assert time.monotonic() - started < SHUTDOWN_GRACE_S / 2
+        assert list(stream) == []  # ended with status OK, nothing lost or half-sent
+        more.set()
+        assert r.store.ledger_totals()[1] == 1
