@@ -177,6 +177,11 @@ class Store:
             self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpoint", daemon=True)
             self._checkpointer.start()
 
+    @property
+    def checkpoints_in_background(self) -> bool:
+        """Whether a thread of this store checkpoints the WAL (so no other connection should)."""
+        return self._checkpointer is not None
+
     def _checkpoint_loop(self, interval: float = CHECKPOINT_INTERVAL_S) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
         try:

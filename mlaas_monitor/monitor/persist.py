@@ -60,10 +60,16 @@ class Checkpoint:
 
 
 class MonitorDB:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, autocheckpoint: bool = True) -> None:
+        """``autocheckpoint=False`` when the file is a gateway's store whose WAL is
+        checkpointed by its own background thread: otherwise a monitor save that finds the
+        WAL past SQLite's threshold runs the checkpoint itself, an fsync on the event loop
+        (about 6 ms a save under load, measured)."""
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        if not autocheckpoint:
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute("BEGIN IMMEDIATE")
         try:
             for stmt in _DDL.split(";"):

@@ -125,7 +125,9 @@ class MonitorBase:
 
 class Monitor(MonitorBase):
     def __init__(self, gw: Gateway, db_path: str | None = None, checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:
-        super().__init__(MonitorDB(db_path or gw.store.path), gw.metrics.registry, checkpoint_interval)
+        shared = db_path is None or db_path == gw.store.path
+        db = MonitorDB(db_path or gw.store.path, autocheckpoint=not (shared and gw.store.checkpoints_in_background))
+        super().__init__(db, gw.metrics.registry, checkpoint_interval)
         self.gw = gw
         self._pending: list[QueryEvent] = []
         self._scheduled = False
