@@ -35,6 +35,7 @@ class CheckingRecorder(MetricsRecorder):
         assert (used[exists] <= GPU_MILLI).all(), "a GPU is over-allocated"
         assert (st_.free_milli[cap >= 0] == GPU_MILLI - used[cap >= 0]).all(), "free GPU share disagrees with jobs"
         assert (st_.full_free == (st_.free_milli == GPU_MILLI).sum(axis=1)).all()
+        assert st_.max_full_free() == (int(st_.full_free[st_.up].max()) if st_.up.any() else 0)
         assert abs(engine.allocated_gpus - used.sum() / GPU_MILLI) < 1e-6
 
 

@@ -90,6 +90,9 @@ class ClusterState:
     model_names: tuple[str, ...] = field(init=False)
     vc_used: dict[str, float] = field(init=False)  # GPUs held, per VC
     touched: set[int] = field(init=False)  # nodes changed since a cache (e.g. fragmentation) last looked
+    # How many up nodes have exactly k whole GPUs free: the scheduling pass asks for the most
+    # free on one node after every event, and a scan of the arrays cost more than the pass.
+    _full_free_count: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         nodes = self.spec.nodes
@@ -117,6 +120,9 @@ class ClusterState:
                 self.owner_vc[self.node_index[name]] = vc.name
         self.vc_used = {v.name: 0.0 for v in self.spec.vcs}
         self.touched = set()
+        self._full_free_count = [0] * (gmax + 1)
+        for g in self.gpus.tolist():
+            self._full_free_count[g] += 1
 
     @property
     def num_nodes(self) -> int:
@@ -127,7 +133,7 @@ class ClusterState:
         row = self.free_milli[node]
         for g in gpu_slots:
             if row[g] == GPU_MILLI:
-                self.full_free[node] -= 1
+                self._count_full_free(node, -1)
             row[g] -= milli
             if row[g] < 0:
                 raise AssertionError(f"GPU {g} of node {node} over-allocated")
@@ -141,10 +147,32 @@ class ClusterState:
         for g in gpu_slots:
             row[g] += milli
             if row[g] == GPU_MILLI:
-                self.full_free[node] += 1
+                self._count_full_free(node, +1)
         self.free_total[node] += milli * len(gpu_slots)
         self.cpu_free[node] += cpu
         self.mem_free[node] += mem
+
+    def _count_full_free(self, node: int, delta: int) -> None:
+        old = int(self.full_free[node])
+        self.full_free[node] = old + delta
+        if self.up[node]:
+            self._full_free_count[old] -= 1
+            self._full_free_count[old + delta] += 1
+
+    def set_up(self, node: int, up: bool) -> None:
+        """Mark a node up or down (its allocation is the caller's business)."""
+        if bool(self.up[node]) == up:
+            return
+        self.up[node] = up
+        self._full_free_count[int(self.full_free[node])] += 1 if up else -1
+
+    def max_full_free(self) -> int:
+        """The most whole free GPUs on one node that is up (0 when none is)."""
+        counts = self._full_free_count
+        for k in range(len(counts) - 1, 0, -1):
+            if counts[k]:
+                return k
+        return 0
 
     def free_gpus_total(self) -> float:
         """Free GPU capacity on nodes that are up, fractional shares included."""
@@ -163,4 +191,5 @@ class ClusterState:
         new.up = self.up.copy()
         new.vc_used = dict(self.vc_used)
         new.touched = set(self.touched)
+        new._full_free_count = list(self._full_free_count)
         return new

@@ -101,6 +101,9 @@ class Engine:
         self.recorder = recorder
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
+        # Whether a job shape fits the empty cluster (with the nodes that are up now): every
+        # submitted job is checked, and traces repeat a few shapes.
+        self._fits_empty: dict[tuple, bool] = {}
         self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
         self.node_names = [n.name for n in spec.nodes]
@@ -179,9 +182,14 @@ class Engine:
             models = "|".join(spec.gpu_models) or "any"
             raise InfeasibleJob(f"job {spec.job_id!r}: no node of GPU model {models} is open to VC {spec.vc!r}",
                                 "no_matching_node")
-        if self._empty_state is None:
-            self._empty_state = ClusterState(self.spec)
-        if not placement.can_place(self, spec, static, self._empty_state):
+        shape = (spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib, spec.gpu_models,
+                 spec.vc if spec.vc in self._vc_dedicated else None)  # fmt: skip
+        fits = self._fits_empty.get(shape)
+        if fits is None:
+            if self._empty_state is None:
+                self._empty_state = ClusterState(self.spec)
+            fits = self._fits_empty[shape] = placement.can_place(self, spec, static, self._empty_state)
+        if not fits:
             raise InfeasibleJob(
                 f"job {spec.job_id!r}: asks for {spec.num_gpus} GPU(s) x {spec.gpu_milli}/1000, "
                 f"{spec.cpu_milli} CPU milli, {spec.memory_mib} MiB, more than the cluster can ever hold",
@@ -279,10 +287,11 @@ class Engine:
     def _on_node_down(self, node: int) -> None:
         if not self.state.up[node]:
             return
-        self.state.up[node] = False
+        self.state.set_up(node, False)
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
         self._static_cache.clear()
+        self._fits_empty.clear()
         for job in [j for j in self.running.values() if node in j.placement.nodes]:
             self._stop(job)
             ex = self.extra[job.job_id]
@@ -299,10 +308,11 @@ class Engine:
     def _on_node_up(self, node: int) -> None:
         if self.state.up[node]:
             return
-        self.state.up[node] = True
+        self.state.set_up(node, True)
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
         self._static_cache.clear()
+        self._fits_empty.clear()
         self._dirty = True
 
     def _on_timer(self, payload: tuple[str, JobRun | None]) -> None:
@@ -389,12 +399,12 @@ class Engine:
             if free.size and int(free.max()) >= min(self._pending_frac):
                 return False
         if self._pending_whole:
+            smallest = min(self._pending_whole)
+            if smallest <= self._gmax and st.max_full_free() >= smallest:
+                return False
             ff = st.full_free[st.up]
             if not ff.size:
                 return True
-            smallest = min(self._pending_whole)
-            if smallest <= self._gmax and int(ff.max()) >= smallest:
-                return False
             # Jobs wider than any node span several: as few as possible unless locality is
             # relaxed, so the emptiest nodes must hold them.
             gangs = [g for g in self._pending_whole if g > self._gmax]
@@ -501,7 +511,7 @@ class Engine:
         gmax = self._gmax
         # The most whole GPUs free on one node: a job that fits on one node but asks for more
         # cannot be placed, and is passed over without the cost of a placement attempt.
-        ffmax = int(st.full_free[st.up].max()) if st.up.any() else 0
+        ffmax = st.max_full_free()
         for job in q.order(source, self):
             if job.status is not JobStatus.PENDING:
                 continue
@@ -535,7 +545,7 @@ class Engine:
                         reservation = self._consume_reservation(job, reservation)
                     self._dequeue(job)
                     self._launch(job, pl)
-                    ffmax = int(st.full_free[st.up].max()) if st.up.any() else 0
+                    ffmax = st.max_full_free()
                     if only_capacity and not q.blocking and self._hopeless():
                         break
                     continue
