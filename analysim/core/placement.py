@@ -94,12 +94,15 @@ def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: Cluster
     g = spec.num_gpus
     per_gpu_cpu = spec.cpu_milli / g
     per_gpu_mem = spec.memory_mib / g
-    cap = np.minimum(state.full_free, np.minimum(
-        np.floor_divide(state.cpu_free, max(per_gpu_cpu, 1e-9)).astype(np.int64) if per_gpu_cpu else state.full_free,
-        np.floor_divide(state.mem_free, max(per_gpu_mem, 1e-9)).astype(np.int64) if per_gpu_mem else state.full_free,
-    ))
+    # GPUs each node can give the job: whole free GPUs, fewer if CPU or memory run out first.
+    cap = state.full_free
+    if per_gpu_cpu:
+        cap = np.minimum(cap, np.floor_divide(state.cpu_free, per_gpu_cpu).astype(np.int64))
+    if per_gpu_mem:
+        cap = np.minimum(cap, np.floor_divide(state.mem_free, per_gpu_mem).astype(np.int64))
     cap = np.where(static_ok, cap, 0)
-    if cap.sum() < g:
+    rack_cap = np.bincount(state.rack_id, weights=cap)
+    if rack_cap.sum() < g:
         return None
     relaxed = ctx.config.relaxed_locality
 
@@ -120,15 +123,16 @@ def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: Cluster
         return chosen
 
     best: tuple[int, list[tuple[int, int]]] | None = None
-    for rack in np.unique(state.rack_id[cap > 0]):
-        nodes = np.flatnonzero((state.rack_id == rack) & (cap > 0))
+    has_cap = cap > 0
+    for rack in np.flatnonzero(rack_cap >= g).tolist():  # a rack with fewer cannot take it alone
+        nodes = np.flatnonzero((state.rack_id == rack) & has_cap)
         chosen = take(nodes)
         if chosen is not None:
-            leftover = int(cap[nodes].sum()) - g
+            leftover = int(rack_cap[rack]) - g
             if best is None or leftover < best[0]:
                 best = (leftover, chosen)
     cross_rack = best is None
-    chosen = best[1] if best is not None else take(np.flatnonzero(cap > 0))
+    chosen = best[1] if best is not None else take(np.flatnonzero(has_cap))
     if chosen is None:
         return None
     gpus = []
