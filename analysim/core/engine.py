@@ -528,7 +528,10 @@ class Engine:
                 sig = (spec.gpu_models, spec.vc if quotas_matter else None, spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
                 worse = failed.get(sig)
-                if worse is None or not all(a >= b for a, b in zip(req, worse, strict=True)):
+                # (Written out: a generator over the four fields cost more than the rest of the
+                # check for the long queues of LAS-like policies.)
+                if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
+                                         and req[3] >= worse[3]):  # fmt: skip
                     if reservation is not None and not self._may_backfill(job, reservation):
                         continue
                     pl = placement.bind(self, job, self.static_mask(spec))
@@ -549,7 +552,8 @@ class Engine:
                     if only_capacity and not q.blocking and self._hopeless():
                         break
                     continue
-                if worse is None or all(a <= b for a, b in zip(req, worse, strict=True)):
+                if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2]
+                                     and req[3] <= worse[3]):  # fmt: skip
                     failed[sig] = req
             if q.blocking:
                 if not pol.backfill:
