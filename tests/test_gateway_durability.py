@@ -7,36 +7,31 @@ ledger matches exactly."""
 from __future__ import annotations
 
 import http.client
-import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 from mlaas_monitor.store import Store
-from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Client, credit_model, credit_rows, wait_until
+from tests.test_gateway_helpers import (
+    ADMIN_KEY,
+    Client,
+    credit_model,
+    credit_rows,
+    start_module,
+    wait_until,
+)
 
 CLIENTS = 4
 PREDICT = "/v1/models/credit/predict"
 
 
 def start_gateway(db: Path, port_file: Path) -> tuple[subprocess.Popen[str], int]:
-    port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
-         "--port-file", str(port_file)],
-        cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc, ports = start_module(
+        ["mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"], port_file,
+        "the gateway's port file", stdout=subprocess.PIPE,
     )  # fmt: skip
-
-    def ready() -> bool:
-        assert proc.poll() is None, proc.communicate()
-        return port_file.exists()
-
-    wait_until(ready, what="the gateway's port file")
-    return proc, json.loads(port_file.read_text())["http"]
+    return proc, ports["http"]
 
 
 class Hammer:

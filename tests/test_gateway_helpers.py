@@ -7,8 +7,9 @@ import functools
 import http.client
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
 from mlaas_monitor.training import train_model
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
@@ -67,16 +69,25 @@ def credit_rows() -> list[list[Any]]:
     return typed_rows(credit_model(), load_dataset(str(credit_csv())).data)  # type: ignore[arg-type]
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``cond`` until truthy; never a fixed sleep as synchronisation."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def start_module(
+    args: list[str], port_file: Path, what: str, stdout: int = subprocess.DEVNULL
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """Run ``python -m ARGS --port-file PORT_FILE`` (the test admin key in its environment)
+    and return it with the ports it wrote, once it listens. stderr is piped, so a process
+    that dies while starting fails the test with its message."""
+    port_file.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args, "--port-file", str(port_file)],
+        cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY},
+        stdout=stdout, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def ready() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return port_file.exists()
+
+    wait_until(ready, what=what)
+    return proc, json.loads(port_file.read_text())
 
 
 class Client:
@@ -172,4 +183,4 @@ def running_gateway(
 
 def test_helpers_wait_until_times_out() -> None:
     with pytest.raises(AssertionError, match="timed out"):
-        wait_until(lambda: False, timeout=0.05)
+        wait_until(lambda: False, deadline_s=0.05)

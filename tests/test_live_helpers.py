@@ -4,31 +4,16 @@ Prometheus text parsed with prometheus_client."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import LocalRun
-
-T = TypeVar("T")
-
-
-def wait_until(cond: Callable[[], T], deadline_s: float = 30.0, what: str = "condition", poll_s: float = 0.02) -> T:
-    """Poll ``cond`` until it returns something truthy; fail the test at the deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s:g} s waiting for {what}")
-        time.sleep(poll_s)
+from tests.polling import wait_until  # noqa: F401  (re-exported for the live tests)
 
 
 @contextmanager

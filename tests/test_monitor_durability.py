@@ -4,34 +4,29 @@ and group's summaries, status, history and warnings come back, and monitoring re
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from mlaas_monitor.model import Policy
 from mlaas_monitor.store import Store
-from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Client, credit_model, credit_rows, wait_until
+from tests.test_gateway_helpers import (
+    ADMIN_KEY,
+    Client,
+    credit_model,
+    credit_rows,
+    start_module,
+    wait_until,
+)
 
 
 def start(db: Path, port_file: Path, checkpoint_interval: float = 1.0) -> tuple[subprocess.Popen[str], Client]:
-    port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
-         "--port-file", str(port_file), "--monitor-checkpoint-interval", str(checkpoint_interval)],
-        cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    proc, ports = start_module(
+        ["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+         "--monitor-checkpoint-interval", str(checkpoint_interval)], port_file, "the gateway's port file",
     )  # fmt: skip
-
-    def ready() -> bool:
-        assert proc.poll() is None, proc.communicate()
-        return port_file.exists()
-
-    wait_until(ready, what="the gateway's port file")
-    return proc, Client("127.0.0.1", json.loads(port_file.read_text())["http"], ADMIN_KEY)
+    return proc, Client("127.0.0.1", ports["http"], ADMIN_KEY)
 
 
 def views(admin: Client, subjects: list[str]) -> dict[str, Any]:

@@ -4,11 +4,8 @@ restart resumes them from its own SQLite file."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +16,22 @@ from mlaas_monitor.monitor.service import monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
-from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Client, credit_model, credit_rows, wait_until
+from tests.test_gateway_helpers import (
+    ADMIN_KEY,
+    Client,
+    credit_model,
+    credit_rows,
+    start_module,
+    wait_until,
+)
 
 
 def start_watch(target: str, db: Path, state: Path, port_file: Path) -> tuple[subprocess.Popen[str], Client]:
-    port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlaas_monitor.monitor", "watch", "--target", target, "--models-db", str(db),
-         "--state", str(state), "--port", "0", "--port-file", str(port_file)],
-        cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    proc, ports = start_module(
+        ["mlaas_monitor.monitor", "watch", "--target", target, "--models-db", str(db), "--state", str(state),
+         "--port", "0"], port_file, "the remote monitor's port file",
     )  # fmt: skip
-
-    def ready() -> bool:
-        assert proc.poll() is None, proc.communicate()
-        return port_file.exists()
-
-    wait_until(ready, what="the remote monitor's port file")
-    return proc, Client("127.0.0.1", json.loads(port_file.read_text())["http"], ADMIN_KEY)
+    return proc, Client("127.0.0.1", ports["http"], ADMIN_KEY)
 
 
 def users_of(client: Client) -> dict[str, Any]:
