@@ -99,6 +99,15 @@ def summarise(name: str, latencies: list[float], rows_per_req: int, elapsed: flo
     }
 
 
+async def answered(reader: asyncio.StreamReader) -> bool:
+    """Read one HTTP/1.1 response: whether it is a 200 with predictions. The body is not
+    parsed, so that the client spends its CPU on load rather than on JSON."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    k = head.lower().find(b"content-length:")
+    data = await reader.readexactly(int(head[k + 15 : head.find(b"\r\n", k)]))
+    return head.startswith(b"HTTP/1.1 200") and data.startswith(b'{"predictions":[')
+
+
 async def run_http(url: str, key: str, model: str, batches: list[list], duration: float, conc: int) -> tuple:
     """Closed-loop keep-alive HTTP/1.1 clients, one connection each. Hand-rolled on asyncio
     streams because a full client library costs more CPU per request than the gateway
@@ -126,12 +135,8 @@ async def run_http(url: str, key: str, model: str, batches: list[list], duration
             j += conc
             t0 = time.perf_counter()
             writer.write(req)
-            head = await reader.readuntil(b"\r\n\r\n")
-            k = head.lower().find(b"content-length:")
-            data = await reader.readexactly(int(head[k + 15 : head.find(b"\r\n", k)]))
-            # A 200 answers every row of the request (or none): count them without parsing
-            # the body, so the client spends its CPU on load rather than on JSON.
-            if head.startswith(b"HTTP/1.1 200") and data.startswith(b'{"predictions":['):
+            # A 200 answers every row of the request (or none).
+            if await answered(reader):
                 latencies.append(time.perf_counter() - t0)
                 answered_rows += size
             else:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_gateway import GERMAN, client_rows, cpu_seconds, wait_for  # noqa: E402
+from bench_gateway import GERMAN, answered, client_rows, cpu_seconds, wait_for  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 
@@ -69,10 +69,7 @@ async def drive(url: str, keys: list[str], model: str, rows: list[list], duratio
             j += conc
             t0 = time.perf_counter()
             writer.write(req)
-            head = await reader.readuntil(b"\r\n\r\n")
-            k = head.lower().find(b"content-length:")
-            data = await reader.readexactly(int(head[k + 15 : head.find(b"\r\n", k)]))
-            if head.startswith(b"HTTP/1.1 200") and data.startswith(b'{"predictions":['):
+            if await answered(reader):
                 latencies.append(time.perf_counter() - t0)
             else:
                 errors += 1
