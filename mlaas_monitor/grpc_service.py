@@ -139,12 +139,16 @@ class _Observed:
         try:
             result = await fn(self.gw.authenticate(_authorization(context)))
         except ApiError as e:
-            self.gw.metrics.rejections.labels(e.code).inc()
-            status = grpc_status(e)
-            self.gw.metrics.observe_request("grpc", route, status.name, time.perf_counter() - start)
-            await context.abort(status, json.dumps(e.body()))
+            await context.abort(self.rejected(route, e, start), json.dumps(e.body()))
         self.gw.metrics.observe_request("grpc", route, "OK", time.perf_counter() - start)
         return result
+
+    def rejected(self, route: str, e: ApiError, start: float) -> grpc.StatusCode:
+        """Count a refusal (by reason, and as a request with its status); its gRPC status."""
+        status = grpc_status(e)
+        self.gw.metrics.rejections.labels(e.code).inc()
+        self.gw.metrics.observe_request("grpc", route, status.name, time.perf_counter() - start)
+        return status
 
 
 class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
@@ -198,14 +202,12 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
     async def PredictStream(
         self, request_iterator: AsyncIterator[pb.PredictStreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PredictStreamResponse]:
-        metrics = self.gw.metrics
+        start = time.perf_counter()
         authorization = _authorization(context)
         try:
             self.gw.require_user(self.gw.authenticate(authorization))
         except ApiError as e:
-            metrics.rejections.labels(e.code).inc()
-            metrics.observe_request("grpc", "PredictStream", grpc_status(e).name, 0.0)
-            await context.abort(grpc_status(e), json.dumps(e.body()))
+            await context.abort(self.rejected("PredictStream", e, start), json.dumps(e.body()))
         task = asyncio.current_task()
         assert task is not None
         self._idle_streams.add(task)
@@ -225,20 +227,17 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
 
     async def _stream_answer(self, item: pb.PredictStreamRequest, authorization: str | None) -> pb.PredictStreamResponse:
         """One message of a PredictStream: its answer, or its refusal in band."""
-        metrics = self.gw.metrics
         start = time.perf_counter()
         try:
             # Per request, not per stream: a key rotated or revoked meanwhile stops here.
             p = self.gw.authenticate(authorization)
             result = await self._answer(p, item.request, item.idempotency_key or None)
         except ApiError as e:
-            status = grpc_status(e).name
-            metrics.rejections.labels(e.code).inc()
-            metrics.observe_request("grpc", "PredictStream", status, time.perf_counter() - start)
+            status = self.rejected("PredictStream", e, start).name
             return pb.PredictStreamResponse(
                 error=pb.Error(status=status, code=e.code, message=e.message, field=e.field or "")
             )
-        metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
+        self.gw.metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
         return pb.PredictStreamResponse(answer=predict_response(result), replayed=result.replayed)
 
     async def GetUsage(self, request: pb.GetUsageRequest, context: grpc.aio.ServicerContext) -> pb.GetUsageResponse:

@@ -317,7 +317,7 @@ class Gateway:
             raise ApiError(503, "store_unavailable", f"the ledger could not be read: {e}") from e
         if prior is None:
             return None
-        if prior.model_id != model.id or prior.digest != digest:
+        if prior.digest != digest:  # the digest covers the model too
             raise ApiError(422, "idempotency_key_reused", f"this Idempotency-Key was used for a different request"
                            f" (query {prior.query_id})", REQUEST_KEY_FIELD)  # fmt: skip
         self.metrics.observe_replay(model.id)

@@ -122,8 +122,7 @@ class AnsweredRequest:
     """A logged query found by its idempotency key: what the user was told, and charged."""
 
     query_id: int
-    model_id: str
-    digest: bytes
+    digest: bytes  # request_digest of what was sent: the model and the encoded rows
     labels: np.ndarray
     confidences: np.ndarray | None
     leaves: np.ndarray | None
@@ -312,20 +311,14 @@ class Store:
         """The query ``user`` sent with this idempotency key, if it was answered."""
         with self._lock:
             row = self._db.execute(
-                "SELECT q.id, q.model, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
+                "SELECT q.id, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
                 " FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q.user=? AND q.request_key=?",
                 (user, request_key),
             ).fetchone()
         if row is None:
             return None
-        qid, model, digest, labels, conf, leaves, amount = row
-        return AnsweredRequest(
-            qid, model, digest,
-            np.frombuffer(labels, dtype="<i4").astype(np.int64),
-            None if conf is None else np.frombuffer(conf, dtype="<f8").astype(np.float64),
-            None if leaves is None else np.frombuffer(leaves, dtype="<i4").astype(np.int64),
-            amount,
-        )  # fmt: skip
+        qid, digest, labels, conf, leaves, amount = row
+        return AnsweredRequest(qid, digest, *_told(labels, conf, leaves), amount)
 
     def usage(self, user: str) -> list[tuple[str, int, int, int]]:
         """(model, queries, rows, amount_micros) per model for one user."""
@@ -359,18 +352,20 @@ class Store:
         return [_event(r) for r in rows]
 
 
+def _told(labels: bytes, conf: bytes | None, leaves: bytes | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A logged answer's blobs as arrays: class indices, and the confidences and leaf ids
+    when they were revealed."""
+    return (
+        np.frombuffer(labels, dtype="<i4").astype(np.int64),
+        None if conf is None else np.frombuffer(conf, dtype="<f8").astype(np.float64),
+        None if leaves is None else np.frombuffer(leaves, dtype="<i4").astype(np.int64),
+    )
+
+
 def _event(r: Iterable[Any]) -> QueryEvent:
     qid, ts, user, model, n, f, feats, labels, conf, leaves = r
-    return QueryEvent(
-        seq=qid,
-        timestamp=ts,
-        user=user,
-        model_id=model,
-        features=np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64),
-        labels=np.frombuffer(labels, dtype="<i4").astype(np.int64),
-        confidences=None if conf is None else np.frombuffer(conf, dtype="<f8").astype(np.float64),
-        leaves=None if leaves is None else np.frombuffer(leaves, dtype="<i4").astype(np.int64),
-    )
+    features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
+    return QueryEvent(qid, ts, user, model, features, *_told(labels, conf, leaves))
 
 
 class _Transaction:
