@@ -131,8 +131,10 @@ def test_sigkill_loses_nothing_that_was_answered(tmp_path: Path) -> None:
         # ...and a kill between a charge's commit and its response leaves at most one charge
         # per client that it has not seen yet: the request it had in flight.
         assert len(hammer.in_flight) == CLIENTS
-        assert len(set(before_retry) - set(seen_before)) <= CLIENTS
-        hammer.retry_in_flight(port)
+        unseen = set(before_retry) - set(seen_before)
+        assert len(unseen) <= CLIENTS
+        # Exactly the charges the clients had not seen come back as replays.
+        assert hammer.retry_in_flight(port) == len(unseen)
         # Retried with their keys, those are answered (a replay if charged before the kill,
         # fresh if not) and charged once: the ledger is exactly what the clients saw.
         charged = ledger(db)
