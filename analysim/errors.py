@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class UserError(Exception):
     """Bad input from the user: a file, a flag, a value. ``str()`` is the whole message."""
@@ -18,3 +21,17 @@ class InputFileError(UserError):
         if column:
             where += f", column {column!r}"
         super().__init__(f"{where}: {problem}")
+
+
+def run_command(prog: str, fn: Callable[[], int | None], say_interrupted: bool = False) -> int:
+    """A command line's exit code for ``fn``: a UserError is one line on stderr and 2 (no
+    traceback), Ctrl-C is 130 (with a line saying so if asked)."""
+    try:
+        return int(fn() or 0)
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if say_interrupted:
+            print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -4,10 +4,9 @@ and ``analysim model``."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from analysim.cli import gateway, model
-from analysim.errors import UserError
+from analysim.errors import run_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,13 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     gateway.register(sub)
     model.register(sub)
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"mlaas_monitor {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(f"mlaas_monitor {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import signal
 import sys
 
 from analysim.clusters import parse_cluster
-from analysim.errors import UserError
+from analysim.errors import UserError, run_command
 
 
 def add_agent_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,10 +72,4 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m node_agent", description="AnalySIM fake node agent")
     add_agent_arguments(p)
     args = p.parse_args(argv)
-    try:
-        return run(args)
-    except UserError as e:
-        print(f"node_agent: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command("node_agent", lambda: run(args))

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
-from analysim.errors import UserError
+from analysim.errors import UserError, run_command
 
 
 def parse_speed(text: str) -> float | None:
@@ -89,16 +89,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sys
 
     p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
     sub = p.add_subparsers(dest="command", required=True)
     add_service_arguments(sub.add_parser("serve", help="run the scheduler service"))
     args = p.parse_args(argv)
-    try:
-        return run(args)
-    except UserError as e:
-        print(f"scheduler_svc: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command("scheduler_svc", lambda: run(args))

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
 from analysim import __version__
-from analysim.errors import UserError
+from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
 SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway", "attack", "monitor-eval",
@@ -33,11 +32,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"analysim {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"analysim {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_command(f"analysim {args.command}", lambda: args.func(args), say_interrupted=True)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from analysim.cli import attack, gateway, monitor_eval
-from analysim.errors import UserError
+from analysim.errors import UserError, run_command
 
 
 def run_watch(args: argparse.Namespace) -> int:
@@ -80,13 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     attack.register(sub)
     monitor_eval.register(sub)
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"mlaas_monitor.monitor {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(f"mlaas_monitor.monitor {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":
