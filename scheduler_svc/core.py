@@ -68,15 +68,11 @@ class InvalidJob(ValueError):
 
 
 class _LiveRecorder(MetricsRecorder):
-    """The standard recorder; a job an agent reported failed is recorded as failed (the engine
-    stops it the way it stops a cancelled one)."""
+    """The standard recorder, which also keeps each ended job's row by id (for the journal)."""
 
-    failing: set[str]
     rows: dict[str, dict]
 
     def job_ended(self, engine: Engine, job: JobRun) -> None:
-        if job.job_id in self.failing:
-            job.status = JobStatus.FAILED
         super().job_ended(engine, job)
         self.rows[job.job_id] = self.jobs[-1]
 
@@ -99,9 +95,7 @@ class LiveScheduler:
         self.trace_filtered = trace_filtered
         span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
         interval = max(1.0, math.ceil(span / max(opts.sample_points, 1))) if span > 0 else 60.0
-        self.failing: set[str] = set()
         self.recorder = _LiveRecorder(sample_interval_s=interval, fgd=opts.fgd_metric)
-        self.recorder.failing = self.failing
         self.recorder.rows = {}
         self.engine = Engine(cluster, policy, replace(opts.engine_config(), predict_completions=False),
                              recorder=self.recorder, workload=jobs)
@@ -113,6 +107,8 @@ class LiveScheduler:
         kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
         self.header = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
         self.trace_total = len(kept)
+        # Client ids may not take these, arrived or not: a trace job is never displaced.
+        self.trace_ids = frozenset(j.job_id for j in kept)
         self.clock = VirtualClock(speed)
         self.sessions: dict[str, Session] = {}
         self.node_owner: dict[str, Session] = {}
@@ -129,7 +125,6 @@ class LiveScheduler:
         self._completions: list[tuple[float, int, str]] = []
         self._failures: list[tuple[float, str, str]] = []
         self._dec_idx = 0
-        self._launch_seq = 0
         self._terminal = 0
         self._kick = asyncio.Event()
         self._stopping = False
@@ -146,16 +141,20 @@ class LiveScheduler:
         self._client_seq = 0
         self.trace_skipped = 0
         self._finishing = False
+        self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
         self._held: dict[str, JobSpec] = {}  # accepted, but the nodes up now cannot hold them: wait
         self._held_up = -1
+        self._unresumed: dict[str, JobSpec] = {}  # journalled, not ended: resumed or resubmitted at the start
+        self.jobs_resumed = 0
         self._restore(kept)
         metrics.attach(self)
 
     # ------------------------------------------------------------------ restart
 
     def _restore(self, kept: list[JobSpec]) -> None:
-        """Resume from the journal: ended jobs keep their records, the others are resubmitted."""
+        """Resume from the journal: ended jobs keep their records; the others wait for the agents
+        (``_resume_reported``): those still running on them continue, the rest are resubmitted."""
         ident = {"trace": self.trace_source, "cluster": self.cluster.name, "policy": self.engine.policy.name,
                  "seed": self.opts.seed, "trace_jobs": len(kept)}
         meta = self.journal.meta()
@@ -163,6 +162,11 @@ class LiveScheduler:
             raise UserError(f"journal {self.journal.path} belongs to another run ({meta['identity']}); "
                             f"this one is {ident}: give a fresh --journal")
         self.journal.set_meta("identity", ident)
+        # Launch ids name a launch across scheduler lives too: agents keep jobs launched by the
+        # previous one, so each life numbers its launches from its own epoch.
+        epoch = int(meta.get("epoch", 0)) + 1
+        self.journal.set_meta("epoch", epoch)
+        self._launch_seq = epoch << 40
         rows = self.journal.jobs()
         seen = set()
         if rows:
@@ -180,13 +184,65 @@ class LiveScheduler:
                     self.restored[job_id] = record
                     self.recorder.jobs.append(record)
                 else:
-                    self._engine_submit(spec)
-            log.info("resumed from %s at t=%.1f: %d ended, %d resubmitted", self.journal.path, t,
-                     len(self.restored), len(rows) - len(self.restored))
+                    self._unresumed[job_id] = spec
+            log.info("resumed from %s at t=%.1f: %d ended, %d to resume or resubmit", self.journal.path, t,
+                     len(self.restored), len(self._unresumed))
         self.trace_jobs = [j for j in kept if j.job_id not in seen]
         self._cursor = 0
         self.journal.commit()
 
+    def _resume_reported(self) -> dict[Session, list]:
+        """Every node has an agent again after a restart: the jobs the agents still run continue
+        where they are (when the journal has them and every part of each is reported the same
+        way); the other journalled jobs are resubmitted. Kill commands for what is not kept."""
+        reports: dict[str, list[tuple[Session, apb.RunningJob]]] = defaultdict(list)
+        for s in self.sessions.values():
+            for r in s.running:
+                reports[r.launch.job_id].append((s, r))
+            s.running = ()
+        kills: dict[Session, list] = defaultdict(list)
+        keep = []
+        for job_id, parts in reports.items():
+            la, start = parts[0][1].launch, parts[0][1].start_s
+            holders = {self.node_owner.get(sl.node) for sl in la.slots}
+            if (job_id in self._unresumed and math.isfinite(start) and start >= 0
+                    and all(r.launch.launch_id == la.launch_id and r.start_s == start for _, r in parts)
+                    and holders == {s for s, _ in parts} and None not in holders):
+                keep.append((job_id, la, start, tuple(holders)))
+            else:
+                for s, _ in parts:
+                    kills[s].append(apb.Command(time_s=self.t_cur, kill=apb.Kill(job_id=job_id, reason="not resumed")))
+        if keep:
+            # Jobs launched after the journal's last clock commit: the clock resumes at their start.
+            t = max(self.t_cur, max(start for _, _, start, _ in keep))
+            self.engine.run(until=t)
+            self.t_cur = t
+        resumed = 0
+        for job_id, la, start, holders in keep:
+            spec = self._unresumed[job_id]
+            gpus = tuple((self.node_index[sl.node], tuple(sl.gpus)) for sl in la.slots)
+            try:
+                job = self.engine.resume_running(spec, gpus, la.slowdown, start, la.remaining_s, la.overhead_s)
+            except (InfeasibleJob, KeyError, IndexError) as e:
+                log.warning("job %s reported running, but cannot be resumed (%s): resubmitted", job_id, e)
+                for s in holders:
+                    kills[s].append(apb.Command(time_s=self.t_cur, kill=apb.Kill(job_id=job_id, reason="not resumed")))
+                continue
+            del self._unresumed[job_id]
+            self._started_ids.add(job_id)
+            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders)
+            end = self.engine.expected_end(job)
+            for s in holders:
+                s.bound = min(s.bound, end)
+            resumed += 1
+        for spec in self._unresumed.values():
+            self._engine_submit(spec)
+        if self._unresumed or resumed:
+            log.info("after the restart: %d job(s) resumed where they were, %d resubmitted, %d report(s) refused",
+                     resumed, len(self._unresumed), sum(len(v) for v in kills.values()))
+        self.jobs_resumed = resumed
+        self._unresumed.clear()
+        return kills
     # --------------------------------------------------------------- the trace
 
     def _feed(self, until: float) -> None:
@@ -239,8 +295,10 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ agents
 
-    def register(self, agent_id: str, nodes: Sequence[apb.NodeInfo]) -> Session:
-        """Check an agent's nodes against the cluster; raise InvalidJob-style ValueError if wrong."""
+    def register(self, agent_id: str, nodes: Sequence[apb.NodeInfo], principal: str = "",
+                 running: Sequence[apb.RunningJob] = ()) -> Session:
+        """Check an agent's nodes against the cluster (ValueError if wrong); PermissionError if
+        another agent token holds the agent id or one of the nodes."""
         if not nodes:
             raise ValueError("an agent must register at least one node")
         names = []
@@ -259,11 +317,17 @@ class LiveScheduler:
             owner = self.node_owner.get(name)
             if owner is not None and owner.agent_id != agent_id:
                 raise ValueError(f"node {name!r} is held by agent {owner.agent_id!r}")
-        # The same agent coming back (a restart): its previous session is over, and its jobs with it.
-        for s in list(self.sessions.values()):
-            if s.agent_id == agent_id or set(s.nodes) & set(names):
-                self.lose(s, "replaced by a new registration")
-        s = Session(agent_id=agent_id, session_id=uuid.uuid4().hex, nodes=tuple(names))
+        # The same agent coming back (a restart, a broken stream): its previous session is over.
+        # Only the same credentials may take over a session: a token cannot push another off.
+        replaced = [s for s in self.sessions.values() if s.agent_id == agent_id or set(s.nodes) & set(names)]
+        for s in replaced:
+            if s.principal != principal:
+                raise PermissionError(f"agent {s.agent_id!r} (nodes {s.nodes[0]}..) is registered with other "
+                                      "credentials")
+        for s in replaced:
+            self.lose(s, "replaced by a new registration")
+        s = Session(agent_id=agent_id, session_id=uuid.uuid4().hex, nodes=tuple(names), principal=principal,
+                    running=tuple(running))
         self.sessions[s.session_id] = s
         return s
 
@@ -277,7 +341,13 @@ class LiveScheduler:
             if self.started and not self.engine.state.up[self.node_index[name]]:
                 self.engine.node_up(name, at=at)
                 self._publish("node_up", "", (name,), f"agent {s.agent_id}")
-        s.outbox.put_nowait(apb.SchedulerMessage(clock=self.clock.update(0)))
+        kills = []
+        if self.started and s.running:
+            # This scheduler requeued them when the agent was lost: they run elsewhere now.
+            kills = [apb.Command(time_s=at, kill=apb.Kill(job_id=r.launch.job_id, reason="requeued while away"))
+                     for r in s.running]
+            s.running = ()
+        s.outbox.put_nowait(apb.SchedulerMessage(commands=kills, clock=self.clock.update(0)))
         self._count_sent(1)
         if not self.started and len(self.node_owner) == len(self.cluster.nodes):
             self._start()
@@ -382,10 +452,22 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ clients
 
+    @property
+    def writing_out(self) -> bool:
+        """The replay's end is being written to --out: a submission now waits (UNAVAILABLE)."""
+        return self._finishing and not self.done
+
+    def _taken(self, job_id: str) -> bool:
+        return (job_id in self.engine.jobs or job_id in self.restored or job_id in self._held
+                or job_id in self.trace_ids or job_id in self._unresumed)
+
     def submit_client(self, spec: JobSpec) -> None:
-        if spec.job_id in self.engine.jobs or spec.job_id in self.restored or spec.job_id in self._held:
+        if self._taken(spec.job_id):
             raise KeyError(spec.job_id)
         self.validate(spec)
+        if self.done:
+            # A job after the end: the run is open again, and --out is written again when it ends.
+            self.done = self._finishing = False
         self._engine_submit(spec)
         self.source[spec.job_id] = "client"
         self.journal.add_jobs([spec], "client")
@@ -398,7 +480,7 @@ class LiveScheduler:
         while True:
             self._client_seq += 1
             job_id = f"client-{self._client_seq:06d}"
-            if job_id not in self.engine.jobs and job_id not in self.restored and job_id not in self._held:
+            if not self._taken(job_id):
                 return job_id
 
     def validate(self, spec: JobSpec) -> None:
@@ -429,6 +511,18 @@ class LiveScheduler:
             raise InvalidJob(str(e) + extra, e.reason) from None
 
     def cancel(self, job_id: str) -> None:
+        spec = self._held.pop(job_id, None)
+        if spec is not None:
+            # Held (only nodes that are down could run it), so not in the engine: it ends here.
+            at = self._event_time()
+            job = JobRun(spec=spec, seq=-1, status=JobStatus.CANCELLED, end_s=at)
+            self.recorder.job_ended(self.engine, job)
+            self.restored[job_id] = self.recorder.rows[job_id]
+            self.metrics.vc(self.metrics.cancelled, spec.vc).inc()
+            self.journal.ended(job_id, "cancelled", self.restored[job_id])
+            self._publish("cancel", job_id, (), "held job", at)
+            self._kick.set()
+            return
         job = self.engine.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
@@ -439,6 +533,7 @@ class LiveScheduler:
 
     def _start(self) -> None:
         self.started = True
+        kills = self._resume_reported()
         if self.t_cur == 0.0 and not self.journal.meta().get("clock"):
             # Paced mode starts at the first arrival, as the offline run does; lockstep would
             # jump there anyway.
@@ -450,13 +545,15 @@ class LiveScheduler:
         self.wall_start = time.monotonic()
         log.info("all %d nodes have agents: clock starts at t=%.1f (%s)", len(self.cluster.nodes), self.t_cur,
                  "lockstep" if self.clock.lockstep else f"paced x{self.clock.speed:g}")
-        self._broadcast({}, sync=self.clock.lockstep)
+        self._broadcast(kills, sync=self.clock.lockstep)
 
     def pause(self) -> None:
         if not self.clock.paused:
             self.clock.set(self.clock.now())
             self.clock.paused = True
             self._broadcast({}, sync=False)
+            self.journal.set_meta("clock", self.engine.now)
+            self.journal.commit()  # a paused run is durable as it stands
 
     def resume(self) -> None:
         if self.clock.paused:
@@ -528,8 +625,7 @@ class LiveScheduler:
             for t, job_id, msg in sorted(self._failures):
                 if job_id in self.placed:
                     log.info("job %s failed on its agent: %s", job_id, msg or "no reason given")
-                    self.failing.add(job_id)
-                    self.engine.cancel(job_id, at=t)
+                    self.engine.job_failed(job_id, at=t)
             self._failures.clear()
 
     def _lockstep_step(self) -> None:
@@ -711,11 +807,10 @@ class LiveScheduler:
         elif kind == "requeue":
             m.vc(m.requeued, vc).inc()
         elif kind == "cancel":
-            if d.job_id in self.failing:
-                kind = "fail"
-                m.vc(m.failed, vc).inc()
-            else:
-                m.vc(m.cancelled, vc).inc()
+            m.vc(m.cancelled, vc).inc()
+            self._ended(job)
+        elif kind == "fail":
+            m.vc(m.failed, vc).inc()
             self._ended(job)
         if self.watchers:
             self._publish(kind, d.job_id, d.nodes, "", d.time)
@@ -744,7 +839,7 @@ class LiveScheduler:
 
     @property
     def replay_done(self) -> bool:
-        return (self.started and self._cursor >= len(self.trace_jobs) and not self._held
+        return (self.started and self._cursor >= len(self.trace_jobs) and not self._held and not self._unresumed
                 and self._terminal >= len(self.engine.jobs))
 
     def _check_done(self) -> None:
@@ -758,10 +853,12 @@ class LiveScheduler:
 
     async def _finish(self) -> None:
         summary = build_summary(self)
-        if self.offline_check and self.offline_input:
+        if self._fidelity is not None:
+            summary["fidelity"] = self._fidelity  # the trace's offline run does not change
+        elif self.offline_check and self.offline_input:
             self._watchdog_paused = True  # the comparison holds the GIL for a while
             try:
-                summary["fidelity"] = await asyncio.to_thread(fidelity, self)
+                summary["fidelity"] = self._fidelity = await asyncio.to_thread(fidelity, self)
             finally:
                 for s in self.sessions.values():
                     s.last_seen = time.monotonic()
@@ -783,8 +880,8 @@ class LiveScheduler:
     def job_record(self, job_id: str) -> dict | None:
         """A job's state as a dict (JobInfo's fields), or None if unknown."""
         job = self.engine.jobs.get(job_id)
-        if job is None and job_id in self._held:
-            s = self._held[job_id]
+        if job is None and (job_id in self._held or job_id in self._unresumed):
+            s = self._held.get(job_id) or self._unresumed[job_id]
             return {"job_id": job_id, "status": "pending", "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
                     "gpu_milli": s.gpu_milli, "duration_s": s.duration_s, "submit_s": s.submit_s,
                     "source": self.source.get(job_id, "")}
@@ -810,7 +907,7 @@ class LiveScheduler:
             c[job.status.value] += 1
         for rec in self.restored.values():
             c[rec.get("status", "completed")] += 1
-        c["pending"] += len(self._held)
+        c["pending"] += len(self._held) + len(self._unresumed)
         return c
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from analysim.clusters import parse_cluster
 from analysim.core.engine import Engine, EngineConfig
 from analysim.core.job import JobSpec, JobStatus
 from analysim.core.policies import build_policy
+from analysim.errors import UserError
 from node_agent.agent import Agent
 from node_agent.telemetry import gpu_sample
 from protos.analysim.v1 import agent_pb2 as apb
@@ -30,7 +32,10 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     j.ended("a", "completed", {"job_id": "a", "end_s": 11.5})
     j.set_meta("clock", 11.5)
     assert j.due() is False  # the group is younger than group_s: not committed yet
+    with pytest.raises(UserError, match="in use by another scheduler"):
+        Journal(path)  # one scheduler per journal
     j.db.close()  # a crash: the open group is lost, the committed submissions are not
+    os.close(j._lock_fd)  # noqa: SLF001 — and the kernel drops the lock with the process
     j2 = Journal(path)
     rows = j2.jobs()
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [("a", "trace", specs[0], "pending", None),
@@ -39,6 +44,15 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     j2.ended("b", "cancelled", {"job_id": "b"})
     j2.close()
     assert Journal(path).jobs()[1][3:] == ("cancelled", {"job_id": "b"})
+
+
+def test_a_file_that_is_not_a_journal_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"not a database" * 100)
+    with pytest.raises(UserError, match=r"garbage.db: not a usable SQLite journal"):
+        Journal(bad)
+    with pytest.raises(UserError, match="cannot open"):
+        Journal(tmp_path / "no" / "such" / "dir.db")
 
 
 def test_split_nodes() -> None:

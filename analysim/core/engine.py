@@ -117,7 +117,7 @@ class Engine:
         self._empty_state: ClusterState | None = None
         self._in_pass = False
         self._handlers = {k: getattr(self, "_on_" + k) for k in
-                          ("arrival", "cancel", "complete", "node_down", "node_up", "timer", "rebalance")}
+                          ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
         self._deferred_removals: list[tuple] = []
         if self.config.rebalance_interval_s and policy.rebalance is not None:
@@ -163,6 +163,37 @@ class Engine:
         """A completion reported from outside (live mode, where agents run the jobs)."""
         job = self.jobs[job_id]
         self.events.push(self._at(at), COMPLETION, "complete", (job, job.completion_token))
+
+    def job_failed(self, job_id: str, at: float | None = None) -> None:
+        """A failure reported from outside (live mode): the job stops and ends as failed."""
+        self.events.push(self._at(at), COMPLETION, "fail", job_id)
+
+    def resume_running(self, spec: JobSpec, gpus: tuple[tuple[int, tuple[int, ...]], ...], slowdown: float,
+                       started_s: float, remaining_s: float, overhead_s: float) -> JobRun:
+        """Take in a job that is already running (live mode, a scheduler restarted while its agents
+        kept their jobs): on these GPUs since ``started_s`` with ``remaining_s`` of work and
+        ``overhead_s`` to pay at that start, so that it ends when it would have. Recorded as a
+        "resume" decision, not a launch. Raises InfeasibleJob if the GPUs are not free."""
+        if spec.job_id in self.jobs:
+            raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
+        pl = Placement(gpus=gpus, slowdown=slowdown)
+        st = self.state
+        for n, slots in gpus:
+            if not st.up[n] or any(not 0 <= g < st.gpus[n] or st.free_milli[n, g] < spec.gpu_milli for g in slots):
+                raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.node_names[n]} are not free",
+                                    "gpus_taken")
+        job = JobRun(spec=spec, seq=self._seq, remaining_s=remaining_s, overhead_s=overhead_s)
+        self._seq += 1
+        self.jobs[spec.job_id] = job
+        self.extra[spec.job_id] = _Extra()
+        job.enqueued_s = started_s
+        self.policy.queue.on_event("arrival", job, self)
+        self._launch(job, pl)
+        self.decisions.pop()
+        job.last_start_s = job.first_start_s = started_s
+        self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
+        self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
+        return job
 
     def _at(self, at: float | None) -> float:
         return self.now if at is None else max(at, self.now)
@@ -257,7 +288,7 @@ class Engine:
         self.policy.queue.on_event("arrival", job, self)
         self._enqueue(job)
 
-    def _on_cancel(self, job_id: str) -> None:
+    def _on_cancel(self, job_id: str, status: JobStatus = JobStatus.CANCELLED) -> None:
         job = self.jobs.get(job_id)
         if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
             return
@@ -265,11 +296,14 @@ class Engine:
             self._stop(job)
         elif self.extra[job_id].qkey is not None:
             self._dequeue(job)
-        job.status = JobStatus.CANCELLED
+        job.status = status
         job.end_s = self.now
-        self._decide("cancel", job)
+        self._decide("cancel" if status is JobStatus.CANCELLED else "fail", job)
         if self.recorder is not None:
             self.recorder.job_ended(self, job)
+
+    def _on_fail(self, job_id: str) -> None:
+        self._on_cancel(job_id, JobStatus.FAILED)
 
     def _on_complete(self, payload: tuple[JobRun, int]) -> None:
         job, token = payload

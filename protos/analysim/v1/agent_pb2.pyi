@@ -35,12 +35,22 @@ class NodeInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., rack: _Optional[str] = ..., gpu_model: _Optional[str] = ..., gpus: _Optional[int] = ..., cpu_milli: _Optional[int] = ..., memory_mib: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent_id", "nodes")
+    __slots__ = ("agent_id", "nodes", "running")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
-    def __init__(self, agent_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+    running: _containers.RepeatedCompositeFieldContainer[RunningJob]
+    def __init__(self, agent_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ...) -> None: ...
+
+class RunningJob(_message.Message):
+    __slots__ = ("launch", "start_s")
+    LAUNCH_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    launch: Launch
+    start_s: float
+    def __init__(self, launch: _Optional[_Union[Launch, _Mapping]] = ..., start_s: _Optional[float] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("session_id", "clock", "heartbeat_interval_s")
