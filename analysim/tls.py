@@ -35,11 +35,23 @@ class TlsFiles:
         return bool(self.cert or self.key or self.ca)
 
     def _pair(self) -> tuple[bytes, bytes] | None:
+        """(private key, certificate chain), checked to be a matching PEM pair."""
         if bool(self.cert) != bool(self.key):
             raise UserError("--tls-cert and --tls-key go together")
         if not self.cert:
             return None
-        return _read(self.cert, "--tls-cert"), _read(self.key, "--tls-key")
+        cert, key = _read(self.cert, "--tls-cert"), _read(self.key, "--tls-key")
+        try:
+            ssl.create_default_context().load_cert_chain(self.cert, self.key)
+        except ssl.SSLError as e:
+            raise UserError(f"--tls-cert {self.cert} / --tls-key {self.key}: not a matching PEM certificate "
+                            f"and key ({e.reason or e})") from None
+        if self.ca:
+            try:
+                ssl.create_default_context().load_verify_locations(self.ca)
+            except (ssl.SSLError, OSError) as e:
+                raise UserError(f"--tls-ca {self.ca}: not a PEM certificate ({e})") from None
+        return key, cert
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         """None: plaintext. With a CA: clients must present a certificate it signed."""
@@ -57,8 +69,8 @@ class TlsFiles:
             return None
         pair = self._pair()
         return grpc.ssl_channel_credentials(root_certificates=_read(self.ca, "--tls-ca"),
-                                            private_key=pair[1] if pair else None,
-                                            certificate_chain=pair[0] if pair else None)
+                                            private_key=pair[0] if pair else None,
+                                            certificate_chain=pair[1] if pair else None)
 
     def server_ssl_context(self) -> ssl.SSLContext | None:
         """For an HTTP server (aiohttp): None for plaintext."""
