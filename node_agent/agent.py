@@ -85,6 +85,9 @@ class Agent:
         self.completed = 0
         self.anomalies = 0
         self._started: list[apb.JobEvent] = []
+        # Ends not yet durable at the scheduler (after its ClockUpdate.durable_s): reported again
+        # to a restarted scheduler, so that none is lost with it.
+        self.ended: list[apb.RunningJob] = []
         self.reset()
 
     def reset(self) -> None:
@@ -117,6 +120,8 @@ class Agent:
         ack = None
         if msg.HasField("clock"):
             c = msg.clock
+            if self.ended and self.ended[0].end_s < c.durable_s:
+                self.ended = [e for e in self.ended if e.end_s >= c.durable_s]
             self.clock.t0, self.clock.w0 = c.time_s, time.monotonic()
             self.clock.speed, self.clock.lockstep, self.clock.paused = c.speed or 1.0, c.lockstep, c.paused
             events += self.due(self.clock.now())
@@ -188,6 +193,8 @@ class Agent:
             if job is None or job.launch_id != lid:
                 continue
             self._stop(job_id, end)
+            if job.leader:
+                self.ended.append(apb.RunningJob(launch=job.launch, start_s=job.start_s, end_s=end, failed=job.fails))
             if job.leader and job.fails:
                 out.append(apb.JobEvent(kind=apb.JobEvent.FAILED, job_id=job_id, launch_id=lid, time_s=end,
                                         message="injected failure (--fail-rate)"))
@@ -228,7 +235,7 @@ class Agent:
         return apb.RegisterRequest(agent_id=self.agent_id, nodes=[
             apb.NodeInfo(name=n.name, rack=n.rack, gpu_model=n.gpu_model, gpus=n.gpus, cpu_milli=n.cpu_milli,
                          memory_mib=n.memory_mib) for n in self.nodes],
-            running=[apb.RunningJob(launch=j.launch, start_s=j.start_s) for j in self.jobs.values()])
+            running=[*(apb.RunningJob(launch=j.launch, start_s=j.start_s) for j in self.jobs.values()), *self.ended])
 
     def hold_clock(self) -> None:
         """No scheduler: virtual time stands still here until one says otherwise, so that the

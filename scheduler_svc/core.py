@@ -194,31 +194,40 @@ class LiveScheduler:
     def _resume_reported(self) -> dict[Session, list]:
         """Every node has an agent again after a restart: the jobs the agents still run continue
         where they are (when the journal has them and every part of each is reported the same
-        way); the other journalled jobs are resubmitted. Kill commands for what is not kept."""
+        way), and the ends they report that the journal missed are taken; the other journalled
+        jobs are resubmitted. Kill commands for what is not kept."""
         reports: dict[str, list[tuple[Session, apb.RunningJob]]] = defaultdict(list)
         for s in self.sessions.values():
             for r in s.running:
+                # An ended job is reported by its leader only (the others just freed their GPUs).
+                if r.HasField("end_s") and (not r.launch.slots or r.launch.slots[0].node not in s.nodes):
+                    continue
                 reports[r.launch.job_id].append((s, r))
             s.running = ()
         kills: dict[Session, list] = defaultdict(list)
         keep = []
         for job_id, parts in reports.items():
-            la, start = parts[0][1].launch, parts[0][1].start_s
+            first = parts[0][1]
+            la, start = first.launch, first.start_s
             holders = {self.node_owner.get(sl.node) for sl in la.slots}
+            ended = first.HasField("end_s")
+            if ended and job_id not in self._unresumed:
+                continue  # its outcome is in the journal already
             if (job_id in self._unresumed and math.isfinite(start) and start >= 0
+                    and (not ended or math.isfinite(first.end_s) and first.end_s >= start)
                     and all(r.launch.launch_id == la.launch_id and r.start_s == start for _, r in parts)
-                    and holders == {s for s, _ in parts} and None not in holders):
-                keep.append((job_id, la, start, tuple(holders)))
-            else:
+                    # every part of a running job must be there; an ended one, by its leader alone
+                    and (ended or holders == {s for s, _ in parts}) and None not in holders):
+                keep.append((job_id, la, start, tuple(holders), first))
+            elif not ended:
                 for s, _ in parts:
                     kills[s].append(apb.Command(time_s=self.t_cur, kill=apb.Kill(job_id=job_id, reason="not resumed")))
-        if keep:
-            # Jobs launched after the journal's last clock commit: the clock resumes at their start.
-            t = max(self.t_cur, max(start for _, _, start, _ in keep))
-            self.engine.run(until=t)
-            self.t_cur = t
+        # Ended ones first, in order of their ends (their GPUs may have gone to a later launch),
+        # each taken up as running and then ended at its time; then the ones still running.
+        keep.sort(key=lambda k: (not k[4].HasField("end_s"), k[4].end_s, k[2]))
+        t = max([self.t_cur, *(start for _, _, start, _, _ in keep)])
         resumed = 0
-        for job_id, la, start, holders in keep:
+        for job_id, la, start, holders, report in keep:
             spec = self._unresumed[job_id]
             gpus = tuple((self.node_index[sl.node], tuple(sl.gpus)) for sl in la.slots)
             try:
@@ -231,10 +240,19 @@ class LiveScheduler:
             del self._unresumed[job_id]
             self._started_ids.add(job_id)
             self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders)
+            resumed += 1
+            if report.HasField("end_s"):
+                end = max(report.end_s, self.engine.now)
+                (self.engine.job_failed if report.failed else self.engine.job_finished)(job_id, at=end)
+                self.engine.run(until=end)  # nothing else is queued yet: only this job ends
+                t = max(t, end)
+                continue
             end = self.engine.expected_end(job)
             for s in holders:
                 s.bound = min(s.bound, end)
-            resumed += 1
+        # The clock resumes at the latest time the agents have shown; nothing happened after it.
+        self.engine.run(until=t)
+        self.t_cur = t
         for spec in self._unresumed.values():
             self._engine_submit(spec)
         if self._unresumed or resumed:
@@ -345,7 +363,7 @@ class LiveScheduler:
         if self.started and s.running:
             # This scheduler requeued them when the agent was lost: they run elsewhere now.
             kills = [apb.Command(time_s=at, kill=apb.Kill(job_id=r.launch.job_id, reason="requeued while away"))
-                     for r in s.running]
+                     for r in s.running if not r.HasField("end_s")]
             s.running = ()
         s.outbox.put_nowait(apb.SchedulerMessage(commands=kills, clock=self.clock.update(0)))
         self._count_sent(1)
@@ -552,8 +570,7 @@ class LiveScheduler:
             self.clock.set(self.clock.now())
             self.clock.paused = True
             self._broadcast({}, sync=False)
-            self.journal.set_meta("clock", self.engine.now)
-            self.journal.commit()  # a paused run is durable as it stands
+            self.commit()  # a paused run is durable as it stands
 
     def resume(self) -> None:
         if self.clock.paused:
@@ -598,12 +615,19 @@ class LiveScheduler:
                     timeout = self._paced_tick()
             self._check_done()
             if self.journal.due():
-                self.journal.set_meta("clock", self.engine.now)
-                self.journal.commit()
+                self.commit()
             if self._kick.is_set():
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout)
+
+    def commit(self) -> None:
+        """Commit the journal's open group with the clock: every outcome up to the engine's time
+        is then durable, and the agents are told so (with the next clock update) so that they
+        can forget the ends they keep for a restarted scheduler."""
+        self.journal.set_meta("clock", self.engine.now)
+        self.journal.commit()
+        self.clock.durable_s = self.engine.now
 
     def stop(self) -> None:
         self._stopping = True
@@ -847,8 +871,7 @@ class LiveScheduler:
             return
         self._finishing = True
         self.wall_done = time.monotonic()
-        self.journal.set_meta("clock", self.engine.now)
-        self.journal.commit()
+        self.commit()
         asyncio.get_running_loop().create_task(self._finish())
 
     async def _finish(self) -> None:

@@ -97,5 +97,5 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         await server.stop(GRACE_S)
         await runner.cleanup()
         waiter.cancel()
-        live.journal.set_meta("clock", live.engine.now)
+        live.commit()
         live.journal.close()
