@@ -87,12 +87,14 @@ class TlsFiles:
         return ctx
 
 
-def add_tls_arguments(p, server: bool) -> None:  # noqa: ANN001 — an argparse parser or group
-    """``--tls-cert``, ``--tls-key``, ``--tls-ca`` with help for a server or a client."""
+def add_tls_arguments(p, server: bool, mutual: bool = True) -> None:  # noqa: ANN001 — an argparse parser
+    """``--tls-cert``, ``--tls-key`` and (unless ``mutual`` is False on a server) ``--tls-ca``,
+    with help for a server or a client."""
     if server:
         p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain)")
         p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
-        p.add_argument("--tls-ca", metavar="PEM", help="mutual TLS: require client certificates signed by this CA")
+        if mutual:
+            p.add_argument("--tls-ca", metavar="PEM", help="mutual TLS: require client certificates signed by this CA")
     else:
         p.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, verifying the server against this CA")
         p.add_argument("--tls-cert", metavar="PEM", help="mutual TLS: present this client certificate")
