@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -113,6 +114,7 @@ def main() -> int:
     ap.add_argument("--paced-lag", type=float, default=0.0, help="the scheduler's --paced-lag (default 0)")
     ap.add_argument("--security", default="plain,auth,auth+tls",
                     help="lockstep runs, one per setting: plain, auth (tokens), auth+tls (tokens + mutual TLS)")
+    ap.add_argument("--repeat", type=int, default=1, help="lockstep rounds over the --security settings (default 1)")
     ap.add_argument("--skip-paced", action="store_true")
     ap.add_argument("--skip-lockstep", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live")
@@ -136,7 +138,8 @@ def main() -> int:
         write_run(args.out / "offline", ref.summary, ref.jobs, ref.timeseries, plots=False)
         off_rows = (args.out / "offline" / "jobs.csv").read_text().splitlines()
         results["lockstep_by_security"] = {}
-        for security in args.security.split(","):
+        # Rounds interleave the settings, so that a change of load on a shared machine hits all alike.
+        for security in [s for _ in range(args.repeat) for s in args.security.split(",")]:
             out = args.out / f"lockstep-{security}"
             common = ["--trace", str(args.trace), "--limit", str(args.jobs), "--policy", args.policy]
             summary, usage = live_run(work / f"lockstep-{security}", [*common, "--out", str(out), "--no-offline-check"],
@@ -144,7 +147,7 @@ def main() -> int:
             live_rows = (out / "jobs.csv").read_text().splitlines()
             same = sum(a == b for a, b in zip(live_rows[1:], off_rows[1:], strict=False))
             lv = summary["live"]
-            r = results["lockstep_by_security"][security] = {
+            r = {
                 "jobs": summary["jobs_total"], "completed": summary["jobs_completed"],
                 "identical_rows": same, "rows": len(off_rows) - 1, "identical_file": live_rows == off_rows,
                 "wall_s": summary["wall_s"], "virtual_s": lv["virtual_s"], "speedup": lv["speedup"],
@@ -155,6 +158,7 @@ def main() -> int:
                 "decision_latency_max_ms": lv["decision_latency_max_s"] * 1e3,
                 "processes": usage, "offline_wall_s": offline_wall, "loadavg": os.getloadavg(),
             }
+            results["lockstep_by_security"].setdefault(security, []).append(r)
             results.setdefault("lockstep", r)
             print(f"lockstep [{security}]: {r['completed']}/{r['jobs']} jobs, {r['identical_rows']}/{r['rows']} jobs.csv "
                   f"rows identical (file identical: {r['identical_file']}); {r['virtual_s'] / 86400:.1f} virtual days in "
@@ -162,7 +166,12 @@ def main() -> int:
                   f"{r['decision_latency_p50_ms']:.2f} ms p99 {r['decision_latency_p99_ms']:.2f} ms; load average "
                   f"{r['loadavg'][0]:.2f}")
             for name, u in usage.items():
-                print(f"  {name}: CPU {u['cpu_s']:.1f} s, peak RSS {u['peak_rss_mib']:.0f} MiB")
+                print(f"  {name}: CPU {u['cpu_s']:.2f} s, peak RSS {u['peak_rss_mib']:.0f} MiB")
+        for security, runs in results["lockstep_by_security"].items():
+            med = {k: statistics.median(r[k] for r in runs) for k in ("speedup", "messages_per_s", "wall_s")}
+            cpu = {p: statistics.median(r["processes"][p]["cpu_s"] for r in runs) for p in runs[0]["processes"]}
+            print(f"median of {len(runs)} [{security}]: x{med['speedup']:,.0f}, {med['messages_per_s']:,.0f} msg/s, "
+                  f"{med['wall_s']:.1f} s wall; CPU s " + ", ".join(f"{p} {c:.2f}" for p, c in cpu.items()))
 
     if not args.skip_paced:
         results["paced"] = []

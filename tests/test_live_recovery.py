@@ -123,3 +123,17 @@ def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "analysim up: error: analysim up always stops once the replay is done; --exit-when-done is an option of "
         "python -m scheduler_svc serve"]
+
+
+def test_a_job_after_the_end_reopens_the_run_and_is_written_out(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with live(tmp_path, ["--jobs", "5", "--seed", "1", "--out", str(out), "--no-offline-check"], "4x8", 4,
+              agents=1) as (_, client):
+        first = client.wait_done(60)
+        assert first["jobs_total"] == 5 and (out / "jobs.csv").read_text().count("\n") == 6
+        late = client.submit(num_gpus=2, duration_s=30.0, job_id="late").job_id
+        wait_until(lambda: client.get_job(late).status == "completed", 30, "the late job done")
+        second = client.wait_done(60)
+    assert second["jobs_total"] == second["jobs_completed"] == 6 and second["jobs_client"] == 1
+    wait_until(lambda: "late," in (out / "jobs.csv").read_text(), 30, "out/ written again with the late job")
+    assert json.loads((out / "summary.json").read_text())["jobs_total"] == 6
