@@ -143,8 +143,6 @@ class LiveScheduler:
         self._finishing = False
         self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
-        self._held: dict[str, JobSpec] = {}  # accepted, but the nodes up now cannot hold them: wait
-        self._held_up = -1
         self._unresumed: dict[str, JobSpec] = {}  # journalled, not ended: resumed or resubmitted at the start
         self.jobs_resumed = 0
         self._restore(kept)
@@ -284,29 +282,9 @@ class LiveScheduler:
         self.journal.add_jobs(batch, "trace")
 
     def _engine_submit(self, spec: JobSpec) -> None:
-        """Into the engine; or, if only the nodes that are down right now could hold it, held
-        until nodes come back (the engine refuses what its up nodes cannot hold)."""
-        try:
-            self.engine.submit(spec)
-        except InfeasibleJob as e:
-            if e.reason == "duplicate_id":
-                raise
-            self._validator.check_feasible(spec)  # never feasible: the caller's error
-            self._held[spec.job_id] = spec
-
-    def _release_held(self) -> None:
-        if not self._held:
-            return
-        up = int(self.engine.state.up.sum())
-        if up == self._held_up:
-            return
-        self._held_up = up
-        for job_id, spec in list(self._held.items()):
-            try:
-                self.engine.submit(spec)
-            except InfeasibleJob:
-                continue
-            del self._held[job_id]
+        """Into the engine; a job that only the nodes down right now could hold is held there
+        ("not now") until they come back, one that no node set could hold is refused ("never")."""
+        self.engine.submit(spec, hold=True)
 
     def _trace_next(self) -> float:
         return self.trace_jobs[self._cursor].submit_s if self._cursor < len(self.trace_jobs) else INF
@@ -476,8 +454,8 @@ class LiveScheduler:
         return self._finishing and not self.done
 
     def _taken(self, job_id: str) -> bool:
-        return (job_id in self.engine.jobs or job_id in self.restored or job_id in self._held
-                or job_id in self.trace_ids or job_id in self._unresumed)
+        return (job_id in self.engine.jobs or job_id in self.restored or job_id in self.trace_ids
+                or job_id in self._unresumed)
 
     def submit_client(self, spec: JobSpec) -> None:
         if self._taken(spec.job_id):
@@ -529,18 +507,6 @@ class LiveScheduler:
             raise InvalidJob(str(e) + extra, e.reason) from None
 
     def cancel(self, job_id: str) -> None:
-        spec = self._held.pop(job_id, None)
-        if spec is not None:
-            # Held (only nodes that are down could run it), so not in the engine: it ends here.
-            at = self._event_time()
-            job = JobRun(spec=spec, seq=-1, status=JobStatus.CANCELLED, end_s=at)
-            self.recorder.job_ended(self.engine, job)
-            self.restored[job_id] = self.recorder.rows[job_id]
-            self.metrics.vc(self.metrics.cancelled, spec.vc).inc()
-            self.journal.ended(job_id, "cancelled", self.restored[job_id])
-            self._publish("cancel", job_id, (), "held job", at)
-            self._kick.set()
-            return
         job = self.engine.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
@@ -661,7 +627,6 @@ class LiveScheduler:
         ran = nxt is not None and nxt <= T
         if ran:
             self.engine.run(until=T)
-        self._release_held()
         cmds = self._collect()
         t_next = min(_or_inf(self.engine.next_event_time()), self._trace_next(),
                      min((s.bound for s in self.sessions.values() if s.connected), default=INF))
@@ -694,7 +659,6 @@ class LiveScheduler:
         while (nxt := self.engine.next_event_time()) is not None and nxt <= horizon:
             self.engine.run(until=nxt)
             ran = True
-        self._release_held()
         cmds = self._collect()
         t = time.monotonic()
         if cmds or t - self._last_clock_broadcast >= CLOCK_BROADCAST_S:
@@ -863,7 +827,7 @@ class LiveScheduler:
 
     @property
     def replay_done(self) -> bool:
-        return (self.started and self._cursor >= len(self.trace_jobs) and not self._held and not self._unresumed
+        return (self.started and self._cursor >= len(self.trace_jobs) and not self._unresumed
                 and self._terminal >= len(self.engine.jobs))
 
     def _check_done(self) -> None:
@@ -903,8 +867,8 @@ class LiveScheduler:
     def job_record(self, job_id: str) -> dict | None:
         """A job's state as a dict (JobInfo's fields), or None if unknown."""
         job = self.engine.jobs.get(job_id)
-        if job is None and (job_id in self._held or job_id in self._unresumed):
-            s = self._held.get(job_id) or self._unresumed[job_id]
+        if job is None and job_id in self._unresumed:
+            s = self._unresumed[job_id]
             return {"job_id": job_id, "status": "pending", "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
                     "gpu_milli": s.gpu_milli, "duration_s": s.duration_s, "submit_s": s.submit_s,
                     "source": self.source.get(job_id, "")}
@@ -930,7 +894,7 @@ class LiveScheduler:
             c[job.status.value] += 1
         for rec in self.restored.values():
             c[rec.get("status", "completed")] += 1
-        c["pending"] += len(self._held) + len(self._unresumed)
+        c["pending"] += len(self._unresumed)
         return c
 
 

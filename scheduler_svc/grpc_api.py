@@ -97,7 +97,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     async def ListJobs(self, request: spb.ListJobsRequest, context: grpc.aio.ServicerContext) -> spb.ListJobsResponse:
         live = self.live
-        ids = list(live.restored) + list(live.engine.jobs) + list(live._held) + list(live._unresumed)  # noqa: SLF001
+        ids = list(live.restored) + list(live.engine.jobs) + list(live._unresumed)  # noqa: SLF001
         recs = []
         for job_id in ids:
             rec = live.job_record(job_id)
