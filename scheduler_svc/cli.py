@@ -10,7 +10,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from analysim.cli.argtypes import port
+from analysim.cli.argtypes import port, wall_seconds
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError, run_command
 from analysim.tls import add_tls_arguments, tls_from_args
@@ -38,7 +38,7 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paced-lag", type=float, default=0.0, metavar="S",
                    help="paced mode: take events up S wall seconds after they are due, so that agents' reports "
                         "up to S late are still exact (decisions keep their virtual times; default 0)")
-    p.add_argument("--heartbeat-deadline", type=heartbeat_deadline, default=5.0, metavar="S",
+    p.add_argument("--heartbeat-deadline", type=wall_seconds(0.05, 3600), default=5.0, metavar="S",
                    help="wall seconds without a message before an agent's nodes are marked down (default 5)")
     p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
                                                 "an existing one is resumed")
@@ -62,16 +62,6 @@ def add_auth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-token-file", metavar="FILE", help="bearer tokens of clients (submit, cancel, read)")
     p.add_argument("--operator-token-file", metavar="FILE",
                    help="bearer tokens of operators (clients that may also pause, resume and set the speed)")
-
-
-def heartbeat_deadline(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected wall seconds, got {text!r}") from None
-    if not 0.05 <= v <= 3600:
-        raise argparse.ArgumentTypeError(f"must be between 0.05 and 3600 wall seconds, got {v:g}")
-    return v
 
 
 def authenticator(args: argparse.Namespace, node_order: list[str]):  # noqa: ANN201
