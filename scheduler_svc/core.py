@@ -204,6 +204,16 @@ class LiveScheduler:
             s.running = ()
         kills: dict[Session, list] = defaultdict(list)
         keep = []
+        # Trace jobs that arrived after the journal's last commit, which an agent runs or ran:
+        # taken from the trace now (the replay would read them again anyway).
+        arrived = {j.job_id: j for j in self.trace_jobs if j.job_id in reports}
+        if arrived:
+            self.trace_jobs = [j for j in self.trace_jobs if j.job_id not in arrived]
+            for spec in arrived.values():
+                self._unresumed[spec.job_id] = spec
+                self.source[spec.job_id] = "trace"
+                self.metrics.submitted.labels(spec.vc, "trace").inc()
+            self.journal.add_jobs(arrived.values(), "trace")
         for job_id, parts in reports.items():
             first = parts[0][1]
             la, start = first.launch, first.start_s

@@ -137,3 +137,22 @@ def test_a_job_after_the_end_reopens_the_run_and_is_written_out(tmp_path: Path) 
     assert second["jobs_total"] == second["jobs_completed"] == 6 and second["jobs_client"] == 1
     wait_until(lambda: "late," in (out / "jobs.csv").read_text(), 30, "out/ written again with the late job")
     assert json.loads((out / "summary.json").read_text())["jobs_total"] == 6
+
+
+def test_scheduler_sigkill_without_warning_still_replays_exactly(tmp_path: Path) -> None:
+    """No pause first: whatever the last journal commit missed (ends reported to the dead
+    scheduler, arrivals after its last commit) comes back from the agents."""
+    journal, out, ref = tmp_path / "journal.db", tmp_path / "live", tmp_path / "offline"
+    args = ["--jobs", "400", "--seed", "8"]
+    assert analysim(["simulate", *args, "--cluster", "16x8", "--out", str(ref), "--no-plots", "--no-progress"]) == 0
+    with live(tmp_path, [*args, "--journal", str(journal), "--out", str(out)], "16x8", 16, agents=2) as (run, client):
+        st = wait_until(lambda: (s := client.cluster_state()).jobs_completed >= 100 and s, 60, "the replay under way")
+        port = run.scheduler.info["grpc"]
+        run.kill(run.scheduler, signal.SIGKILL)
+        assert not st.replay_done and st.jobs_running > 0
+        run.start_scheduler([*args, "--journal", str(journal), "--out", str(out), "--port", str(port),
+                             "--cluster", "16x8", "--log-level", "WARNING"])
+        summary = client.wait_done(120)
+    assert summary["live"]["jobs_resumed"] > 0
+    assert summary["jobs_completed"] == summary["jobs_total"] == 400
+    assert (out / "jobs.csv").read_text() == (ref / "jobs.csv").read_text()
