@@ -70,10 +70,18 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
         assert client.pause().paused and not client.resume().paused
         summary = client.wait_done(120)
         m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
+        # A real agent process with a token the scheduler does not know stops with one line.
+        bad = tmp_path / "bad.token"
+        bad.write_text(new_token() + "\n")
+        rogue = subprocess.run([sys.executable, "-m", "node_agent", "--scheduler", run.target, "--cluster", "4x8",
+                                "--first-node", "2", "--nodes", "2", "--agent-id", "agent-1", "--token-file", str(bad)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert rogue.returncode == 2
+        assert rogue.stderr.strip().splitlines()[-1].startswith("analysim agent: error: UNAUTHENTICATED: a bearer token")
     assert summary["live"]["agents_lost"] == 0
     assert summary["jobs_completed"] == summary["jobs_total"] == 61
     refused = {s.labels["reason"]: s.value for s in m["analysim_grpc_calls_refused"] if s.name.endswith("_total")}
-    assert refused == {"unauthenticated": 3, "permission_denied": 4, "foreign_node": 1}
+    assert refused == {"unauthenticated": 3, "permission_denied": 4, "foreign_node": 1}  # scraped before the process
 
 
 def test_tls_and_mutual_tls_refuse_plaintext_and_strangers_and_keep_lockstep_identity(tmp_path: Path) -> None:
