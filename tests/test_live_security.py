@@ -57,14 +57,18 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
                                                                       metadata=bearer(run.token("client")))),
                                ("agent submits", lambda: sched.SubmitJob(spb.JobRequest(num_gpus=1, duration_s=5),
                                                                          timeout=5, metadata=bearer(run.token("agent-0")))),
-                               ("anonymous reads", lambda: sched.GetClusterState(spb.ClusterStateRequest(), timeout=5))):
+                               ("anonymous reads", lambda: sched.GetClusterState(spb.ClusterStateRequest(), timeout=5)),
+                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchRequest(), timeout=5))),
+                               ("anonymous agent stream", lambda: next(apb_grpc.AgentServiceStub(ch).Connect(
+                                   iter([apb.AgentMessage(session_id="guess")]), timeout=5)))):
                 with pytest.raises(grpc.RpcError) as e:
                     call()
                 codes[name] = e.value.code()
         U, P, BAD = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT
         assert codes == {"no token": U, "unknown token": U, "client token": P, "operator token": P,
                          "agent-0 token, agent-1 nodes": P, "agent-0 token, agent-1 id": BAD,
-                         "client pauses": P, "agent submits": P, "anonymous reads": U}
+                         "client pauses": P, "agent submits": P, "anonymous reads": U, "anonymous watches": U,
+                         "anonymous agent stream": U}
         with run.client("client") as c:  # a client may submit and read; the operator may pause
             assert c.submit(num_gpus=1, duration_s=60.0).status in ("pending", "running")
         assert client.pause().paused and not client.resume().paused
@@ -81,7 +85,7 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
     assert summary["live"]["agents_lost"] == 0
     assert summary["jobs_completed"] == summary["jobs_total"] == 61
     refused = {s.labels["reason"]: s.value for s in m["analysim_grpc_calls_refused"] if s.name.endswith("_total")}
-    assert refused == {"unauthenticated": 3, "permission_denied": 4, "foreign_node": 1}  # scraped before the process
+    assert refused == {"unauthenticated": 5, "permission_denied": 4, "foreign_node": 1}  # scraped before the process
 
 
 def test_tls_and_mutual_tls_refuse_plaintext_and_strangers_and_keep_lockstep_identity(tmp_path: Path) -> None:
