@@ -101,6 +101,10 @@ def test_held_job_can_be_cancelled(tmp_path: Path) -> None:
 def test_status_json_has_every_field(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with live(tmp_path, ["--jobs", "0"], "2x8", 2, agents=1) as (run, client):
         wait_until(lambda: client.cluster_state().clock.started, 30, "clock started")
+        assert analysim(["status", "--scheduler", run.target, "--pause", "--token-file",
+                         str(run.token_dir / "client.token")]) == 2  # a client may not pause
+        assert capsys.readouterr().err.strip().endswith("PERMISSION_DENIED: a client token may not call Pause "
+                                                        "(this token's role may not do that)")
         assert analysim(["status", "--scheduler", run.target, "--json", "--token-file",
                          str(run.token_dir / "client.token")]) == 0
     st = json.loads(capsys.readouterr().out)

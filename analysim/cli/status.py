@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysim.cli.submit import add_target, connect
+from analysim.cli.submit import add_target, connect, refusal
 from analysim.errors import UserError
 
 
@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
                     raise UserError(str(e)) from None
             st = c.cluster_state(nodes=args.nodes, queue_limit=args.queue)
         except grpc.RpcError as e:
-            raise UserError(f"{args.scheduler}: {e.code().name}: {e.details()}") from None
+            raise UserError(f"{args.scheduler}: {refusal(e)}") from None
     if args.json:
         print(json.dumps(message_dict(st), indent=2))
         return 0

@@ -19,6 +19,15 @@ def add_target(p: argparse.ArgumentParser) -> None:
     add_tls_arguments(p, server=False)
 
 
+def refusal(e) -> str:  # noqa: ANN001 — a grpc.RpcError
+    """A refused call in one line, with what to do about a missing or wrong credential."""
+    import grpc
+
+    hint = {grpc.StatusCode.UNAUTHENTICATED: f" (give --token-file or ${TOKEN_ENV})",
+            grpc.StatusCode.PERMISSION_DENIED: " (this token's role may not do that)"}.get(e.code(), "")
+    return f"{e.code().name}: {e.details()}{hint}"
+
+
 def connect(args: argparse.Namespace):  # noqa: ANN201 — a scheduler_svc.client.SchedulerClient
     """A client for ``--scheduler`` with the token and TLS options."""
     from scheduler_svc.auth import read_token
@@ -64,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
                            gpu_milli=args.gpu_milli, gpu_models=args.gpu_model, cpu_milli=args.cpu_milli,
                            memory_mib=args.memory_mib)
         except grpc.RpcError as e:
-            raise UserError(f"{e.code().name}: {e.details()}") from None
+            raise UserError(refusal(e)) from None
     start = "" if math.isnan(job.first_start_s) else f", started at t={job.first_start_s:.1f}"
     print(f"{job.job_id} {job.status} (submitted at t={job.submit_s:.1f}{start})")
     return 0
