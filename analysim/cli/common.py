@@ -54,11 +54,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
+def trace_inputs(args: argparse.Namespace) -> tuple:
+    """The arguments that ``read_trace`` reads: runs that agree on them share one loaded trace
+    (``analysim sweep`` loads it once per sweep)."""
+    return ("file", args.trace, args.format) if args.trace else ("synthetic", args.jobs, args.seed, args.rate_scale)
+
+
+def read_trace(args: argparse.Namespace) -> Trace:
     if args.trace:
-        trace = load_trace(args.trace, args.format)
-    else:
-        trace = generate(args.jobs, args.seed, rate_scale=args.rate_scale)
+        return load_trace(args.trace, args.format)
+    return generate(args.jobs, args.seed, rate_scale=args.rate_scale)
+
+
+def load_inputs(args: argparse.Namespace, trace: Trace | None = None) -> tuple[Trace, ClusterSpec]:
+    """The run's trace and cluster; ``trace``, when given, is ``read_trace(args)`` done already."""
+    if trace is None:
+        trace = read_trace(args)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
     return trace, cluster
 
