@@ -9,6 +9,7 @@ without pyarrow (~100 MB) in the install.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections.abc import Sequence
@@ -89,3 +90,24 @@ def aggregate(rows: Sequence[dict], axes: Sequence[str], params: Sequence[str]) 
 
 def _show(v: object) -> str:
     return "true" if v is True else "false" if v is False else "default" if v is None else str(v)
+
+
+def read_results(path: Path) -> list[dict]:
+    """results.csv back, typed: numbers, booleans, empty as None."""
+    with path.open() as f:
+        return [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _typed(v: str) -> object:
+    if v == "":
+        return None
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        return v
