@@ -93,7 +93,8 @@ class _Progress:
 
     def __init__(self, store: Store, total: int, show: bool) -> None:
         self.store = store
-        self.running = self.done = self.failed = self.lost = 0
+        self.running = self.done = self.failed = self.lost = 0  # running: handed to the engine
+        self.capacity: int | None = None
         self.lost_cells: dict[str, Outcome] = {}
         self.bar = None
         if show and total:
@@ -104,7 +105,8 @@ class _Progress:
 
     def _show(self) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(running=self.running, failed=self.failed + self.lost, refresh=False)
+            running = self.running if self.capacity is None else min(self.running, self.capacity)
+            self.bar.set_postfix(running=running, failed=self.failed + self.lost, refresh=False)
 
     def started(self, cell: Cell) -> None:
         self.running += 1

@@ -24,6 +24,8 @@ Work = Sequence[tuple[Cell, Hashable]]  # each cell with the key of its trace
 
 
 class Tracker(Protocol):
+    capacity: int | None  # cells that can run at once, when the engine knows
+
     def started(self, cell: Cell) -> None: ...
     def finished(self, cell: Cell, outcome: Outcome) -> None: ...
 
@@ -50,6 +52,7 @@ def _run_pooled(cell: Cell, key: Hashable) -> Outcome:
 
 def run_local(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, workers: int, retries: int) -> None:
     todo = list(work)
+    tracker.capacity = workers
     tries: dict[str, int] = {}
     while todo:
         todo = _pool_round(todo, traces, tracker, max(1, min(workers, len(todo))), tries, retries)
@@ -121,10 +124,12 @@ def run_ray(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, *, addr
         queue = list(reversed(work))
         running: dict = {}
         while queue or running:
-            # At most as many cells in flight as the cluster has slots (it may grow): the others
-            # stay here, so that "running" means running and a re-run after a crash loses little.
-            slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus)) if cpus else len(queue)
-            while queue and len(running) < slots:
+            # Cells in flight: one running per slot of the cluster (which may grow) and one queued
+            # behind it, so that no worker waits between cells and an autoscaler sees the demand; the
+            # rest stay here, which keeps a driver crash cheap (finished cells are already saved).
+            slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+            tracker.capacity = slots
+            while queue and len(running) < 2 * slots:
                 cell, key = queue.pop()
                 running[task.remote(cell.args, refs[key])] = cell
                 tracker.started(cell)
