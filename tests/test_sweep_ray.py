@@ -125,7 +125,7 @@ def test_killed_ray_worker_does_not_stop_the_sweep(tmp_path, ray_cluster):
                              env=ray_cluster["env"])
 
     def running_cell() -> int | None:
-        return next((p for p in descendants(ray_cluster["pid"]) if cmdline(p).startswith("ray::run_cell")), None)
+        return next((p for p in descendants(ray_cluster["pid"]) if cmdline(p).startswith("ray::_run_on_ray")), None)
 
     victim = wait_until(running_cell, 120, "a Ray worker running a cell", poll_s=0.005)
     os.kill(victim, signal.SIGKILL)

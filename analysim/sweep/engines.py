@@ -100,6 +100,24 @@ def import_ray():
     return ray
 
 
+_RAY_TRACES: dict[str, Trace] = {}
+
+
+def _run_on_ray(args, boxed_ref: list) -> Outcome:
+    """A cell in a Ray worker. The trace's reference comes boxed so that Ray does not resolve it
+    for every task: a worker fetches and unpickles each trace once and keeps it for the next cells
+    (unpickling the Philly extract costs about as much as a small cell)."""
+    import ray
+
+    ref = boxed_ref[0]
+    trace = _RAY_TRACES.get(ref.hex())
+    if trace is None:
+        if len(_RAY_TRACES) >= 2:
+            _RAY_TRACES.clear()
+        trace = _RAY_TRACES[ref.hex()] = ray.get(ref)
+    return run_cell(args, trace)
+
+
 def run_ray(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, *, address: str | None,
             workers: int, cpus: float, memory_mb: int, retries: int,
             say: Callable[[str], None] = print) -> None:
@@ -119,7 +137,7 @@ def run_ray(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, *, addr
             f"{ray.cluster_resources().get('CPU', 0):g} CPUs in {len(ray.nodes())} node(s)")
         # Each trace once in the object store; every task of that trace gets a reference to it.
         refs = {key: ray.put(trace) for key, trace in traces.items()}
-        task = ray.remote(run_cell).options(num_cpus=cpus, memory=memory_mb * 2**20, max_retries=retries,
+        task = ray.remote(_run_on_ray).options(num_cpus=cpus, memory=memory_mb * 2**20, max_retries=retries,
                                             retry_exceptions=False)
         queue = list(reversed(work))
         running: dict = {}
@@ -131,7 +149,7 @@ def run_ray(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, *, addr
             tracker.capacity = slots
             while queue and len(running) < 2 * slots:
                 cell, key = queue.pop()
-                running[task.remote(cell.args, refs[key])] = cell
+                running[task.remote(cell.args, [refs[key]])] = cell
                 tracker.started(cell)
             done, _ = ray.wait(list(running), num_returns=1)
             for ref in done:
