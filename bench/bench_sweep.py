@@ -24,10 +24,7 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.rayhead import ray_head  # noqa: E402  (the Ray head the tests use)
+
 PHILLY = ROOT.parent / "shared" / "traces" / "philly.csv"
 CELLS, WORKERS = 24, 2
 SPEC = """\
@@ -46,35 +46,6 @@ placement: [consolidate, spread]
 preemption: [false, true]
 seed: [1, 2]
 """
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def start_ray(temp: Path, env: dict) -> tuple[subprocess.Popen, str, float]:
-    gcs, client, dash, agent, agent_grpc, metrics, env_agent, nm, om = free_ports(9)
-    t0 = time.perf_counter()
-    log = (temp / "start.log").open("w")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--num-cpus={WORKERS}",
-         "--node-ip-address=127.0.0.1", f"--port={gcs}", f"--ray-client-server-port={client}",
-         "--include-dashboard=false", f"--dashboard-port={dash}", f"--dashboard-agent-listen-port={agent}",
-         f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-         f"--runtime-env-agent-port={env_agent}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
-         f"--temp-dir={temp}", "--disable-usage-stats"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    while "Ray runtime started" not in (temp / "start.log").read_text():
-        if proc.poll() is not None:
-            raise SystemExit((temp / "start.log").read_text())
-        time.sleep(0.1)
-    return proc, f"127.0.0.1:{gcs}", time.perf_counter() - t0
 
 
 def run_sweep(spec: Path, out: Path, extra: list[str], env: dict) -> dict:
@@ -105,21 +76,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bsw", dir="/tmp"))
     spec = work / "philly.yaml"
     spec.write_text(SPEC.format(trace=PHILLY, limit=args.limit))
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     load = [os.getloadavg()[0]]
-    res = {"local": run_sweep(spec, work / "local", ["--engine", "local", "--workers", str(WORKERS)], env)}
+    res = {"local": run_sweep(spec, work / "local", ["--engine", "local", "--workers", str(WORKERS)], os.environ)}
     load.append(os.getloadavg()[0])
-    ray_temp = work / "ray"
-    ray_temp.mkdir()
-    proc, address, ray_start_s = start_ray(ray_temp, env)
-    try:
-        res["ray"] = run_sweep(spec, work / "ray-cluster", ["--engine", "ray", "--address", address], env)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+    t0 = time.perf_counter()
+    with ray_head(num_cpus=WORKERS) as head:
+        ray_start_s = time.perf_counter() - t0
+        res["ray"] = run_sweep(spec, work / "ray-cluster", ["--engine", "ray", "--address", head.address], head.env)
     load.append(os.getloadavg()[0])
-    res["ray (own)"] = run_sweep(spec, work / "ray-own", ["--engine", "ray", "--workers", str(WORKERS)],
-                                 {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")})
+    res["ray (own)"] = run_sweep(spec, work / "ray-own", ["--engine", "ray", "--workers", str(WORKERS)], os.environ)
     load.append(os.getloadavg()[0])
     same = all(r["digests"] == res["local"]["digests"] for r in res.values())
     print(f"24 cells, Philly extract, --limit {args.limit}, {WORKERS} workers; load average (1 min) during: "

@@ -41,11 +41,11 @@ def simulate_argv(params: dict) -> list[str]:
     """The `analysim simulate` command line of a results.csv row's parameters."""
     argv = []
     for key, action in option_actions(simulate_parser()).items():
-        v = params[key]
+        v, flag = params[key], next(s for s in action.option_strings if s.startswith("--"))
         if action.nargs == 0:
-            argv += [action.option_strings[0]] if v == "True" else []
+            argv += [flag] if v == "True" else []
         elif v != "":
-            argv.append(f"{action.option_strings[0]}={v}")
+            argv.append(f"{flag}={v}")
     return argv
 
 

@@ -5,65 +5,25 @@ SIGKILL mid-sweep does not stop the sweep; a re-run of a finished sweep does no 
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.polling import wait_until
+from tests.rayhead import ray_head
 from tests.test_sweep import analysim, digest, rows, simulate_argv
 
 pytest.importorskip("ray")
-RAY = Path(sys.executable).with_name("ray")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A Ray head on 127.0.0.1 with 2 CPUs (two worker processes at a time), every port our own,
-    its own auth token (in the environment: ~/.ray is left alone), stopped by ending the
-    `ray start --block` process we started (which stops its children)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths live under it
-    gcs, client, dash, agent, agent_grpc, metrics, env_agent, nm, om = free_ports(9)
-    log = (temp / "start.log").open("w")
-    proc = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-         f"--ray-client-server-port={client}", "--include-dashboard=false", f"--dashboard-port={dash}",
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={env_agent}",
-         f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--temp-dir={temp}",
-         "--disable-usage-stats"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:
-        wait_until(lambda: "Ray runtime started" in (temp / "start.log").read_text() or proc.poll() is not None,
-                   120, "ray start")
-        assert proc.poll() is None, (temp / "start.log").read_text()
-        yield {"address": f"127.0.0.1:{gcs}", "pid": proc.pid, "env": env}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    """A Ray head with 2 CPUs: two worker processes at a time."""
+    with ray_head(num_cpus=2) as head:
+        yield {"address": head.address, "pid": head.pid, "env": head.env}
 
 
 def descendants(root: int) -> list[int]:

@@ -305,9 +305,10 @@ def summary_table(d: SweepData) -> str:
                 cells += "<td class=num>–</td>"
                 continue
             text = fmt.format(mean / scale)
+            # Best as shown: every row that reads the same as the best value is highlighted.
+            cls = "num best" if best.get(m) is not None and text == fmt.format(best[m] / scale) else "num"
             if half is not None:
                 text += f" <span class=ci>± {fmt.format(half / scale).replace(' %', '')}</span>"
-            cls = "num best" if best.get(m) is not None and mean == best[m] else "num"
             cells += f"<td class='{cls}'>{text}</td>"
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
