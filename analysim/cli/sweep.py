@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     engine = EngineOptions(engine=args.engine, workers=args.workers or machine_cpus(), address=args.address,
                            cell_cpus=args.cell_cpus, cell_memory_mb=args.cell_memory, retries=args.retries)
     run = run_sweep(sweep, args.out, engine, retry_failed=args.retry_failed,
-                    progress=not args.no_progress and sys.stderr.isatty(), spec_text=args.spec.read_text())
+                    progress=not args.no_progress and sys.stderr.isatty(), spec_file=args.spec)
     print(aggregate_table(run.aggregate))
     print(f"sweep: {run.ran} cells ran in {run.wall_s:.1f} s, {run.skipped} skipped (finished before), "
           f"{run.failed} failed, {run.lost} lost")

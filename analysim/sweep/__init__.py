@@ -141,7 +141,7 @@ class _Progress:
 
 
 def run_sweep(sweep: Sweep, out: Path, engine: EngineOptions, *, retry_failed: bool = False,
-              progress: bool = True, spec_text: str | None = None,
+              progress: bool = True, spec_file: Path | None = None,
               say: Callable[[str], None] = print) -> SweepRun:
     store = Store(out)
     todo = []
@@ -152,8 +152,8 @@ def run_sweep(sweep: Sweep, out: Path, engine: EngineOptions, *, retry_failed: b
     traces = preflight(sweep, todo)
     out.mkdir(parents=True, exist_ok=True)
     store.clean_partial()
-    if spec_text is not None:
-        (out / "spec.yaml").write_text(spec_text)
+    if spec_file is not None:  # the SPEC as given, beside its results
+        (out / f"spec{spec_file.suffix or '.yaml'}").write_bytes(spec_file.read_bytes())
     params = list(sweep.cells[0].params())
     write_json({"spec": sweep.source, "axes": list(sweep.axes), "params": params,
                 "cells": [{"id": c.id, "label": c.label, "spec": c.given} for c in sweep.cells]},
