@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from analysim.sweep.results import ci95
 from analysim.sweep.spec import SpecError, expand, option_actions, simulate_parser
 from tests.polling import wait_until
+from tests.procs import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -233,3 +234,23 @@ def test_confidence_interval_is_students_t():
     mean, half = ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.302652729911275 / 3**0.5)
     assert ci95([5.0]) == (5.0, None)
+
+
+def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("jobs: 1500\ncluster: tiny\npolicy: [fifo, srtf]\npreemption: [false, true]\nseed: [1, 2]\n")
+    out = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "2"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def pool_worker() -> int | None:  # a forked child of the sweep, once the first cell is in
+        kids = descendants(p.pid)
+        return kids[0] if kids and (out / "cells").exists() else None
+
+    victim = wait_until(pool_worker, 120, "the pool's workers at work")
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 0, stderr
+    assert "a worker process died; running it again" in stderr
+    assert "8 cells ran" in stdout and "0 lost" in stdout, stdout
+    assert [t["status"] for t in rows(out)] == ["ok"] * 8

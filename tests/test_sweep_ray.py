@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.polling import wait_until
+from tests.procs import cmdline, descendants
 from tests.rayhead import ray_head
 from tests.test_sweep import analysim, digest, rows, simulate_argv
 
@@ -24,30 +24,6 @@ def ray_cluster():
     """A Ray head with 2 CPUs: two worker processes at a time."""
     with ray_head(num_cpus=2) as head:
         yield {"address": head.address, "pid": head.pid, "env": head.env}
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 SPEC = "jobs: {jobs}\ncluster: tiny\npolicy: [fifo, srtf]\npreemption: [false, true]\nseed: [1, 2]\n"

@@ -129,6 +129,11 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(1)
 
+    def retried(self, cell: Cell, why: str) -> None:
+        self.running -= 1
+        self.warn(f"cell {cell.id} ({cell.label}): {why}; running it again")
+        self._show()
+
     def warn(self, msg: str) -> None:
         if self.bar is not None:
             self.bar.write(msg, file=sys.stderr)

@@ -28,6 +28,7 @@ class Tracker(Protocol):
 
     def started(self, cell: Cell) -> None: ...
     def finished(self, cell: Cell, outcome: Outcome) -> None: ...
+    def retried(self, cell: Cell, why: str) -> None: ...  # started, did not finish, will start again
 
 
 def machine_cpus() -> int:
@@ -86,6 +87,7 @@ def _pool_round(todo: list, traces, tracker: Tracker, workers: int, tries: dict[
                     if tries[cell.id] > retries:
                         tracker.finished(cell, Outcome(LOST, error=f"worker process died: {e}"))
                     else:
+                        tracker.retried(cell, "a worker process died")
                         again.append((cell, key))
     return again + list(reversed(queue))
 
