@@ -29,6 +29,7 @@ from analysim.sweep.results import (
     aggregate,
     read_results,
 )
+from analysim.sweep.spec import describe, show_value
 
 # Summary-table columns: title, metric, scale, format.
 COLUMNS = (
@@ -86,7 +87,7 @@ class SweepData:
         self.replay = [r for r in self.ok if r.get("mode") != "inflate"]
 
     def group_of(self, row: dict) -> str:
-        return _label({k: row.get(k) for k in self.group_keys}) or "all cells"
+        return describe({k: row.get(k) for k in self.group_keys}) or "all cells"
 
     def jobs(self, row: dict) -> list[dict]:
         path = self.folder / "cells" / row["cell"] / "jobs.csv"
@@ -103,14 +104,6 @@ class SweepData:
         return json.loads(v) if isinstance(v, str) and v else {}
 
 
-def _label(values: dict) -> str:
-    return " ".join(f"{k}={_show(v)}" for k, v in values.items())
-
-
-def _show(v: object) -> str:
-    return "true" if v is True else "false" if v is False else "default" if v is None else str(v)
-
-
 # --- figures
 
 
@@ -121,7 +114,7 @@ def fig_jct_cdfs(d: SweepData) -> tuple[str, str] | None:
     others = [k for k in d.group_keys if k != "policy"]
     panels: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in d.replay:
-        panel = _label({k: r.get(k) for k in others}) or "all cells"
+        panel = describe({k: r.get(k) for k in others}) or "all cells"
         line = r.get("summary.policy") or r.get("policy") or "run"
         panels[panel][line] += [float(j["jct_s"]) for j in d.jobs(r) if j["status"] == "completed" and j["jct_s"]]
     names = list(panels)[:MAX_PANELS]
@@ -297,7 +290,7 @@ def summary_table(d: SweepData) -> str:
     head += "".join(f"<th>{html.escape(t)}{_arrow(m)}</th>" for t, m, _, _ in cols)
     body = []
     for g in groups:
-        cells = "".join(f"<td>{html.escape(_show(g.get(k)))}</td>" for k in d.group_keys)
+        cells = "".join(f"<td>{html.escape(show_value(g.get(k)))}</td>" for k in d.group_keys)
         cells += f"<td class=num>{g['seeds']}</td>"
         for _, m, scale, fmt in cols:
             mean, half = g.get(f"{m}_mean"), g.get(f"{m}_ci95")

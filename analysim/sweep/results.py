@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from analysim.report import write_csv
+from analysim.sweep.spec import describe
 
 # Columns before the parameters; a summary key that is also a parameter's name (policy, seed,
 # cluster, trace, ...) is kept under "summary.<key>", since the two may differ (policy
@@ -78,7 +79,7 @@ def aggregate(rows: Sequence[dict], axes: Sequence[str], params: Sequence[str]) 
     out = []
     for members in groups.values():
         agg = {k: members[0].get(k) for k in group_keys}
-        agg["group"] = " ".join(f"{k}={_show(members[0].get(k))}" for k in group_keys) or "all"
+        agg["group"] = describe({k: members[0].get(k) for k in group_keys}) or "all"
         agg["seeds"] = len(members)
         for m in metrics:
             vals = [r[m] for r in members if isinstance(r.get(m), int | float) and math.isfinite(r[m])]
@@ -86,10 +87,6 @@ def aggregate(rows: Sequence[dict], axes: Sequence[str], params: Sequence[str]) 
             agg[f"{m}_mean"], agg[f"{m}_ci95"] = mean, half
         out.append(agg)
     return out
-
-
-def _show(v: object) -> str:
-    return "true" if v is True else "false" if v is False else "default" if v is None else str(v)
 
 
 def read_results(path: Path) -> list[dict]:

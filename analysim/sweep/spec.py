@@ -81,7 +81,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={_show(self.given.get(k))}" for k in self.axes) or "cell"
+        return describe({k: self.given.get(k) for k in self.axes}) or "cell"
 
     def params(self) -> dict[str, object]:
         """Every simulate option's value for this cell (the results' parameter columns)."""
@@ -96,8 +96,14 @@ class Sweep:
     source: str
 
 
-def _show(v: Scalar) -> str:
+def show_value(v: object) -> str:
+    """A parameter's value as a SPEC would spell it (null: simulate's default)."""
     return "true" if v is True else "false" if v is False else "default" if v is None else str(v)
+
+
+def describe(values: dict) -> str:
+    """``key=value ...``: a cell's or a group's label."""
+    return " ".join(f"{k}={show_value(v)}" for k, v in values.items())
 
 
 def read_spec(path: str | Path) -> dict:
@@ -231,7 +237,7 @@ def _tokens(key: str, action: argparse.Action, value: Scalar) -> list[str]:
     if action.nargs not in (None, "?"):
         raise _Refusal(f"{long} takes several values, which a sweep does not support")
     if isinstance(value, bool):
-        raise _Refusal(f"expected a value for {long}, got {_show(value)}")
+        raise _Refusal(f"expected a value for {long}, got {show_value(value)}")
     return [f"{long}={value}"]  # one token: a value may start with "-"
 
 
@@ -246,7 +252,7 @@ def _check_values(source: str, parser, actions: dict, combos: list[dict]) -> Non
             try:
                 parser.parse_args(_tokens(key, actions[key], value))
             except _Refusal as e:
-                raise SpecError(f"{source}: {key}: {_show(value)}: {e}") from None
+                raise SpecError(f"{source}: {key}: {show_value(value)}: {e}") from None
 
 
 def _parse(source: str, parser, actions: dict, given: dict) -> argparse.Namespace:
@@ -254,7 +260,7 @@ def _parse(source: str, parser, actions: dict, given: dict) -> argparse.Namespac
     try:
         return parser.parse_args(argv)
     except _Refusal as e:
-        raise SpecError(f"{source}: cell {' '.join(f'{k}={_show(v)}' for k, v in given.items())}: {e}") from None
+        raise SpecError(f"{source}: cell {describe(given)}: {e}") from None
 
 
 def file_digest(path: str | Path) -> str:
