@@ -198,6 +198,7 @@ def test_local_sweep_equals_simulate_records_failures_and_resumes(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/jobs.csv")}
     r = analysim("sweep", str(spec), "--out", str(out), cwd=tmp_path)
     assert "0 cells ran" in r.stdout and "6 skipped" in r.stdout, r.stdout
+    assert r.returncode == 1 and "2 of 6 cells have no results" in r.stdout  # the failures still stand
     assert before == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/jobs.csv")}
     r = analysim("sweep", str(spec), "--out", str(out), "--retry-failed", cwd=tmp_path)
     assert "2 cells ran" in r.stdout and "4 skipped" in r.stdout, r.stdout

@@ -65,7 +65,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"sweep: {run.ran} cells ran in {run.wall_s:.1f} s, {run.skipped} skipped (finished before), "
           f"{run.failed} failed, {run.lost} lost")
     print(f"wrote {args.out}/results.csv, aggregate.csv, cells/<id>/; analysim report {args.out}")
-    return 1 if run.failed or run.lost else 0
+    bad = sum(r["status"] != "ok" for r in run.rows)
+    if bad:
+        print(f"sweep: {bad} of {run.total} cells have no results (see the status and error columns of results.csv)")
+    return 1 if bad else 0
 
 
 TABLE = (("avg JCT h", "avg_jct_s", 3600), ("p99 JCT h", "p99_jct_s", 3600), ("avg queue h", "avg_queue_s", 3600),
