@@ -92,3 +92,16 @@ def test_report_without_matplotlib_says_so(sweep_dir):
 def test_report_of_a_folder_that_is_no_sweep(tmp_path):
     r = analysim("report", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a sweep folder" in r.stderr
+
+
+def test_inflate_sweep_report(tmp_path):
+    data = Path(__file__).resolve().parent / "data"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"trace: {data / 'openb_inflate_small.csv'}\ncluster: {data / 'openb_nodes_small.csv'}\n"
+                    "mode: inflate\nplacement: [fgd, consolidate]\nseed: [1, 2]\n")
+    assert analysim("sweep", str(spec), "--out", str(tmp_path / "s"), cwd=tmp_path).returncode == 0
+    r = analysim("report", str(tmp_path / "s"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "s" / "report.html").read_text()
+    assert re.findall(r"<img alt='([^']+)'", page) == ["Fragmentation as the cluster fills"]
+    assert "<th>tasks placed ↑</th>" in page and page.count("<tr class='ok'>") == 4

@@ -73,7 +73,9 @@ def main(args: argparse.Namespace) -> int:
 
 TABLE = (("avg JCT h", "avg_jct_s", 3600), ("p99 JCT h", "p99_jct_s", 3600), ("avg queue h", "avg_queue_s", 3600),
          ("util %", "gpu_utilization", 0.01), ("frag %", "avg_fragmentation", 0.01),
-         ("preempt", "preemptions", 1), ("migrate", "migrations", 1), ("jain", "jain_fairness", 1))
+         ("preempt", "preemptions", 1), ("migrate", "migrations", 1), ("jain", "jain_fairness", 1),
+         ("tasks placed", "tasks_placed", 1), ("alloc %", "gpu_allocation_ratio", 0.01),
+         ("frag GPUs", "fragmentation_gpus", 1))
 
 
 def aggregate_table(rows: list[dict], top: int = 20) -> str:

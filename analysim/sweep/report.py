@@ -85,6 +85,7 @@ class SweepData:
         self.group_keys = [a for a in self.axes if a != GROUP_BY_ALL_BUT]
         self.groups = aggregate(self.rows, self.axes, self.params)
         self.replay = [r for r in self.ok if r.get("mode") != "inflate"]
+        self.inflate = [r for r in self.ok if r.get("mode") == "inflate"]
 
     def group_of(self, row: dict) -> str:
         return describe({k: row.get(k) for k in self.group_keys}) or "all cells"
@@ -95,7 +96,8 @@ class SweepData:
             return list(csv.DictReader(f))
 
     def timeseries(self, row: dict) -> list[dict]:
-        path = self.folder / "cells" / row["cell"] / "timeseries.csv"
+        name = "inflate.csv" if row.get("mode") == "inflate" else "timeseries.csv"
+        path = self.folder / "cells" / row["cell"] / name
         with path.open() as f:
             return list(csv.DictReader(f))
 
@@ -145,7 +147,7 @@ def _first_seed_per_group(d: SweepData, rows: Sequence[dict]) -> list[tuple[str,
     seen: dict[str, dict] = {}
     for r in rows:
         seen.setdefault(d.group_of(r), r)
-    ranked = sorted(seen.items(), key=lambda kv: kv[1].get("avg_jct_s") or math.inf)
+    ranked = sorted(seen.items(), key=lambda kv: kv[1].get("avg_jct_s") or -(kv[1].get("tasks_placed") or 0))
     return ranked[:MAX_LINES]
 
 
@@ -180,6 +182,27 @@ def fig_utilization(d: SweepData) -> tuple[str, str] | None:
                        "by which 99 % of the GPU-time was used (a long last job would flatten the rest).")
 
 
+def fig_inflate(d: SweepData) -> tuple[str, str] | None:
+    """The FGD experiment: fragmentation as the cluster fills, per cell group (first seed)."""
+    if not d.inflate:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for name, r in _first_seed_per_group(d, d.inflate):
+        ts = d.timeseries(r)
+        if ts and "fgd_fragmentation_gpus" in ts[0]:
+            ax.plot([float(x["gpu_allocation_ratio"]) * 100 for x in ts],
+                    [float(x["fgd_fragmentation_gpus"]) for x in ts], lw=1.2, marker=".", label=name)
+    ax.set_xlabel("GPUs allocated (%)")
+    ax.set_ylabel("expected fragmentation (GPUs, FGD)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig), ("Inflate mode: FGD's expected fragmentation of the cluster as tasks are placed until the next "
+                       "one does not fit, one line per cell group (its first seed). Lower, and further right, is "
+                       "better.")
+
+
 def _busy_span(t: np.ndarray, allocated: np.ndarray) -> float:
     """The time by which 99 % of the run's GPU-time (area under allocated GPUs) was used."""
     if len(t) < 2:
@@ -195,8 +218,10 @@ def _baseline_key(d: SweepData, r: dict) -> str:
                       sort_keys=True, default=str)
 
 
-def fig_mechanisms(d: SweepData) -> tuple[str, str] | str:
+def fig_mechanisms(d: SweepData) -> tuple[str, str] | str | None:
     """Preemptions and migrations of each cell against its JCT gain over the same cell with both off."""
+    if not d.replay:
+        return None
     base = {_baseline_key(d, r): r for r in d.replay if not r.get("preemption") and not r.get("migration")}
     points = []
     for r in d.replay:
@@ -362,6 +387,9 @@ def render(folder: Path) -> str:
     sections = (("JCT distribution per policy", fig_jct_cdfs), ("Utilization and fragmentation over time",
                 fig_utilization), ("Preemptions and migrations against JCT gain", fig_mechanisms),
                 ("Per-VC fairness", fig_fairness))
+    if d.inflate:  # a sweep of the FGD experiment: its figure first, the replay ones only if any
+        sections = (("Fragmentation as the cluster fills", fig_inflate),) + tuple(
+            s for s in sections if d.replay)
     for title, make in sections:
         parts.append(f"<h2>{title}</h2>")
         fig = make(d)
