@@ -101,6 +101,36 @@ def test_every_combination_is_one_distinct_cell(policies, seeds, mech):
         (p, s, m) for p in policies for s in seeds for m in mech}
 
 
+def test_every_simulate_option_is_a_spec_key():
+    """Keys come from simulate's parser: whatever option simulate has (now or added later), a SPEC
+    may set it, and the cell gets the value simulate would parse."""
+    parser = simulate_parser()
+    actions = option_actions(parser)
+    assert {"policy", "placement", "preemption", "migration", "trace", "cluster", "seed", "limit"} <= set(actions)
+    assert "out" not in actions and "no_progress" not in actions
+    for key, action in actions.items():
+        value = True if action.nargs == 0 else (action.default if action.default is not None else None)
+        if value is None:
+            continue
+        value = str(value) if not isinstance(value, bool | int | float) else value
+        [cell] = expand({key: value}).cells
+        assert getattr(cell.args, action.dest) == (True if action.nargs == 0 else action.default), key
+
+
+@settings(max_examples=40, deadline=None)
+@given(policies=st.lists(st.sampled_from(POLICIES), min_size=1, max_size=6, unique=True),
+       seeds=st.lists(st.integers(0, 100), min_size=1, max_size=3, unique=True),
+       drop=st.lists(st.tuples(st.sampled_from(POLICIES), st.integers(0, 100)), max_size=4))
+def test_exclude_removes_exactly_the_matching_cells(policies, seeds, drop):
+    spec = {"policy": policies, "seed": seeds, "exclude": [{"policy": p, "seed": s} for p, s in drop]}
+    kept = {(p, s) for p in policies for s in seeds} - set(drop)
+    if not kept:
+        with pytest.raises(SpecError, match="leaves no cell"):
+            expand(spec)
+        return
+    assert {(c.args.policy, c.args.seed) for c in expand(spec).cells} == kept
+
+
 @pytest.mark.parametrize("spec, key, problem", [
     ({"polcy": ["fifo"]}, "polcy", "did you mean 'policy'"),
     ({"out": "x"}, "out", "the sweep sets --out itself"),
