@@ -86,6 +86,18 @@ def test_cell_id_is_the_content_not_the_spelling(tmp_path):
     assert expand({"trace": str(b), "policy": "srtf", "limit": 2}).cells[0].id != one.cells[0].id
 
 
+def test_cells_share_a_loaded_trace_only_when_reading_it_is_the_same():
+    from analysim.cli.common import trace_inputs
+
+    on_file = expand({"trace": str(DATA / "canonical_small.csv"), "policy": ["fifo", "srtf"], "seed": [1, 2],
+                      "preemption": [False, True]})
+    assert len({trace_inputs(c.args) for c in on_file.cells}) == 1  # the seed does not change a file
+    synthetic = expand({"jobs": 50, "policy": ["fifo", "srtf"], "seed": [1, 2]})
+    assert len({trace_inputs(c.args) for c in synthetic.cells}) == 2  # it does change the generated trace
+    limits = expand({"trace": str(DATA / "canonical_small.csv"), "limit": [1, 2]})
+    assert len({trace_inputs(c.args) for c in limits.cells}) == 2  # not known to act after reading: a key
+
+
 POLICIES = ["fifo", "sjf", "srtf", "tiresias", "qssf", "fair"]
 
 

@@ -54,10 +54,19 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+# Options that only act once the trace is read (the cluster, the run's options, the outputs).
+RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "preemption", "migration",
+                      "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
+                      "rebalance_interval", "relaxed_locality", "out", "no_plots", "no_progress", "func"})
+SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
+
+
 def trace_inputs(args: argparse.Namespace) -> tuple:
-    """The arguments that ``read_trace`` reads: runs that agree on them share one loaded trace
-    (``analysim sweep`` loads it once per sweep)."""
-    return ("file", args.trace, args.format) if args.trace else ("synthetic", args.jobs, args.seed, args.rate_scale)
+    """What ``read_trace`` may depend on: runs that agree on it share one loaded trace
+    (``analysim sweep`` reads each trace once). Every option not known to act after reading
+    counts, so that an option added later keys the trace until it is listed above."""
+    skip = RUN_ONLY | (SYNTHETIC_ONLY if args.trace else {"trace", "format"})
+    return tuple(sorted((k, repr(v)) for k, v in vars(args).items() if k not in skip))
 
 
 def read_trace(args: argparse.Namespace) -> Trace:
