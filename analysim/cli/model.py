@@ -87,12 +87,18 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from mlaas_monitor.store import ModelUnavailable
+
     store = _open(args.db)
     try:
         ids = store.model_ids()
         print(f"{'ID':<24} {'DATASET':<26} {'FEATURES':>8} {'CLASSES':>7} {'LEAVES':>6} {'DEPTH':>5} {'ACCURACY':>8} {'PRICE':>8}")
         for mid in ids:
-            m = store.load_model(mid)
+            try:
+                m = store.load_model(mid)
+            except ModelUnavailable as e:
+                print(f"{mid:<24} unavailable: {e.reason}")
+                continue
             assert m is not None
             c = m.card
             print(
@@ -105,9 +111,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from mlaas_monitor.store import ModelUnavailable
+
     store = _open(args.db)
     try:
         m = store.load_model(args.id)
+    except ModelUnavailable as e:
+        raise UserError(f"{args.db}: {e}") from e
     finally:
         store.close()
     if m is None:

@@ -329,7 +329,7 @@ class Monitor(MonitorBase):
     def install(self, gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
         import sklearn.tree  # noqa: F401  (imported now, not inside the first query's update)
 
-        for model_id in gw.store.model_ids():
+        for model_id in gw.available_model_ids():  # a model that fails to load is isolated by the gateway
             self.monitor(model_id)  # recover before the servers accept anything
         self._unlisten = gw.stream.add_listener(self.on_event)
         self.gw.enforcement = self.enforce
@@ -355,7 +355,7 @@ def add_routes(mon: Monitor, app: web.Application) -> None:
         return handler
 
     def models(request: web.Request) -> Any:
-        return {"models": [mon.model_view(m) for m in gw.store.model_ids()]}
+        return {"models": [mon.model_view(m) for m in gw.available_model_ids()]}
 
     def one_model(request: web.Request) -> Any:
         return mon.model_view(request.match_info["model"])
