@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from analysim.cli.argtypes import positive_int
+from analysim.cli.dataset_args import add_dataset_arguments, table_options
 from analysim.errors import UserError
 
 STRATEGY_CHOICES = ("benign", "random", "pathfinding", "colluding")
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the strategy colluders split (default pathfinding)")  # fmt: skip
     p.add_argument("--dataset", help="benign: rows to draw queries from (built-in name or file; the target column is dropped)")
     p.add_argument("--target", help="benign: the dataset's target column (default as for 'model train')")
+    add_dataset_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the rebuilt model here (JSON)")
     p.set_defaults(func=run)
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--dataset: the benign strategy draws its queries from a dataset")
         from mlaas_monitor.datasets import load_dataset
 
-        ds = load_dataset(args.dataset, args.target)
+        ds = load_dataset(args.dataset, args.target, table_options(args))
         rows = oracle.domain.encode(ds.data)  # type: ignore[arg-type]
         if rows.shape[0] == 0:
             raise UserError(f"--dataset: no row of {args.dataset} fits model {args.model!r}'s schema")
