@@ -1,0 +1,113 @@
+"""Automatic grouping of accounts that share one extraction: linked queries.
+
+Path-finding (and any line search) probes a point by changing one feature at a time, so
+its queries differ from an earlier query in exactly one feature. Spread over fresh
+accounts (a sybil attack), each account probes points that another account discovered:
+its queries differ in one feature from *another account's* queries. Natural queries almost
+never do (two rows of a dataset rarely agree on all features but one), and exact repeats
+of a row — which users sampling the same data do send — are not counted.
+
+A query of user B *links* B to user A when it differs from a query A sent earlier in
+exactly one feature. Users with at least ``min_links`` distinct linked row pairs between
+them are joined; the connected components with two or more users are pooled as subjects
+``auto:link-FIRST`` (FIRST: the member seen first). Lookups are by hashing: a row's d
+*deletion keys* (its hash with feature j masked, for each j) meet those of every row that
+differs from it in feature j alone; each key remembers who sent it first.
+
+Pure and a function of the query sequence: a replay in sequence order rebuilds the same
+components.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+_SEEDS = np.random.default_rng(0x11AA).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
+LINK_PREFIX = "auto:link-"
+
+
+class Linkage:
+    def __init__(self, n_features: int, min_links: int = 3) -> None:
+        self.d = n_features
+        self.min_links = min_links
+        self._first: dict[int, tuple[str, int]] = {}  # deletion key -> (first sender, its row hash)
+        self._pairs: Counter[tuple[str, str]] = Counter()
+        self._seen_links: set[tuple[int, int]] = set()  # (row hash, row hash): a repeated row links once
+        self._order: dict[str, int] = {}  # user -> when first seen
+        self._parent: dict[str, str] = {}
+        self._cache: tuple[dict[str, tuple[str, ...]], dict[str, str]] | None = None  # until the next join
+
+    def _keys(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = X.shape[1]
+        bits = np.ascontiguousarray(X, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        seeds = _SEEDS[: 2 * d] if 2 * d <= _SEEDS.shape[0] else np.resize(_SEEDS, 2 * d)
+        with np.errstate(over="ignore"):
+            terms = bits * seeds[:d]
+            full = terms.sum(axis=1, dtype=np.uint64)
+            keys = full[:, None] - terms + seeds[d:][None, :]  # feature j replaced by a per-feature mask
+        return full, keys
+
+    def find(self, user: str) -> str:
+        root = user
+        while self._parent.get(root, root) != root:
+            root = self._parent[root]
+        while user != root:  # path compression
+            self._parent[user], user = root, self._parent[user]
+        return root
+
+    def add(self, user: str, X: np.ndarray) -> bool:
+        """Take a user's queries (in order); True when two components were joined."""
+        if user not in self._order:
+            self._order[user] = len(self._order)
+            self._parent[user] = user
+        if X.shape[0] == 0 or self.d == 0:
+            return False
+        full, keys = self._keys(X)
+        joined = False
+        first = self._first
+        for h, row in zip(full.tolist(), keys.tolist(), strict=True):
+            others: set[str] = set()
+            for k in row:
+                seen = first.get(k)
+                if seen is None:
+                    first[k] = (user, h)
+                elif seen[0] != user and seen[1] != h:  # a different row, one feature apart
+                    link = (h, seen[1]) if h < seen[1] else (seen[1], h)
+                    if link not in self._seen_links:  # distinct row pairs: resending a row adds nothing
+                        self._seen_links.add(link)
+                        others.add(seen[0])
+            for o in others:
+                pair = (o, user) if o < user else (user, o)
+                self._pairs[pair] += 1
+                if self._pairs[pair] == self.min_links:
+                    joined |= self._union(*pair)
+        return joined
+
+    def _union(self, a: str, b: str) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self._order[rb] < self._order[ra]:
+            ra, rb = rb, ra
+        self._parent[rb] = ra  # the older root names the component
+        self._cache = None
+        return True
+
+    def _groups(self) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+        if self._cache is None:
+            by_root: dict[str, list[str]] = {}
+            for u in self._parent:
+                by_root.setdefault(self.find(u), []).append(u)
+            comps = {LINK_PREFIX + r: tuple(sorted(m)) for r, m in sorted(by_root.items()) if len(m) >= 2}
+            self._cache = comps, {u: name for name, members in comps.items() for u in members}
+        return self._cache
+
+    def components(self) -> dict[str, tuple[str, ...]]:
+        """Subject name -> members, for every component of two or more users."""
+        return self._groups()[0]
+
+    def subject_of(self, user: str) -> str | None:
+        """The subject of the user's component, or None if it is linked to no one."""
+        return self._groups()[1].get(user)
