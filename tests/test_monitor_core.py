@@ -51,7 +51,8 @@ def test_group_status_equals_one_user_with_all_the_queries() -> None:
     assert group_hist == solo_hist  # same schedule, same statuses, exactly
     g = colluders.groups["group:g"]
     assert extent(g.status) == extent(single.users["solo"].status)
-    assert g.status["prada"] == max(colluders._intent(colluders.users[m])[0] for m in ("c0", "c1", "c2"))
+    colluders.evaluate_due({"c0", "c1", "c2"}, {"g": ("c0", "c1", "c2")}, 0.0, force=True)
+    assert g.status["prada"] == max(colluders.users[m].status["prada"] for m in ("c0", "c1", "c2"))
     assert g.members == ("c0", "c1", "c2")
     # each member alone covers less than the group
     for m in ("c0", "c1", "c2"):

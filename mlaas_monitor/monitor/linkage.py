@@ -24,8 +24,9 @@ from collections import Counter
 
 import numpy as np
 
-_SEEDS = np.random.default_rng(0x11AA).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 LINK_PREFIX = "auto:link-"
+# Odd 64-bit multipliers: a row's hash is sum(bits_j * seed_j) mod 2^64 over its float32 bits.
+_SEEDS = np.random.default_rng(0x11AA).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 
 
 class Linkage:
@@ -38,16 +39,23 @@ class Linkage:
         self._order: dict[str, int] = {}  # user -> when first seen
         self._parent: dict[str, str] = {}
         self._cache: tuple[dict[str, tuple[str, ...]], dict[str, str]] | None = None  # until the next join
+        # Rows wait here, in order, and are linked in batches (one numpy pass each) when a
+        # component is asked for: the same result as linking each at once, for less.
+        self._pending: list[tuple[str, np.ndarray]] = []
+        self.pending_rows = 0
 
-    def _keys(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    @staticmethod
+    def _keys(X: np.ndarray) -> tuple[list[int], list[list[int]]]:
+        """Per row: its hash and its d deletion keys (the hash with feature j's term replaced
+        by a per-feature mark), for a whole batch in a few numpy calls."""
         d = X.shape[1]
-        bits = np.ascontiguousarray(X, dtype=np.float32).view(np.uint32).astype(np.uint64)
         seeds = _SEEDS[: 2 * d] if 2 * d <= _SEEDS.shape[0] else np.resize(_SEEDS, 2 * d)
+        bits = np.ascontiguousarray(X, dtype=np.float32).view(np.uint32).astype(np.uint64)
         with np.errstate(over="ignore"):
             terms = bits * seeds[:d]
             full = terms.sum(axis=1, dtype=np.uint64)
-            keys = full[:, None] - terms + seeds[d:][None, :]  # feature j replaced by a per-feature mask
-        return full, keys
+            keys = full[:, None] - terms + seeds[d:][None, :]
+        return full.tolist(), keys.tolist()
 
     def find(self, user: str) -> str:
         root = user
@@ -57,17 +65,25 @@ class Linkage:
             self._parent[user], user = root, self._parent[user]
         return root
 
-    def add(self, user: str, X: np.ndarray) -> bool:
-        """Take a user's queries (in order); True when two components were joined."""
+    def add(self, user: str, X: np.ndarray) -> None:
+        """Take a user's queries (in order); they are linked at the next ``flush``."""
         if user not in self._order:
             self._order[user] = len(self._order)
             self._parent[user] = user
-        if X.shape[0] == 0 or self.d == 0:
+        if X.shape[0] and self.d:
+            self._pending.append((user, X))
+            self.pending_rows += X.shape[0]
+
+    def flush(self) -> bool:
+        """Link the waiting rows, in the order they came; True when components were joined."""
+        if not self._pending:
             return False
-        full, keys = self._keys(X)
+        users = [u for u, X in self._pending for _ in range(X.shape[0])]
+        full, keys = self._keys(np.concatenate([X for _, X in self._pending]))
+        self._pending, self.pending_rows = [], 0
         joined = False
         first = self._first
-        for h, row in zip(full.tolist(), keys.tolist(), strict=True):
+        for user, h, row in zip(users, full, keys, strict=True):
             others: set[str] = set()
             for k in row:
                 seen = first.get(k)
@@ -95,7 +111,9 @@ class Linkage:
         self._cache = None
         return True
 
-    def _groups(self) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    def _groups(self, flush: bool = True) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+        if flush:
+            self.flush()
         if self._cache is None:
             by_root: dict[str, list[str]] = {}
             for u in self._parent:
@@ -104,10 +122,13 @@ class Linkage:
             self._cache = comps, {u: name for name, members in comps.items() for u in members}
         return self._cache
 
-    def components(self) -> dict[str, tuple[str, ...]]:
-        """Subject name -> members, for every component of two or more users."""
-        return self._groups()[0]
+    def components(self, flush: bool = True) -> dict[str, tuple[str, ...]]:
+        """Subject name -> members, for every component of two or more users (without
+        ``flush``: as of the last one)."""
+        return self._groups(flush)[0]
 
     def subject_of(self, user: str) -> str | None:
-        """The subject of the user's component, or None if it is linked to no one."""
-        return self._groups()[1].get(user)
+        """The subject of the user's component as of the last ``flush``, or None if it is
+        linked to no one. Never flushes: when rows are linked must not depend on who asks
+        (enforcement asks at batch boundaries, which depend on timing)."""
+        return self._groups(flush=False)[1].get(user)

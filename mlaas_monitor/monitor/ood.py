@@ -7,7 +7,8 @@ so PRADA misses the random attacker (see docs/monitor.md). What random and path-
 queries share is that they leave the data distribution: a domain-edge probe or a uniform
 draw lies far from every real row. The owner's validation set S is a sample of that
 distribution, so the reference is S's own leave-one-out nearest-neighbour distance: its
-``quantile`` (0.95) is the radius τ beyond which 5 % of natural rows fall. A user's status is
+``quantile`` (0.95) is the radius τ beyond which 5 % of natural rows fall (S's first 1,000
+rows at most, which bounds the cost per query). A user's status is
 the share of its queries farther than τ from every row of S, above that 5 %, rescaled:
 (share − (1 − quantile)) / quantile, clipped to [0, 1].
 
@@ -22,6 +23,7 @@ import numpy as np
 
 QUANTILE = 0.95
 CHUNK = 256  # queries per distance block (bounds memory at CHUNK x |S|)
+MAX_REFERENCE = 1000  # rows of S the distances are taken to (S is already a random sample)
 
 
 @dataclass
@@ -32,7 +34,7 @@ class OodState:
 
 class Ood:
     def __init__(self, S: np.ndarray, scale: np.ndarray, categorical: np.ndarray, quantile: float = QUANTILE) -> None:
-        self.S = np.asarray(S, np.float64) * scale
+        self.S = np.asarray(S, np.float64)[:MAX_REFERENCE] * scale
         self.scale, self.cat, self.quantile = scale, np.asarray(categorical, bool), quantile
         n = self.S.shape[0]
         if n < 2:

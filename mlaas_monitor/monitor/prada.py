@@ -25,20 +25,40 @@ MAX_WINDOW = 5000  # Shapiro-Wilk's p-value is exact up to 5000 samples; W is us
 
 
 @dataclass
-class PradaState:
-    """One user's PRADA state: the growing sets, admission thresholds and the distances."""
+class _Growing:
+    """One class's growing set in a buffer that doubles (numeric and categorical parts), and
+    the running mean and variance (Welford) of the distances that admitted its members."""
 
-    growing: dict[int, list[np.ndarray]] = field(default_factory=dict)  # class -> chunks of scaled rows
-    admitted: dict[int, list[float]] = field(default_factory=dict)  # class -> distances that admitted members
-    threshold: dict[int, float] = field(default_factory=dict)
+    num: np.ndarray
+    cat: np.ndarray
+    n: int = 0
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    threshold: float = 0.0
+
+    def add(self, num: np.ndarray, cat: np.ndarray) -> None:
+        if self.n == self.num.shape[0]:
+            self.num = np.concatenate([self.num, np.empty_like(self.num)])
+            self.cat = np.concatenate([self.cat, np.empty_like(self.cat)])
+        self.num[self.n], self.cat[self.n] = num, cat
+        self.n += 1
+
+    def admit(self, d: float) -> None:
+        self.count += 1
+        delta = d - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (d - self.mean)
+        self.threshold = max(self.threshold, self.mean - (self.m2 / self.count) ** 0.5)
+
+
+@dataclass
+class PradaState:
+    """One user's PRADA state: the growing sets and the distances."""
+
+    growing: dict[int, _Growing] = field(default_factory=dict)  # by answered class
     distances: list[float] = field(default_factory=list)
     done: int = 0  # queries folded in
-
-    def _members(self, c: int) -> np.ndarray:
-        chunks = self.growing[c]
-        if len(chunks) > 1:
-            chunks[:] = [np.concatenate(chunks)]
-        return chunks[0]
 
 
 class Prada:
@@ -52,25 +72,22 @@ class Prada:
     def fold(self, st: PradaState, X: np.ndarray, labels: np.ndarray) -> None:
         """Add queries (rows of X, in order, with the class each was answered) to ``st``."""
         Z = np.asarray(X, dtype=np.float64) * self.scale
-        cat = self.categorical
-        for z, c in zip(Z, labels.tolist(), strict=True):
-            chunks = st.growing.get(c)
-            if chunks is None:
-                st.growing[c] = [z[None, :]]
-                st.admitted[c] = []
-                st.threshold[c] = 0.0
+        num, cat = Z[:, ~self.categorical], Z[:, self.categorical]
+        for zn, zc, c in zip(num, cat, labels.tolist(), strict=True):
+            g = st.growing.get(c)
+            if g is None:
+                g = st.growing[c] = _Growing(np.empty((8, zn.shape[0])), np.empty((8, zc.shape[0])))
+                g.add(zn, zc)
                 continue
-            G = st._members(c)
-            diff = G - z
-            if cat.any():
-                diff[:, cat] = diff[:, cat] != 0
-            d = float(np.sqrt(np.min(np.einsum("ij,ij->i", diff, diff))))
+            diff = g.num[: g.n] - zn
+            d2 = np.einsum("ij,ij->i", diff, diff)
+            if zc.shape[0]:
+                d2 += np.count_nonzero(g.cat[: g.n] != zc, axis=1)
+            d = float(np.sqrt(d2.min()))
             st.distances.append(d)
-            if d > st.threshold[c]:
-                chunks.append(z[None, :])
-                adm = st.admitted[c]
-                adm.append(d)
-                st.threshold[c] = max(st.threshold[c], float(np.mean(adm) - np.std(adm)))
+            if d > g.threshold:
+                g.add(zn, zc)
+                g.admit(d)
         st.done += X.shape[0]
 
 
