@@ -83,11 +83,11 @@ def test_linkage_joins_accounts_probing_each_others_points() -> None:
     link = Linkage(10, min_links=3)
     shared = _point(rng)
     link.add("a", shared[None, :])
-    probes = np.repeat(shared[None, :], 4, axis=0)
-    probes[np.arange(4), np.arange(4)] += 1.0  # one feature changed each
-    link.add("b", probes[:2])
-    assert link.components() == {}  # two links: not yet
-    link.add("b", probes[2:])
+    probes = np.repeat(shared[None, :], 6, axis=0)
+    probes[np.arange(6), np.arange(6)] += 1.0  # one feature changed each
+    link.add("b", probes[:4])
+    assert link.components() == {}  # four links: not yet (at least 3, and 20 % of max(25, rows))
+    link.add("b", probes[4:])
     assert link.components() == {LINK_PREFIX + "a": ("a", "b")}
     assert link.subject_of("b") == LINK_PREFIX + "a" and link.subject_of("c") is None
 
@@ -104,6 +104,25 @@ def test_linkage_ignores_repeated_rows_and_unrelated_users() -> None:
     for u in "defg":
         link.add(u, np.array([_point(rng) for _ in range(30)]))
     assert link.components() == {}
+
+
+def test_linkage_needs_a_share_of_the_rows_not_just_a_few_near_duplicates() -> None:
+    """Adult has many rows one feature apart: two customers drawing from it share a few such
+    pairs, a small share of their queries; sybil accounts share most of theirs."""
+    rng = np.random.default_rng(2)
+    link = Linkage(10, min_links=3, min_fraction=0.2)
+    a_rows = np.array([_point(rng) for _ in range(100)])
+    b_rows = np.array([_point(rng) for _ in range(100)])
+    near = np.array([19, 39, 59, 79, 99])  # 5 near-duplicates of a's rows, spread: 5 % of b's
+    b_rows[near] = a_rows[:5]
+    b_rows[near, np.arange(5)] += 1.0
+    link.add("a", a_rows)
+    link.add("b", b_rows)
+    assert link.components() == {}
+    c_rows = a_rows[10:40].copy()
+    c_rows[:, 7] += 1.0  # 30 rows, every one a's row with one feature changed
+    link.add("c", c_rows)
+    assert link.components() == {LINK_PREFIX + "a": ("a", "c")}
 
 
 @settings(max_examples=25, deadline=None)
