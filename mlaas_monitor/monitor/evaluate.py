@@ -359,7 +359,7 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     _write_curves(out / "curves.csv", run.rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summary) + "\n")
-    _plot(out, run.curves, k, thresholds, method)
+    _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
     return summary
 
 
@@ -569,7 +569,9 @@ def _write_curves(path: Path, rows: list[tuple[str, str, int, str, float]]) -> N
             w.writerow([*row[:4], f"{row[4]:.6f}"])
 
 
-def _plot(out: Path, curves: list[SubjectCurve], k: int, thresholds: dict[str, float], method: str) -> None:
+def _plot(
+    out: Path, curves: list[SubjectCurve], k: int, thresholds: dict[str, float], method: str, alarms: dict[str, float]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -587,10 +589,10 @@ def _plot(out: Path, curves: list[SubjectCurve], k: int, thresholds: dict[str, f
                 pts = c.method(m)
                 if pts:
                     ax.plot(*zip(*pts, strict=True), color="tab:blue", linewidth=lw, alpha=alpha)
-                if m != "prada" and c.truth:
+                if m in EXTENT_METHODS and c.truth:  # intent has no truth to overlay
                     ax.plot([n for n, _ in c.truth], [extent(v, k) for _, v in c.truth], color="tab:orange",
                             linewidth=lw, alpha=alpha, linestyle="--")  # fmt: skip
-            ax.axhline(thresholds.get(m, 0.5) if m != "prada" else 0.0, color="grey", linewidth=0.6)
+            ax.axhline(thresholds.get(m, 0.5) if m in EXTENT_METHODS else alarms.get(m, 0.5), color="grey", linewidth=0.6)
             ax.set(title=m, xlabel="queries", ylim=(-0.02, 1.02))
         np.atleast_1d(axes)[0].set_ylabel("status (blue) / true extent (orange, dashed)")
         fig.suptitle(f"{s}: monitor status vs queries, truth overlaid", fontsize=10)
