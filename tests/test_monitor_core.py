@@ -146,3 +146,21 @@ def test_enforcement_acts_on_extent_and_intent_together() -> None:
     assert shopper.status["ood"] < cfg.ood_alarm <= scraper.status["ood"]
     assert mon.enforcement_for("shopper", {}) == "none"
     assert mon.enforcement_for("scraper", {}) == "refuse"
+
+
+def test_a_pool_of_small_accounts_is_out_of_distribution_together() -> None:
+    """Sybil accounts too small for any intent signal alone (10 queries each, below
+    ood_min_queries) are out of the data distribution as a pool."""
+    from tests.test_attack_strategies import wine_model
+
+    model = wine_model()
+    mon = ModelMonitor(model, MonitorConfig(min_refit=5))
+    lo, hi = np.array([f.min for f in model.schema.features]), np.array([f.max for f in model.schema.features])
+    X = np.random.default_rng(5).uniform(lo, hi, size=(80, len(lo)))
+    members = tuple(f"s{i}" for i in range(8))
+    for i in range(80):
+        mon.ingest(members[i // 10], X[i : i + 1], mon.tree.value[mon.tree.apply(X[i : i + 1])].argmax(axis=1), i + 1)
+    mon.evaluate_due(set(members), {"ring": members}, 0.0, force=True)
+    assert all(mon.users[m].status["ood"] == 0.0 for m in members)  # 10 queries: no evidence alone
+    pool = mon.groups["group:ring"]
+    assert pool.status["ood"] >= mon.config.ood_alarm and mon.attack_like(pool)

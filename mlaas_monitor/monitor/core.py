@@ -374,9 +374,10 @@ class ModelMonitor:
         if members is None:
             if refitting:  # on T_u's geometric schedule: a Shapiro-Wilk test costs about 1 ms
                 status["prada"], status["ood"] = self._intent(s)
-        else:  # a pool's intent: its most attack-like member's, per signal, as last evaluated
+        else:  # a pool's intent: PRADA's most attack-like member (as last evaluated) ...
             status["prada"] = max((m.status.get("prada", 0.0) for m in members), default=0.0)
-            status["ood"] = max((m.status.get("ood", 0.0) for m in members), default=0.0)
+            if refitting:  # ... and the OOD share of the pooled queries, which catches sybil
+                status["ood"] = self._pooled_ood(members)  # accounts too small to say anything alone
         s.status = status
         self._schedule(s)
         ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
@@ -393,6 +394,17 @@ class ModelMonitor:
             self.ood.fold(so, X[so.done :])
         c = self.config
         return prada_status(st, c.prada_min_queries), self.ood.status(so, c.ood_min_queries)
+
+    def _pooled_ood(self, members: list[SubjectState]) -> float:
+        far = done = 0
+        for m in members:
+            if m.ood is None:
+                continue
+            if m.ood.done < m.n_queries:
+                X, _ = m.data(self.n_features)
+                self.ood.fold(m.ood, X[m.ood.done :])
+            far, done = far + m.ood.far, done + m.ood.done
+        return self.ood.status(OodState(far, done), self.config.ood_min_queries)
 
     def attack_like(self, s: SubjectState) -> bool:
         """An intent alarm for this subject: PRADA's (W < delta), or most of its queries
