@@ -106,6 +106,9 @@ class Engine:
         self._fits_empty: dict[tuple, bool] = {}
         self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
+        self._vc_names = frozenset(v.name for v in spec.vcs)
+        # FIFO's queues (see _pass): one per VC with a guarantee, plus the shared pool (None).
+        self._all_scopes = frozenset(self._vc_names | {None})
         self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
@@ -171,7 +174,9 @@ class Engine:
         """Raise InfeasibleJob if no empty cluster could ever run the job."""
         if spec.duration_s is not None and (spec.duration_s < 0 or not math.isfinite(spec.duration_s)):
             raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a finite number >= 0", "bad_duration")
-        if self.spec.vcs and spec.vc in self._vc_dedicated and self.spec.vc(spec.vc) is None:
+        if self.spec.vcs and spec.vc not in self._vc_names:
+            # The one rule, offline and live: a cluster that names its VCs runs only their jobs
+            # (map a trace's VCs onto them first: analysim.vcmap).
             raise InfeasibleJob(f"job {spec.job_id!r}: unknown virtual cluster {spec.vc!r}", "unknown_vc")
         quota = self.quota_of(spec.vc)
         if not self.spec.allow_borrowing and quota is not None and spec.gpu_demand > quota + 1e-9:
@@ -454,6 +459,12 @@ class Engine:
             return None
         return self._vc_quota.get(vc, 0.0)
 
+    def guaranteed_gpus(self, vc: str) -> float | None:
+        """GPUs a VC can count on: its quota, or its dedicated nodes' GPUs; None without either."""
+        if vc in self._vc_dedicated:
+            return float(sum(n.gpus for n in self.spec.nodes if n.name in self.spec.vc(vc).nodes))
+        return self.quota_of(vc)
+
     def within_quota(self, job: JobRun) -> bool:
         q = self.quota_of(job.spec.vc)
         return q is None or self.state.vc_used.get(job.spec.vc, 0.0) + job.spec.gpu_demand <= q + 1e-9
@@ -501,7 +512,12 @@ class Engine:
         st = self.state
         source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
-        reservation: tuple[float, float] | None = None  # EASY: (shadow time, spare GPUs then)
+        # A blocking queue is one queue per VC (see queue_scopes): a job that cannot be placed
+        # blocks its scopes, and, under EASY backfilling, holds a reservation in each of them
+        # (scope -> (shadow time, spare GPUs then)).
+        blocked: dict[str | None, tuple[float, float] | None] = {}
+        blocking = q.blocking
+        all_scopes = self._all_scopes
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
@@ -518,6 +534,11 @@ class Engine:
             spec = job.spec
             g = spec.num_gpus
             pl = None
+            if blocking:
+                scopes = self.queue_scopes(job)
+                held = [blocked[sc] for sc in scopes if sc in blocked]
+                if held and not pol.backfill:
+                    continue  # behind a blocked head of its own queue
             if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional:
                 pass  # cannot fit: a failure, as below
             elif not self.spec.allow_borrowing and not self.within_quota(job):
@@ -525,14 +546,15 @@ class Engine:
             else:
                 # A request at least as big as one that just failed, with the same constraints,
                 # fails too: skipping it keeps a pass over a long queue cheap when the cluster is full.
-                sig = (spec.gpu_models, spec.vc if quotas_matter else None, spec.is_fractional)
+                sig = (spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
+                       spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
                 worse = failed.get(sig)
                 # (Written out: a generator over the four fields cost more than the rest of the
                 # check for the long queues of LAS-like policies.)
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
                                          and req[3] >= worse[3]):  # fmt: skip
-                    if reservation is not None and not self._may_backfill(job, reservation):
+                    if blocking and held and not all(self._may_backfill(job, r) for r in held):
                         continue
                     pl = placement.bind(self, job, self.static_mask(spec))
                     if pl is None and can_migrate:
@@ -544,8 +566,10 @@ class Engine:
                         if pl is not None:
                             failed.clear()
                 if pl is not None:
-                    if reservation is not None:
-                        reservation = self._consume_reservation(job, reservation)
+                    if blocking and held:
+                        for sc in scopes:
+                            if blocked.get(sc) is not None:
+                                blocked[sc] = self._consume_reservation(job, blocked[sc])
                     self._dequeue(job)
                     self._launch(job, pl)
                     ffmax = st.max_full_free()
@@ -555,19 +579,50 @@ class Engine:
                 if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2]
                                      and req[3] <= worse[3]):  # fmt: skip
                     failed[sig] = req
-            if q.blocking:
-                if not pol.backfill:
+            if blocking:
+                for sc in self.blocked_scopes(job):
+                    if sc not in blocked:
+                        blocked[sc] = self._reserve(job, sc) if pol.backfill else None
+                if not pol.backfill and all_scopes <= blocked.keys():
                     break
-                if reservation is None:
-                    reservation = self._reserve(job)
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
     # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
 
-    def _reserve(self, head: JobRun) -> tuple[float, float]:
-        free = self.state.free_gpus_total()
+    def queue_scopes(self, job: JobRun) -> tuple[str | None, ...]:
+        """The FIFO queues a pending job waits in, now: its own VC's, for a VC with a guarantee
+        (dedicated nodes or a quota), and the shared pool's (None) when it draws on GPUs no one
+        guarantees to it: a VC without quota (or no VCs at all), or a job that would borrow."""
+        vc = job.spec.vc
+        if vc in self._vc_dedicated:
+            return (vc,)
+        if self.quota_of(vc) is None:
+            return (None,)
+        return (vc,) if self.within_quota(job) else (vc, None)
+
+    def blocked_scopes(self, job: JobRun) -> tuple[str | None, ...]:
+        """The queues a job that cannot be placed blocks: its own, and in the shared pool also
+        the shared queue, even when it is within its quota: a job that would borrow takes the
+        free GPUs a guaranteed head is waiting for."""
+        vc = job.spec.vc
+        if vc in self._vc_dedicated:
+            return (vc,)
+        if self.quota_of(vc) is None:
+            return (None,)
+        return (vc, None)
+
+    def _reserve(self, head: JobRun, scope: str | None = None) -> tuple[float, float]:
+        if scope is not None and scope in self._vc_dedicated:
+            # A dedicated VC's head can only get its own nodes' GPUs.
+            st = self.state
+            own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
+            free = float(st.free_total[own].sum()) / GPU_MILLI
+            running = self.running_by_vc.get(scope, {}).values()
+        else:
+            free = self.state.free_gpus_total()
+            running = self.running.values()
         need = head.spec.gpu_demand
-        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in self.running.values()):
+        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in running):
             free += gpus
             if free >= need:
                 return end, free - need
