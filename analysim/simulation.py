@@ -47,6 +47,33 @@ class RunOptions:
         )
 
 
+class NothingToRun(ValueError):
+    """Every job of the trace was filtered out: a run would report nothing, misleadingly."""
+
+
+# What to do about a filter reason, for the message when it took every job.
+_HINTS = {
+    "unknown_vc": "the trace's VCs are not the cluster's: map them with --vc-map FILE|share or --default-vc NAME",
+    "no_matching_node": "no node of the cluster is open to these jobs' VC or GPU model",
+    "larger_than_cluster": "the jobs ask for more than the cluster can ever hold",
+    "larger_than_vc_quota": "the jobs ask for more than their VC's quota and borrowing is off",
+    "unknown_duration": "replay needs durations (this trace suits --mode inflate)",
+}
+
+
+def check_something_runs(offered: int, kept: int, filtered: dict[str, int]) -> None:
+    """Raise NothingToRun, saying how many jobs were filtered and why, when none is left."""
+    if kept:
+        return
+    if not offered and not sum(filtered.values()):
+        raise NothingToRun("the trace has no jobs")
+    reasons = sorted(((n, r) for r, n in filtered.items() if n), reverse=True)
+    why = ", ".join(f"{r} {n}" for n, r in reasons)
+    hint = _HINTS.get(reasons[0][1]) if reasons else None
+    total = sum(n for n, _ in reasons)
+    raise NothingToRun(f"all {total} jobs were filtered out ({why})" + (f": {hint}" if hint else ""))
+
+
 @dataclass
 class RunResult:
     summary: dict
@@ -76,6 +103,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         on_job_end: Callable[[], None] | None = None) -> RunResult:
     if opts.mode not in MODES:
         raise ValueError(f"unknown mode {opts.mode!r}; known: {', '.join(MODES)}")
+    if opts.limit is not None and opts.limit < 1:
+        raise ValueError(f"limit must be at least 1, got {opts.limit}")
     jobs = sorted(jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(jobs)
     policy = build_policy(opts.policy, opts.placement, backfill=opts.backfill)
     if opts.mode == "inflate":
@@ -93,6 +122,7 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         recorder.job_ended = job_ended  # type: ignore[method-assign]
     engine = Engine(cluster, policy, opts.engine_config(), recorder=recorder, workload=jobs)
     kept, reasons = filter_for_cluster(jobs, engine, "replay")
+    check_something_runs(len(jobs), len(kept), merged_filters(trace_filtered, reasons))
     for j in kept:
         engine.submit(j)
     engine.run()
@@ -102,14 +132,19 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions)
 
 
+def merged_filters(trace_filtered: dict[str, int] | None, reasons: Counter) -> dict[str, int]:
+    """Jobs left out by reason: by the trace reader, then by the cluster."""
+    filtered = dict(trace_filtered or {})
+    for k, v in reasons.items():
+        filtered[k] = filtered.get(k, 0) + v
+    return dict(sorted(filtered.items()))
+
+
 def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered: int,
                    trace_filtered: dict[str, int] | None, reasons: Counter) -> dict:
     """The keys of summary.json that describe the run rather than its results (offline and
     live runs share them): mode, policy, mechanisms, seed, cluster, jobs offered and why any
     were filtered."""
-    filtered = dict(trace_filtered or {})
-    for k, v in reasons.items():
-        filtered[k] = filtered.get(k, 0) + v
     return {
         "mode": opts.mode,
         "policy": policy,
@@ -120,7 +155,7 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
         "cluster_gpus": cluster.total_gpus,
         "cluster_nodes": len(cluster.nodes),
         "jobs_offered": offered,
-        "jobs_filtered": dict(sorted(filtered.items())),
+        "jobs_filtered": merged_filters(trace_filtered, reasons),
     }
 
 
@@ -129,6 +164,7 @@ def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions
     cannot be placed; report how much of the cluster got allocated and how fragmented it is."""
     engine = Engine(cluster, policy, EngineConfig(predict_completions=False, seed=opts.seed), workload=jobs)
     kept, reasons = filter_for_cluster(jobs, engine, "inflate")
+    check_something_runs(len(jobs), len(kept), merged_filters(trace_filtered, reasons))
     if opts.inflate_order == "trace":
         stream = iter(kept)
     else:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysim.core.job import JobSpec
+from analysim.core.job import MAX_TIME_S, JobSpec
 from analysim.errors import InputFileError, UserError
 from analysim.traces import FORMATS, Trace, detect_format, load_trace, write_canonical
 from analysim.traces import synthetic as syn
@@ -176,7 +176,7 @@ _models = st.lists(
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="|"), min_size=1, max_size=6),
     max_size=3,
 )
-_finite = st.floats(min_value=0.0, allow_nan=False, allow_infinity=False)
+_finite = st.floats(min_value=0.0, max_value=MAX_TIME_S, allow_nan=False, allow_infinity=False)
 _jobs = st.builds(
     JobSpec,
     job_id=st.text(min_size=1, max_size=12),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from analysim.cli.argtypes import nonneg_int, positive_int, positive_number, positive_seconds, seconds
 from analysim.clusters import parse_cluster
 from analysim.core.cluster import ClusterSpec
 from analysim.simulation import MODES, RunOptions
 from analysim.traces import Trace, load_trace
 from analysim.traces.synthetic import generate
+from analysim.traces.vcmap import BY_SHARE, apply_vc_map
 
 DEFAULT_SYNTHETIC_JOBS = 2000
 # The embedded trace offers a quarter of Philly's load, sized for the 128-GPU 'demo' cluster
@@ -23,15 +25,21 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace", help="trace file (default: the embedded synthetic Philly-like trace)")
     g.add_argument("--format", default="auto", choices=["auto", "philly", "openb", "helios", "canonical"],
                    help="trace format (default: detected from the header)")
-    g.add_argument("--jobs", type=int, default=DEFAULT_SYNTHETIC_JOBS,
+    g.add_argument("--jobs", type=positive_int, default=DEFAULT_SYNTHETIC_JOBS,
                    help=f"jobs in the embedded synthetic trace (default {DEFAULT_SYNTHETIC_JOBS})")
-    g.add_argument("--rate-scale", type=float, default=DEFAULT_RATE_SCALE,
+    g.add_argument("--rate-scale", type=positive_number, default=DEFAULT_RATE_SCALE,
                    help=f"arrival rate of the embedded synthetic trace, relative to Philly's (default {DEFAULT_RATE_SCALE})")
     g.add_argument("--cluster", help="preset name, NxG[:MODEL] (e.g. 64x8:V100), or a JSON/YAML/TOML spec or "
                                      "openb node-list CSV (default: the trace's own cluster: 'demo' for the "
                                      "synthetic trace, 'philly', 'openb', 'helios-venus'; 'philly' for others)")
-    g.add_argument("--limit", type=int, help="use only the first N jobs of the trace")
-    g.add_argument("--seed", type=int, default=0, help="seed for the synthetic trace, random placement and sampling")
+    g.add_argument("--limit", type=positive_int, help="use only the first N jobs of the trace (by submit time)")
+    g.add_argument("--vc-map", metavar="FILE|share",
+                   help="put the trace's VCs onto the cluster's: a CSV with header trace_vc,cluster_vc, or "
+                        "'share' to balance the trace VCs' GPU-time over the cluster VCs' guaranteed GPUs "
+                        "(a cluster that names its VCs refuses jobs of any other, and counts them as unknown_vc)")
+    g.add_argument("--default-vc", metavar="NAME",
+                   help="the cluster VC for trace VCs that neither the cluster nor --vc-map names")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed for the synthetic trace, random placement and sampling")
     g.add_argument("--mode", choices=MODES, default="replay",
                    help="replay the trace in time, or inflate: place tasks until the next one does not fit")
     g.add_argument("--inflate-order", choices=["sample", "trace"], default="sample",
@@ -40,14 +48,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--preemption", action="store_true", help="let the policy evict running jobs (checkpointed)")
     m.add_argument("--migration", action="store_true", help="move running jobs to defragment for blocked jobs")
     m.add_argument("--backfill", action="store_true", help="EASY backfilling behind a blocked FIFO head")
-    m.add_argument("--restore-overhead", type=float, default=30.0, metavar="S",
+    m.add_argument("--restore-overhead", type=seconds, default=30.0, metavar="S",
                    help="seconds to restore a preempted job's checkpoint (default 30)")
-    m.add_argument("--migration-overhead", type=float, default=60.0, metavar="S",
+    m.add_argument("--migration-overhead", type=seconds, default=60.0, metavar="S",
                    help="seconds a migrated job loses (default 60)")
-    m.add_argument("--checkpoint-interval", type=float, default=1800.0, metavar="S",
+    m.add_argument("--checkpoint-interval", type=seconds, default=1800.0, metavar="S",
                    help="periodic checkpoint every S seconds of progress; a node failure loses the rest "
                         "(0: none; default 1800)")
-    m.add_argument("--rebalance-interval", type=float, metavar="S",
+    m.add_argument("--rebalance-interval", type=positive_seconds, metavar="S",
                    help="also try to defragment every S virtual seconds (with --migration)")
     m.add_argument("--relaxed-locality", action="store_true",
                    help="let jobs span more nodes than they need (they run slower by the cluster's slowdown)")
@@ -60,6 +68,8 @@ def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
     else:
         trace = generate(args.jobs, args.seed, rate_scale=args.rate_scale)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
+    vc_map = args.vc_map if args.vc_map in (None, BY_SHARE) else str(args.vc_map)
+    trace.jobs, _ = apply_vc_map(trace.jobs, cluster, vc_map, args.default_vc)
     return trace, cluster
 
 

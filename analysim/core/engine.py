@@ -20,7 +20,7 @@ from analysim.core import placement
 from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.events import ARRIVAL, COMPLETION, NODE, TIMER, EventQueue
 from analysim.core.framework import Policy
-from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
+from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement
 
 if TYPE_CHECKING:
     from analysim.core.fragmentation import FragmentationIndex
@@ -172,8 +172,11 @@ class Engine:
 
     def check_feasible(self, spec: JobSpec) -> None:
         """Raise InfeasibleJob if no empty cluster could ever run the job."""
-        if spec.duration_s is not None and (spec.duration_s < 0 or not math.isfinite(spec.duration_s)):
-            raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a finite number >= 0", "bad_duration")
+        if spec.duration_s is not None and not 0 <= spec.duration_s <= MAX_TIME_S:  # (NaN fails too)
+            raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a number from 0 to {MAX_TIME_S:g} s",
+                                "bad_duration")
+        if not 0 <= spec.submit_s <= MAX_TIME_S:
+            raise InfeasibleJob(f"job {spec.job_id!r}: submit time must be from 0 to {MAX_TIME_S:g} s", "bad_submit")
         if self.spec.vcs and spec.vc not in self._vc_names:
             # The one rule, offline and live: a cluster that names its VCs runs only their jobs
             # (map a trace's VCs onto them first: analysim.vcmap).
