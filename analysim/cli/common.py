@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from analysim.cli.argtypes import nonneg_int, positive_int, positive_number, positive_seconds, seconds
+from analysim.cli.argtypes import (
+    nonneg_int,
+    percent,
+    positive_int,
+    positive_number,
+    positive_seconds,
+    seconds,
+)
 from analysim.clusters import parse_cluster
 from analysim.core.cluster import ClusterSpec
 from analysim.simulation import MODES, RunOptions
@@ -25,13 +32,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace", help="trace file (default: the embedded synthetic Philly-like trace)")
     g.add_argument("--format", default="auto", choices=["auto", "philly", "openb", "helios", "canonical"],
                    help="trace format (default: detected from the header)")
-    g.add_argument("--jobs", type=positive_int, default=DEFAULT_SYNTHETIC_JOBS,
+    g.add_argument("--jobs", type=nonneg_int, default=DEFAULT_SYNTHETIC_JOBS,
                    help=f"jobs in the embedded synthetic trace (default {DEFAULT_SYNTHETIC_JOBS})")
     g.add_argument("--rate-scale", type=positive_number, default=DEFAULT_RATE_SCALE,
                    help=f"arrival rate of the embedded synthetic trace, relative to Philly's (default {DEFAULT_RATE_SCALE})")
     g.add_argument("--cluster", help="preset name, NxG[:MODEL] (e.g. 64x8:V100), or a JSON/YAML/TOML spec or "
                                      "openb node-list CSV (default: the trace's own cluster: 'demo' for the "
                                      "synthetic trace, 'philly', 'openb', 'helios-venus'; 'philly' for others)")
+    g.add_argument("--drop-cpu-only", action="store_true",
+                   help="leave out jobs that ask for no GPU (openb keeps its CPU-only pods by default: they "
+                        "take CPU and memory on GPU nodes); counted as cpu_only")
     g.add_argument("--limit", type=positive_int, help="use only the first N jobs of the trace (by submit time)")
     g.add_argument("--vc-map", metavar="FILE|share",
                    help="put the trace's VCs onto the cluster's: a CSV with header trace_vc,cluster_vc, or "
@@ -41,9 +51,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster VC for trace VCs that neither the cluster nor --vc-map names")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed for the synthetic trace, random placement and sampling")
     g.add_argument("--mode", choices=MODES, default="replay",
-                   help="replay the trace in time, or inflate: place tasks until the next one does not fit")
+                   help="replay the trace in time, or inflate: submit tasks, each placed at once or counted "
+                        "as failed, until the GPU demand that has arrived reaches --inflate-until")
     g.add_argument("--inflate-order", choices=["sample", "trace"], default="sample",
                    help="inflate mode: draw tasks at random (by --seed) or in trace order")
+    g.add_argument("--inflate-until", type=percent, default=100.0, metavar="PCT",
+                   help="inflate mode: stop when arrived GPU demand reaches PCT%% of the cluster's GPUs "
+                        "(default 100)")
+    g.add_argument("--stop-at-first-failure", action="store_true",
+                   help="inflate mode: stop at the first task that does not fit instead")
     m = p.add_argument_group("mechanisms")
     m.add_argument("--preemption", action="store_true", help="let the policy evict running jobs (checkpointed)")
     m.add_argument("--migration", action="store_true", help="move running jobs to defragment for blocked jobs")
@@ -64,7 +80,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
     if args.trace:
-        trace = load_trace(args.trace, args.format)
+        trace = load_trace(args.trace, args.format, drop_cpu_only=args.drop_cpu_only)
     else:
         trace = generate(args.jobs, args.seed, rate_scale=args.rate_scale)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
@@ -77,7 +93,8 @@ def run_options(args: argparse.Namespace, policy: str, placement: str) -> RunOpt
     return RunOptions(
         policy=policy, placement=placement, preemption=args.preemption, migration=args.migration,
         backfill=args.backfill, mode=args.mode, seed=args.seed, limit=args.limit,
-        inflate_order=args.inflate_order, restore_overhead_s=args.restore_overhead,
+        inflate_order=args.inflate_order, inflate_until_pct=args.inflate_until,
+        stop_at_first_failure=args.stop_at_first_failure, restore_overhead_s=args.restore_overhead,
         migration_overhead_s=args.migration_overhead,
         checkpoint_interval_s=args.checkpoint_interval or None,
         rebalance_interval_s=args.rebalance_interval, relaxed_locality=args.relaxed_locality,
