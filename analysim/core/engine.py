@@ -7,6 +7,7 @@ are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O a
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -91,10 +92,15 @@ class Engine:
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}  # for plugins that look within a VC
         self._pending = SortedList()  # (key, seq): for static queue orders
+        # The same keys per VC, for a blocking queue: a pass skips a VC whose queue is blocked
+        # without walking its jobs (a long queue of one tenant must not cost every pass).
+        self._pending_of_vc: dict[str, SortedList] | None = {} if policy.queue.blocking else None
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
         self._pending_cpu_only = 0
+        self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
+        self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         self.decisions: list[Decision] = []
@@ -107,8 +113,6 @@ class Engine:
         self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
         self._vc_names = frozenset(v.name for v in spec.vcs)
-        # FIFO's queues (see _pass): one per VC with a guarantee, plus the shared pool (None).
-        self._all_scopes = frozenset(self._vc_names | {None})
         self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
@@ -367,10 +371,12 @@ class Engine:
         key = (self.policy.queue.key(job, self), job.seq)
         self.extra[job.job_id].qkey = key
         if self._in_pass:
-            self._deferred_adds.append(key)  # the pass is iterating the sorted queue
+            self._deferred_adds.append((key, job.spec.vc))  # the pass is iterating the sorted queue
         else:
-            self._pending.add(key)
+            self._add_key(key, job.spec.vc)
         self._pending_by_seq[job.seq] = job
+        self._pending_vcs[job.spec.vc] += 1
+        self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
         self.pending_demand += job.spec.gpu_demand
         self._count_shape(job.spec, 1)
         self._dirty = True
@@ -378,13 +384,73 @@ class Engine:
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
         if self._in_pass:
-            self._deferred_removals.append(ex.qkey)
+            self._deferred_removals.append((ex.qkey, job.spec.vc))
         else:
-            self._pending.remove(ex.qkey)
+            self._remove_key(ex.qkey, job.spec.vc)
         del self._pending_by_seq[job.seq]
+        vc = job.spec.vc
+        left = self._pending_vcs[vc] - 1
+        demands = self._pending_demands[vc]
+        demands[job.spec.gpu_demand] -= 1
+        if not demands[job.spec.gpu_demand]:
+            del demands[job.spec.gpu_demand]
+        if left:
+            self._pending_vcs[vc] = left
+        else:
+            del self._pending_vcs[vc], self._pending_demands[vc]
         ex.qkey = None
         self.pending_demand -= job.spec.gpu_demand
         self._count_shape(job.spec, -1)
+
+    def _add_key(self, key: tuple, vc: str) -> None:
+        self._pending.add(key)
+        if self._pending_of_vc is not None:
+            mine = self._pending_of_vc.get(vc)
+            if mine is None:
+                mine = self._pending_of_vc[vc] = SortedList()
+            mine.add(key)
+
+    def _remove_key(self, key: tuple, vc: str) -> None:
+        self._pending.remove(key)
+        if self._pending_of_vc is not None:
+            mine = self._pending_of_vc[vc]
+            mine.remove(key)
+            if not mine:
+                del self._pending_of_vc[vc]
+
+    def _blocking_order(self, blocked: dict) -> Iterator[JobRun]:
+        """Pending jobs in queue order, as ``pending_jobs``, but leaving out, from the moment the
+        pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
+        is not changed during a pass (changes are deferred), so positions stay valid."""
+        lists = self._pending_of_vc
+        heap = [(sl[0], vc, 0) for vc, sl in lists.items()]
+        heapq.heapify(heap)
+        while heap:
+            key, vc, i = heapq.heappop(heap)
+            if blocked and self._vc_blocked(vc, blocked):
+                continue  # drops the VC from the merge
+            job = self._pending_by_seq.get(key[1])
+            if job is not None:
+                yield job
+            sl = lists[vc]
+            if i + 1 < len(sl):
+                heapq.heappush(heap, (sl[i + 1], vc, i + 1))
+
+    def _vc_blocked(self, vc: str, blocked: dict) -> bool:
+        """Whether every waiting job of ``vc`` is behind a blocked head (never wrongly True)."""
+        if vc in blocked:
+            return True  # its own queue (a VC with a guarantee: every job waits in it)
+        if None not in blocked or vc in self._vc_dedicated:
+            return False
+        q = self.quota_of(vc)
+        if q is None:
+            return True  # the shared pool's queue is its only one
+        # Even its smallest waiting job would take it over its quota: every one of them would borrow,
+        # and waits in the shared queue; it stays so for the rest of the pass (usage only grows)
+        # unless preemption can take GPUs from it.
+        if self.config.preemption:
+            return False
+        return self.state.vc_used.get(vc, 0.0) + min(self._pending_demands[vc]) > q + 1e-9
 
     def _count_shape(self, spec: JobSpec, delta: int) -> None:
         if spec.num_gpus == 0:
@@ -502,10 +568,10 @@ class Engine:
             self._pass()
         finally:
             self._in_pass = False
-            for key in self._deferred_removals:
-                self._pending.remove(key)
-            for key in self._deferred_adds:
-                self._pending.add(key)
+            for key, vc in self._deferred_removals:
+                self._remove_key(key, vc)
+            for key, vc in self._deferred_adds:
+                self._add_key(key, vc)
             self._deferred_removals.clear()
             self._deferred_adds.clear()
 
@@ -513,14 +579,16 @@ class Engine:
         pol = self.policy
         q = pol.queue
         st = self.state
-        source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
-        failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         # A blocking queue is one queue per VC (see queue_scopes): a job that cannot be placed
         # blocks its scopes, and, under EASY backfilling, holds a reservation in each of them
         # (scope -> (shadow time, spare GPUs then)).
         blocked: dict[str | None, tuple[float, float] | None] = {}
         blocking = q.blocking
-        all_scopes = self._all_scopes
+        if blocking and not pol.backfill and self._pending_of_vc is not None:
+            source = self._blocking_order(blocked)
+        else:
+            source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
+        failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
@@ -586,7 +654,7 @@ class Engine:
                 for sc in self.blocked_scopes(job):
                     if sc not in blocked:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
-                if not pol.backfill and all_scopes <= blocked.keys():
+                if not pol.backfill and self._every_queue_blocked(blocked):
                     break
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
@@ -613,6 +681,10 @@ class Engine:
         if self.quota_of(vc) is None:
             return (None,)
         return (vc, None)
+
+    def _every_queue_blocked(self, blocked: dict) -> bool:
+        """Whether no job still waiting can pass a blocked head."""
+        return all(self._vc_blocked(vc, blocked) for vc in self._pending_vcs)
 
     def _reserve(self, head: JobRun, scope: str | None = None) -> tuple[float, float]:
         if scope is not None and scope in self._vc_dedicated:
