@@ -28,13 +28,20 @@ def one_line_error(r: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize(("flag", "value"), [
     ("--restore-overhead", "nan"), ("--restore-overhead", "1e308"), ("--restore-overhead", "-1000"),
     ("--migration-overhead", "inf"), ("--checkpoint-interval", "-1"), ("--rebalance-interval", "0"),
-    ("--limit", "-5"), ("--limit", "0"), ("--jobs", "0"), ("--rate-scale", "nan"), ("--seed", "-1"),
+    ("--limit", "-5"), ("--limit", "0"), ("--jobs", "-1"), ("--rate-scale", "nan"), ("--seed", "-1"),
 ])
 def test_out_of_range_flags_are_one_line_errors(tmp_path, flag, value):
     line = one_line_error(analysim("simulate", "--jobs", "20", "--no-plots", "--out", str(tmp_path / "o"),
                                    f"{flag}={value}", cwd=tmp_path))
     assert flag in line and value in line
     assert not (tmp_path / "o").exists()
+
+
+def test_no_jobs_at_all_is_an_error(tmp_path):
+    # (--jobs 0 is valid for the live scheduler, which then only takes clients' jobs.)
+    line = one_line_error(analysim("simulate", "--jobs", "0", "--no-plots", "--out", str(tmp_path / "o"),
+                                   cwd=tmp_path))
+    assert "the trace has no jobs" in line
 
 
 def test_an_out_of_range_trace_value_names_file_line_and_column(tmp_path):
