@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -25,9 +26,16 @@ class InputFileError(UserError):
 
 def run_command(prog: str, fn: Callable[[], int | None], say_interrupted: bool = False) -> int:
     """A command line's exit code for ``fn``: a UserError is one line on stderr and 2 (no
-    traceback), Ctrl-C is 130 (with a line saying so if asked)."""
+    traceback), Ctrl-C is 130 (with a line saying so if asked), and a closed stdout (``| head``)
+    ends the command quietly with 141, as SIGPIPE ends a Unix filter."""
     try:
         return int(fn() or 0)
+    except BrokenPipeError:
+        # Python ignores SIGPIPE (restoring it would let a closed socket kill a server); instead,
+        # point stdout at /dev/null so that the flush at exit cannot fail again, and say nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

@@ -118,16 +118,24 @@ def _cdf(ax, values: Iterable[float], label: str) -> None:
 
 
 def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
+    """Weng et al.'s figure: allocation (and fragmentation) against the demand that has arrived,
+    both as % of the cluster's GPUs; the diagonal is what a perfect scheduler would allocate."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    x = [r["gpu_allocation_ratio"] for r in rows]
-    if rows and "fgd_fragmentation_gpus" in rows[0]:
-        ax.plot(x, [r["fgd_fragmentation_gpus"] for r in rows], label="FGD expected fragmentation")
-    ax.plot(x, [r["free_gpus"] for r in rows], label="free GPUs", ls="--")
-    ax.set_xlabel("GPU allocation ratio")
-    ax.set_ylabel("GPUs")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+    x = [r["arrived_pct"] for r in rows]
+    top = max(x, default=100.0)
+    a1.plot([0, top], [0, top], color="grey", ls=":", lw=0.8, label="arrived demand")
+    a1.plot(x, [100 * r["gpu_allocation_ratio"] for r in rows], label="GPUs allocated")
+    if rows and "fragmentation_ratio" in rows[0]:
+        a1.plot(x, [100 * r["fragmentation_ratio"] for r in rows], label="FGD expected fragmentation")
+    a1.set_ylabel("% of the cluster's GPUs")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    a2.plot(x, [r["tasks_failed"] for r in rows], color="tab:red", label="tasks failed")
+    a2.set_xlabel("arrived GPU demand (% of the cluster's GPUs)")
+    a2.set_ylabel("tasks")
+    a2.legend(fontsize=8)
+    a2.grid(alpha=0.3)
     fig.tight_layout()
     p = out / "inflate.png"
     fig.savefig(p, dpi=110)
@@ -176,7 +184,9 @@ SUMMARY_COLUMNS = (
     ("wall s", "wall_s", "{:.1f}"),
 )
 INFLATE_COLUMNS = (
+    ("arrived", "arrived_pct", "{:.1f}%"),
     ("tasks", "tasks_placed", "{:d}"),
+    ("failed", "tasks_failed", "{:d}"),
     ("alloc ratio", "gpu_allocation_ratio", "{:.2%}"),
     ("frag GPUs", "fragmentation_gpus", "{:.1f}"),
     ("wall s", "wall_s", "{:.1f}"),

@@ -30,6 +30,8 @@ class RunOptions:
     seed: int = 0
     limit: int | None = None
     inflate_order: str = "sample"  # inflate: "trace" order, or "sample" with replacement by seed
+    inflate_until_pct: float = 100.0  # inflate: stop when arrived GPU demand reaches this % of capacity
+    stop_at_first_failure: bool = False  # inflate: stop at the first task that does not fit instead
     restore_overhead_s: float = 30.0
     migration_overhead_s: float = 60.0
     checkpoint_interval_s: float | None = 1800.0
@@ -45,6 +47,33 @@ class RunOptions:
             checkpoint_interval_s=self.checkpoint_interval_s, rebalance_interval_s=self.rebalance_interval_s,
             relaxed_locality=self.relaxed_locality, seed=self.seed,
         )
+
+
+class NothingToRun(ValueError):
+    """Every job of the trace was filtered out: a run would report nothing, misleadingly."""
+
+
+# What to do about a filter reason, for the message when it took every job.
+_HINTS = {
+    "unknown_vc": "the trace's VCs are not the cluster's: map them with --vc-map FILE|share or --default-vc NAME",
+    "no_matching_node": "no node of the cluster is open to these jobs' VC or GPU model",
+    "larger_than_cluster": "the jobs ask for more than the cluster can ever hold",
+    "larger_than_vc_quota": "the jobs ask for more than their VC's quota and borrowing is off",
+    "unknown_duration": "replay needs durations (this trace suits --mode inflate)",
+}
+
+
+def check_something_runs(offered: int, kept: int, filtered: dict[str, int]) -> None:
+    """Raise NothingToRun, saying how many jobs were filtered and why, when none is left."""
+    if kept:
+        return
+    if not offered and not sum(filtered.values()):
+        raise NothingToRun("the trace has no jobs")
+    reasons = sorted(((n, r) for r, n in filtered.items() if n), reverse=True)
+    why = ", ".join(f"{r} {n}" for n, r in reasons)
+    hint = _HINTS.get(reasons[0][1]) if reasons else None
+    total = sum(n for n, _ in reasons)
+    raise NothingToRun(f"all {total} jobs were filtered out ({why})" + (f": {hint}" if hint else ""))
 
 
 @dataclass
@@ -76,6 +105,10 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         on_job_end: Callable[[], None] | None = None) -> RunResult:
     if opts.mode not in MODES:
         raise ValueError(f"unknown mode {opts.mode!r}; known: {', '.join(MODES)}")
+    if not 0 < opts.inflate_until_pct <= 1000:
+        raise ValueError(f"inflate_until_pct must be above 0 and at most 1000, got {opts.inflate_until_pct}")
+    if opts.limit is not None and opts.limit < 1:
+        raise ValueError(f"limit must be at least 1, got {opts.limit}")
     jobs = sorted(jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(jobs)
     policy = build_policy(opts.policy, opts.placement, backfill=opts.backfill)
     if opts.mode == "inflate":
@@ -93,13 +126,23 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         recorder.job_ended = job_ended  # type: ignore[method-assign]
     engine = Engine(cluster, policy, opts.engine_config(), recorder=recorder, workload=jobs)
     kept, reasons = filter_for_cluster(jobs, engine, "replay")
+    check_something_runs(len(jobs), len(kept), merged_filters(trace_filtered, reasons))
     for j in kept:
         engine.submit(j)
     engine.run()
     summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
+    summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions)
+
+
+def merged_filters(trace_filtered: dict[str, int] | None, reasons: Counter) -> dict[str, int]:
+    """Jobs left out by reason: by the trace reader, then by the cluster."""
+    filtered = dict(trace_filtered or {})
+    for k, v in reasons.items():
+        filtered[k] = filtered.get(k, 0) + v
+    return dict(sorted(filtered.items()))
 
 
 def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered: int,
@@ -107,9 +150,6 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
     """The keys of summary.json that describe the run rather than its results (offline and
     live runs share them): mode, policy, mechanisms, seed, cluster, jobs offered and why any
     were filtered."""
-    filtered = dict(trace_filtered or {})
-    for k, v in reasons.items():
-        filtered[k] = filtered.get(k, 0) + v
     return {
         "mode": opts.mode,
         "policy": policy,
@@ -120,55 +160,113 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
         "cluster_gpus": cluster.total_gpus,
         "cluster_nodes": len(cluster.nodes),
         "jobs_offered": offered,
-        "jobs_filtered": dict(sorted(filtered.items())),
+        "jobs_filtered": merged_filters(trace_filtered, reasons),
     }
 
 
 def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions, trace_filtered: dict) -> RunResult:
-    """The FGD paper's experiment: keep placing tasks drawn from the trace until the next one
-    cannot be placed; report how much of the cluster got allocated and how fragmented it is."""
+    """The FGD paper's experiment (Weng et al., ATC'23): keep submitting tasks drawn from the trace,
+    each placed at once if it fits and counted as failed if not, until the GPU demand that has
+    arrived reaches ``inflate_until_pct`` of the cluster's GPUs; the curve of allocation and
+    fragmentation against arrived demand is the result. (With ``stop_at_first_failure``, the older
+    reading: stop at the first task that does not fit — one pod then decides the outcome.)"""
     engine = Engine(cluster, policy, EngineConfig(predict_completions=False, seed=opts.seed), workload=jobs)
     kept, reasons = filter_for_cluster(jobs, engine, "inflate")
+    filtered = merged_filters(trace_filtered, reasons)
+    check_something_runs(len(jobs), len(kept), filtered)
     if opts.inflate_order == "trace":
         stream = iter(kept)
     else:
+        if not any(j.gpu_demand > 0 for j in kept):
+            raise NothingToRun("no task of the trace asks for a GPU: arrived GPU demand would never reach "
+                               f"{opts.inflate_until_pct:g}% of the cluster")
         rng = np.random.default_rng(opts.seed)
 
         def sampled():
-            while kept:
+            while True:
                 yield kept[int(rng.integers(len(kept)))]
 
         stream = sampled()
-    placed = 0
-    rows = []
     total = cluster.total_gpus
+    bound = opts.inflate_until_pct / 100.0 * total
+    curve = _InflateCurve(engine, total, opts.fgd_metric)
     for i, spec in enumerate(stream):
         # Sampling with replacement draws the same task more than once: give each draw its own id.
         task = JobSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__},
                           "job_id": f"{spec.job_id}#{i}", "submit_s": 0.0, "duration_s": None})
-        if not engine.place_now(task):
+        ok = engine.place_now(task)
+        curve.arrived(task, ok)
+        if (not ok and opts.stop_at_first_failure) or curve.arrived_gpus >= bound - 1e-9:
             break
-        placed += 1
-        if placed % 100 == 0:
-            rows.append(_inflate_row(engine, placed, total, opts.fgd_metric))
-    rows.append(_inflate_row(engine, placed, total, opts.fgd_metric))
+    curve.finish()
+    frag = engine.fragmentation_index().cluster_frag_gpus()
     summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update({
-        "tasks_placed": placed,
+        "inflate_until_pct": opts.inflate_until_pct,
+        "stop_at_first_failure": opts.stop_at_first_failure,
+        **curve.counts(),
         "gpu_allocation_ratio": engine.allocated_gpus / total if total else 0.0,
         "allocated_gpus": engine.allocated_gpus,
-        "fragmentation_gpus": engine.fragmentation_index().cluster_frag_gpus(),
-        "fragmentation_ratio": engine.fragmentation_index().cluster_frag_gpus() / total if total else 0.0,
+        "fragmentation_gpus": frag,
+        "fragmentation_ratio": frag / total if total else 0.0,
         "idle_gpus": total - engine.allocated_gpus,
+        "first_failure_arrived_pct": curve.first_failure_pct,
+        "jobs_cpu_only": sum(j.num_gpus == 0 for j in kept),  # in the pool tasks are drawn from
     })
-    return RunResult(summary=summary, jobs=[], timeseries=rows, decisions=engine.decisions)
+    return RunResult(summary=summary, jobs=[], timeseries=curve.rows, decisions=engine.decisions)
 
 
-def _inflate_row(engine: Engine, placed: int, total: int, fgd: bool) -> dict:
-    st = engine.state
-    free = float(np.where(st.free_milli > 0, st.free_milli, 0).sum()) / GPU_MILLI
-    row = {"tasks_placed": placed, "allocated_gpus": engine.allocated_gpus,
-           "gpu_allocation_ratio": engine.allocated_gpus / total if total else 0.0, "free_gpus": free}
-    if fgd:
-        row["fgd_fragmentation_gpus"] = engine.fragmentation_index().cluster_frag_gpus()
-    return row
+class _InflateCurve:
+    """The rows of inflate.csv: one each time arrived GPU demand passes another percent of the
+    cluster's GPUs, and one at the end."""
+
+    def __init__(self, engine: Engine, total_gpus: int, fgd: bool) -> None:
+        self.engine, self.total, self.fgd = engine, total_gpus, fgd
+        self.arrived_gpus = 0.0
+        self.tasks = Counter()  # arrived, placed, failed; and the CPU-only among them
+        self.failed_gpus = 0.0
+        self.first_failure_pct: float | None = None
+        self.rows: list[dict] = []
+        self._next_pct = 1
+
+    def arrived(self, task: JobSpec, placed: bool) -> None:
+        self.arrived_gpus += task.gpu_demand
+        self.tasks["arrived"] += 1
+        self.tasks["placed" if placed else "failed"] += 1
+        if task.num_gpus == 0:
+            self.tasks["cpu_only_placed" if placed else "cpu_only_failed"] += 1
+        if not placed:
+            self.failed_gpus += task.gpu_demand
+            if self.first_failure_pct is None:
+                self.first_failure_pct = self._pct()
+        if self._pct() >= self._next_pct:
+            self.rows.append(self._row())
+            self._next_pct = math.floor(self._pct()) + 1
+
+    def finish(self) -> None:
+        if not self.rows or self.rows[-1]["tasks_arrived"] != self.tasks["arrived"]:
+            self.rows.append(self._row())
+
+    def _pct(self) -> float:
+        return 100.0 * self.arrived_gpus / self.total if self.total else 0.0
+
+    def counts(self) -> dict:
+        t = self.tasks
+        return {"tasks_arrived": t["arrived"], "tasks_placed": t["placed"], "tasks_failed": t["failed"],
+                "cpu_only_tasks_placed": t["cpu_only_placed"], "cpu_only_tasks_failed": t["cpu_only_failed"],
+                "arrived_gpus": self.arrived_gpus, "arrived_pct": self._pct(), "failed_gpus": self.failed_gpus}
+
+    def _row(self) -> dict:
+        engine, total = self.engine, self.total
+        st = engine.state
+        free = float(np.where(st.free_milli > 0, st.free_milli, 0).sum()) / GPU_MILLI
+        row = {"arrived_pct": self._pct(), "arrived_gpus": self.arrived_gpus, "tasks_arrived": self.tasks["arrived"],
+               "tasks_placed": self.tasks["placed"], "tasks_failed": self.tasks["failed"],
+               "allocated_gpus": engine.allocated_gpus,
+               "gpu_allocation_ratio": engine.allocated_gpus / total if total else 0.0,
+               "unallocated_gpus": self.failed_gpus, "free_gpus": free}
+        if self.fgd:
+            frag = engine.fragmentation_index().cluster_frag_gpus()
+            row["fgd_fragmentation_gpus"] = frag
+            row["fragmentation_ratio"] = frag / total if total else 0.0
+        return row

@@ -169,7 +169,7 @@ def test_no_borrowing_keeps_jobs_within_quota():
 
 
 def test_dedicated_nodes_only_run_their_vc():
-    spec = cluster(2, 2, vcs=(VCSpec("own", nodes=("n1",)),))
+    spec = cluster(2, 2, vcs=(VCSpec("own", nodes=("n1",)), VCSpec("other")))
     e = run_engine(spec, [job("x", 0, 1, 10, vc="own"), job("y", 0, 1, 10, vc="other")])
     assert e.jobs["x"].placements_seen[0] == (1,) and e.jobs["y"].placements_seen[0] == (0,)
 

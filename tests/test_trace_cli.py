@@ -40,13 +40,13 @@ def test_info_philly(run):
 def test_info_openb_shows_fractions_and_filters(run):
     code, out, _ = run("info", str(DATA / "openb_small.csv"), "--format", "openb")
     assert code == 0
-    assert "cpu_only 1, never_scheduled 1, deleted_before_scheduled 1" in out
-    assert "<1 (shared)" in out and "fractional jobs   1" in out
+    assert "never_scheduled 1, deleted_before_scheduled 1" in out and "cpu_only" not in out
+    assert "<1 (shared)" in out and "fractional jobs   1" in out and "CPU-only jobs     1" in out
 
 
 def test_info_without_durations(run):
     code, out, _ = run("info", str(DATA / "openb_inflate_small.csv"))
-    assert code == 0 and "unknown duration  3" in out and "p50" not in out
+    assert code == 0 and "unknown duration  4" in out and "p50" not in out
 
 
 def test_convert_round_trips(run, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysim.core.job import JobSpec
+from analysim.core.job import MAX_TIME_S, JobSpec
 from analysim.errors import InputFileError, UserError
 from analysim.traces import FORMATS, Trace, detect_format, load_trace, write_canonical
 from analysim.traces import synthetic as syn
@@ -82,10 +82,16 @@ def test_openb_filters_are_counted_and_shares_kept():
         "openb-pod-0000",
         "openb-pod-0001",
         "openb-pod-0002",
+        "openb-pod-0003",
         "openb-pod-0005",
     ]
-    assert t.filtered == {"cpu_only": 1, "never_scheduled": 1, "deleted_before_scheduled": 1}
+    assert t.filtered == {"never_scheduled": 1, "deleted_before_scheduled": 1}
     by_id = {j.job_id: j for j in t.jobs}
+    cpu = by_id["openb-pod-0003"]  # kept: it takes CPU and memory on a GPU node
+    assert cpu.num_gpus == 0 and cpu.gpu_demand == 0 and cpu.cpu_milli > 0
+    dropped = load_trace(DATA / "openb_small.csv", "openb", drop_cpu_only=True)
+    assert dropped.jobs == [j for j in t.jobs if j.num_gpus]
+    assert dropped.filtered == {"never_scheduled": 1, "deleted_before_scheduled": 1, "cpu_only": 1}
     shared = by_id["openb-pod-0001"]
     assert shared.is_fractional and shared.gpu_milli == 460 and shared.qos == "LS"
     assert shared.submit_s == 427061.0 and shared.duration_s == 12902960 - 427061
@@ -97,20 +103,25 @@ def test_openb_filters_are_counted_and_shares_kept():
 
 def test_openb_inflate_form_has_no_times():
     t = load_trace(DATA / "openb_inflate_small.csv")
-    assert t.format == "openb" and t.filtered == {"cpu_only": 1}
-    assert [j.duration_s for j in t.jobs] == [None, None, None]
+    assert t.format == "openb" and t.filtered == {}
+    assert [j.duration_s for j in t.jobs] == [None] * 4
     assert {j.submit_s for j in t.jobs} == {0.0}
-    assert [j.job_id for j in t.jobs] == ["openb-pod-0000", "openb-pod-0001", "openb-pod-0003"]
+    assert [j.job_id for j in t.jobs] == ["openb-pod-0000", "openb-pod-0001", "openb-pod-0002", "openb-pod-0003"]
+    assert [j.num_gpus == 0 for j in t.jobs] == [False, False, True, False]
 
 
 @pytest.mark.shared
 def test_openb_real_files():
-    t = load_trace(shared_file("openb_pod_list_default.csv"), "openb")
-    assert len(t.jobs) == 8152 - 1088 - 861
-    assert t.filtered == {"cpu_only": 1088, "never_scheduled": 861}
+    t = load_trace(shared_file("openb_pod_list_default.csv"), "openb", drop_cpu_only=True)
+    # 1,088 CPU-only pods, 36 of them never scheduled (counted as such).
+    assert len(t.jobs) == 8152 - 1052 - 897
+    assert t.filtered == {"cpu_only": 1052, "never_scheduled": 897}
     assert Counter(j.num_gpus for j in t.jobs) == {1: 6129, 2: 15, 4: 15, 8: 44}
-    m = load_trace(shared_file("openb_pod_list_multigpu50.csv"))
+    kept = load_trace(shared_file("openb_pod_list_default.csv"), "openb")
+    assert kept.filtered == {"never_scheduled": 897} and sum(j.num_gpus == 0 for j in kept.jobs) == 1052
+    m = load_trace(shared_file("openb_pod_list_multigpu50.csv"), drop_cpu_only=True)
     assert len(m.jobs) == 9061 - 1088 and m.filtered == {"cpu_only": 1088}
+    assert len(load_trace(shared_file("openb_pod_list_multigpu50.csv")).jobs) == 9061
     assert sum(j.is_fractional for j in m.jobs) == 3078
 
 
@@ -176,7 +187,7 @@ _models = st.lists(
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="|"), min_size=1, max_size=6),
     max_size=3,
 )
-_finite = st.floats(min_value=0.0, allow_nan=False, allow_infinity=False)
+_finite = st.floats(min_value=0.0, max_value=MAX_TIME_S, allow_nan=False, allow_infinity=False)
 _jobs = st.builds(
     JobSpec,
     job_id=st.text(min_size=1, max_size=12),

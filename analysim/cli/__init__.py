@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from typing import NoReturn
 
 from analysim import __version__
 from analysim.errors import run_command
@@ -17,8 +18,15 @@ SUBCOMMANDS = ("simulate", "compare", "sweep", "report", "trace", "model", "gate
                "up", "agent", "submit", "status")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag or value is one line on stderr and exit 2, not a screenful of usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="analysim",
         description="Trace-driven emulation of multi-tenant GPU clusters, and an MLaaS extraction monitor.",
     )

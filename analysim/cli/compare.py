@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from analysim.cli.argtypes import positive_int
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placements", default="consolidate", help="comma-separated placements")
     p.add_argument("--both", action="store_true",
                    help="run each combination with and without --preemption/--migration")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel processes")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel processes")
     p.add_argument("--out", type=Path, default=Path("out/compare"), help="output folder")
     p.set_defaults(func=main)
 
@@ -74,11 +75,14 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     workers = max(1, min(args.workers, len(combos)))
-    if workers == 1:
-        results = [_one(args, c) for c in combos]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_one, [args] * len(combos), combos))
+    try:
+        if workers == 1:
+            results = [_one(args, c) for c in combos]
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(_one, [args] * len(combos), combos))
+    except ValueError as e:  # e.g. every job filtered out
+        raise UserError(str(e)) from None
     table = summary_table([(label, s) for label, s, _ in results])
     print(table)
     rows = [{"run": label, **{k: v for k, v in s.items() if not isinstance(v, dict)}} for label, s, _ in results]

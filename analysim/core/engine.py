@@ -7,6 +7,7 @@ are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O a
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from analysim.core import placement
 from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.events import ARRIVAL, COMPLETION, NODE, TIMER, EventQueue
 from analysim.core.framework import Policy
-from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
+from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement
 
 if TYPE_CHECKING:
     from analysim.core.fragmentation import FragmentationIndex
@@ -91,10 +92,15 @@ class Engine:
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}  # for plugins that look within a VC
         self._pending = SortedList()  # (key, seq): for static queue orders
+        # The same keys per VC, for a blocking queue: a pass skips a VC whose queue is blocked
+        # without walking its jobs (a long queue of one tenant must not cost every pass).
+        self._pending_of_vc: dict[str, SortedList] | None = {} if policy.queue.blocking else None
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
         self._pending_cpu_only = 0
+        self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
+        self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         self.decisions: list[Decision] = []
@@ -106,6 +112,7 @@ class Engine:
         self._fits_empty: dict[tuple, bool] = {}
         self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
+        self._vc_names = frozenset(v.name for v in spec.vcs)
         self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
@@ -226,9 +233,14 @@ class Engine:
 
     def check_feasible(self, spec: JobSpec) -> None:
         """Raise InfeasibleJob if no empty cluster could ever run the job."""
-        if spec.duration_s is not None and (spec.duration_s < 0 or not math.isfinite(spec.duration_s)):
-            raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a finite number >= 0", "bad_duration")
-        if self.spec.vcs and spec.vc in self._vc_dedicated and self.spec.vc(spec.vc) is None:
+        if spec.duration_s is not None and not 0 <= spec.duration_s <= MAX_TIME_S:  # (NaN fails too)
+            raise InfeasibleJob(f"job {spec.job_id!r}: duration must be a number from 0 to {MAX_TIME_S:g} s",
+                                "bad_duration")
+        if not 0 <= spec.submit_s <= MAX_TIME_S:
+            raise InfeasibleJob(f"job {spec.job_id!r}: submit time must be from 0 to {MAX_TIME_S:g} s", "bad_submit")
+        if self.spec.vcs and spec.vc not in self._vc_names:
+            # The one rule, offline and live: a cluster that names its VCs runs only their jobs
+            # (map a trace's VCs onto them first: analysim.vcmap).
             raise InfeasibleJob(f"job {spec.job_id!r}: unknown virtual cluster {spec.vc!r}", "unknown_vc")
         quota = self.quota_of(spec.vc)
         if not self.spec.allow_borrowing and quota is not None and spec.gpu_demand > quota + 1e-9:
@@ -427,10 +439,12 @@ class Engine:
         key = (self.policy.queue.key(job, self), job.seq)
         self.extra[job.job_id].qkey = key
         if self._in_pass:
-            self._deferred_adds.append(key)  # the pass is iterating the sorted queue
+            self._deferred_adds.append((key, job.spec.vc))  # the pass is iterating the sorted queue
         else:
-            self._pending.add(key)
+            self._add_key(key, job.spec.vc)
         self._pending_by_seq[job.seq] = job
+        self._pending_vcs[job.spec.vc] += 1
+        self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
         self.pending_demand += job.spec.gpu_demand
         self._count_shape(job.spec, 1)
         self._dirty = True
@@ -438,13 +452,73 @@ class Engine:
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
         if self._in_pass:
-            self._deferred_removals.append(ex.qkey)
+            self._deferred_removals.append((ex.qkey, job.spec.vc))
         else:
-            self._pending.remove(ex.qkey)
+            self._remove_key(ex.qkey, job.spec.vc)
         del self._pending_by_seq[job.seq]
+        vc = job.spec.vc
+        left = self._pending_vcs[vc] - 1
+        demands = self._pending_demands[vc]
+        demands[job.spec.gpu_demand] -= 1
+        if not demands[job.spec.gpu_demand]:
+            del demands[job.spec.gpu_demand]
+        if left:
+            self._pending_vcs[vc] = left
+        else:
+            del self._pending_vcs[vc], self._pending_demands[vc]
         ex.qkey = None
         self.pending_demand -= job.spec.gpu_demand
         self._count_shape(job.spec, -1)
+
+    def _add_key(self, key: tuple, vc: str) -> None:
+        self._pending.add(key)
+        if self._pending_of_vc is not None:
+            mine = self._pending_of_vc.get(vc)
+            if mine is None:
+                mine = self._pending_of_vc[vc] = SortedList()
+            mine.add(key)
+
+    def _remove_key(self, key: tuple, vc: str) -> None:
+        self._pending.remove(key)
+        if self._pending_of_vc is not None:
+            mine = self._pending_of_vc[vc]
+            mine.remove(key)
+            if not mine:
+                del self._pending_of_vc[vc]
+
+    def _blocking_order(self, blocked: dict) -> Iterator[JobRun]:
+        """Pending jobs in queue order, as ``pending_jobs``, but leaving out, from the moment the
+        pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
+        is not changed during a pass (changes are deferred), so positions stay valid."""
+        lists = self._pending_of_vc
+        heap = [(sl[0], vc, 0) for vc, sl in lists.items()]
+        heapq.heapify(heap)
+        while heap:
+            key, vc, i = heapq.heappop(heap)
+            if blocked and self._vc_blocked(vc, blocked):
+                continue  # drops the VC from the merge
+            job = self._pending_by_seq.get(key[1])
+            if job is not None:
+                yield job
+            sl = lists[vc]
+            if i + 1 < len(sl):
+                heapq.heappush(heap, (sl[i + 1], vc, i + 1))
+
+    def _vc_blocked(self, vc: str, blocked: dict) -> bool:
+        """Whether every waiting job of ``vc`` is behind a blocked head (never wrongly True)."""
+        if vc in blocked:
+            return True  # its own queue (a VC with a guarantee: every job waits in it)
+        if None not in blocked or vc in self._vc_dedicated:
+            return False
+        q = self.quota_of(vc)
+        if q is None:
+            return True  # the shared pool's queue is its only one
+        # Even its smallest waiting job would take it over its quota: every one of them would borrow,
+        # and waits in the shared queue; it stays so for the rest of the pass (usage only grows)
+        # unless preemption can take GPUs from it.
+        if self.config.preemption:
+            return False
+        return self.state.vc_used.get(vc, 0.0) + min(self._pending_demands[vc]) > q + 1e-9
 
     def _count_shape(self, spec: JobSpec, delta: int) -> None:
         if spec.num_gpus == 0:
@@ -522,6 +596,12 @@ class Engine:
             return None
         return self._vc_quota.get(vc, 0.0)
 
+    def guaranteed_gpus(self, vc: str) -> float | None:
+        """GPUs a VC can count on: its quota, or its dedicated nodes' GPUs; None without either."""
+        if vc in self._vc_dedicated:
+            return float(sum(n.gpus for n in self.spec.nodes if n.name in self.spec.vc(vc).nodes))
+        return self.quota_of(vc)
+
     def within_quota(self, job: JobRun) -> bool:
         q = self.quota_of(job.spec.vc)
         return q is None or self.state.vc_used.get(job.spec.vc, 0.0) + job.spec.gpu_demand <= q + 1e-9
@@ -556,10 +636,10 @@ class Engine:
             self._pass()
         finally:
             self._in_pass = False
-            for key in self._deferred_removals:
-                self._pending.remove(key)
-            for key in self._deferred_adds:
-                self._pending.add(key)
+            for key, vc in self._deferred_removals:
+                self._remove_key(key, vc)
+            for key, vc in self._deferred_adds:
+                self._add_key(key, vc)
             self._deferred_removals.clear()
             self._deferred_adds.clear()
 
@@ -567,9 +647,16 @@ class Engine:
         pol = self.policy
         q = pol.queue
         st = self.state
-        source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
+        # A blocking queue is one queue per VC (see queue_scopes): a job that cannot be placed
+        # blocks its scopes, and, under EASY backfilling, holds a reservation in each of them
+        # (scope -> (shadow time, spare GPUs then)).
+        blocked: dict[str | None, tuple[float, float] | None] = {}
+        blocking = q.blocking
+        if blocking and not pol.backfill and self._pending_of_vc is not None:
+            source = self._blocking_order(blocked)
+        else:
+            source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
-        reservation: tuple[float, float] | None = None  # EASY: (shadow time, spare GPUs then)
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
@@ -586,6 +673,11 @@ class Engine:
             spec = job.spec
             g = spec.num_gpus
             pl = None
+            if blocking:
+                scopes = self.queue_scopes(job)
+                held = [blocked[sc] for sc in scopes if sc in blocked]
+                if held and not pol.backfill:
+                    continue  # behind a blocked head of its own queue
             if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional:
                 pass  # cannot fit: a failure, as below
             elif not self.spec.allow_borrowing and not self.within_quota(job):
@@ -593,14 +685,15 @@ class Engine:
             else:
                 # A request at least as big as one that just failed, with the same constraints,
                 # fails too: skipping it keeps a pass over a long queue cheap when the cluster is full.
-                sig = (spec.gpu_models, spec.vc if quotas_matter else None, spec.is_fractional)
+                sig = (spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
+                       spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
                 worse = failed.get(sig)
                 # (Written out: a generator over the four fields cost more than the rest of the
                 # check for the long queues of LAS-like policies.)
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
                                          and req[3] >= worse[3]):  # fmt: skip
-                    if reservation is not None and not self._may_backfill(job, reservation):
+                    if blocking and held and not all(self._may_backfill(job, r) for r in held):
                         continue
                     pl = placement.bind(self, job, self.static_mask(spec))
                     if pl is None and can_migrate:
@@ -612,8 +705,10 @@ class Engine:
                         if pl is not None:
                             failed.clear()
                 if pl is not None:
-                    if reservation is not None:
-                        reservation = self._consume_reservation(job, reservation)
+                    if blocking and held:
+                        for sc in scopes:
+                            if blocked.get(sc) is not None:
+                                blocked[sc] = self._consume_reservation(job, blocked[sc])
                     self._dequeue(job)
                     self._launch(job, pl)
                     ffmax = st.max_full_free()
@@ -623,19 +718,54 @@ class Engine:
                 if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2]
                                      and req[3] <= worse[3]):  # fmt: skip
                     failed[sig] = req
-            if q.blocking:
-                if not pol.backfill:
+            if blocking:
+                for sc in self.blocked_scopes(job):
+                    if sc not in blocked:
+                        blocked[sc] = self._reserve(job, sc) if pol.backfill else None
+                if not pol.backfill and self._every_queue_blocked(blocked):
                     break
-                if reservation is None:
-                    reservation = self._reserve(job)
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
     # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
 
-    def _reserve(self, head: JobRun) -> tuple[float, float]:
-        free = self.state.free_gpus_total()
+    def queue_scopes(self, job: JobRun) -> tuple[str | None, ...]:
+        """The FIFO queues a pending job waits in, now: its own VC's, for a VC with a guarantee
+        (dedicated nodes or a quota), and the shared pool's (None) when it draws on GPUs no one
+        guarantees to it: a VC without quota (or no VCs at all), or a job that would borrow."""
+        vc = job.spec.vc
+        if vc in self._vc_dedicated:
+            return (vc,)
+        if self.quota_of(vc) is None:
+            return (None,)
+        return (vc,) if self.within_quota(job) else (vc, None)
+
+    def blocked_scopes(self, job: JobRun) -> tuple[str | None, ...]:
+        """The queues a job that cannot be placed blocks: its own, and in the shared pool also
+        the shared queue, even when it is within its quota: a job that would borrow takes the
+        free GPUs a guaranteed head is waiting for."""
+        vc = job.spec.vc
+        if vc in self._vc_dedicated:
+            return (vc,)
+        if self.quota_of(vc) is None:
+            return (None,)
+        return (vc, None)
+
+    def _every_queue_blocked(self, blocked: dict) -> bool:
+        """Whether no job still waiting can pass a blocked head."""
+        return all(self._vc_blocked(vc, blocked) for vc in self._pending_vcs)
+
+    def _reserve(self, head: JobRun, scope: str | None = None) -> tuple[float, float]:
+        if scope is not None and scope in self._vc_dedicated:
+            # A dedicated VC's head can only get its own nodes' GPUs.
+            st = self.state
+            own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
+            free = float(st.free_total[own].sum()) / GPU_MILLI
+            running = self.running_by_vc.get(scope, {}).values()
+        else:
+            free = self.state.free_gpus_total()
+            running = self.running.values()
         need = head.spec.gpu_demand
-        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in self.running.values()):
+        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in running):
             free += gpus
             if free >= need:
                 return end, free - need

@@ -178,7 +178,7 @@ class MetricsRecorder:
             by_vc[j["vc"]].append(j)
         for vc in sorted(set(by_vc) | {j.spec.vc for j in engine.jobs.values()}):
             vdone = [j for j in by_vc.get(vc, []) if j["status"] == JobStatus.COMPLETED.value]
-            q = engine.quota_of(vc)
+            q = engine.guaranteed_gpus(vc)
             per_vc[vc] = {
                 "jobs_total": sum(1 for j in engine.jobs.values() if j.spec.vc == vc),
                 "jobs_completed": len(vdone),

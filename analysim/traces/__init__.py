@@ -50,12 +50,20 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def load_trace(path: str | Path, fmt: str = "auto") -> Trace:
-    """Read a trace file; ``fmt`` is one of FORMATS or "auto"."""
+def load_trace(path: str | Path, fmt: str = "auto", *, drop_cpu_only: bool = False) -> Trace:
+    """Read a trace file; ``fmt`` is one of FORMATS or "auto". ``drop_cpu_only``: leave out jobs
+    that ask for no GPU (counted as ``cpu_only``); Philly and Helios rows carry no CPU or memory
+    demand for them, so their readers always do."""
     if fmt == "auto":
         fmt = detect_format(path)
     reader = READERS.get(fmt)
     if reader is None:
         raise UserError(f"unknown trace format {fmt!r}; known: auto, {', '.join(FORMATS)}")
     with gc_paused():
-        return reader(path)
+        trace = reader(path)
+    if drop_cpu_only:
+        kept = [j for j in trace.jobs if j.num_gpus > 0]
+        if len(kept) < len(trace.jobs):
+            trace.filtered["cpu_only"] = trace.filtered.get("cpu_only", 0) + len(trace.jobs) - len(kept)
+            trace.jobs = kept
+    return trace

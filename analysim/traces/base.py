@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from analysim.core.job import JobSpec
+from analysim.core.job import MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import InputFileError, UserError
 
 _EPOCH = datetime(1970, 1, 1)
@@ -169,7 +169,7 @@ class CsvInput:
 
     # Field parsers: ``row`` is a data row from rows(), ``column`` a header name.
 
-    def int_field(self, row: list[str], column: str, line: int, minimum: int = 0) -> int:
+    def int_field(self, row: list[str], column: str, line: int, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
         text = row[self.index[column]]
         try:
             value = int(text)
@@ -179,6 +179,8 @@ class CsvInput:
                 raise self.error(line, column, f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise self.error(line, column, f"must be at least {minimum}, got {text!r}")
+        if value > maximum:
+            raise self.error(line, column, f"must be at most {maximum:g}, got {text!r}")
         return value
 
     def _integral_float(self, text: str) -> int | None:
@@ -189,7 +191,8 @@ class CsvInput:
             return None
         return int(f) if math.isfinite(f) and f == int(f) else None
 
-    def float_field(self, row: list[str], column: str, line: int, minimum: float | None = 0.0) -> float:
+    def float_field(self, row: list[str], column: str, line: int, minimum: float | None = 0.0,
+                    maximum: float = MAX_TIME_S) -> float:
         text = row[self.index[column]]
         try:
             value = float(text)
@@ -199,6 +202,8 @@ class CsvInput:
             raise self.error(line, column, f"expected a finite number, got {text!r}")
         if minimum is not None and value < minimum:
             raise self.error(line, column, f"must be at least {minimum:g}, got {text!r}")
+        if value > maximum:
+            raise self.error(line, column, f"must be at most {maximum:g}, got {text!r}")
         return value
 
     def time_field(self, row: list[str], column: str, line: int) -> float:

@@ -10,10 +10,9 @@ are taken literally (no trimming); nothing is filtered.
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
-from analysim.core.job import GPU_MILLI, JobSpec
+from analysim.core.job import GPU_MILLI, MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import UserError
 from analysim.traces.base import CsvInput, Trace, make_trace
 
@@ -93,13 +92,13 @@ def _row(j: JobSpec) -> list[str]:
     if not j.job_id:
         raise UserError("cannot write a job with an empty job id")
     numbers_ok = (
-        math.isfinite(j.submit_s)
-        and j.submit_s >= 0
-        and (j.duration_s is None or (math.isfinite(j.duration_s) and j.duration_s >= 0))
+        0 <= j.submit_s <= MAX_TIME_S
+        and (j.duration_s is None or 0 <= j.duration_s <= MAX_TIME_S)
         and min(j.num_gpus, j.gpu_milli, j.cpu_milli, j.memory_mib) >= 0
+        and max(j.num_gpus, j.gpu_milli, j.cpu_milli, j.memory_mib) <= MAX_COUNT
     )
     if not numbers_ok:  # the reader would reject the file, so refuse to write it
-        raise UserError(f"job {j.job_id}: negative or non-finite value, cannot write it: {j}")
+        raise UserError(f"job {j.job_id}: value out of range (times 0..{MAX_TIME_S:g} s), cannot write it: {j}")
     if any(not m or "|" in m for m in j.gpu_models):
         raise UserError(
             f"job {j.job_id}: GPU model names must be non-empty and free of '|': {j.gpu_models!r}"

@@ -5,7 +5,9 @@ deletion_time,scheduled_time`` (times in seconds). Short form (multigpu50): the 
 only, no times, for "fill the cluster until full" (inflate) runs: submit 0, duration unknown.
 
 A pod with ``num_gpu == 1`` uses ``gpu_milli``/1000 of one GPU; a pod with more GPUs uses them whole,
-whatever the file says. Left out, and counted: pods without GPUs (``cpu_only``), pods never scheduled
+whatever the file says. Pods without GPUs are kept: the traces hold them on purpose (the cpu050
+variant tests CPU pressure on GPU nodes), and they take CPU and memory GPU pods need (drop them with
+``load_trace(..., drop_cpu_only=True)``). Left out, and counted: pods never scheduled
 (``never_scheduled``, empty scheduled_time) and pods deleted before being scheduled
 (``deleted_before_scheduled``). Pods still running at the end of the observation carry its end as
 deletion_time, so their durations are lower bounds (pod_phase says which; it is not read).
@@ -26,7 +28,7 @@ OPTIONAL = ("gpu_spec", "qos", "pod_phase", *TIME_COLUMNS)
 
 def read_openb(path: str | Path) -> Trace:
     jobs: list[JobSpec] = []
-    filtered = {"cpu_only": 0, "never_scheduled": 0, "deleted_before_scheduled": 0}
+    filtered = {"never_scheduled": 0, "deleted_before_scheduled": 0}
     with CsvInput(path, FORMAT, COLUMNS, OPTIONAL) as src:
         timed = any(src.has(c) for c in TIME_COLUMNS)
         if timed and not all(src.has(c) for c in TIME_COLUMNS):
@@ -47,9 +49,6 @@ def read_openb(path: str | Path) -> Trace:
             models = _models(src, row, i_spec, line)
             submit, end, scheduled = _times(src, row, line) if timed else (0.0, 0.0, 0.0)
             duration = None
-            if gpus == 0:
-                filtered["cpu_only"] += 1
-                continue
             if timed:
                 if scheduled is None:
                     filtered["never_scheduled"] += 1
@@ -64,7 +63,7 @@ def read_openb(path: str | Path) -> Trace:
                     submit_s=submit,
                     duration_s=duration,
                     num_gpus=gpus,
-                    gpu_milli=milli if gpus == 1 else GPU_MILLI,
+                    gpu_milli=milli if gpus == 1 else GPU_MILLI if gpus else 0,
                     cpu_milli=cpu,
                     memory_mib=mem,
                     vc="default",

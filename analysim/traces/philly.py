@@ -8,11 +8,10 @@ asking for no GPU would be left out and counted as ``cpu_only`` (the extract has
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from pathlib import Path
 
-from analysim.core.job import JobSpec
+from analysim.core.job import MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.traces.base import CsvInput, Trace, make_trace
 
 FORMAT = "philly"
@@ -35,7 +34,7 @@ def read_philly(path: str | Path) -> Trace:
                 t = (parse_time(ts) - _EPOCH).total_seconds()
                 d = float(row[i_d])
                 g = int(row[i_g])
-                if not (0.0 <= d < math.inf and g >= 0):
+                if not (0.0 <= d <= MAX_TIME_S and 0 <= g <= MAX_COUNT):
                     raise ValueError
             except ValueError:
                 t = src.time_field(row, "timestamp", line)

@@ -101,6 +101,7 @@ def format_summary(s: TraceSummary, max_vcs: int = 20) -> str:
     add(f"  GPU demand        {s.gpu_hours:,.0f} GPU-hours{busy}")
     add(f"  GPUs asked for    {s.gpus_requested:,.1f} summed over jobs")
     add(f"  fractional jobs   {s.fractional:,} (sharing one GPU)")
+    add(f"  CPU-only jobs     {s.gpu_counts.get(0, 0):,} (no GPU: CPU and memory only)")
     add(f"  unknown duration  {s.unknown_duration:,}")
     if not s.jobs:
         return "\n".join(out)
