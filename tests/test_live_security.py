@@ -53,14 +53,14 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
             codes["agent-0 token, agent-1 id"] = _register(ch, run.token("agent-0"), "agent-1", "node-0000")
             # Clients: only their role's methods.
             sched = spb_grpc.SchedulerServiceStub(ch)
-            for name, call in (("client pauses", lambda: sched.Pause(spb.ClockRequest(), timeout=5,
+            for name, call in (("client pauses", lambda: sched.Pause(spb.PauseRequest(), timeout=5,
                                                                       metadata=bearer(run.token("client")))),
-                               ("agent submits", lambda: sched.SubmitJob(spb.JobRequest(num_gpus=1, duration_s=5),
+                               ("agent submits", lambda: sched.SubmitJob(spb.SubmitJobRequest(num_gpus=1, duration_s=5),
                                                                          timeout=5, metadata=bearer(run.token("agent-0")))),
-                               ("anonymous reads", lambda: sched.GetClusterState(spb.ClusterStateRequest(), timeout=5)),
-                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchRequest(), timeout=5))),
+                               ("anonymous reads", lambda: sched.GetClusterState(spb.GetClusterStateRequest(), timeout=5)),
+                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchEventsRequest(), timeout=5))),
                                ("anonymous agent stream", lambda: next(apb_grpc.AgentServiceStub(ch).Connect(
-                                   iter([apb.AgentMessage(session_id="guess")]), timeout=5)))):
+                                   iter([apb.ConnectRequest(session_id="guess")]), timeout=5)))):
                 with pytest.raises(grpc.RpcError) as e:
                     call()
                 codes[name] = e.value.code()
@@ -70,7 +70,7 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
                          "client pauses": P, "agent submits": P, "anonymous reads": U, "anonymous watches": U,
                          "anonymous agent stream": U}
         with run.client("client") as c:  # a client may submit and read; the operator may pause
-            assert c.submit(num_gpus=1, duration_s=60.0).status in ("pending", "running")
+            assert c.submit(num_gpus=1, duration_s=60.0).status in (spb.JOB_STATUS_PENDING, spb.JOB_STATUS_RUNNING)
         assert client.pause().paused and not client.resume().paused
         summary = client.wait_done(120)
         m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
