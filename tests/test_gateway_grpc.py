@@ -204,6 +204,24 @@ def test_query_stream_replays_the_log_then_follows_live(gw: Running, channel: gr
     assert first.timestamp.seconds + first.timestamp.nanos / 1e9 == replay[0].timestamp
 
 
+def test_query_stream_without_after_seq_follows_live_only(gw: Running, channel: grpc.Channel) -> None:
+    user = gw.client(gw.new_key("g-live"))
+    rows = credit_rows()
+    assert user.post("/v1/models/credit/predict", {"rows": rows[:1]})[0] == 200  # in the log: not replayed
+    call = pb_grpc.QueryStreamServiceStub(channel).Subscribe(pb.SubscribeRequest(model_id="credit"),
+                                                             metadata=md(ADMIN_KEY))
+    got: list[pb.QueryEvent] = []
+    reader = threading.Thread(target=lambda: got.extend(r.event for r in itertools.islice(call, 1)), daemon=True)
+    reader.start()
+    # Answered until the subscription is surely in place: the first event must be one of these.
+    live_ids: list[int] = []
+    wait_until(lambda: got or live_ids.append(user.post("/v1/models/credit/predict", {"rows": rows[:2]})[1]["query_id"]),
+               what="a live event", poll_s=0.05)
+    reader.join(30)
+    call.cancel()
+    assert got[0].seq in live_ids and len(got[0].labels) == 2
+
+
 def test_in_process_listener_sees_every_answered_query_and_no_rejected_one(gw: Running) -> None:
     events: list[object] = []
     remove: list[object] = []
