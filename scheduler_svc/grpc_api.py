@@ -39,6 +39,19 @@ async def refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
     await rpc_status.abort(context, code, message, reason=reason, domain=rpc_status.SCHEDULER_DOMAIN, field=field)
 
 
+# The SubmitJobRequest field an engine refusal is about, when its message does not start with it.
+_REASON_FIELD = {"unknown_vc": "vc", "unknown_gpu_model": "gpu_models", "larger_than_cluster": "num_gpus"}
+
+
+def _job_field(message: str, reason: str) -> str | None:
+    """Which request field a refused job is about: the bounds and most engine messages start
+    with its name ("num_gpus must be ...")."""
+    first = message.split()[0].rstrip(":") if message else ""
+    if first in spb.SubmitJobRequest.DESCRIPTOR.fields_by_name:
+        return first
+    return _REASON_FIELD.get(reason)
+
+
 def clock_state(live: LiveScheduler) -> spb.ClockState:
     c = live.clock
     out = spb.ClockState(time_s=c.now(), speed=live.achieved_speed() if c.lockstep else c.speed,
@@ -60,9 +73,8 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                                      r.gpu_models, r.cpu_milli, r.memory_mib)
         if problem is not None:
             live.metrics.rejected.labels("out_of_bounds").inc()
-            # A bounds message starts with the field's name ("num_gpus must be ...").
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds",
-                         field=problem.split()[0].rstrip(":"))
+                         field=_job_field(problem, "out_of_bounds"))
         if live.writing_out:
             await refuse(context, grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
                          "writing_out")
@@ -76,7 +88,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             live.submit_client(spec)
         except InvalidJob as e:
             live.metrics.rejected.labels(e.reason).inc()
-            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason)
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, field=_job_field(str(e), e.reason))
         except KeyError:
             live.metrics.rejected.labels("duplicate_id").inc()
             what = "a job of the trace" if job_id in live.trace_ids else "a job"

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from analysim.cli import main as analysim
+from analysim.rpc_status import refusal_of
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 from protos.analysim.v1 import scheduler_pb2 as spb
@@ -96,6 +99,16 @@ INVALID = [
 ]
 
 
+def _violations(e: grpc.RpcError) -> list[str]:
+    out = []
+    for d in rpc_status.from_call(e).details:
+        if d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            br = error_details_pb2.BadRequest()
+            d.Unpack(br)
+            out += [v.field for v in br.field_violations]
+    return out
+
+
 def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # The philly preset: 64 nodes, 15 VCs with quotas (no "default" VC).
     with live(tmp_path, ["--jobs", "0"], "philly", 64, agents=1) as (run, client):
@@ -104,10 +117,18 @@ def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: 
                 client.submit(**kw)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kw
             assert message in e.value.details(), (kw, e.value.details())
+            # The rich status names the field the refusal is about (ErrorInfo and BadRequest).
+            field = next((f for start, f in (("unknown virtual", "vc"), ("unknown GPU", "gpu_models"),
+                                              ("more than the", "num_gpus")) if message.startswith(start)),
+                         message.split()[0])
+            assert refusal_of(e.value)["field"] == field, (kw, refusal_of(e.value))
+            assert _violations(e.value) == [field]
         ok = client.submit(num_gpus=8, duration_s=5.0, vc="ee9e8c", job_id="fine")
         with pytest.raises(grpc.RpcError) as e:
             client.submit(num_gpus=8, duration_s=5.0, vc="ee9e8c", job_id="fine")
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert refusal_of(e.value) == {"code": "duplicate_id", "message": "job 'fine' already exists (a job)",
+                                       "field": "job_id"}
         assert analysim(["submit", "--scheduler", run.target, "--gpus", "4", "--duration", "-1", "--vc", "ee9e8c"]) == 2
         assert "--duration must be between 0.001 and 1e+08 s, got -1" in capsys.readouterr().err
         with pytest.raises(grpc.RpcError) as e:
