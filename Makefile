@@ -26,6 +26,11 @@ clean:
 	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache
 
 # Regenerate the Python gRPC code for every protos/**/*.proto (committed; a test fails when stale).
-.PHONY: protos
+.PHONY: protos protos-baseline
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py
+
+# Record the contracts as the baseline `buf breaking` compares against (tests/test_protos_buf.py).
+# Only after a reviewed, intended contract change.
+protos-baseline: $(STAMP)
+	$(BIN)/buf build --exclude-source-info -o protos/baseline.binpb

@@ -5,7 +5,7 @@ service), plus standard health checking and reflection."""
 from __future__ import annotations
 
 import asyncio
-import json
+import math
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,7 +16,9 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_status import rpc_status as grpc_rpc_status
 
+from analysim import rpc_status
 from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.service import ApiError, Gateway, PredictResult, Principal
 from protos.analysim.v1 import prediction_pb2 as pb
@@ -41,6 +43,17 @@ REPLAYED_METADATA = (("idempotent-replayed", "true"),)
 
 def grpc_status(e: ApiError) -> grpc.StatusCode:
     return CODE_STATUS.get(e.code) or STATUS[e.status]
+
+
+def error_status(e: ApiError, code: grpc.StatusCode | None = None) -> Any:
+    """The google.rpc.Status of a refusal: the REST error body's fields as an ErrorInfo
+    (reason = its code) and, for INVALID_ARGUMENT, a BadRequest naming the field."""
+    return rpc_status.status_proto(code or grpc_status(e), e.message, reason=e.code,
+                                   domain=rpc_status.GATEWAY_DOMAIN, field=e.field)
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: ApiError, code: grpc.StatusCode | None = None) -> None:
+    await context.abort_with_status(grpc_rpc_status.to_status(error_status(e, code)))
 
 
 def _metadata(context: grpc.aio.ServicerContext, name: str) -> str | None:
@@ -110,20 +123,23 @@ def predict_response(result: PredictResult) -> pb.PredictResponse:
     return pb.PredictResponse.FromString(b"".join([frags[i] for i in result.answer.leaves.tolist()]) + tail)
 
 
+FEATURE_KIND = {"numeric": pb.FEATURE_KIND_NUMERIC, "categorical": pb.FEATURE_KIND_CATEGORICAL}
+
+
 def model_info(public: dict[str, Any]) -> pb.ModelInfo:
     feats = [
         pb.FeatureInfo(
             name=f["name"],
-            kind=f["type"],
+            kind=FEATURE_KIND[f["type"]],
             min=f.get("min", 0.0),
             max=f.get("max", float(len(f.get("categories", [])) - 1)),
             categories=f.get("categories", []),
         )
         for f in public["features"]
     ]
-    return pb.ModelInfo(
-        id=public["id"], features=feats, classes=[str(c) for c in public["classes"]], card_json=json.dumps(public)
-    )
+    info = pb.ModelInfo(id=public["id"], features=feats, classes=[str(c) for c in public["classes"]])
+    info.card.update(public)
+    return info
 
 
 class _Observed:
@@ -139,7 +155,7 @@ class _Observed:
         try:
             result = await fn(self.gw.authenticate(_authorization(context)))
         except ApiError as e:
-            await context.abort(self.rejected(route, e, start), json.dumps(e.body()))
+            await _abort(context, e, self.rejected(route, e, start))
         self.gw.metrics.observe_request("grpc", route, "OK", time.perf_counter() - start)
         return result
 
@@ -171,9 +187,9 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
 
         return await self.call("ListModels", context, run)
 
-    async def GetModel(self, request: pb.GetModelRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
-        async def run(p: Principal) -> pb.ModelInfo:
-            return model_info(self.gw.model(request.model_id).public())
+    async def GetModel(self, request: pb.GetModelRequest, context: grpc.aio.ServicerContext) -> pb.GetModelResponse:
+        async def run(p: Principal) -> pb.GetModelResponse:
+            return pb.GetModelResponse(model=model_info(self.gw.model(request.model_id).public()))
 
         return await self.call("GetModel", context, run)
 
@@ -207,7 +223,7 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
         try:
             self.gw.require_user(self.gw.authenticate(authorization))
         except ApiError as e:
-            await context.abort(self.rejected("PredictStream", e, start), json.dumps(e.body()))
+            await _abort(context, e, self.rejected("PredictStream", e, start))
         task = asyncio.current_task()
         assert task is not None
         self._idle_streams.add(task)
@@ -233,10 +249,9 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
             p = self.gw.authenticate(authorization)
             result = await self._answer(p, item.request, item.idempotency_key or None)
         except ApiError as e:
-            status = self.rejected("PredictStream", e, start).name
-            return pb.PredictStreamResponse(
-                error=pb.Error(status=status, code=e.code, message=e.message, field=e.field or "")
-            )
+            status = error_status(e, self.rejected("PredictStream", e, start))
+            # ErrorStatus has google.rpc.Status's wire format: its bytes are one.
+            return pb.PredictStreamResponse(error=pb.ErrorStatus.FromString(status.SerializeToString()))
         self.gw.metrics.observe_request("grpc", "PredictStream", "OK", time.perf_counter() - start)
         return pb.PredictStreamResponse(answer=predict_response(result), replayed=result.replayed)
 
@@ -255,10 +270,9 @@ class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
         return await self.call("GetUsage", context, run)
 
 
-def event_proto(e: Any) -> pb.QueryEvent:
-    return pb.QueryEvent(
+def event_proto(e: Any) -> pb.SubscribeResponse:
+    ev = pb.QueryEvent(
         seq=e.seq,
-        timestamp=e.timestamp,
         user=e.user,
         model_id=e.model_id,
         n_features=e.features.shape[1],
@@ -267,6 +281,11 @@ def event_proto(e: Any) -> pb.QueryEvent:
         confidences=[] if e.confidences is None else e.confidences.tolist(),
         leaves=[] if e.leaves is None else e.leaves.tolist(),
     )
+    # Whole seconds and the fraction separately: exact to the nanosecond, so a monitor
+    # reading the stream sees the float time it would have seen in process.
+    seconds = math.floor(e.timestamp)
+    ev.timestamp.seconds, ev.timestamp.nanos = seconds, min(round((e.timestamp - seconds) * 1e9), 999_999_999)
+    return pb.SubscribeResponse(event=ev)
 
 
 class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
@@ -275,17 +294,18 @@ class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.QueryEvent]:
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         try:
             self.gw.require_admin(self.gw.authenticate(_authorization(context)))
         except ApiError as e:
-            await context.abort(grpc_status(e), json.dumps(e.body()))
+            await _abort(context, e)
         model = request.model_id or None
         # Subscribe before replaying so nothing committed in between is missed; skip the
         # live events the replay already delivered.
         sub = self.gw.stream.subscribe(model_id=model)
         try:
-            last = request.after_seq
+            # Unset after_seq: live only (nothing is replayed; every live event is newer than -1).
+            last = request.after_seq if request.HasField("after_seq") else -1
             if last >= 0:
                 while True:
                     page = self.gw.store.events_after(last, model, REPLAY_PAGE)
@@ -298,7 +318,9 @@ class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
                 e = await sub.get()
                 if e is None:  # gateway shutting down, or this consumer fell too far behind
                     if sub.lost:
-                        await context.abort(grpc.StatusCode.DATA_LOSS, "consumer too slow; resubscribe with after_seq")
+                        await rpc_status.abort(context, grpc.StatusCode.DATA_LOSS,
+                                               "consumer too slow; resubscribe with after_seq",
+                                               reason="consumer_too_slow", domain=rpc_status.GATEWAY_DOMAIN)
                     return
                 if e.seq > last:
                     last = e.seq
@@ -322,7 +344,7 @@ class _AuthorisedReflection(reflection.aio.ReflectionServicer):
         try:
             self.gw.authenticate(_authorization(context))
         except ApiError as e:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, json.dumps(e.body()))
+            await _abort(context, e, grpc.StatusCode.UNAUTHENTICATED)
         async for response in super().ServerReflectionInfo(request_iterator, context):
             yield response
 

@@ -101,7 +101,7 @@ class Agent:
 
     # ------------------------------------------------------------- commands
 
-    def handle(self, msg: apb.SchedulerMessage) -> apb.AgentMessage | None:
+    def handle(self, msg: apb.ConnectResponse) -> apb.ConnectRequest | None:
         """Apply a message from the scheduler; return what to send back (if anything)."""
         self.received += 1
         for cmd in msg.commands:
@@ -129,7 +129,7 @@ class Agent:
                 ack = apb.Ack(step=c.step, time_s=c.time_s, lookahead_s=self.lookahead())
         if ack is None and not events:
             return None
-        return apb.AgentMessage(events=events, ack=ack)
+        return apb.ConnectRequest(events=events, ack=ack)
 
     def _start(self, la: apb.Launch, t: float) -> None:
         mine = [(s.node, tuple(s.gpus)) for s in la.slots if s.node in self.node_by_name]
@@ -167,7 +167,7 @@ class Agent:
         self.jobs[la.job_id] = job
         heapq.heappush(self.heap, (end, la.launch_id, la.job_id))
         if job.leader:
-            self._started.append(apb.JobEvent(kind=apb.JobEvent.STARTED, job_id=la.job_id, launch_id=la.launch_id,
+            self._started.append(apb.JobEvent(kind=apb.JobEvent.KIND_STARTED, job_id=la.job_id, launch_id=la.launch_id,
                                               time_s=t))
 
     def _stop(self, job_id: str, t: float) -> FakeJob | None:
@@ -196,11 +196,11 @@ class Agent:
             if job.leader:
                 self.ended.append(apb.RunningJob(launch=job.launch, start_s=job.start_s, end_s=end, failed=job.fails))
             if job.leader and job.fails:
-                out.append(apb.JobEvent(kind=apb.JobEvent.FAILED, job_id=job_id, launch_id=lid, time_s=end,
+                out.append(apb.JobEvent(kind=apb.JobEvent.KIND_FAILED, job_id=job_id, launch_id=lid, time_s=end,
                                         message="injected failure (--fail-rate)"))
             elif job.leader:
                 self.completed += 1
-                out.append(apb.JobEvent(kind=apb.JobEvent.FINISHED, job_id=job_id, launch_id=lid, time_s=end))
+                out.append(apb.JobEvent(kind=apb.JobEvent.KIND_FINISHED, job_id=job_id, launch_id=lid, time_s=end))
         return out
 
     def lookahead(self) -> float:
@@ -257,7 +257,7 @@ class Connection:
         self._timer: asyncio.TimerHandle | None = None
         self.sessions = 0
 
-    async def _send(self, msg: apb.AgentMessage) -> None:
+    async def _send(self, msg: apb.ConnectRequest) -> None:
         call = self._call
         if call is None:
             return
@@ -301,13 +301,13 @@ class Connection:
             resp = await stub.Register(agent.register_request(), timeout=10, metadata=self.metadata)
             call = stub.Connect(metadata=self.metadata)
             self._call = call
-            await self._send(apb.AgentMessage(session_id=resp.session_id, heartbeat=agent.heartbeat()))
+            await self._send(apb.ConnectRequest(session_id=resp.session_id, heartbeat=agent.heartbeat()))
             agent.connected = True
             self.sessions += 1
             log.info("agent %s: session %d with %s, %d node(s)", agent.agent_id, self.sessions, self.target,
                      len(agent.nodes))
             loop = asyncio.get_running_loop()
-            hb = loop.create_task(self._heartbeats(max(0.05, resp.heartbeat_interval_s)))
+            hb = loop.create_task(self._heartbeats(max(0.05, resp.heartbeat_interval.ToTimedelta().total_seconds())))
 
             async def cancel_on_stop() -> None:
                 await stop.wait()
@@ -337,7 +337,7 @@ class Connection:
     async def _heartbeats(self, every: float) -> None:
         while True:
             await asyncio.sleep(every)
-            await self._send(apb.AgentMessage(heartbeat=self.agent.heartbeat()))
+            await self._send(apb.ConnectRequest(heartbeat=self.agent.heartbeat()))
 
     def _arm(self) -> None:
         """Paced mode: wake up when the earliest pending job ends on our clock."""
@@ -357,5 +357,5 @@ class Connection:
         self._timer = None
         events = self.agent.due(self.agent.clock.now())
         if events:
-            asyncio.get_running_loop().create_task(self._send(apb.AgentMessage(events=events)))
+            asyncio.get_running_loop().create_task(self._send(apb.ConnectRequest(events=events)))
         self._arm()

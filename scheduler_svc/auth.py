@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from analysim import rpc_status
 from analysim.errors import UserError
 
 AGENT, CLIENT, OPERATOR = "agent", "client", "operator"
@@ -121,13 +122,15 @@ class Authenticator:
         return found if presented else None
 
 
-def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that answers with an error."""
+def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,
+            reason: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as ``handler`` that answers with an error (a rich status
+    with ErrorInfo(reason), like every refusal of the scheduler)."""
     async def unary(request, context):  # noqa: ANN001, ANN202
-        await context.abort(code, message)
+        await rpc_status.abort(context, code, message, reason=reason, domain=rpc_status.SCHEDULER_DOMAIN)
 
     async def stream(request, context):  # noqa: ANN001, ANN202
-        await context.abort(code, message)
+        await rpc_status.abort(context, code, message, reason=reason, domain=rpc_status.SCHEDULER_DOMAIN)
         yield  # pragma: no cover — makes this an async generator
 
     kw = dict(request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
@@ -155,11 +158,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if who is None:
             self.refused("unauthenticated")
             return _refuse(handler, grpc.StatusCode.UNAUTHENTICATED,
-                           "a bearer token is required (metadata 'authorization: Bearer <token>')")
+                           "a bearer token is required (metadata 'authorization: Bearer <token>')", "unauthenticated")
         if who.role not in METHOD_ROLES.get(method, ()):
             self.refused("permission_denied")
             return _refuse(handler, grpc.StatusCode.PERMISSION_DENIED,
-                           f"a {who.role} token may not call {method.rsplit('/', 1)[-1]}")
+                           f"a {who.role} token may not call {method.rsplit('/', 1)[-1]}", "wrong_role")
         return handler
 
 

@@ -4,12 +4,13 @@
         job = c.submit(num_gpus=4, duration_s=3600, vc="default")
         print(c.get_job(job.job_id).status, c.cluster_state().clock.time_s)
 
-Errors are ``grpc.RpcError`` (e.g. INVALID_ARGUMENT with the server's message in ``details()``).
+Methods return the message an RPC's response wraps (a Job, a ClusterState, a ClockState).
+Errors are ``grpc.RpcError`` (e.g. INVALID_ARGUMENT with the server's message in ``details()``
+and an ErrorInfo/BadRequest in its rich status: ``analysim.rpc_status.refusal_of(e)``).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 
@@ -20,6 +21,7 @@ from analysim.tls import TlsFiles, secure_channel
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.auth import bearer
+from scheduler_svc.contract import summary_dict, value
 
 
 class SchedulerClient:
@@ -57,43 +59,46 @@ class SchedulerClient:
 
     def submit(self, num_gpus: int, duration_s: float, *, job_id: str = "", vc: str = "", user: str = "",
                gpu_milli: int = 0, gpu_models: Sequence[str] = (), cpu_milli: int = 0,
-               memory_mib: int = 0) -> spb.JobInfo:
-        req = spb.JobRequest(job_id=job_id, num_gpus=num_gpus, gpu_milli=gpu_milli, duration_s=duration_s, vc=vc,
+               memory_mib: int = 0) -> spb.Job:
+        req = spb.SubmitJobRequest(job_id=job_id, num_gpus=num_gpus, gpu_milli=gpu_milli, duration_s=duration_s, vc=vc,
                              user=user, gpu_models=list(gpu_models), cpu_milli=cpu_milli, memory_mib=memory_mib)
-        return self.stub.SubmitJob(req, timeout=self.timeout_s, metadata=self.md)
+        return self.stub.SubmitJob(req, timeout=self.timeout_s, metadata=self.md).job
 
-    def cancel(self, job_id: str) -> spb.JobInfo:
-        return self.stub.CancelJob(spb.JobId(job_id=job_id), timeout=self.timeout_s, metadata=self.md)
+    def cancel(self, job_id: str) -> spb.Job:
+        return self.stub.CancelJob(spb.CancelJobRequest(job_id=job_id), timeout=self.timeout_s, metadata=self.md).job
 
-    def get_job(self, job_id: str) -> spb.JobInfo:
-        return self.stub.GetJob(spb.JobId(job_id=job_id), timeout=self.timeout_s, metadata=self.md)
+    def get_job(self, job_id: str) -> spb.Job:
+        return self.stub.GetJob(spb.GetJobRequest(job_id=job_id), timeout=self.timeout_s, metadata=self.md).job
 
     def list_jobs(self, status: str = "", vc: str = "", limit: int = 100, offset: int = 0) -> spb.ListJobsResponse:
-        return self.stub.ListJobs(spb.ListJobsRequest(status=status, vc=vc, limit=limit, offset=offset),
-                                  timeout=self.timeout_s, metadata=self.md)
+        """``status``: a word ("pending", "running"...) or "" for all."""
+        req = spb.ListJobsRequest(status=value(spb.JobStatus, status), vc=vc, limit=limit, offset=offset)
+        return self.stub.ListJobs(req, timeout=self.timeout_s, metadata=self.md)
 
     def cluster_state(self, nodes: bool = False, queue_limit: int = 20) -> spb.ClusterState:
-        return self.stub.GetClusterState(spb.ClusterStateRequest(nodes=nodes, queue_limit=queue_limit),
-                                         timeout=self.timeout_s, metadata=self.md)
+        return self.stub.GetClusterState(spb.GetClusterStateRequest(nodes=nodes, queue_limit=queue_limit),
+                                         timeout=self.timeout_s, metadata=self.md).state
 
-    def watch(self, kinds: Sequence[str] = ()) -> Iterator[spb.Event]:
-        """Events as they happen (an endless iterator; cancel it with ``.cancel()``)."""
-        return self.stub.WatchEvents(spb.WatchRequest(kinds=list(kinds)), metadata=self.md)
+    def watch(self, kinds: Sequence[str] = ()) -> Iterator[spb.WatchEventsResponse]:
+        """Events as they happen (an endless iterator of responses, each with an ``event``;
+        cancel it with ``.cancel()``). ``kinds``: words ("launch", "complete"...), empty: all."""
+        req = spb.WatchEventsRequest(kinds=[value(spb.EventKind, k) for k in kinds])
+        return self.stub.WatchEvents(req, metadata=self.md)
 
     def pause(self) -> spb.ClockState:
-        return self.stub.Pause(spb.ClockRequest(), timeout=self.timeout_s, metadata=self.md)
+        return self.stub.Pause(spb.PauseRequest(), timeout=self.timeout_s, metadata=self.md).clock
 
     def resume(self) -> spb.ClockState:
-        return self.stub.Resume(spb.ClockRequest(), timeout=self.timeout_s, metadata=self.md)
+        return self.stub.Resume(spb.ResumeRequest(), timeout=self.timeout_s, metadata=self.md).clock
 
     def set_speed(self, speed: float | None) -> spb.ClockState:
         """A number: paced; None: lockstep (``--speed max``)."""
-        req = spb.SpeedRequest(max=True) if speed is None else spb.SpeedRequest(speed=speed)
-        return self.stub.SetSpeed(req, timeout=self.timeout_s, metadata=self.md)
+        req = spb.SetSpeedRequest(max=True) if speed is None else spb.SetSpeedRequest(speed=speed)
+        return self.stub.SetSpeed(req, timeout=self.timeout_s, metadata=self.md).clock
 
     def summary(self) -> tuple[bool, dict]:
-        r = self.stub.GetSummary(spb.SummaryRequest(), timeout=max(self.timeout_s, 60.0), metadata=self.md)
-        return r.done, json.loads(r.summary_json)
+        r = self.stub.GetSummary(spb.GetSummaryRequest(), timeout=max(self.timeout_s, 60.0), metadata=self.md)
+        return r.done, summary_dict(r.summary)
 
     def wait_done(self, deadline_s: float, poll_s: float = 0.1) -> dict:
         """Until the replay is done; its summary (or TimeoutError)."""

@@ -353,7 +353,7 @@ class LiveScheduler:
             kills = [apb.Command(time_s=at, kill=apb.Kill(job_id=r.launch.job_id, reason="requeued while away"))
                      for r in s.running if not r.HasField("end_s")]
             s.running = ()
-        s.outbox.put_nowait(apb.SchedulerMessage(commands=kills, clock=self.clock.update(0)))
+        s.outbox.put_nowait(apb.ConnectResponse(commands=kills, clock=self.clock.update(0)))
         self._count_sent(1)
         if not self.started and len(self.node_owner) == len(self.cluster.nodes):
             self._start()
@@ -385,7 +385,7 @@ class LiveScheduler:
         """When an outside event happens: the time the agents were last told (lockstep), or now."""
         return self.t_cur if self.clock.lockstep else max(self.clock.now(), self.engine.now)
 
-    def on_agent_message(self, s: Session, msg: apb.AgentMessage) -> None:
+    def on_agent_message(self, s: Session, msg: apb.ConnectRequest) -> None:
         if s.lost:
             return
         s.last_seen = time.monotonic()
@@ -406,7 +406,7 @@ class LiveScheduler:
 
     def _on_job_event(self, s: Session, ev: apb.JobEvent) -> None:
         p = self.placed.get(ev.job_id)
-        if ev.kind == apb.JobEvent.STARTED:
+        if ev.kind == apb.JobEvent.KIND_STARTED:
             # Only a confirmation (the engine started it already); paced, it can cross a preemption.
             return
         if p is None or p.launch_id != ev.launch_id or s not in p.sessions:
@@ -418,12 +418,12 @@ class LiveScheduler:
         if not math.isfinite(ev.time_s):
             self.metrics.agent_events.labels("bad_time").inc()
             return
-        if ev.kind == apb.JobEvent.FINISHED:
+        if ev.kind == apb.JobEvent.KIND_FINISHED:
             self._completions.append((ev.time_s, ev.launch_id, ev.job_id))
             if not self.clock.lockstep and log.isEnabledFor(logging.DEBUG):
                 log.debug("finished %s at %.1f, reported %.1f virtual s later (engine at %.1f)", ev.job_id,
                           ev.time_s, self.clock.now() - ev.time_s, self.engine.now)
-        elif ev.kind == apb.JobEvent.FAILED:
+        elif ev.kind == apb.JobEvent.KIND_FAILED:
             self._failures.append((ev.time_s, ev.job_id, ev.message))
 
     def _on_heartbeat(self, s: Session, hb: apb.Heartbeat) -> None:
@@ -696,7 +696,7 @@ class LiveScheduler:
         for s in self.sessions.values():
             if not s.connected or (only is not None and s not in only):
                 continue
-            s.outbox.put_nowait(apb.SchedulerMessage(commands=cmds.get(s, ()), clock=upd))
+            s.outbox.put_nowait(apb.ConnectResponse(commands=cmds.get(s, ()), clock=upd))
             n += 1
             if sync:
                 self._pending_acks.add(s)
@@ -823,9 +823,10 @@ class LiveScheduler:
         if not self.watchers:
             return
         from protos.analysim.v1 import scheduler_pb2 as spb
+        from scheduler_svc.contract import value
 
-        ev = spb.Event(time_s=self.engine.now if t is None else t, kind=kind, job_id=job_id, nodes=nodes,
-                       message=message)
+        ev = spb.Event(time_s=self.engine.now if t is None else t, kind=value(spb.EventKind, kind), job_id=job_id,
+                       nodes=nodes, message=message)
         for q in list(self.watchers):
             if q.qsize() >= q.maxsize - 1 and q.maxsize > 0:
                 self.watchers.remove(q)  # too slow: cut it off rather than buffer without bound

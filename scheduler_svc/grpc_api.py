@@ -4,16 +4,19 @@ on one grpc.aio server, with standard health checking and reflection."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import NoReturn
 
 import grpc
+from google.protobuf import duration_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from analysim import rpc_status
 from analysim.core.job import GPU_MILLI, JobSpec
 from analysim.report import json_safe
 from protos.analysim.v1 import agent_pb2 as apb
@@ -22,49 +25,59 @@ from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
+from scheduler_svc.contract import job_proto, summary_struct, word
 from scheduler_svc.core import InvalidJob, LiveScheduler
 from scheduler_svc.summary import build_summary
 
 log = logging.getLogger("scheduler_svc")
-NAN = math.nan
 WATCH_BUFFER = 10_000
 
 
-def job_info(rec: dict) -> spb.JobInfo:
-    def num(x: object) -> float:
-        return NAN if x is None or x == "" else float(x)
+async def refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, reason: str,
+                 field: str | None = None) -> NoReturn:
+    """End a call with a rich status: ErrorInfo(reason) and, with a field, a BadRequest."""
+    await rpc_status.abort(context, code, message, reason=reason, domain=rpc_status.SCHEDULER_DOMAIN, field=field)
 
-    return spb.JobInfo(
-        job_id=rec["job_id"], status=rec.get("status", ""), vc=rec.get("vc", ""), user=rec.get("user", "") or "",
-        num_gpus=int(rec.get("num_gpus", 0)), gpu_milli=int(rec.get("gpu_milli", GPU_MILLI)),
-        duration_s=num(rec.get("duration_s")), submit_s=num(rec.get("submit_s")),
-        first_start_s=num(rec.get("first_start_s")), end_s=num(rec.get("end_s")), nodes=rec.get("nodes", []),
-        preemptions=int(rec.get("preemptions", 0)), migrations=int(rec.get("migrations", 0)),
-        restarts=int(rec.get("restarts", 0)), source=rec.get("source", ""),
-    )
+
+# The SubmitJobRequest field an engine refusal is about, when its message does not start with it.
+_REASON_FIELD = {"unknown_vc": "vc", "unknown_gpu_model": "gpu_models", "larger_than_cluster": "num_gpus"}
+
+
+def _job_field(message: str, reason: str) -> str | None:
+    """Which request field a refused job is about: the bounds and most engine messages start
+    with its name ("num_gpus must be ...")."""
+    first = message.split()[0].rstrip(":") if message else ""
+    if first in spb.SubmitJobRequest.DESCRIPTOR.fields_by_name:
+        return first
+    return _REASON_FIELD.get(reason)
 
 
 def clock_state(live: LiveScheduler) -> spb.ClockState:
     c = live.clock
-    return spb.ClockState(time_s=c.now(), speed=live.achieved_speed() if c.lockstep else c.speed,
-                          lockstep=c.lockstep, paused=c.paused, started=live.started,
-                          wall_s=(time.monotonic() - live.wall_start) if live.wall_start else 0.0)
+    out = spb.ClockState(time_s=c.now(), speed=live.achieved_speed() if c.lockstep else c.speed,
+                         lockstep=c.lockstep, paused=c.paused, started=live.started)
+    if live.wall_start:
+        out.wall_elapsed.FromTimedelta(timedelta(seconds=time.monotonic() - live.wall_start))
+    return out
 
 
 class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
     def __init__(self, live: LiveScheduler) -> None:
         self.live = live
 
-    async def SubmitJob(self, request: spb.JobRequest, context: grpc.aio.ServicerContext) -> spb.JobInfo:
+    async def SubmitJob(self, request: spb.SubmitJobRequest,
+                        context: grpc.aio.ServicerContext) -> spb.SubmitJobResponse:
         live = self.live
         r = request
         problem = bounds.job_problem(r.job_id, r.num_gpus, r.gpu_milli, r.duration_s, r.vc, r.user,
                                      r.gpu_models, r.cpu_milli, r.memory_mib)
         if problem is not None:
             live.metrics.rejected.labels("out_of_bounds").inc()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds",
+                         field=_job_field(problem, "out_of_bounds"))
         if live.writing_out:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly")
+            await refuse(context, grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
+                         "writing_out")
         milli = request.gpu_milli or GPU_MILLI
         job_id = request.job_id or live.next_client_id()
         spec = JobSpec(job_id=job_id, submit_s=live._event_time(), duration_s=request.duration_s,  # noqa: SLF001
@@ -75,65 +88,72 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             live.submit_client(spec)
         except InvalidJob as e:
             live.metrics.rejected.labels(e.reason).inc()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, field=_job_field(str(e), e.reason))
         except KeyError:
             live.metrics.rejected.labels("duplicate_id").inc()
             what = "a job of the trace" if job_id in live.trace_ids else "a job"
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} already exists ({what})")
-        return job_info(live.job_record(job_id))
+            await refuse(context, grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} already exists ({what})",
+                         "duplicate_id", field="job_id")
+        return spb.SubmitJobResponse(job=job_proto(live.job_record(job_id)))
 
-    async def CancelJob(self, request: spb.JobId, context: grpc.aio.ServicerContext) -> spb.JobInfo:
+    async def CancelJob(self, request: spb.CancelJobRequest,
+                        context: grpc.aio.ServicerContext) -> spb.CancelJobResponse:
         try:
             self.live.cancel(request.job_id)
         except KeyError:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
-        return job_info(self.live.job_record(request.job_id))
+            await refuse(context, grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}", "unknown_job")
+        return spb.CancelJobResponse(job=job_proto(self.live.job_record(request.job_id)))
 
-    async def GetJob(self, request: spb.JobId, context: grpc.aio.ServicerContext) -> spb.JobInfo:
+    async def GetJob(self, request: spb.GetJobRequest, context: grpc.aio.ServicerContext) -> spb.GetJobResponse:
         rec = self.live.job_record(request.job_id)
         if rec is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
-        return job_info(rec)
+            await refuse(context, grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}", "unknown_job")
+        return spb.GetJobResponse(job=job_proto(rec))
 
     async def ListJobs(self, request: spb.ListJobsRequest, context: grpc.aio.ServicerContext) -> spb.ListJobsResponse:
         live = self.live
+        if request.limit > bounds.LIST_LIMIT_MAX:
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}", "out_of_bounds",
+                         field="limit")
+        status = word(spb.JobStatus, request.status)
         ids = list(live.restored) + list(live.engine.jobs) + list(live._unresumed)  # noqa: SLF001
         recs = []
         for job_id in ids:
             rec = live.job_record(job_id)
-            if request.status and rec["status"] != request.status:
+            if status and rec["status"] != status:
                 continue
             if request.vc and rec["vc"] != request.vc:
                 continue
             recs.append(rec)
-        if request.limit > bounds.LIST_LIMIT_MAX:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}")
         limit = request.limit or 100
         page = recs[request.offset: request.offset + limit]
-        return spb.ListJobsResponse(jobs=[job_info(r) for r in page], total=len(recs))
+        return spb.ListJobsResponse(jobs=[job_proto(r) for r in page], total=len(recs))
 
-    async def WatchEvents(self, request: spb.WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[spb.Event]:
+    async def WatchEvents(self, request: spb.WatchEventsRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[spb.WatchEventsResponse]:
         if len(request.kinds) > bounds.WATCH_KINDS_MAX:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.WATCH_KINDS_MAX} kinds")
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.WATCH_KINDS_MAX} kinds",
+                         "out_of_bounds", field="kinds")
         q: asyncio.Queue = asyncio.Queue(WATCH_BUFFER)
         kinds = set(request.kinds)
         self.live.watchers.append(q)
         try:
             # A handshake: from here on, the client misses nothing.
-            yield spb.Event(time_s=self.live.clock.now(), kind="watching")
+            yield spb.WatchEventsResponse(event=spb.Event(time_s=self.live.clock.now(),
+                                                          kind=spb.EVENT_KIND_WATCHING))
             while True:
                 ev = await q.get()
                 if ev is None:
                     return
                 if not kinds or ev.kind in kinds:
-                    yield ev
+                    yield spb.WatchEventsResponse(event=ev)
         finally:
             if q in self.live.watchers:
                 self.live.watchers.remove(q)
 
-    async def GetClusterState(self, request: spb.ClusterStateRequest,
-                              context: grpc.aio.ServicerContext) -> spb.ClusterState:
+    async def GetClusterState(self, request: spb.GetClusterStateRequest,
+                              context: grpc.aio.ServicerContext) -> spb.GetClusterStateResponse:
         live = self.live
         eng = live.engine
         st = eng.state
@@ -152,7 +172,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         for i, job in enumerate(eng.pending_jobs()):
             if i >= limit:
                 break
-            out.queue.append(job_info(live.job_record(job.job_id)))
+            out.queue.append(job_proto(live.job_record(job.job_id)))
         if request.nodes:
             for i, n in enumerate(eng.spec.nodes):
                 owner = live.node_owner.get(n.name)
@@ -161,36 +181,35 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                                     agent_id=owner.agent_id if owner else "", free_gpus=float(f.sum()) / GPU_MILLI)
                 tel = {g.index: g for g in owner.telemetry.get(n.name, apb.NodeTelemetry()).gpus} if owner else {}
                 for g in range(n.gpus):
-                    t = tel.get(g)
                     gi = spb.GpuInfo(index=g, allocated=(GPU_MILLI - int(f[g])) / GPU_MILLI)
-                    if t is not None:
-                        gi.utilization, gi.memory_used_bytes, gi.memory_total_bytes = (
-                            t.utilization, t.memory_used_bytes, t.memory_total_bytes)
-                        gi.power_watts, gi.temperature_celsius = t.power_watts, t.temperature_celsius
-                        gi.health = apb.GpuHealth.Name(t.health)
+                    if g in tel:
+                        gi.telemetry.CopyFrom(tel[g])
                     ns.gpu.append(gi)
                 out.nodes.append(ns)
-        return out
+        return spb.GetClusterStateResponse(state=out)
 
-    async def Pause(self, request: spb.ClockRequest, context: grpc.aio.ServicerContext) -> spb.ClockState:
+    async def Pause(self, request: spb.PauseRequest, context: grpc.aio.ServicerContext) -> spb.PauseResponse:
         self.live.pause()
-        return clock_state(self.live)
+        return spb.PauseResponse(clock=clock_state(self.live))
 
-    async def Resume(self, request: spb.ClockRequest, context: grpc.aio.ServicerContext) -> spb.ClockState:
+    async def Resume(self, request: spb.ResumeRequest, context: grpc.aio.ServicerContext) -> spb.ResumeResponse:
         self.live.resume()
-        return clock_state(self.live)
+        return spb.ResumeResponse(clock=clock_state(self.live))
 
-    async def SetSpeed(self, request: spb.SpeedRequest, context: grpc.aio.ServicerContext) -> spb.ClockState:
-        if not request.max and not (math.isfinite(request.speed) and 0 < request.speed <= 1e9):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"speed must be a number in (0, 1e9], or max; got {request.speed}")
-        self.live.set_speed(None if request.max else request.speed)
-        return clock_state(self.live)
+    async def SetSpeed(self, request: spb.SetSpeedRequest, context: grpc.aio.ServicerContext) -> spb.SetSpeedResponse:
+        lockstep = request.WhichOneof("pace") == "max" and request.max
+        if not lockstep and not (math.isfinite(request.speed) and 0 < request.speed <= 1e9):
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         f"speed must be a number in (0, 1e9], or max; got {request.speed}", "out_of_bounds",
+                         field="speed")
+        self.live.set_speed(None if lockstep else request.speed)
+        return spb.SetSpeedResponse(clock=clock_state(self.live))
 
-    async def GetSummary(self, request: spb.SummaryRequest, context: grpc.aio.ServicerContext) -> spb.SummaryResponse:
+    async def GetSummary(self, request: spb.GetSummaryRequest,
+                         context: grpc.aio.ServicerContext) -> spb.GetSummaryResponse:
         live = self.live
         summary = live.summary if live.done else build_summary(live)
-        return spb.SummaryResponse(done=live.done, summary_json=json.dumps(json_safe(summary)))
+        return spb.GetSummaryResponse(done=live.done, summary=summary_struct(json_safe(summary)))
 
 
 class AgentServicer(apb_grpc.AgentServiceServicer):
@@ -207,10 +226,12 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
 
     async def Register(self, request: apb.RegisterRequest, context: grpc.aio.ServicerContext) -> apb.RegisterResponse:
         if not request.agent_id or len(request.agent_id) > bounds.AGENT_ID_MAX or not request.agent_id.isprintable():
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"agent_id is required: 1 to {bounds.AGENT_ID_MAX} printable characters")
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         f"agent_id is required: 1 to {bounds.AGENT_ID_MAX} printable characters", "out_of_bounds",
+                         field="agent_id")
         if len(request.nodes) > bounds.AGENT_NODES_MAX:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.AGENT_NODES_MAX} nodes")
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.AGENT_NODES_MAX} nodes",
+                         "out_of_bounds", field="nodes")
         if self.auth.enabled:
             who = self.auth.identify(context.invocation_metadata())
             # Nodes the cluster does not have are INVALID_ARGUMENT below; these are someone else's.
@@ -220,21 +241,23 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
                 self.live.metrics.refused_calls.labels("foreign_node").inc()
                 log.warning("agent token %s tried to register node(s) %s it was not given", who.name,
                             ", ".join(foreign[:5]))
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                    f"this agent token may not register node {foreign[0]!r}")
+                await refuse(context, grpc.StatusCode.PERMISSION_DENIED,
+                             f"this agent token may not register node {foreign[0]!r}", "foreign_node", field="nodes")
         try:
             s = self.live.register(request.agent_id, request.nodes, principal=self._principal(context),
                                    running=request.running)
         except PermissionError as e:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+            await refuse(context, grpc.StatusCode.PERMISSION_DENIED, str(e), "agent_conflict")
         except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), "invalid_nodes", field="nodes")
         log.info("agent %s registered %d node(s)", request.agent_id, len(request.nodes))
+        interval = duration_pb2.Duration()
+        interval.FromTimedelta(timedelta(seconds=self.live.heartbeat_deadline_s / 4))
         return apb.RegisterResponse(session_id=s.session_id, clock=self.live.clock.update(0),
-                                    heartbeat_interval_s=self.live.heartbeat_deadline_s / 4)
+                                    heartbeat_interval=interval)
 
-    async def Connect(self, request_iterator: AsyncIterator[apb.AgentMessage],
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[apb.SchedulerMessage]:
+    async def Connect(self, request_iterator: AsyncIterator[apb.ConnectRequest],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[apb.ConnectResponse]:
         live = self.live
         try:
             first = await anext(aiter(request_iterator))
@@ -242,8 +265,8 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             return
         s = live.sessions.get(first.session_id)
         if s is None or s.connected or s.lost or s.principal != self._principal(context):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "unknown or already connected session: call Register first")
+            await refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
+                         "unknown or already connected session: call Register first", "unknown_session")
         live.attach(s)
         live.on_agent_message(s, first)
         why = ["stream closed"]

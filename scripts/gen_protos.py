@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Regenerate the Python code for every ``protos/**/*.proto`` with grpc_tools.protoc.
 
-The generated ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` files land next to each
-``.proto`` and import each other as ``protos.<path>`` (the include root is the repository
-root), so the packages are importable from a checkout or an installed wheel. Files are
+The include root is ``protos/`` (as buf.yaml's module root), so a proto imports another as
+``analysim/v1/<file>.proto`` and its descriptor is named so. The generated ``*_pb2.py``,
+``*_pb2.pyi`` and ``*_pb2_grpc.py`` files land next to each ``.proto``; protoc writes their
+imports of each other as ``analysim.v1...``, which would be our ``analysim`` package, so they
+are rewritten to ``protos.analysim.v1...``. The packages are importable from a checkout or an
+installed wheel. Files are
 processed in sorted order and written only when they differ, so a run is deterministic
 and a no-op when nothing changed.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +32,15 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 def proto_files(root: Path = ROOT) -> list[Path]:
     """Every .proto under protos/, relative to ``root``, sorted for a stable order."""
     return sorted(p.relative_to(root) for p in (root / PROTO_DIR).rglob("*.proto"))
+
+
+def _rewrite_imports(path: Path, packages: set[str]) -> None:
+    """``from analysim.v1 import x_pb2`` -> ``from protos.analysim.v1 import x_pb2``."""
+    pattern = re.compile(rf"^(from|import) ({'|'.join(map(re.escape, sorted(packages)))})\.", re.M)
+    text = path.read_text()
+    new = pattern.sub(rf"\1 {PROTO_DIR}.\2.", text)
+    if new != text:
+        path.write_text(new)
 
 
 def generated_names(proto: Path) -> list[Path]:
@@ -45,19 +58,25 @@ def generate(out_dir: Path, root: Path = ROOT) -> list[Path]:
     if not protos:
         return []
     well_known = Path(grpc_tools.__file__).parent / "_proto"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    include = root / PROTO_DIR
+    gen_dir = out_dir / PROTO_DIR
+    gen_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "grpc_tools.protoc",
-        f"-I{root}",
+        f"-I{include}",
         f"-I{well_known}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        *[str(p) for p in protos],
+        f"--python_out={gen_dir}",
+        f"--pyi_out={gen_dir}",
+        f"--grpc_python_out={gen_dir}",
+        *[str(root / p) for p in protos],
     ]
     if protoc.main(args) != 0:
         raise SystemExit("gen_protos: protoc failed")
-    return [g for p in protos for g in generated_names(p)]
+    generated = [g for p in protos for g in generated_names(p)]
+    packages = {p.relative_to(PROTO_DIR).parts[0] for p in protos}
+    for g in generated:
+        _rewrite_imports(out_dir / g, packages)
+    return generated
 
 
 def ensure_packages(root: Path) -> None:

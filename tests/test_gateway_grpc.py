@@ -13,9 +13,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from google.protobuf.json_format import MessageToDict
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_status import rpc_status
 
+from analysim.rpc_status import refusal_fields, refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import Limits
 from protos.analysim.v1 import prediction_pb2 as pb
@@ -56,7 +60,17 @@ def to_proto(rows: list[list[object]]) -> list[pb.Row]:
 
 
 def error_of(exc: grpc.RpcError) -> dict[str, str]:
-    return json.loads(exc.details())["error"]
+    """The REST error body's fields, from the call's google.rpc.Status details."""
+    return refusal_of(exc)
+
+
+CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+def stream_error(r: pb.PredictStreamResponse) -> tuple[str, str, str | None]:
+    """A streamed refusal: its status name, reason and field."""
+    err = refusal_fields(r.error)
+    return CODE_NAMES[r.error.code], err["code"], err.get("field")
 
 
 def test_grpc_predict_equals_http_predict(gw: Running, channel: grpc.Channel) -> None:
@@ -76,9 +90,13 @@ def test_grpc_predict_equals_http_predict(gw: Running, channel: grpc.Channel) ->
     assert stub.Predict(pb.PredictRequest(model_id="credit", rows=named), metadata=md(key)).predictions == resp.predictions
     usage = stub.GetUsage(pb.GetUsageRequest(), metadata=md(key))
     assert (usage.user, usage.rows, usage.queries) == ("g-alice", 75, 3)
-    info = stub.GetModel(pb.GetModelRequest(model_id="credit"), metadata=md(key))
+    info = stub.GetModel(pb.GetModelRequest(model_id="credit"), metadata=md(key)).model
     assert [f.name for f in info.features] == ["amount", "purpose", "age", "housing"]
+    assert [f.kind for f in info.features[:2]] == [pb.FEATURE_KIND_NUMERIC, pb.FEATURE_KIND_CATEGORICAL]
     assert list(info.features[1].categories) == ["car", "education", "repairs", "tv"]
+    # The card is the REST model document, as a Struct.
+    card = MessageToDict(info.card)
+    assert card["id"] == "credit" and card == json.loads(json.dumps(gw.client(key).get("/v1/models/credit")[1]))
     assert [m.id for m in stub.ListModels(pb.ListModelsRequest(), metadata=md(key)).models] == ["credit"]
 
 
@@ -115,6 +133,15 @@ def test_grpc_refusals_map_to_status_codes_and_are_never_charged(
         pb_grpc.PredictionServiceStub(channel).Predict(request_, metadata=metadata)
     assert exc.value.code() == code
     assert error_of(exc.value).get("field") == field
+    status = rpc_status.from_call(exc.value)
+    violations = []
+    for d in status.details:
+        if d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            br = error_details_pb2.BadRequest()
+            d.Unpack(br)
+            violations += [v.field for v in br.field_violations]
+    # A BadRequest names the field exactly when the argument is at fault.
+    assert violations == ([field] if field and code == grpc.StatusCode.INVALID_ARGUMENT else [])
     assert gw.charged() == before
 
 
@@ -154,7 +181,7 @@ def test_query_stream_replays_the_log_then_follows_live(gw: Running, channel: gr
 
     call = stream.Subscribe(pb.SubscribeRequest(after_seq=seen[0] - 1, model_id="credit"), metadata=md(ADMIN_KEY))
     got: list[pb.QueryEvent] = []
-    reader = threading.Thread(target=lambda: got.extend(itertools.islice(call, 4)), daemon=True)
+    reader = threading.Thread(target=lambda: got.extend(r.event for r in itertools.islice(call, 4)), daemon=True)
     reader.start()
     wait_until(lambda: len(got) >= 1, what="the replayed event")
     for n in (1, 2, 5):
@@ -173,6 +200,26 @@ def test_query_stream_replays_the_log_then_follows_live(gw: Running, channel: gr
     replay = gw.store.events_after(seen[0] - 1, "credit")
     assert [e.seq for e in replay][:4] == seen
     np.testing.assert_array_equal(replay[0].features, X)
+    # The wall time as a Timestamp, exact to the float the log holds.
+    assert first.timestamp.seconds + first.timestamp.nanos / 1e9 == replay[0].timestamp
+
+
+def test_query_stream_without_after_seq_follows_live_only(gw: Running, channel: grpc.Channel) -> None:
+    user = gw.client(gw.new_key("g-live"))
+    rows = credit_rows()
+    assert user.post("/v1/models/credit/predict", {"rows": rows[:1]})[0] == 200  # in the log: not replayed
+    call = pb_grpc.QueryStreamServiceStub(channel).Subscribe(pb.SubscribeRequest(model_id="credit"),
+                                                             metadata=md(ADMIN_KEY))
+    got: list[pb.QueryEvent] = []
+    reader = threading.Thread(target=lambda: got.extend(r.event for r in itertools.islice(call, 1)), daemon=True)
+    reader.start()
+    # Answered until the subscription is surely in place: the first event must be one of these.
+    live_ids: list[int] = []
+    wait_until(lambda: got or live_ids.append(user.post("/v1/models/credit/predict", {"rows": rows[:2]})[1]["query_id"]),
+               what="a live event", poll_s=0.05)
+    reader.join(30)
+    call.cancel()
+    assert got[0].seq in live_ids and len(got[0].labels) == 2
 
 
 def test_in_process_listener_sees_every_answered_query_and_no_rejected_one(gw: Running) -> None:
@@ -244,9 +291,8 @@ def test_predict_stream_answers_each_request_in_order_like_predict(gw: Running, 
     assert len(responses) == len(requests)  # one each, in order; a refusal does not end the stream
     answers = [r.answer for r in responses if r.HasField("answer")]
     assert [r.WhichOneof("result") for r in responses[6:8]] == ["error", "error"]
-    assert (responses[6].error.status, responses[6].error.code, responses[6].error.field) == (
-        "INVALID_ARGUMENT", "invalid_row", "rows[0].purpose")  # fmt: skip
-    assert (responses[7].error.status, responses[7].error.code) == ("NOT_FOUND", "unknown_model")
+    assert stream_error(responses[6]) == ("INVALID_ARGUMENT", "invalid_row", "rows[0].purpose")
+    assert stream_error(responses[7]) == ("NOT_FOUND", "unknown_model", "model_id")
     for batch, answer in zip(batches, answers, strict=True):
         unary = stub.Predict(pb.PredictRequest(model_id="credit", rows=to_proto(batch)), metadata=md(key))
         assert answer.predictions == unary.predictions and answer.charged == unary.charged
@@ -264,7 +310,7 @@ def test_predict_stream_replays_by_idempotency_key(gw: Running, channel: grpc.Ch
         iter([stream_request(rows, "k1"), stream_request(rows, "k1"), stream_request(rows[:1], "k1")]), metadata=md(key)
     )
     assert not first.replayed and again.replayed and again.answer == first.answer
-    assert (other.error.status, other.error.code) == ("FAILED_PRECONDITION", "idempotency_key_reused")
+    assert stream_error(other)[:2] == ("FAILED_PRECONDITION", "idempotency_key_reused")
     assert stub.GetUsage(pb.GetUsageRequest(), metadata=md(key)).rows == 3
 
 
@@ -288,7 +334,7 @@ def test_predict_stream_checks_the_key_at_the_start_and_for_every_request(gw: Ru
     assert gw.admin.post(f"/v1/admin/users/{name}/revoke")[0] == 200
     answered.set()
     second = next(stream)
-    assert (second.error.status, second.error.code) == ("UNAUTHENTICATED", "unauthenticated")
+    assert stream_error(second)[:2] == ("UNAUTHENTICATED", "unauthenticated")
     assert list(stream) == []
     assert stub.GetUsage(pb.GetUsageRequest(user=name), metadata=md(ADMIN_KEY)).rows == 1
 

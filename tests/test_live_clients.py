@@ -10,11 +10,16 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from analysim.cli import main as analysim
+from analysim.rpc_status import refusal_of
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
+from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.auth import bearer
+from scheduler_svc.contract import word
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
 
@@ -25,35 +30,35 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
         stream = client.watch()
         def read() -> None:
             try:
-                for e in stream:
-                    events.append(e)
+                for r in stream:
+                    events.append(r.event)
             except grpc.RpcError as e:  # cancelled at the end of the test
                 assert e.code() == grpc.StatusCode.CANCELLED
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        wait_until(lambda: events and events[0].kind == "watching", 30, "the watch handshake")
+        wait_until(lambda: events and events[0].kind == spb.EVENT_KIND_WATCHING, 30, "the watch handshake")
         # Lockstep with nothing else to do: each job runs its whole duration at once in virtual time.
         ids = [client.submit(num_gpus=g, duration_s=d, user="alice").job_id for g, d in ((1, 60.0), (8, 3600.0), (4, 1.0))]
-        wait_until(lambda: all(client.get_job(i).status == "completed" for i in ids), 30, "injected jobs done")
+        wait_until(lambda: all(client.get_job(i).status == spb.JOB_STATUS_COMPLETED for i in ids), 30, "injected jobs done")
         for i, d in zip(ids, (60.0, 3600.0, 1.0), strict=True):
             j = client.get_job(i)
-            assert j.end_s - j.first_start_s == d and j.source == "client"
+            assert j.end_s - j.first_start_s == d and j.source == spb.JOB_SOURCE_CLIENT
         assert client.list_jobs(status="completed").total == 3
 
         assert analysim(["submit", "--scheduler", run.target, "--token-file", str(run.token_dir / "client.token"), "--gpus", "2", "--duration", "120", "--id", "cli-job"]) == 0
         assert "cli-job" in capsys.readouterr().out
-        wait_until(lambda: client.get_job("cli-job").status == "completed", 30, "CLI job done")
+        wait_until(lambda: client.get_job("cli-job").status == spb.JOB_STATUS_COMPLETED, 30, "CLI job done")
 
         # Paced at 1x, a long job stays running: cancel it.
         client.set_speed(1.0)
         long = client.submit(num_gpus=1, duration_s=10.0**6).job_id
-        wait_until(lambda: client.get_job(long).status == "running", 30, "long job running")
+        wait_until(lambda: client.get_job(long).status == spb.JOB_STATUS_RUNNING, 30, "long job running")
         paused = client.pause()
         assert paused.paused and not paused.lockstep
         assert client.cancel(long).job_id == long
         client.resume()
-        wait_until(lambda: client.get_job(long).status == "cancelled", 30, "long job cancelled")
+        wait_until(lambda: client.get_job(long).status == spb.JOB_STATUS_CANCELLED, 30, "long job cancelled")
         assert client.set_speed(None).lockstep
         with pytest.raises(grpc.RpcError) as e:
             client.cancel("no-such-job")
@@ -63,9 +68,9 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
                          str(run.token_dir / "client.token")]) == 0
         out = capsys.readouterr().out
         assert "lockstep" in out and "node-0003" in out and "5 submitted" in out
-        wait_until(lambda: any(e.kind == "cancel" and e.job_id == long for e in events), 30, "cancel event")
+        wait_until(lambda: any(e.kind == spb.EVENT_KIND_CANCEL and e.job_id == long for e in events), 30, "cancel event")
         stream.cancel()
-        kinds = {(e.kind, e.job_id) for e in events}
+        kinds = {(word(spb.EventKind, e.kind), e.job_id) for e in events}
         for i in ids:
             assert {("submit", i), ("launch", i), ("complete", i)} <= kinds
         sched = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
@@ -94,6 +99,16 @@ INVALID = [
 ]
 
 
+def _violations(e: grpc.RpcError) -> list[str]:
+    out = []
+    for d in rpc_status.from_call(e).details:
+        if d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            br = error_details_pb2.BadRequest()
+            d.Unpack(br)
+            out += [v.field for v in br.field_violations]
+    return out
+
+
 def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # The philly preset: 64 nodes, 15 VCs with quotas (no "default" VC).
     with live(tmp_path, ["--jobs", "0"], "philly", 64, agents=1) as (run, client):
@@ -102,10 +117,18 @@ def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: 
                 client.submit(**kw)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kw
             assert message in e.value.details(), (kw, e.value.details())
+            # The rich status names the field the refusal is about (ErrorInfo and BadRequest).
+            field = next((f for start, f in (("unknown virtual", "vc"), ("unknown GPU", "gpu_models"),
+                                              ("more than the", "num_gpus")) if message.startswith(start)),
+                         message.split()[0])
+            assert refusal_of(e.value)["field"] == field, (kw, refusal_of(e.value))
+            assert _violations(e.value) == [field]
         ok = client.submit(num_gpus=8, duration_s=5.0, vc="ee9e8c", job_id="fine")
         with pytest.raises(grpc.RpcError) as e:
             client.submit(num_gpus=8, duration_s=5.0, vc="ee9e8c", job_id="fine")
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert refusal_of(e.value) == {"code": "duplicate_id", "message": "job 'fine' already exists (a job)",
+                                       "field": "job_id"}
         assert analysim(["submit", "--scheduler", run.target, "--gpus", "4", "--duration", "-1", "--vc", "ee9e8c"]) == 2
         assert "--duration must be between 0.001 and 1e+08 s, got -1" in capsys.readouterr().err
         with pytest.raises(grpc.RpcError) as e:
@@ -147,11 +170,11 @@ def test_misbehaving_agent_is_logged_and_ignored(tmp_path: Path) -> None:
                 apb.NodeTelemetry(node="node-0005", gpus=[apb.GpuState(index=0)]),
             ])
             msgs = [
-                apb.AgentMessage(session_id=reg.session_id),
-                apb.AgentMessage(events=[apb.JobEvent(kind=apb.JobEvent.FINISHED, job_id="ghost", launch_id=7,
+                apb.ConnectRequest(session_id=reg.session_id),
+                apb.ConnectRequest(events=[apb.JobEvent(kind=apb.JobEvent.KIND_FINISHED, job_id="ghost", launch_id=7,
                                                       time_s=1.0)]),
-                apb.AgentMessage(heartbeat=impossible),
-                apb.AgentMessage(ack=apb.Ack(step=999, time_s=-1.0, lookahead_s=math.nan)),
+                apb.ConnectRequest(heartbeat=impossible),
+                apb.ConnectRequest(ack=apb.Ack(step=999, time_s=-1.0, lookahead_s=math.nan)),
             ]
             call = stub.Connect(iter(msgs), metadata=md)
             first = next(call)  # the clock: the session is live
@@ -161,7 +184,7 @@ def test_misbehaving_agent_is_logged_and_ignored(tmp_path: Path) -> None:
             call.cancel()
         # Still serving, clients unaffected.
         job = client.submit(num_gpus=1, duration_s=5.0)
-        assert client.get_job(job.job_id).status in ("pending", "running")
+        assert client.get_job(job.job_id).status in (spb.JOB_STATUS_PENDING, spb.JOB_STATUS_RUNNING)
 
 
 def _ignored(run) -> set:  # noqa: ANN001

@@ -10,6 +10,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.launcher import split_nodes
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
@@ -56,7 +57,7 @@ def test_frozen_agent_misses_heartbeats_then_returns(tmp_path: Path) -> None:
     with live(tmp_path, args, "4x8", 4, agents=2) as (run, client):
         wait_until(lambda: client.cluster_state().clock.started, 30, "clock started")
         job = client.submit(num_gpus=8, duration_s=1e8)  # runs "forever" (the bound: 3 years) on one node
-        wait_until(lambda: client.get_job(job.job_id).status == "running", 30, "job running")
+        wait_until(lambda: client.get_job(job.job_id).status == spb.JOB_STATUS_RUNNING, 30, "job running")
         node = client.get_job(job.job_id).nodes[0]
         holder = 0 if int(node.split("-")[1]) < 2 else 1
 
@@ -64,7 +65,7 @@ def test_frozen_agent_misses_heartbeats_then_returns(tmp_path: Path) -> None:
         # scheduler's view (from heartbeats) and on the agent's own /metrics.
         def busy() -> list:
             st = client.cluster_state(nodes=True)
-            return [g.utilization for n in st.nodes if n.name == node for g in n.gpu]
+            return [g.telemetry.utilization for n in st.nodes if n.name == node for g in n.gpu]
 
         utils = wait_until(lambda: (u := busy()) and min(u) > 0 and u, 15, "busy GPUs in the telemetry")
         assert len(utils) == 8 and min(utils) >= 0.5
@@ -78,7 +79,7 @@ def test_frozen_agent_misses_heartbeats_then_returns(tmp_path: Path) -> None:
             st = wait_until(lambda: (s := client.cluster_state()).nodes_down == 2 and s, 15, "frozen agent's nodes down")
             assert st.agents == 1
             # Requeued, and placed again on the other agent's free nodes.
-            info = wait_until(lambda: (j := client.get_job(job.job_id)).restarts == 1 and j.status == "running" and j,
+            info = wait_until(lambda: (j := client.get_job(job.job_id)).restarts == 1 and j.status == spb.JOB_STATUS_RUNNING and j,
                               15, "job restarted elsewhere")
             assert info.nodes[0] != node
         finally:
@@ -115,10 +116,10 @@ def test_scheduler_killed_and_restarted_loses_no_submitted_job(tmp_path: Path) -
         wait_until(lambda: client.cluster_state().clock.started, 60, "agents back with the new scheduler")
         summary = client.wait_done(120)
         for job_id in injected:
-            assert client.get_job(job_id).status == "completed"
+            assert client.get_job(job_id).status == spb.JOB_STATUS_COMPLETED
         for job_id, rec in ended_before.items():  # kept as they were, not run again
             j = client.get_job(job_id)
-            assert (j.status, j.first_start_s, j.end_s) == ("completed", rec["first_start_s"], rec["end_s"])
+            assert (j.status, j.first_start_s, j.end_s) == (spb.JOB_STATUS_COMPLETED, rec["first_start_s"], rec["end_s"])
     assert summary["jobs_total"] == 305
     assert summary["jobs_completed"] == 305
     assert summary["jobs_client"] == 5

@@ -18,6 +18,7 @@ import pytest
 
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
+from protos.analysim.v1 import scheduler_pb2 as spb
 from tests.test_live_helpers import live, wait_until
 
 
@@ -51,7 +52,7 @@ def test_scheduler_sigkill_resumes_running_jobs_where_they_were(tmp_path: Path) 
     assert summary["live"]["jobs_resumed"] == len(running)
     for j in running:  # each ends exactly when it would have without the kill, never restarted
         a, o = after[j.job_id], offline[j.job_id]
-        assert (a.status, a.restarts) == ("completed", 0)
+        assert (a.status, a.restarts) == (spb.JOB_STATUS_COMPLETED, 0)
         assert (a.first_start_s, a.end_s) == (float(o["first_start_s"]), float(o["end_s"])), j.job_id
     assert summary["jobs_completed"] == summary["jobs_total"] == 300
     # Nothing else moved either: the whole replay is still the offline one, byte for byte.
@@ -87,11 +88,11 @@ def test_held_job_can_be_cancelled(tmp_path: Path) -> None:
         run.kill(run.agents[1], signal.SIGKILL)
         wait_until(lambda: client.cluster_state().nodes_down == 2, 30, "agent 1's nodes down")
         held = client.submit(num_gpus=32, duration_s=60.0, job_id="needs-every-node")
-        assert held.status == "pending" and client.get_job(held.job_id).status == "pending"
+        assert held.status == spb.JOB_STATUS_PENDING and client.get_job(held.job_id).status == spb.JOB_STATUS_PENDING
         st = client.cluster_state()
         assert (st.jobs_pending, len(st.queue)) == (1, 0)  # held: not in the engine's queue
         assert client.cancel(held.job_id).job_id == held.job_id  # was NOT_FOUND
-        wait_until(lambda: client.get_job(held.job_id).status == "cancelled", 30, "held job cancelled")
+        wait_until(lambda: client.get_job(held.job_id).status == spb.JOB_STATUS_CANCELLED, 30, "held job cancelled")
         st = client.cluster_state()
         assert (st.jobs_pending, st.jobs_cancelled) == (0, 1)
         _, summary = client.summary()
@@ -111,6 +112,7 @@ def test_status_json_has_every_field(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert st["jobs_pending"] == 0 and st["jobs_failed"] == 0 and st["pending_gpu_demand"] == 0
     assert st["clock"]["paused"] is False and st["clock"]["lockstep"] is True
     assert "replay_done" in st and st["queue"] == [] and st["nodes_down"] == 0
+    assert st["clock"]["wall_elapsed"].endswith("s")  # a Duration, in protobuf's JSON form
 
 
 def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_a_job_after_the_end_reopens_the_run_and_is_written_out(tmp_path: Path) 
         first = client.wait_done(60)
         assert first["jobs_total"] == 5 and (out / "jobs.csv").read_text().count("\n") == 6
         late = client.submit(num_gpus=2, duration_s=30.0, job_id="late").job_id
-        wait_until(lambda: client.get_job(late).status == "completed", 30, "the late job done")
+        wait_until(lambda: client.get_job(late).status == spb.JOB_STATUS_COMPLETED, 30, "the late job done")
         second = client.wait_done(60)
     assert second["jobs_total"] == second["jobs_completed"] == 6 and second["jobs_client"] == 1
     wait_until(lambda: "late," in (out / "jobs.csv").read_text(), 30, "out/ written again with the late job")

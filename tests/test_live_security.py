@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from analysim.cli import main as analysim
+from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
@@ -25,15 +26,16 @@ from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 from tests.tlscerts import CA
 
 
-def _register(ch: grpc.Channel, token: str | None, agent_id: str, *nodes: str) -> grpc.StatusCode:
+def _register(ch: grpc.Channel, token: str | None, agent_id: str, *nodes: str) -> tuple[grpc.StatusCode, str]:
+    """The status code of a Register and its ErrorInfo reason."""
     stub = apb_grpc.AgentServiceStub(ch)
     req = apb.RegisterRequest(agent_id=agent_id, nodes=[apb.NodeInfo(name=n, rack="rack-00", gpu_model="V100", gpus=8)
                                                         for n in nodes])
     try:
         stub.Register(req, timeout=5, metadata=bearer(token))
     except grpc.RpcError as e:
-        return e.code()
-    return grpc.StatusCode.OK
+        return e.code(), refusal_of(e)["code"]
+    return grpc.StatusCode.OK, ""
 
 
 def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -> None:
@@ -53,24 +55,26 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
             codes["agent-0 token, agent-1 id"] = _register(ch, run.token("agent-0"), "agent-1", "node-0000")
             # Clients: only their role's methods.
             sched = spb_grpc.SchedulerServiceStub(ch)
-            for name, call in (("client pauses", lambda: sched.Pause(spb.ClockRequest(), timeout=5,
+            for name, call in (("client pauses", lambda: sched.Pause(spb.PauseRequest(), timeout=5,
                                                                       metadata=bearer(run.token("client")))),
-                               ("agent submits", lambda: sched.SubmitJob(spb.JobRequest(num_gpus=1, duration_s=5),
+                               ("agent submits", lambda: sched.SubmitJob(spb.SubmitJobRequest(num_gpus=1, duration_s=5),
                                                                          timeout=5, metadata=bearer(run.token("agent-0")))),
-                               ("anonymous reads", lambda: sched.GetClusterState(spb.ClusterStateRequest(), timeout=5)),
-                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchRequest(), timeout=5))),
+                               ("anonymous reads", lambda: sched.GetClusterState(spb.GetClusterStateRequest(), timeout=5)),
+                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchEventsRequest(), timeout=5))),
                                ("anonymous agent stream", lambda: next(apb_grpc.AgentServiceStub(ch).Connect(
-                                   iter([apb.AgentMessage(session_id="guess")]), timeout=5)))):
+                                   iter([apb.ConnectRequest(session_id="guess")]), timeout=5)))):
                 with pytest.raises(grpc.RpcError) as e:
                     call()
-                codes[name] = e.value.code()
+                codes[name] = e.value.code(), refusal_of(e.value)["code"]
         U, P, BAD = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT
-        assert codes == {"no token": U, "unknown token": U, "client token": P, "operator token": P,
-                         "agent-0 token, agent-1 nodes": P, "agent-0 token, agent-1 id": BAD,
-                         "client pauses": P, "agent submits": P, "anonymous reads": U, "anonymous watches": U,
-                         "anonymous agent stream": U}
+        unauth, role = (U, "unauthenticated"), (P, "wrong_role")
+        assert codes == {"no token": unauth, "unknown token": unauth, "client token": role, "operator token": role,
+                         "agent-0 token, agent-1 nodes": (P, "foreign_node"),
+                         "agent-0 token, agent-1 id": (BAD, "invalid_nodes"),
+                         "client pauses": role, "agent submits": role, "anonymous reads": unauth,
+                         "anonymous watches": unauth, "anonymous agent stream": unauth}
         with run.client("client") as c:  # a client may submit and read; the operator may pause
-            assert c.submit(num_gpus=1, duration_s=60.0).status in ("pending", "running")
+            assert c.submit(num_gpus=1, duration_s=60.0).status in (spb.JOB_STATUS_PENDING, spb.JOB_STATUS_RUNNING)
         assert client.pause().paused and not client.resume().paused
         summary = client.wait_done(120)
         m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])

@@ -86,21 +86,21 @@ def test_agent_end_times_are_the_engines() -> None:
     slots = [apb.GpuSlots(node="node-0000", gpus=list(range(8)))]
     la = apb.Launch(job_id="j", launch_id=1, slots=slots, remaining_s=job.remaining_s, overhead_s=job.overhead_s,
                     slowdown=job.placement.slowdown, end_s=eng.expected_end(job))
-    started = agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=job.last_start_s, launch=la)]))
-    assert [(e.kind, e.time_s) for e in started.events] == [(apb.JobEvent.STARTED, 0.1)]
+    started = agent.handle(apb.ConnectResponse(commands=[apb.Command(time_s=job.last_start_s, launch=la)]))
+    assert [(e.kind, e.time_s) for e in started.events] == [(apb.JobEvent.KIND_STARTED, 0.1)]
     assert agent.lookahead() == eng.expected_end(job)
     # With an overhead and a slowdown, the same expression as the engine's _launch.
     t, over, slow = 7.77, 0.3, 1.1
     la2 = apb.Launch(job_id="j", launch_id=2, slots=slots, remaining_s=job.remaining_s, overhead_s=over, slowdown=slow,
                      end_s=t + over + job.remaining_s * slow)
-    agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=t, launch=la2)]))
+    agent.handle(apb.ConnectResponse(commands=[apb.Command(time_s=t, launch=la2)]))
     end = agent.lookahead()
     assert end == t + over + job.remaining_s * slow
     # Lockstep: an update to just before the end reports nothing; to the end, the completion.
-    before = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=math.nextafter(end, 0), lockstep=True, step=1)))
+    before = agent.handle(apb.ConnectResponse(clock=apb.ClockUpdate(time_s=math.nextafter(end, 0), lockstep=True, step=1)))
     assert [e.kind for e in before.events] == [] and before.ack.lookahead_s == end
-    at = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=end, lockstep=True, step=2)))
-    assert [(e.kind, e.job_id, e.launch_id, e.time_s) for e in at.events] == [(apb.JobEvent.FINISHED, "j", 2, end)]
+    at = agent.handle(apb.ConnectResponse(clock=apb.ClockUpdate(time_s=end, lockstep=True, step=2)))
+    assert [(e.kind, e.job_id, e.launch_id, e.time_s) for e in at.events] == [(apb.JobEvent.KIND_FINISHED, "j", 2, end)]
     assert at.ack.lookahead_s == math.inf and agent.used["node-0000"] == [0] * 8
 
 
@@ -112,12 +112,12 @@ def test_preempted_then_relaunched_job_reports_only_its_last_launch() -> None:
         return apb.Command(time_s=t, launch=apb.Launch(job_id="j", launch_id=lid, remaining_s=100.0, slowdown=1.0,
                                                        slots=[apb.GpuSlots(node=node, gpus=[0, 1])]))
 
-    agent.handle(apb.SchedulerMessage(commands=[launch(1, "node-0000", 0.0)]))
-    agent.handle(apb.SchedulerMessage(commands=[apb.Command(time_s=50.0, preempt=apb.Preempt(job_id="j", checkpoint=True)),
+    agent.handle(apb.ConnectResponse(commands=[launch(1, "node-0000", 0.0)]))
+    agent.handle(apb.ConnectResponse(commands=[apb.Command(time_s=50.0, preempt=apb.Preempt(job_id="j", checkpoint=True)),
                                                 launch(2, "node-0001", 50.0)]))
     assert agent.used["node-0000"][:2] == [0, 0] and agent.used["node-0001"][:2] == [1000, 1000]
-    out = agent.handle(apb.SchedulerMessage(clock=apb.ClockUpdate(time_s=1000.0, lockstep=True, step=1)))
-    fin = [(e.launch_id, e.time_s) for e in out.events if e.kind == apb.JobEvent.FINISHED]
+    out = agent.handle(apb.ConnectResponse(clock=apb.ClockUpdate(time_s=1000.0, lockstep=True, step=1)))
+    fin = [(e.launch_id, e.time_s) for e in out.events if e.kind == apb.JobEvent.KIND_FINISHED]
     assert fin == [(2, 150.0)]
 
 

@@ -4,7 +4,6 @@ bad input, Prometheus text, groups, and enforcement over REST and gRPC."""
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.core import EXTENT_METHODS
 from mlaas_monitor.monitor.service import Monitor, monitor_extension
@@ -203,7 +203,7 @@ def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
             with pytest.raises(grpc.RpcError) as e:
                 stub.Predict(pb.PredictRequest(model_id="credit", rows=rowpb), metadata=(("authorization", f"Bearer {user.key}"),))
             assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
-            assert json.loads(e.value.details())["error"]["code"] == "extraction_refused"
+            assert refusal_of(e.value)["code"] == "extraction_refused"
             assert env.admin.get(f"/v1/usage?user={name}")[1]["rows"] == before  # refused: never charged
         # a fresh user is served in full
         _, fresh = env.user()

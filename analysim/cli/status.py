@@ -70,6 +70,6 @@ def main(args: argparse.Namespace) -> int:
     if st.queue:
         print("queue    " + "  ".join(f"{j.job_id}({j.num_gpus}g {j.vc})" for j in st.queue))
     for n in st.nodes:
-        gpus = " ".join(f"{g.allocated:.1f}/{g.utilization:.0%}" for g in n.gpu)
+        gpus = " ".join(f"{g.allocated:.1f}/{g.telemetry.utilization:.0%}" for g in n.gpu)
         print(f"  {n.name} {n.gpu_model} {'up' if n.up else 'DOWN'} {n.agent_id or '-'}  {gpus}")
     return 0

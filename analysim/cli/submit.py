@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
 from analysim.errors import UserError
@@ -74,6 +73,9 @@ def main(args: argparse.Namespace) -> int:
                            memory_mib=args.memory_mib)
         except grpc.RpcError as e:
             raise UserError(refusal(e)) from None
-    start = "" if math.isnan(job.first_start_s) else f", started at t={job.first_start_s:.1f}"
-    print(f"{job.job_id} {job.status} (submitted at t={job.submit_s:.1f}{start})")
+    from protos.analysim.v1 import scheduler_pb2 as spb
+    from scheduler_svc.contract import word
+
+    start = f", started at t={job.first_start_s:.1f}" if job.HasField("first_start_s") else ""
+    print(f"{job.job_id} {word(spb.JobStatus, job.status)} (submitted at t={job.submit_s:.1f}{start})")
     return 0

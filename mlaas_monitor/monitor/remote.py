@@ -41,7 +41,7 @@ def event_from_proto(e: pb.QueryEvent) -> QueryEvent:
     n_features = int(e.n_features)
     features = np.asarray(e.features, dtype=np.float64).reshape(-1, n_features)
     return QueryEvent(
-        seq=int(e.seq), timestamp=e.timestamp, user=e.user, model_id=e.model_id, features=features,
+        seq=int(e.seq), timestamp=e.timestamp.seconds + e.timestamp.nanos / 1e9, user=e.user, model_id=e.model_id, features=features,
         labels=np.asarray(e.labels, dtype=np.int64),
         confidences=np.asarray(e.confidences, dtype=np.float64) if len(e.confidences) else None,
         leaves=np.asarray(e.leaves, dtype=np.int64) if len(e.leaves) else None,
@@ -105,7 +105,7 @@ class RemoteMonitor(MonitorBase):
                         self.connected.set()
                         async for pe in call:
                             start = time.perf_counter()
-                            self.handle(event_from_proto(pe))
+                            self.handle(event_from_proto(pe.event))
                             self.m_update.observe(time.perf_counter() - start)
                             self._schedule_save()
                 except grpc.aio.AioRpcError as e:

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -57,14 +60,14 @@ class RunningJob(_message.Message):
     def __init__(self, launch: _Optional[_Union[Launch, _Mapping]] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., failed: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("session_id", "clock", "heartbeat_interval_s")
+    __slots__ = ("session_id", "clock", "heartbeat_interval")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CLOCK_FIELD_NUMBER: _ClassVar[int]
-    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     clock: ClockUpdate
-    heartbeat_interval_s: float
-    def __init__(self, session_id: _Optional[str] = ..., clock: _Optional[_Union[ClockUpdate, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    heartbeat_interval: _duration_pb2.Duration
+    def __init__(self, session_id: _Optional[str] = ..., clock: _Optional[_Union[ClockUpdate, _Mapping]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GpuState(_message.Message):
     __slots__ = ("index", "utilization", "memory_used_bytes", "memory_total_bytes", "power_watts", "temperature_celsius", "health", "job_id")
@@ -107,13 +110,13 @@ class JobEvent(_message.Message):
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[JobEvent.Kind]
-        STARTED: _ClassVar[JobEvent.Kind]
-        FINISHED: _ClassVar[JobEvent.Kind]
-        FAILED: _ClassVar[JobEvent.Kind]
+        KIND_STARTED: _ClassVar[JobEvent.Kind]
+        KIND_FINISHED: _ClassVar[JobEvent.Kind]
+        KIND_FAILED: _ClassVar[JobEvent.Kind]
     KIND_UNSPECIFIED: JobEvent.Kind
-    STARTED: JobEvent.Kind
-    FINISHED: JobEvent.Kind
-    FAILED: JobEvent.Kind
+    KIND_STARTED: JobEvent.Kind
+    KIND_FINISHED: JobEvent.Kind
+    KIND_FAILED: JobEvent.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_ID_FIELD_NUMBER: _ClassVar[int]
@@ -136,7 +139,7 @@ class Ack(_message.Message):
     lookahead_s: float
     def __init__(self, step: _Optional[int] = ..., time_s: _Optional[float] = ..., lookahead_s: _Optional[float] = ...) -> None: ...
 
-class AgentMessage(_message.Message):
+class ConnectRequest(_message.Message):
     __slots__ = ("session_id", "events", "heartbeat", "ack")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
@@ -230,7 +233,7 @@ class ClockUpdate(_message.Message):
     durable_s: float
     def __init__(self, time_s: _Optional[float] = ..., speed: _Optional[float] = ..., lockstep: _Optional[bool] = ..., paused: _Optional[bool] = ..., step: _Optional[int] = ..., durable_s: _Optional[float] = ...) -> None: ...
 
-class SchedulerMessage(_message.Message):
+class ConnectResponse(_message.Message):
     __slots__ = ("commands", "clock")
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
     CLOCK_FIELD_NUMBER: _ClassVar[int]

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.analysim.v1 import agent_pb2 as protos_dot_analysim_dot_v1_dot_agent__pb2
+from protos.analysim.v1 import agent_pb2 as analysim_dot_v1_dot_agent__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/analysim/v1/agent_pb2_grpc.py depends on'
+        + ' but the generated code in analysim/v1/agent_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class AgentServiceStub:
         """
         self.Register = channel.unary_unary(
                 '/analysim.v1.AgentService/Register',
-                request_serializer=protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_agent__pb2.RegisterRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_agent__pb2.RegisterResponse.FromString,
                 _registered_method=True)
         self.Connect = channel.stream_stream(
                 '/analysim.v1.AgentService/Connect',
-                request_serializer=protos_dot_analysim_dot_v1_dot_agent__pb2.AgentMessage.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_agent__pb2.SchedulerMessage.FromString,
+                request_serializer=analysim_dot_v1_dot_agent__pb2.ConnectRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_agent__pb2.ConnectResponse.FromString,
                 _registered_method=True)
 
 
@@ -66,13 +66,13 @@ def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_agent__pb2.RegisterRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_agent__pb2.RegisterResponse.SerializeToString,
             ),
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_agent__pb2.AgentMessage.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_agent__pb2.SchedulerMessage.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_agent__pb2.ConnectRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_agent__pb2.ConnectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -100,8 +100,8 @@ class AgentService:
             request,
             target,
             '/analysim.v1.AgentService/Register',
-            protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_agent__pb2.RegisterResponse.FromString,
+            analysim_dot_v1_dot_agent__pb2.RegisterRequest.SerializeToString,
+            analysim_dot_v1_dot_agent__pb2.RegisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -127,8 +127,8 @@ class AgentService:
             request_iterator,
             target,
             '/analysim.v1.AgentService/Connect',
-            protos_dot_analysim_dot_v1_dot_agent__pb2.AgentMessage.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_agent__pb2.SchedulerMessage.FromString,
+            analysim_dot_v1_dot_agent__pb2.ConnectRequest.SerializeToString,
+            analysim_dot_v1_dot_agent__pb2.ConnectResponse.FromString,
             options,
             channel_credentials,
             insecure,

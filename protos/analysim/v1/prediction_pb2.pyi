@@ -1,10 +1,25 @@
+import datetime
+
+from google.protobuf import any_pb2 as _any_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class FeatureKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FEATURE_KIND_UNSPECIFIED: _ClassVar[FeatureKind]
+    FEATURE_KIND_NUMERIC: _ClassVar[FeatureKind]
+    FEATURE_KIND_CATEGORICAL: _ClassVar[FeatureKind]
+FEATURE_KIND_UNSPECIFIED: FeatureKind
+FEATURE_KIND_NUMERIC: FeatureKind
+FEATURE_KIND_CATEGORICAL: FeatureKind
 
 class Value(_message.Message):
     __slots__ = ("number", "text")
@@ -41,23 +56,23 @@ class FeatureInfo(_message.Message):
     MAX_FIELD_NUMBER: _ClassVar[int]
     CATEGORIES_FIELD_NUMBER: _ClassVar[int]
     name: str
-    kind: str
+    kind: FeatureKind
     min: float
     max: float
     categories: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[FeatureKind, str]] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("id", "features", "classes", "card_json")
+    __slots__ = ("id", "features", "classes", "card")
     ID_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     CLASSES_FIELD_NUMBER: _ClassVar[int]
-    CARD_JSON_FIELD_NUMBER: _ClassVar[int]
+    CARD_FIELD_NUMBER: _ClassVar[int]
     id: str
     features: _containers.RepeatedCompositeFieldContainer[FeatureInfo]
     classes: _containers.RepeatedScalarFieldContainer[str]
-    card_json: str
-    def __init__(self, id: _Optional[str] = ..., features: _Optional[_Iterable[_Union[FeatureInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[str]] = ..., card_json: _Optional[str] = ...) -> None: ...
+    card: _struct_pb2.Struct
+    def __init__(self, id: _Optional[str] = ..., features: _Optional[_Iterable[_Union[FeatureInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[str]] = ..., card: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
@@ -70,6 +85,12 @@ class GetModelRequest(_message.Message):
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     def __init__(self, model_id: _Optional[str] = ...) -> None: ...
+
+class GetModelResponse(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: ModelInfo
+    def __init__(self, model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
 
 class PackedRows(_message.Message):
     __slots__ = ("n_rows", "numbers", "categories")
@@ -151,17 +172,15 @@ class PredictStreamRequest(_message.Message):
     idempotency_key: str
     def __init__(self, request: _Optional[_Union[PredictRequest, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
-class Error(_message.Message):
-    __slots__ = ("status", "code", "message", "field")
-    STATUS_FIELD_NUMBER: _ClassVar[int]
+class ErrorStatus(_message.Message):
+    __slots__ = ("code", "message", "details")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    FIELD_FIELD_NUMBER: _ClassVar[int]
-    status: str
-    code: str
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    code: int
     message: str
-    field: str
-    def __init__(self, status: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+    details: _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
 
 class PredictStreamResponse(_message.Message):
     __slots__ = ("answer", "error", "replayed")
@@ -169,9 +188,9 @@ class PredictStreamResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     answer: PredictResponse
-    error: Error
+    error: ErrorStatus
     replayed: bool
-    def __init__(self, answer: _Optional[_Union[PredictResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    def __init__(self, answer: _Optional[_Union[PredictResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorStatus, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("after_seq", "model_id")
@@ -193,7 +212,7 @@ class QueryEvent(_message.Message):
     CONFIDENCES_FIELD_NUMBER: _ClassVar[int]
     LEAVES_FIELD_NUMBER: _ClassVar[int]
     seq: int
-    timestamp: float
+    timestamp: _timestamp_pb2.Timestamp
     user: str
     model_id: str
     n_features: int
@@ -201,4 +220,10 @@ class QueryEvent(_message.Message):
     labels: _containers.RepeatedScalarFieldContainer[int]
     confidences: _containers.RepeatedScalarFieldContainer[float]
     leaves: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., user: _Optional[str] = ..., model_id: _Optional[str] = ..., n_features: _Optional[int] = ..., features: _Optional[_Iterable[float]] = ..., labels: _Optional[_Iterable[int]] = ..., confidences: _Optional[_Iterable[float]] = ..., leaves: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., model_id: _Optional[str] = ..., n_features: _Optional[int] = ..., features: _Optional[_Iterable[float]] = ..., labels: _Optional[_Iterable[int]] = ..., confidences: _Optional[_Iterable[float]] = ..., leaves: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: QueryEvent
+    def __init__(self, event: _Optional[_Union[QueryEvent, _Mapping]] = ...) -> None: ...

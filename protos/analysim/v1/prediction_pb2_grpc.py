@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.analysim.v1 import prediction_pb2 as protos_dot_analysim_dot_v1_dot_prediction__pb2
+from protos.analysim.v1 import prediction_pb2 as analysim_dot_v1_dot_prediction__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/analysim/v1/prediction_pb2_grpc.py depends on'
+        + ' but the generated code in analysim/v1/prediction_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,28 +36,28 @@ class PredictionServiceStub:
         """
         self.ListModels = channel.unary_unary(
                 '/analysim.v1.PredictionService/ListModels',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
         self.GetModel = channel.unary_unary(
                 '/analysim.v1.PredictionService/GetModel',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetModelRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ModelInfo.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.GetModelRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.GetModelResponse.FromString,
                 _registered_method=True)
         self.Predict = channel.unary_unary(
                 '/analysim.v1.PredictionService/Predict',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
                 _registered_method=True)
         self.PredictStream = channel.stream_stream(
                 '/analysim.v1.PredictionService/PredictStream',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
                 _registered_method=True)
         self.GetUsage = channel.unary_unary(
                 '/analysim.v1.PredictionService/GetUsage',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
 
 
@@ -103,28 +103,28 @@ def add_PredictionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.SerializeToString,
             ),
             'GetModel': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModel,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetModelRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.ModelInfo.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.GetModelRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.GetModelResponse.SerializeToString,
             ),
             'Predict': grpc.unary_unary_rpc_method_handler(
                     servicer.Predict,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.PredictRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.PredictResponse.SerializeToString,
             ),
             'PredictStream': grpc.stream_stream_rpc_method_handler(
                     servicer.PredictStream,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.SerializeToString,
             ),
             'GetUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUsage,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -152,8 +152,8 @@ class PredictionService:
             request,
             target,
             '/analysim.v1.PredictionService/ListModels',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.FromString,
+            analysim_dot_v1_dot_prediction__pb2.ListModelsRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -179,8 +179,8 @@ class PredictionService:
             request,
             target,
             '/analysim.v1.PredictionService/GetModel',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.GetModelRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.ModelInfo.FromString,
+            analysim_dot_v1_dot_prediction__pb2.GetModelRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.GetModelResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -206,8 +206,8 @@ class PredictionService:
             request,
             target,
             '/analysim.v1.PredictionService/Predict',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
+            analysim_dot_v1_dot_prediction__pb2.PredictRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -233,8 +233,8 @@ class PredictionService:
             request_iterator,
             target,
             '/analysim.v1.PredictionService/PredictStream',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
+            analysim_dot_v1_dot_prediction__pb2.PredictStreamRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.PredictStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -260,8 +260,8 @@ class PredictionService:
             request,
             target,
             '/analysim.v1.PredictionService/GetUsage',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.FromString,
+            analysim_dot_v1_dot_prediction__pb2.GetUsageRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -284,8 +284,8 @@ class QueryStreamServiceStub:
         """
         self.Subscribe = channel.unary_stream(
                 '/analysim.v1.QueryStreamService/Subscribe',
-                request_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.QueryEvent.FromString,
+                request_serializer=analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_prediction__pb2.SubscribeResponse.FromString,
                 _registered_method=True)
 
 
@@ -303,8 +303,8 @@ def add_QueryStreamServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_prediction__pb2.QueryEvent.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_prediction__pb2.SubscribeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -332,8 +332,8 @@ class QueryStreamService:
             request,
             target,
             '/analysim.v1.QueryStreamService/Subscribe',
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_prediction__pb2.QueryEvent.FromString,
+            analysim_dot_v1_dot_prediction__pb2.SubscribeRequest.SerializeToString,
+            analysim_dot_v1_dot_prediction__pb2.SubscribeResponse.FromString,
             options,
             channel_credentials,
             insecure,

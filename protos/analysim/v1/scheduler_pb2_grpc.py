@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.analysim.v1 import scheduler_pb2 as protos_dot_analysim_dot_v1_dot_scheduler__pb2
+from protos.analysim.v1 import scheduler_pb2 as analysim_dot_v1_dot_scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/analysim/v1/scheduler_pb2_grpc.py depends on'
+        + ' but the generated code in analysim/v1/scheduler_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,53 +36,53 @@ class SchedulerServiceStub:
         """
         self.SubmitJob = channel.unary_unary(
                 '/analysim.v1.SchedulerService/SubmitJob',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.SubmitJobResponse.FromString,
                 _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/analysim.v1.SchedulerService/CancelJob',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/analysim.v1.SchedulerService/GetJob',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetJobResponse.FromString,
                 _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/analysim.v1.SchedulerService/ListJobs',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
         self.WatchEvents = channel.unary_stream(
                 '/analysim.v1.SchedulerService/WatchEvents',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.WatchRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.Event.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.WatchEventsResponse.FromString,
                 _registered_method=True)
         self.GetClusterState = channel.unary_unary(
                 '/analysim.v1.SchedulerService/GetClusterState',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterStateRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterState.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.GetClusterStateRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetClusterStateResponse.FromString,
                 _registered_method=True)
         self.Pause = channel.unary_unary(
                 '/analysim.v1.SchedulerService/Pause',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.PauseRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.PauseResponse.FromString,
                 _registered_method=True)
         self.Resume = channel.unary_unary(
                 '/analysim.v1.SchedulerService/Resume',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.ResumeResponse.FromString,
                 _registered_method=True)
         self.SetSpeed = channel.unary_unary(
                 '/analysim.v1.SchedulerService/SetSpeed',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SpeedRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.SetSpeedRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.SetSpeedResponse.FromString,
                 _registered_method=True)
         self.GetSummary = channel.unary_unary(
                 '/analysim.v1.SchedulerService/GetSummary',
-                request_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryRequest.SerializeToString,
-                response_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryResponse.FromString,
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.FromString,
                 _registered_method=True)
 
 
@@ -154,53 +154,53 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.SubmitJobRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.SubmitJobResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.CancelJobRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.CancelJobResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetJobRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.GetJobResponse.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.SerializeToString,
             ),
             'WatchEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchEvents,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.WatchRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.Event.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.WatchEventsRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.WatchEventsResponse.SerializeToString,
             ),
             'GetClusterState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterState,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterStateRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterState.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetClusterStateRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.GetClusterStateResponse.SerializeToString,
             ),
             'Pause': grpc.unary_unary_rpc_method_handler(
                     servicer.Pause,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.PauseRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.PauseResponse.SerializeToString,
             ),
             'Resume': grpc.unary_unary_rpc_method_handler(
                     servicer.Resume,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.ResumeRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.ResumeResponse.SerializeToString,
             ),
             'SetSpeed': grpc.unary_unary_rpc_method_handler(
                     servicer.SetSpeed,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SpeedRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.SetSpeedRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.SetSpeedResponse.SerializeToString,
             ),
             'GetSummary': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSummary,
-                    request_deserializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryRequest.FromString,
-                    response_serializer=protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryResponse.SerializeToString,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -228,8 +228,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/SubmitJob',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.SubmitJobRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.SubmitJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -255,8 +255,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/CancelJob',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.CancelJobRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.CancelJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -282,8 +282,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/GetJob',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobId.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.JobInfo.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.GetJobRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.GetJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -309,8 +309,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/ListJobs',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.ListJobsRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -336,8 +336,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/WatchEvents',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.WatchRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.Event.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.WatchEventsRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.WatchEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -363,8 +363,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/GetClusterState',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterStateRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClusterState.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.GetClusterStateRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.GetClusterStateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -390,8 +390,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/Pause',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.PauseRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.PauseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -417,8 +417,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/Resume',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.ResumeRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.ResumeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -444,8 +444,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/SetSpeed',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.SpeedRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.ClockState.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.SetSpeedRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.SetSpeedResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -471,8 +471,8 @@ class SchedulerService:
             request,
             target,
             '/analysim.v1.SchedulerService/GetSummary',
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryRequest.SerializeToString,
-            protos_dot_analysim_dot_v1_dot_scheduler__pb2.SummaryResponse.FromString,
+            analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.FromString,
             options,
             channel_credentials,
             insecure,
