@@ -5,7 +5,9 @@ Helios Venus cluster).
 
 1. Lockstep (--speed max) over the first --jobs jobs: speedup (virtual seconds per wall
    second), stream messages per second, decision latency p50/p99, CPU and peak RSS of every
-   process, and the identity check against the offline run (jobs.csv compared row by row).
+   process, and the identity check against the offline run (jobs.csv compared row by row);
+   once per --security setting: plain (no tokens, plaintext), auth (bearer tokens), auth+tls
+   (tokens and mutual TLS with throwaway certificates), so that their cost shows.
 2. Paced, at each of --speeds: the divergence from the offline run (mean and max |dJCT|, as a
    share of the mean JCT); the highest speed under 1 %. A paced run lasts makespan / speed wall
    seconds and the extract's makespan is set by its longest jobs (weeks), so this part replays a
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -37,8 +40,8 @@ from analysim.clusters import parse_cluster  # noqa: E402
 from analysim.core.job import JobSpec  # noqa: E402
 from analysim.report import write_run  # noqa: E402
 from analysim.simulation import RunOptions, run  # noqa: E402
+from analysim.tls import TlsFiles  # noqa: E402
 from analysim.traces import Trace, load_trace, write_canonical  # noqa: E402
-from scheduler_svc.client import SchedulerClient  # noqa: E402
 from scheduler_svc.launcher import LocalRun  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "philly.csv"
@@ -67,12 +70,23 @@ def paced_window(jobs: list[JobSpec], day: float, n: int, cap_h: float) -> list[
     return [replace(j, submit_s=j.submit_s - t0, duration_s=min(j.duration_s, cap_h * 3600)) for j in chosen]
 
 
-def live_run(work: Path, sched_args: list[str], cluster: str, agents: int, deadline_s: float) -> tuple[dict, dict]:
-    nodes = len(parse_cluster(cluster).nodes)
-    with LocalRun(work) as lr:
-        lr.start_scheduler([*sched_args, "--cluster", cluster, "--log-level", "WARNING"])
-        lr.start_agents(cluster, nodes, agents)
-        with SchedulerClient(lr.target) as c:
+def live_run(work: Path, sched_args: list[str], cluster: str, agents: int, deadline_s: float,
+             security: str = "plain") -> tuple[dict, dict]:
+    names = [n.name for n in parse_cluster(cluster).nodes]
+    tls, tls_args = TlsFiles(), []
+    if "tls" in security:
+        from tests.tlscerts import CA  # throwaway certificates (the cryptography package, a dev extra)
+
+        ca = CA(work.parent, f"ca-{work.name}")
+        cert = ca.issue(f"scheduler-{work.name}")
+        tls = TlsFiles(ca=ca.files.cert, cert=cert.cert, key=cert.key)
+        tls_args = ["--tls-cert", cert.cert, "--tls-key", cert.key, "--tls-ca", ca.files.cert]
+    with LocalRun(work, tls=tls) as lr:
+        if "auth" in security:
+            lr.provision(names, agents)
+        lr.start_scheduler([*sched_args, *tls_args, "--cluster", cluster, "--log-level", "WARNING"])
+        lr.start_agents(cluster, len(names), agents)
+        with lr.client() as c:
             c.wait_ready()
             end = time.monotonic() + deadline_s
             while not c.cluster_state(queue_limit=1).replay_done:
@@ -98,6 +112,9 @@ def main() -> int:
     ap.add_argument("--paced-cap-h", type=float, default=12.0, help="paced window: duration cap, hours (default 12)")
     ap.add_argument("--speeds", default="1000,2000,5000,10000,20000,50000")
     ap.add_argument("--paced-lag", type=float, default=0.0, help="the scheduler's --paced-lag (default 0)")
+    ap.add_argument("--security", default="plain,auth,auth+tls",
+                    help="lockstep runs, one per setting: plain, auth (tokens), auth+tls (tokens + mutual TLS)")
+    ap.add_argument("--repeat", type=int, default=1, help="lockstep rounds over the --security settings (default 1)")
     ap.add_argument("--skip-paced", action="store_true")
     ap.add_argument("--skip-lockstep", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live")
@@ -114,37 +131,47 @@ def main() -> int:
     cluster = parse_cluster(args.cluster)
 
     if not args.skip_lockstep:
-        out = args.out / "lockstep"
-        common = ["--trace", str(args.trace), "--limit", str(args.jobs), "--policy", args.policy]
-        summary, usage = live_run(work / "lockstep", [*common, "--out", str(out), "--no-offline-check"],
-                                  args.cluster, args.agents, 3600)
         # The reference: the offline run of the same inputs (not timed), jobs.csv row by row.
         t = time.perf_counter()
         ref = run(trace.jobs, cluster, RunOptions(policy=args.policy, limit=args.jobs), trace_filtered=trace.filtered)
         offline_wall = time.perf_counter() - t
         write_run(args.out / "offline", ref.summary, ref.jobs, ref.timeseries, plots=False)
-        live_rows = (out / "jobs.csv").read_text().splitlines()
         off_rows = (args.out / "offline" / "jobs.csv").read_text().splitlines()
-        same = sum(a == b for a, b in zip(live_rows[1:], off_rows[1:], strict=False))
-        lv = summary["live"]
-        results["lockstep"] = {
-            "jobs": summary["jobs_total"], "completed": summary["jobs_completed"],
-            "identical_rows": same, "rows": len(off_rows) - 1, "identical_file": live_rows == off_rows,
-            "wall_s": summary["wall_s"], "virtual_s": lv["virtual_s"], "speedup": lv["speedup"],
-            "steps": lv["steps"], "messages_per_s": lv["messages_per_s"],
-            "messages": lv["messages_sent"] + lv["messages_received"],
-            "decision_latency_p50_ms": lv["decision_latency_p50_s"] * 1e3,
-            "decision_latency_p99_ms": lv["decision_latency_p99_s"] * 1e3,
-            "decision_latency_max_ms": lv["decision_latency_max_s"] * 1e3,
-            "processes": usage, "offline_wall_s": offline_wall,
-        }
-        r = results["lockstep"]
-        print(f"lockstep: {r['completed']}/{r['jobs']} jobs, {r['identical_rows']}/{r['rows']} jobs.csv rows identical "
-              f"(file identical: {r['identical_file']}); {r['virtual_s'] / 86400:.1f} virtual days in {r['wall_s']:.1f} s "
-              f"= x{r['speedup']:,.0f}; {r['messages_per_s']:,.0f} msg/s; decision latency p50 "
-              f"{r['decision_latency_p50_ms']:.2f} ms p99 {r['decision_latency_p99_ms']:.2f} ms")
-        for name, u in usage.items():
-            print(f"  {name}: CPU {u['cpu_s']:.1f} s, peak RSS {u['peak_rss_mib']:.0f} MiB")
+        results["lockstep_by_security"] = {}
+        # Rounds interleave the settings, so that a change of load on a shared machine hits all alike.
+        for security in [s for _ in range(args.repeat) for s in args.security.split(",")]:
+            out = args.out / f"lockstep-{security}"
+            common = ["--trace", str(args.trace), "--limit", str(args.jobs), "--policy", args.policy]
+            summary, usage = live_run(work / f"lockstep-{security}", [*common, "--out", str(out), "--no-offline-check"],
+                                      args.cluster, args.agents, 3600, security)
+            live_rows = (out / "jobs.csv").read_text().splitlines()
+            same = sum(a == b for a, b in zip(live_rows[1:], off_rows[1:], strict=False))
+            lv = summary["live"]
+            r = {
+                "jobs": summary["jobs_total"], "completed": summary["jobs_completed"],
+                "identical_rows": same, "rows": len(off_rows) - 1, "identical_file": live_rows == off_rows,
+                "wall_s": summary["wall_s"], "virtual_s": lv["virtual_s"], "speedup": lv["speedup"],
+                "steps": lv["steps"], "messages_per_s": lv["messages_per_s"],
+                "messages": lv["messages_sent"] + lv["messages_received"],
+                "decision_latency_p50_ms": lv["decision_latency_p50_s"] * 1e3,
+                "decision_latency_p99_ms": lv["decision_latency_p99_s"] * 1e3,
+                "decision_latency_max_ms": lv["decision_latency_max_s"] * 1e3,
+                "processes": usage, "offline_wall_s": offline_wall, "loadavg": os.getloadavg(),
+            }
+            results["lockstep_by_security"].setdefault(security, []).append(r)
+            results.setdefault("lockstep", r)
+            print(f"lockstep [{security}]: {r['completed']}/{r['jobs']} jobs, {r['identical_rows']}/{r['rows']} jobs.csv "
+                  f"rows identical (file identical: {r['identical_file']}); {r['virtual_s'] / 86400:.1f} virtual days in "
+                  f"{r['wall_s']:.1f} s = x{r['speedup']:,.0f}; {r['messages_per_s']:,.0f} msg/s; decision latency p50 "
+                  f"{r['decision_latency_p50_ms']:.2f} ms p99 {r['decision_latency_p99_ms']:.2f} ms; load average "
+                  f"{r['loadavg'][0]:.2f}")
+            for name, u in usage.items():
+                print(f"  {name}: CPU {u['cpu_s']:.2f} s, peak RSS {u['peak_rss_mib']:.0f} MiB")
+        for security, runs in results["lockstep_by_security"].items():
+            med = {k: statistics.median(r[k] for r in runs) for k in ("speedup", "messages_per_s", "wall_s")}
+            cpu = {p: statistics.median(r["processes"][p]["cpu_s"] for r in runs) for p in runs[0]["processes"]}
+            print(f"median of {len(runs)} [{security}]: x{med['speedup']:,.0f}, {med['messages_per_s']:,.0f} msg/s, "
+                  f"{med['wall_s']:.1f} s wall; CPU s " + ", ".join(f"{p} {c:.2f}" for p, c in cpu.items()))
 
     if not args.skip_paced:
         results["paced"] = []

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from analysim.errors import UserError
-from mlaas_monitor.auth import MIN_ADMIN_KEY_LENGTH
+from mlaas_monitor.auth import admin_key_problem
 
 ENV_VAR = "ANALYSIM_ADMIN_KEY"
 
@@ -22,6 +22,7 @@ def load_admin_key(env: Mapping[str, str], key_file: str | None) -> str:
         key, source = env[ENV_VAR].strip(), ENV_VAR
     else:
         raise UserError(f"no admin key: set {ENV_VAR} or pass --admin-key-file (there is no default)")
-    if len(key) < MIN_ADMIN_KEY_LENGTH:
-        raise UserError(f"the admin key from {source} is shorter than {MIN_ADMIN_KEY_LENGTH} characters")
+    problem = admin_key_problem(key)
+    if problem is not None:
+        raise UserError(f"the admin key from {source} is {problem}")
     return key

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,23 @@ GERMAN_COLUMNS = (
     "foreign_worker", "credit",
 )  # fmt: skip
 DEFAULT_TARGETS = {"german.data": "credit", "adult.csv": "income"}
+# Values that mean "missing" in the files users bring (adult.csv uses '?').
+MISSING = frozenset({"", "?", "NA", "N/A", "NaN", "nan", "null", "NULL"})
+MISSING_POLICIES = ("error", "drop", "impute")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How to read a file users bring: which columns to drop, what to do with missing
+    values (``error``: a missing target is an error and a missing feature value is a
+    category of its own; ``drop``: rows with any missing value go; ``impute``: rows with a
+    missing target go, a missing feature value becomes its column's median or most
+    frequent value), and which columns to read as numbers out of text ("89 OR OLDER")."""
+
+    drop_columns: tuple[str, ...] = ()
+    missing: str = "error"
+    numeric: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +58,7 @@ class RawDataset:
     data: list[list[str]] | np.ndarray  # rows
     target: list[str] | np.ndarray
     target_name: str
+    notes: tuple[str, ...] = field(default=())  # what was dropped or imputed, for the user
 
 
 def parse_table(text: str, path: str, header: list[str] | None, delimiter: str | None) -> tuple[list[str], list[list[str]]]:
@@ -46,6 +66,14 @@ def parse_table(text: str, path: str, header: list[str] | None, delimiter: str |
 
     ``delimiter=None`` splits on runs of whitespace (german.data).
     """
+    header, rows, _ = parse_table_lines(text, path, header, delimiter)
+    return header, rows
+
+
+def parse_table_lines(
+    text: str, path: str, header: list[str] | None, delimiter: str | None
+) -> tuple[list[str], list[list[str]], list[int]]:
+    """``parse_table``, with each row's line number in the file."""
     lines = text.splitlines()
     rows: list[tuple[int, list[str]]] = []
     if delimiter is None:
@@ -65,13 +93,121 @@ def parse_table(text: str, path: str, header: list[str] | None, delimiter: str |
             raise InputFileError(path, line, None, f"expected {len(header)} values, got {len(r)}")
     if not rows:
         raise InputFileError(path, None, None, "no data rows")
-    return header, [r for _, r in rows]
+    return header, [r for _, r in rows], [n for n, _ in rows]
 
 
-def split_target(name: str, header: list[str], rows: list[list[str]], target: str | None, path: str) -> RawDataset:
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def check_repeated_header(path: str, header: list[str], rows: list[list[str]], lines: list[int]) -> None:
+    """Refuse a table whose data holds a header row: a copy of the header anywhere, or a
+    second header line under the first (as survey exports write: "Response,Response,...").
+    Taken as data, its values would become an extra class and extra categories.
+
+    The first data row is a second header when none of its values occurs in another row of
+    its column, and some column that is numeric in every other row is not numeric in it."""
+    for r, line in zip(rows, lines, strict=True):
+        if r == header:
+            raise InputFileError(path, line, None, "repeats the header row; remove it (only one header line is read)")
+    if len(rows) < 3:
+        return
+    first, rest = rows[0], rows[1:]
+    seen = [Counter(r[j] for r in rest) for j in range(len(header))]
+    if any(v not in MISSING and seen[j][v] for j, v in enumerate(first)):
+        return
+    for j, v in enumerate(first):
+        if v not in MISSING and not _is_number(v) and all(_is_number(r[j]) for r in rest if r[j] not in MISSING) and any(
+            r[j] not in MISSING for r in rest
+        ):
+            shown = ", ".join(repr(x) for x in first[:4]) + (", ..." if len(first) > 4 else "")
+            raise InputFileError(
+                path, lines[0], header[j],
+                f"looks like a second header row ({shown}): its values occur in no other row and this column is "
+                f"numeric everywhere else; remove the line (only one header line is read)",
+            )  # fmt: skip
+
+
+def prepare_table(
+    path: str, header: list[str], rows: list[list[str]], lines: list[int], target: str, opts: TableOptions
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Apply ``opts`` to a parsed table (the target column is kept); returns header, rows
+    and notes saying what was dropped, parsed or imputed."""
+    if opts.missing not in MISSING_POLICIES:
+        raise UserError(f"missing values: expected one of {', '.join(MISSING_POLICIES)}, not {opts.missing!r}")
+    for flag, names in (("--drop-columns", opts.drop_columns), ("--numeric", opts.numeric)):
+        for c in names:
+            if c not in header:
+                raise InputFileError(path, None, c, f"{flag}: no such column; columns are {', '.join(header)}")
+    if target in opts.drop_columns:
+        raise UserError(f"--drop-columns: {target!r} is the target column")
+    notes: list[str] = []
+    keep = [j for j, c in enumerate(header) if c not in opts.drop_columns]
+    header = [header[j] for j in keep]
+    rows = [[r[j] for j in keep] for r in rows]
+    if opts.drop_columns:
+        notes.append(f"dropped columns {', '.join(opts.drop_columns)}")
+    for c in opts.numeric:
+        j = header.index(c)
+        for r, line in zip(rows, lines, strict=True):
+            if r[j] in MISSING:
+                continue
+            m = _NUMBER.search(r[j])
+            if m is None:
+                raise InputFileError(path, line, c, f"--numeric: no number in {r[j][:40]!r}")
+            r[j] = m.group(0)
+        notes.append(f"read numbers out of column {c}")
+    t = header.index(target)
+    if opts.missing == "error":
+        for r, line in zip(rows, lines, strict=True):
+            if r[t] in MISSING:
+                raise InputFileError(path, line, target, "missing target value (use --dropna or --impute to drop such rows)")
+        return header, rows, notes
+    before = len(rows)
+    if opts.missing == "drop":
+        rows = [r for r in rows if not any(v in MISSING for v in r)]
+        notes.append(f"dropped {before - len(rows)} of {before} rows with a missing value")
+    else:
+        rows = [r for r in rows if r[t] not in MISSING]
+        if len(rows) < before:
+            notes.append(f"dropped {before - len(rows)} of {before} rows with a missing target")
+        for j, c in enumerate(header):
+            if j == t:
+                continue
+            present = [r[j] for r in rows if r[j] not in MISSING]
+            holes = len(rows) - len(present)
+            if not holes or not present:
+                continue
+            if all(_is_number(v) for v in present):
+                nums = np.array([float(v) for v in present])
+                fill = float(np.median(nums))
+                if np.all(nums == np.round(nums)):
+                    fill = float(np.round(fill))
+                value = repr(int(fill)) if fill.is_integer() else repr(fill)
+            else:
+                value = min(Counter(present).items(), key=lambda kv: (-kv[1], kv[0]))[0]  # most frequent, then first
+            for r in rows:
+                if r[j] in MISSING:
+                    r[j] = value
+            notes.append(f"imputed {holes} missing value(s) of {c} with {value}")
+    if not rows:
+        raise InputFileError(path, None, None, "no rows left after dropping those with missing values")
+    return header, rows, notes
+
+
+def default_target(name: str, header: list[str], target: str | None, path: str) -> str:
     target = target or DEFAULT_TARGETS.get(name) or header[-1]
     if target not in header:
         raise InputFileError(path, None, target, f"no such column; columns are {', '.join(header)}")
+    return target
+
+
+def split_target(name: str, header: list[str], rows: list[list[str]], target: str | None, path: str) -> RawDataset:
+    target = default_target(name, header, target, path)
     t = header.index(target)
     cols = [c for i, c in enumerate(header) if i != t]
     data = [[v for i, v in enumerate(r) if i != t] for r in rows]
@@ -91,11 +227,15 @@ def load_builtin(name: str) -> RawDataset:
     return RawDataset(name, names, np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), "target")
 
 
-def load_dataset(spec: str, target: str | None = None) -> RawDataset:
+def load_dataset(spec: str, target: str | None = None, options: TableOptions | None = None) -> RawDataset:
     """``spec`` is a built-in name or a path to a CSV (header) or german.data file."""
+    opts = options or TableOptions()
     if spec in BUILTIN:
         if target not in (None, "target"):
             raise UserError(f"built-in dataset {spec!r} has a fixed target; drop --target")
+        if opts != TableOptions():
+            raise UserError(f"built-in dataset {spec!r} is complete and numeric; --drop-columns, --dropna, --impute "
+                            "and --numeric apply to files")  # fmt: skip
         return load_builtin(spec)
     path = Path(spec)
     if not path.is_file():
@@ -105,7 +245,11 @@ def load_dataset(spec: str, target: str | None = None) -> RawDataset:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read dataset {spec}: {e}") from e
     if path.name == "german.data":
-        header, rows = parse_table(text, spec, list(GERMAN_COLUMNS), None)
+        header, rows, lines = parse_table_lines(text, spec, list(GERMAN_COLUMNS), None)
     else:
-        header, rows = parse_table(text, spec, None, ",")
-    return split_target(path.name, header, rows, target, spec)
+        header, rows, lines = parse_table_lines(text, spec, None, ",")
+    check_repeated_header(spec, header, rows, lines)
+    target = default_target(path.name, header, target, spec)
+    header, rows, notes = prepare_table(spec, header, rows, lines, target, opts)
+    ds = split_target(path.name, header, rows, target, spec)
+    return RawDataset(ds.name, ds.columns, ds.data, ds.target, ds.target_name, tuple(notes))

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 
 from mlaas_monitor.openapi import openapi_spec
 from mlaas_monitor.service import ApiError, Gateway, bad_field
@@ -32,8 +32,22 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status, content_type="application/json")
 
 
+# Tells a client without (valid) credentials how to authenticate (RFC 9110, 11.6.1).
+WWW_AUTHENTICATE = {"WWW-Authenticate": 'Bearer realm="analysim"'}
+# nginx's status for a request the client abandoned; counted, never answered (no one listens).
+CLIENT_CLOSED = 499
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request body had arrived."""
+
+
 def error_response(e: ApiError) -> web.Response:
-    return json_response(e.body(), e.status)
+    r = json_response(e.body(), e.status)
+    r.headers.update(e.headers)
+    if e.status == 401:
+        r.headers.update(WWW_AUTHENTICATE)
+    return r
 
 
 async def read_json(request: web.Request) -> Any:
@@ -42,6 +56,8 @@ async def read_json(request: web.Request) -> Any:
     except web.HTTPRequestEntityTooLarge as e:
         limit = request.app[GATEWAY].limits.max_body_bytes
         raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
+    except (ConnectionError, ClientPayloadError) as e:
+        raise ClientGone(str(e)) from e
     if not raw:
         raise bad_field("body", "empty body: expected JSON", "malformed_json")
     try:
@@ -77,8 +93,12 @@ def build_app(gw: Gateway) -> web.Application:
             gw.metrics.rejections.labels(e.code).inc()
         except web.HTTPException as e:  # router 404/405
             code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-            response = error_response(ApiError(e.status, code, e.reason))
+            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+            response = error_response(ApiError(e.status, code, e.reason, headers=allow))
             gw.metrics.rejections.labels(code).inc()
+        except ClientGone as e:  # not our error: counted as 499, not 500 (no one reads the answer)
+            log.info("client closed %s %s before its body arrived: %s", request.method, request.path, e)
+            response = error_response(ApiError(CLIENT_CLOSED, "client_closed", "the client closed the connection"))
         except Exception:  # a bug: answer JSON, log it, keep serving
             log.exception("internal error on %s %s", request.method, request.path)
             response = error_response(ApiError(500, "internal", "internal error"))

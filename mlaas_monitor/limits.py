@@ -25,6 +25,10 @@ class TokenBucket:
             return True
         return False
 
+    def wait_seconds(self, n: float = 1.0) -> float:
+        """After a refused ``take``: how long until ``n`` tokens are there (Retry-After)."""
+        return max(0.0, (n - self.tokens) / self.rate)
+
     def give_back(self, n: float = 1.0) -> None:
         self.tokens = min(self.burst, self.tokens + n)
 

@@ -3,7 +3,7 @@ process, e.g. in tests)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -52,6 +52,12 @@ class Metrics:
             "analysim_gateway_commit_batch_queries",
             "Queries per group commit of the query log and ledger.",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+        self.model_unavailable = Gauge(
+            "analysim_gateway_model_unavailable",
+            "1 while a stored model cannot be loaded (its routes answer 503), by model.",
+            ["model"],
             registry=self.registry,
         )
         # labels() costs a dict lookup and lock; cache the children on the hot path.

@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from aiohttp import web
 
+from analysim.tls import TlsFiles
 from mlaas_monitor.grpc_service import build_grpc_server
 from mlaas_monitor.http_app import build_app
 from mlaas_monitor.service import Gateway
@@ -68,7 +69,10 @@ async def serve(
     stop: asyncio.Event,
     on_ready: Callable[[Bound], None] | None = None,
     extensions: Sequence[Extension] = (),
+    tls: TlsFiles | None = None,
 ) -> None:
+    tls = tls or TlsFiles()
+    ssl_context, creds = tls.server_ssl_context(), tls.server_credentials()  # both None: plaintext
     app = build_app(gw)
     grpc_srv = build_grpc_server(gw)
     for ext in extensions:
@@ -77,10 +81,12 @@ async def serve(
     await runner.setup()
     started = False
     try:
-        site = web.TCPSite(runner, host, http_port)
+        site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context)
         await site.start()
         bound_http = runner.addresses[0][1]
-        bound_grpc = grpc_srv.server.add_insecure_port(f"{host}:{grpc_port}")
+        address = f"{host}:{grpc_port}"
+        bound_grpc = (grpc_srv.server.add_secure_port(address, creds) if creds
+                      else grpc_srv.server.add_insecure_port(address))
         if bound_grpc == 0:
             raise OSError(f"cannot bind gRPC on {host}:{grpc_port}")
         await grpc_srv.server.start()
@@ -105,6 +111,7 @@ def run_forever(
     grpc_port: int,
     on_ready: Callable[[Bound], None],
     extensions: Sequence[Extension] = (),
+    tls: TlsFiles | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
 
@@ -113,7 +120,7 @@ def run_forever(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions)
+        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions, tls)
 
     run_loop(main())
 
@@ -121,8 +128,9 @@ def run_forever(
 class GatewayThread:
     """A real gateway on 127.0.0.1 ephemeral ports in a background thread."""
 
-    def __init__(self, gw: Gateway, host: str = "127.0.0.1", extensions: Sequence[Extension] = ()) -> None:
-        self.gw, self.host, self.extensions = gw, host, extensions
+    def __init__(self, gw: Gateway, host: str = "127.0.0.1", extensions: Sequence[Extension] = (),
+                 tls: TlsFiles | None = None) -> None:
+        self.gw, self.host, self.extensions, self.tls = gw, host, extensions, tls or TlsFiles()
         self.bound: Bound | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -139,7 +147,7 @@ class GatewayThread:
                 self.bound = b
                 self._ready.set()
 
-            await serve(self.gw, self.host, 0, 0, self._stop, ready, self.extensions)
+            await serve(self.gw, self.host, 0, 0, self._stop, ready, self.extensions, self.tls)
 
         try:
             run_loop(main())
@@ -175,7 +183,7 @@ class GatewayThread:
     @property
     def url(self) -> str:
         assert self.bound is not None
-        return f"http://{self.host}:{self.bound.http_port}"
+        return f"{'https' if self.tls.cert else 'http'}://{self.host}:{self.bound.http_port}"
 
     @property
     def grpc_target(self) -> str:

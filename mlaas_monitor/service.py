@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import re
 import sqlite3
 import time
@@ -22,8 +24,12 @@ from mlaas_monitor.limits import TokenBucket, quota_allows
 from mlaas_monitor.metrics import Metrics
 from mlaas_monitor.model import MICROS, Answer, Model, PolicyError, render_predictions
 from mlaas_monitor.schema import RowError
-from mlaas_monitor.store import AnsweredRequest, QueryRecord, Store, UserRecord
+from mlaas_monitor.store import AnsweredRequest, ModelUnavailable, QueryRecord, Store, UserRecord
 from mlaas_monitor.stream import QueryEvent, QueryStream
+
+log = logging.getLogger(__name__)
+# SQLite integers are signed 64-bit: larger quotas would fail in the store, not in validation.
+MAX_QUOTA_ROWS = 2**63 - 1
 
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_ID_LENGTH = 200
@@ -38,9 +44,12 @@ Enforcement = Callable[[str, str], str]
 class ApiError(Exception):
     """A refused request: HTTP-like status, a stable code, a message naming the problem."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
+        self.headers = headers or {}  # protocol headers the status calls for (Retry-After, Allow, ...)
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -131,8 +140,9 @@ class Gateway:
         stream: QueryStream | None = None,
         clock: Any = time.monotonic,
     ) -> None:
-        if len(admin_key) < auth.MIN_ADMIN_KEY_LENGTH:
-            raise ValueError(f"the admin key must be at least {auth.MIN_ADMIN_KEY_LENGTH} characters")
+        problem = auth.admin_key_problem(admin_key)
+        if problem is not None:
+            raise ValueError(f"the admin key is {problem}")
         self.store = store
         self.limits = limits or Limits()
         self.metrics = metrics or Metrics()
@@ -140,6 +150,7 @@ class Gateway:
         self._admin_hash = auth.hash_key(admin_key)
         self._clock = clock
         self._models: dict[str, Model] = {}
+        self._unavailable: dict[str, str] = {}  # model id -> why it cannot be loaded
         self._by_hash: dict[str, _User] = {}
         self._by_name: dict[str, _User] = {}
         self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
@@ -196,15 +207,46 @@ class Gateway:
         if m is None:
             if len(model_id) > MAX_ID_LENGTH:
                 raise ApiError(404, "unknown_model", "no such model", "model_id")
-            # Models trained while the gateway runs become servable without a restart.
-            m = self.store.load_model(model_id)
+            # Models trained while the gateway runs become servable without a restart, and
+            # a broken one is tried again (it may have been replaced) but isolated: its
+            # routes answer 503 with the reason, every other model keeps serving.
+            try:
+                m = self.store.load_model(model_id)
+            except ModelUnavailable as e:
+                self._mark_unavailable(model_id, e.reason)
+                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e
             if m is None:
                 raise ApiError(404, "unknown_model", f"no such model {model_id!r}", "model_id")
+            if self._unavailable.pop(model_id, None) is not None:
+                log.warning("model %s loads again; serving it", model_id)
+                self.metrics.model_unavailable.labels(model_id).set(0)
             self._models[model_id] = m
         return m
 
+    def _mark_unavailable(self, model_id: str, reason: str) -> None:
+        if self._unavailable.get(model_id) != reason:
+            log.error("model %s is unavailable (its routes answer 503): %s", model_id, reason)
+            self._unavailable[model_id] = reason
+            self.metrics.model_unavailable.labels(model_id).set(1)
+
+    def unavailable_models(self) -> dict[str, str]:
+        """Stored models that could not be loaded, with the reason (after ``list_models``
+        or a request has tried them)."""
+        return dict(self._unavailable)
+
+    def available_model_ids(self) -> list[str]:
+        """The store's models that load; the others are marked unavailable."""
+        ids = []
+        for mid in self.store.model_ids():
+            try:
+                self.model(mid)
+            except ApiError:
+                continue
+            ids.append(mid)
+        return ids
+
     def list_models(self) -> list[dict[str, Any]]:
-        return [self.model(mid).public() for mid in self.store.model_ids()]
+        return [self.model(mid).public() for mid in self.available_model_ids()]
 
     def set_policy(self, model_id: str, patch: Any) -> dict[str, Any]:
         m = self.model(model_id)
@@ -281,9 +323,15 @@ class Gateway:
         u = self._by_name[name]
         quota = u.record.quota_rows if u.record.quota_rows is not None else self.limits.default_quota_rows
         if not quota_allows(u.used_rows, u.reserved_rows, quota, n):
-            raise ApiError(429, "quota_exceeded", f"row quota of {quota} would be exceeded ({u.used_rows} used)")
+            # The quota does not refill, so no Retry-After, unless only queries still being
+            # committed hold the rows: then a retry in a moment may fit.
+            only_reserved = quota is not None and u.used_rows + n <= quota
+            raise ApiError(429, "quota_exceeded", f"row quota of {quota} would be exceeded ({u.used_rows} used)",
+                           headers={"Retry-After": "1"} if only_reserved else None)  # fmt: skip
         if u.bucket is not None and not u.bucket.take(self._clock()):
-            raise ApiError(429, "rate_limited", f"rate limit of {u.bucket.rate:g} requests/s exceeded")
+            wait = max(1, math.ceil(u.bucket.wait_seconds()))
+            raise ApiError(429, "rate_limited", f"rate limit of {u.bucket.rate:g} requests/s exceeded",
+                           headers={"Retry-After": str(wait)})  # fmt: skip
         ans = model.answer(X)
         # The log keeps what the user was told, so the monitor and a replay see exactly that.
         conf, leaves = served.revealed(ans)
@@ -365,8 +413,8 @@ class Gateway:
     @staticmethod
     def _limits_fields(body: dict[str, Any]) -> tuple[int | None, float | None]:
         quota = body.get("quota_rows")
-        if quota is not None and (type(quota) is not int or quota < 0):
-            raise bad_field("quota_rows", "expected a non-negative integer or null")
+        if quota is not None and (type(quota) is not int or not 0 <= quota <= MAX_QUOTA_ROWS):
+            raise bad_field("quota_rows", f"expected an integer from 0 to {MAX_QUOTA_ROWS} or null")
         rate = body.get("rate_limit")
         if rate is not None and (type(rate) not in (int, float) or not 0 < rate < 1e9):
             raise bad_field("rate_limit", "expected a positive number (requests per second) or null")

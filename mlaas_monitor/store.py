@@ -82,6 +82,15 @@ _MIGRATIONS = {
 }
 
 
+class ModelUnavailable(Exception):
+    """A stored model that cannot be served (unknown format, malformed spec): the reason,
+    so that the gateway can isolate it and keep serving the others."""
+
+    def __init__(self, model_id: str, reason: str) -> None:
+        super().__init__(f"model {model_id!r} cannot be loaded: {reason}")
+        self.model_id, self.reason = model_id, reason
+
+
 @dataclass(frozen=True)
 class UserRecord:
     name: str
@@ -226,8 +235,13 @@ class Store:
             ).fetchone()
         if row is None:
             return None
-        policy = Policy(bool(row[1]), int(row[2]), bool(row[3]), int(row[4]))
-        return Model.from_spec(model_id, json.loads(row[0]), policy)
+        try:
+            policy = Policy(bool(row[1]), int(row[2]), bool(row[3]), int(row[4]))
+            return Model.from_spec(model_id, json.loads(row[0]), policy)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
+            # Whatever a damaged or foreign row makes the decoder raise (JSONDecodeError and
+            # TreeFormatError are ValueErrors; a missing key or a wrong type the others).
+            raise ModelUnavailable(model_id, f"{type(e).__name__}: {str(e)[:200]}") from e
 
     def set_policy(self, model_id: str, p: Policy) -> None:
         with self._lock, self._tx():

@@ -28,6 +28,7 @@ def encode_dataset(ds: RawDataset) -> tuple[Schema, np.ndarray, tuple[object, ..
         encoded = [infer_feature(n, c) for n, c in zip(ds.columns, cols, strict=True)]
         features = [f for f, _ in encoded]
         X = np.column_stack([e for _, e in encoded]) if encoded else np.empty((len(ds.data), 0))
+    _check_float32(X, [f.name for f in features], ds.name)
     raw = [t.item() if isinstance(t, np.generic) else t for t in ds.target]
     try:
         labels: list[object] = [int(v) for v in raw]  # "1"/"2" in german.data are classes 1 and 2
@@ -39,6 +40,30 @@ def encode_dataset(ds: RawDataset) -> tuple[Schema, np.ndarray, tuple[object, ..
     return Schema(tuple(features)), X, classes, y
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_float32(X: np.ndarray, names: list[str], dataset: str) -> None:
+    """The tree compares float32 (as scikit-learn's does): a value beyond it cannot be split
+    on. Refuse it by column and row instead of letting scikit-learn fail with a traceback."""
+    if X.size == 0:
+        return
+    bad = np.abs(X) > FLOAT32_MAX
+    if bad.any():
+        r, j = (int(v) for v in np.argwhere(bad)[0])
+        raise UserError(f"{dataset}: column {names[j]!r}, data row {r + 1}: {X[r, j]:g} is beyond float32 "
+                        f"(±{FLOAT32_MAX:.3g}), the precision trees compare in; rescale or drop the column")  # fmt: skip
+
+
+def holdout_split(X: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(X_train, X_held_out, y_train, y_held_out): the split ``train_model`` makes (the held-out
+    rows are the model's validation set, the monitor's S)."""
+    from sklearn.model_selection import train_test_split
+
+    stratify = y if np.bincount(y).min() >= 2 else None
+    return train_test_split(X, y, test_size=HOLDOUT_FRACTION, random_state=seed, stratify=stratify)  # type: ignore[no-any-return]
+
+
 def train_model(
     ds: RawDataset,
     model_id: str,
@@ -47,15 +72,12 @@ def train_model(
     seed: int = 0,
     policy: Policy | None = None,
 ) -> Model:
-    from sklearn.model_selection import train_test_split
     from sklearn.tree import DecisionTreeClassifier
 
     schema, X, classes, y = encode_dataset(ds)
     if len(classes) < 2:
         raise UserError(f"target {ds.target_name!r} has a single class; nothing to learn")
-    counts = np.bincount(y)
-    stratify = y if counts.min() >= 2 else None
-    X_tr, X_val, y_tr, y_val = train_test_split(X, y, test_size=HOLDOUT_FRACTION, random_state=seed, stratify=stratify)
+    X_tr, X_val, y_tr, y_val = holdout_split(X, y, seed)
     est = DecisionTreeClassifier(max_depth=max_depth, max_leaf_nodes=max_leaf_nodes, random_state=seed)
     est.fit(X_tr, y_tr)
     tree = from_sklearn(est)

@@ -27,9 +27,11 @@ import grpc
 
 from analysim.core.cluster import NodeSpec
 from analysim.core.job import GPU_MILLI
+from analysim.tls import TlsFiles, secure_channel
 from node_agent.telemetry import gpu_sample, unit
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
+from scheduler_svc.auth import bearer
 
 log = logging.getLogger("node_agent")
 INF = math.inf
@@ -50,6 +52,7 @@ class FakeJob:
     duration_s: float
     remaining_s: float
     leader: bool
+    launch: apb.Launch  # as given: reported again when the agent registers anew
     fails: bool = False  # ends in a failure at end_s instead of completing
 
 
@@ -82,10 +85,14 @@ class Agent:
         self.completed = 0
         self.anomalies = 0
         self._started: list[apb.JobEvent] = []
+        # Ends not yet durable at the scheduler (after its ClockUpdate.durable_s): reported again
+        # to a restarted scheduler, so that none is lost with it.
+        self.ended: list[apb.RunningJob] = []
         self.reset()
 
     def reset(self) -> None:
-        """A new session starts empty: whatever ran before was requeued by the scheduler."""
+        """Nothing running. (A new session does not reset: the jobs are reported in the Register,
+        and the scheduler resumes them or sends Kill commands.)"""
         self.jobs.clear()
         self.heap.clear()
         self._started = []
@@ -113,6 +120,8 @@ class Agent:
         ack = None
         if msg.HasField("clock"):
             c = msg.clock
+            if self.ended and self.ended[0].end_s < c.durable_s:
+                self.ended = [e for e in self.ended if e.end_s >= c.durable_s]
             self.clock.t0, self.clock.w0 = c.time_s, time.monotonic()
             self.clock.speed, self.clock.lockstep, self.clock.paused = c.speed or 1.0, c.lockstep, c.paused
             events += self.due(self.clock.now())
@@ -141,7 +150,7 @@ class Agent:
             fails = True
             end = t + (end - t) * unit(self.seed, la.job_id, la.launch_id, "at")
         job = FakeJob(la.job_id, la.launch_id, mine, la.gpu_milli or GPU_MILLI, t, end, la.duration_s,
-                      la.remaining_s, leader=la.slots[0].node in self.node_by_name, fails=fails)
+                      la.remaining_s, leader=la.slots[0].node in self.node_by_name, launch=la, fails=fails)
         for node, gpus in mine:
             used, owners = self.used[node], self.gpu_job[node]
             for g in gpus:
@@ -184,6 +193,8 @@ class Agent:
             if job is None or job.launch_id != lid:
                 continue
             self._stop(job_id, end)
+            if job.leader:
+                self.ended.append(apb.RunningJob(launch=job.launch, start_s=job.start_s, end_s=end, failed=job.fails))
             if job.leader and job.fails:
                 out.append(apb.JobEvent(kind=apb.JobEvent.FAILED, job_id=job_id, launch_id=lid, time_s=end,
                                         message="injected failure (--fail-rate)"))
@@ -223,14 +234,24 @@ class Agent:
     def register_request(self) -> apb.RegisterRequest:
         return apb.RegisterRequest(agent_id=self.agent_id, nodes=[
             apb.NodeInfo(name=n.name, rack=n.rack, gpu_model=n.gpu_model, gpus=n.gpus, cpu_milli=n.cpu_milli,
-                         memory_mib=n.memory_mib) for n in self.nodes])
+                         memory_mib=n.memory_mib) for n in self.nodes],
+            running=[*(apb.RunningJob(launch=j.launch, start_s=j.start_s) for j in self.jobs.values()), *self.ended])
+
+    def hold_clock(self) -> None:
+        """No scheduler: virtual time stands still here until one says otherwise, so that the
+        jobs keep their progress and none ends unreported."""
+        self.clock.t0, self.clock.w0 = self.clock.now(), time.monotonic()
+        self.clock.paused = True
 
 
 class Connection:
     """Registers, holds the stream, answers the scheduler, sends heartbeats; reconnects."""
 
-    def __init__(self, agent: Agent, target: str, connect_timeout_s: float = 60.0) -> None:
+    def __init__(self, agent: Agent, target: str, connect_timeout_s: float = 60.0, token: str | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self.agent, self.target, self.connect_timeout_s = agent, target, connect_timeout_s
+        self.metadata = bearer(token)
+        self.tls = tls or TlsFiles()
         self._lock = asyncio.Lock()
         self._call = None
         self._timer: asyncio.TimerHandle | None = None
@@ -256,12 +277,14 @@ class Connection:
                 raise
             except (grpc.RpcError, OSError) as e:
                 code = e.code() if isinstance(e, grpc.aio.AioRpcError) else None
-                if code == grpc.StatusCode.INVALID_ARGUMENT:
-                    raise FatalError(e.details()) from None
+                if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.PERMISSION_DENIED):
+                    raise FatalError(f"{code.name}: {e.details()}") from None
                 log.info("scheduler at %s not reachable (%s); retrying", self.target,
                          code.name if code else type(e).__name__)
             finally:
                 self.agent.connected = False
+                self.agent.hold_clock()
                 self._call = None
             if stop.is_set():
                 break
@@ -273,11 +296,10 @@ class Connection:
 
     async def _session(self, stop: asyncio.Event) -> None:
         agent = self.agent
-        async with grpc.aio.insecure_channel(self.target) as channel:
+        async with secure_channel(self.target, self.tls, aio=True) as channel:
             stub = apb_grpc.AgentServiceStub(channel)
-            resp = await stub.Register(agent.register_request(), timeout=10)
-            agent.reset()
-            call = stub.Connect()
+            resp = await stub.Register(agent.register_request(), timeout=10, metadata=self.metadata)
+            call = stub.Connect(metadata=self.metadata)
             self._call = call
             await self._send(apb.AgentMessage(session_id=resp.session_id, heartbeat=agent.heartbeat()))
             agent.connected = True

@@ -9,8 +9,10 @@ import os
 import signal
 import sys
 
+from analysim.cli.argtypes import port
 from analysim.clusters import parse_cluster
 from analysim.errors import UserError, run_command
+from analysim.tls import add_tls_arguments, tls_from_args
 
 
 def add_agent_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,18 +24,22 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-id", help="stable name, kept across restarts (default agent-<first node>)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic telemetry")
     p.add_argument("--host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
-    p.add_argument("--metrics-port", type=int, default=0, help="/metrics port (default 0: any free port)")
+    p.add_argument("--metrics-port", type=port, default=0, help="/metrics port (default 0: any free port)")
     p.add_argument("--port-file", help="write the bound /metrics port here (JSON) once connected")
     p.add_argument("--fail-rate", type=float, default=0.0, metavar="P",
                    help="inject faults: each launch fails part-way with probability P (by --seed; default 0)")
     p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
                    help="give up after S wall seconds without a scheduler (default 60)")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="this agent's bearer token (the first word of the file) when the scheduler requires one")
+    add_tls_arguments(p, server=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from node_agent.agent import Agent, Connection, FatalError
     from node_agent.metrics import registry_for
+    from scheduler_svc.auth import read_token
     from scheduler_svc.server import start_metrics, write_port_file
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s")
@@ -45,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     nodes = list(cluster.nodes[args.first_node: args.first_node + n])
     if not 0.0 <= args.fail_rate <= 1.0:
         raise UserError(f"--fail-rate must be between 0 and 1, got {args.fail_rate}")
+    token = read_token(args.token_file) if args.token_file else None
+    tls = tls_from_args(args)
+    tls.channel_credentials()  # unreadable TLS files: an error now
     agent = Agent(args.agent_id or f"agent-{args.first_node}", nodes, seed=args.seed, fail_rate=args.fail_rate)
 
     async def main() -> int:
@@ -55,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         runner, port = await start_metrics(registry_for(agent), args.host, args.metrics_port)
         if args.port_file:
             write_port_file(args.port_file, {"host": args.host, "metrics": port, "pid": os.getpid()})
-        conn = Connection(agent, args.scheduler, args.connect_timeout)
+        conn = Connection(agent, args.scheduler, args.connect_timeout, token=token, tls=tls)
         try:
             await conn.run(stop)
         except FatalError as e:

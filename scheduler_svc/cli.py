@@ -10,8 +10,10 @@ import logging
 import tempfile
 from pathlib import Path
 
+from analysim.cli.argtypes import port, wall_seconds
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError, run_command
+from analysim.tls import add_tls_arguments, tls_from_args
 
 
 def parse_speed(text: str) -> float | None:
@@ -36,7 +38,7 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paced-lag", type=float, default=0.0, metavar="S",
                    help="paced mode: take events up S wall seconds after they are due, so that agents' reports "
                         "up to S late are still exact (decisions keep their virtual times; default 0)")
-    p.add_argument("--heartbeat-deadline", type=float, default=5.0, metavar="S",
+    p.add_argument("--heartbeat-deadline", type=wall_seconds(0.05, 3600), default=5.0, metavar="S",
                    help="wall seconds without a message before an agent's nodes are marked down (default 5)")
     p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
                                                 "an existing one is resumed")
@@ -45,11 +47,39 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-offline-check", action="store_true",
                    help="skip the offline run that the summary's fidelity figures compare against")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="gRPC port (default 0: any free port)")
-    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (default 0: any)")
+    p.add_argument("--port", type=port, default=0, help="gRPC port (default 0: any free port)")
+    p.add_argument("--metrics-port", type=port, default=0, help="Prometheus /metrics port (default 0: any)")
     p.add_argument("--port-file", help="write the bound ports here (JSON) once serving")
     p.add_argument("--exit-when-done", action="store_true", help="stop once every trace job is accounted for")
     p.add_argument("--log-level", default="INFO")
+    add_tls_arguments(p, server=True)
+
+
+def add_auth_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent-token-file", metavar="FILE",
+                   help="bearer tokens of node agents, one a line, each optionally followed by the nodes it may "
+                        "register (e.g. 'TOKEN node-0000..node-0007'); see docs/live.md")
+    p.add_argument("--client-token-file", metavar="FILE", help="bearer tokens of clients (submit, cancel, read)")
+    p.add_argument("--operator-token-file", metavar="FILE",
+                   help="bearer tokens of operators (clients that may also pause, resume and set the speed)")
+
+
+def authenticator(args: argparse.Namespace, node_order: list[str]):  # noqa: ANN201
+    """The scheduler's Authenticator from the token files (disabled when none is given)."""
+    from scheduler_svc.auth import AGENT, CLIENT, OPERATOR, Authenticator
+
+    auth = Authenticator()
+    files = {role: getattr(args, f"{role}_token_file", None) for role in (AGENT, CLIENT, OPERATOR)}
+    for role, path in files.items():
+        if path:
+            auth.add_file(role, path, node_order)
+    if auth.enabled and not (files[AGENT] and (files[CLIENT] or files[OPERATOR])):
+        raise UserError("with authentication on, give --agent-token-file and a --client-token-file or "
+                        "--operator-token-file (otherwise that side could not connect)")
+    if not auth.enabled and args.host not in ("127.0.0.1", "localhost", "::1"):
+        raise UserError(f"--host {args.host}: serving beyond loopback needs --agent-token-file and "
+                        "--client-token-file/--operator-token-file (anyone could drive the scheduler)")
+    return auth
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the live scheduler replays traces in time: --mode inflate is offline only")
     trace, cluster = load_inputs(args)
     opts = run_options(args, args.policy, args.placement)
+    auth = authenticator(args, [n.name for n in cluster.nodes])
+    tls = tls_from_args(args)
+    tls.server_credentials()  # unreadable or half-given TLS files: an error now, not after the replay starts
     journal_path = args.journal or Path(tempfile.mkdtemp(prefix="analysim-journal-")) / "journal.db"
 
     async def main() -> None:
@@ -82,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
         # so that full collections (latency spikes on a lockstep step) stay cheap.
         gc.collect()
         gc.freeze()
-        await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done)
+        await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done,
+                    auth=auth, tls=tls)
 
     asyncio.run(main())
     return 0
@@ -92,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
     sub = p.add_subparsers(dest="command", required=True)
-    add_service_arguments(sub.add_parser("serve", help="run the scheduler service"))
+    serve = sub.add_parser("serve", help="run the scheduler service")
+    add_service_arguments(serve)
+    add_auth_arguments(serve)  # not `analysim up`'s: it makes tokens for its own processes
     args = p.parse_args(argv)
     return run_command("scheduler_svc", lambda: run(args))

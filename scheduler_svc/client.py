@@ -16,16 +16,20 @@ from collections.abc import Iterator, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from analysim.tls import TlsFiles, secure_channel
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
+from scheduler_svc.auth import bearer
 
 
 class SchedulerClient:
-    def __init__(self, target: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, target: str, timeout_s: float = 10.0, token: str | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(target)
+        self.channel = secure_channel(target, tls or TlsFiles())
         self.stub = spb_grpc.SchedulerServiceStub(self.channel)
+        self.md = bearer(token)
 
     def __enter__(self) -> SchedulerClient:
         return self
@@ -56,39 +60,39 @@ class SchedulerClient:
                memory_mib: int = 0) -> spb.JobInfo:
         req = spb.JobRequest(job_id=job_id, num_gpus=num_gpus, gpu_milli=gpu_milli, duration_s=duration_s, vc=vc,
                              user=user, gpu_models=list(gpu_models), cpu_milli=cpu_milli, memory_mib=memory_mib)
-        return self.stub.SubmitJob(req, timeout=self.timeout_s)
+        return self.stub.SubmitJob(req, timeout=self.timeout_s, metadata=self.md)
 
     def cancel(self, job_id: str) -> spb.JobInfo:
-        return self.stub.CancelJob(spb.JobId(job_id=job_id), timeout=self.timeout_s)
+        return self.stub.CancelJob(spb.JobId(job_id=job_id), timeout=self.timeout_s, metadata=self.md)
 
     def get_job(self, job_id: str) -> spb.JobInfo:
-        return self.stub.GetJob(spb.JobId(job_id=job_id), timeout=self.timeout_s)
+        return self.stub.GetJob(spb.JobId(job_id=job_id), timeout=self.timeout_s, metadata=self.md)
 
     def list_jobs(self, status: str = "", vc: str = "", limit: int = 100, offset: int = 0) -> spb.ListJobsResponse:
         return self.stub.ListJobs(spb.ListJobsRequest(status=status, vc=vc, limit=limit, offset=offset),
-                                  timeout=self.timeout_s)
+                                  timeout=self.timeout_s, metadata=self.md)
 
     def cluster_state(self, nodes: bool = False, queue_limit: int = 20) -> spb.ClusterState:
         return self.stub.GetClusterState(spb.ClusterStateRequest(nodes=nodes, queue_limit=queue_limit),
-                                         timeout=self.timeout_s)
+                                         timeout=self.timeout_s, metadata=self.md)
 
     def watch(self, kinds: Sequence[str] = ()) -> Iterator[spb.Event]:
         """Events as they happen (an endless iterator; cancel it with ``.cancel()``)."""
-        return self.stub.WatchEvents(spb.WatchRequest(kinds=list(kinds)))
+        return self.stub.WatchEvents(spb.WatchRequest(kinds=list(kinds)), metadata=self.md)
 
     def pause(self) -> spb.ClockState:
-        return self.stub.Pause(spb.ClockRequest(), timeout=self.timeout_s)
+        return self.stub.Pause(spb.ClockRequest(), timeout=self.timeout_s, metadata=self.md)
 
     def resume(self) -> spb.ClockState:
-        return self.stub.Resume(spb.ClockRequest(), timeout=self.timeout_s)
+        return self.stub.Resume(spb.ClockRequest(), timeout=self.timeout_s, metadata=self.md)
 
     def set_speed(self, speed: float | None) -> spb.ClockState:
         """A number: paced; None: lockstep (``--speed max``)."""
         req = spb.SpeedRequest(max=True) if speed is None else spb.SpeedRequest(speed=speed)
-        return self.stub.SetSpeed(req, timeout=self.timeout_s)
+        return self.stub.SetSpeed(req, timeout=self.timeout_s, metadata=self.md)
 
     def summary(self) -> tuple[bool, dict]:
-        r = self.stub.GetSummary(spb.SummaryRequest(), timeout=max(self.timeout_s, 60.0))
+        r = self.stub.GetSummary(spb.SummaryRequest(), timeout=max(self.timeout_s, 60.0), metadata=self.md)
         return r.done, json.loads(r.summary_json)
 
     def wait_done(self, deadline_s: float, poll_s: float = 0.1) -> dict:

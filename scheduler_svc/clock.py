@@ -16,6 +16,7 @@ class VirtualClock:
         self.paused = False
         self.t0 = 0.0
         self.w0 = time.monotonic()
+        self.durable_s = 0.0  # the journal holds every outcome before this virtual time
 
     def now(self) -> float:
         if self.lockstep or self.paused:
@@ -28,4 +29,4 @@ class VirtualClock:
 
     def update(self, step: int = 0) -> apb.ClockUpdate:
         return apb.ClockUpdate(time_s=self.now(), speed=self.speed, lockstep=self.lockstep,
-                               paused=self.paused, step=step)
+                               paused=self.paused, step=step, durable_s=self.durable_s)

@@ -68,15 +68,11 @@ class InvalidJob(ValueError):
 
 
 class _LiveRecorder(MetricsRecorder):
-    """The standard recorder; a job an agent reported failed is recorded as failed (the engine
-    stops it the way it stops a cancelled one)."""
+    """The standard recorder, which also keeps each ended job's row by id (for the journal)."""
 
-    failing: set[str]
     rows: dict[str, dict]
 
     def job_ended(self, engine: Engine, job: JobRun) -> None:
-        if job.job_id in self.failing:
-            job.status = JobStatus.FAILED
         super().job_ended(engine, job)
         self.rows[job.job_id] = self.jobs[-1]
 
@@ -99,9 +95,7 @@ class LiveScheduler:
         self.trace_filtered = trace_filtered
         span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
         interval = max(1.0, math.ceil(span / max(opts.sample_points, 1))) if span > 0 else 60.0
-        self.failing: set[str] = set()
         self.recorder = _LiveRecorder(sample_interval_s=interval, fgd=opts.fgd_metric)
-        self.recorder.failing = self.failing
         self.recorder.rows = {}
         self.engine = Engine(cluster, policy, replace(opts.engine_config(), predict_completions=False),
                              recorder=self.recorder, workload=jobs)
@@ -113,6 +107,8 @@ class LiveScheduler:
         kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
         self.header = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
         self.trace_total = len(kept)
+        # Client ids may not take these, arrived or not: a trace job is never displaced.
+        self.trace_ids = frozenset(j.job_id for j in kept)
         self.clock = VirtualClock(speed)
         self.sessions: dict[str, Session] = {}
         self.node_owner: dict[str, Session] = {}
@@ -129,7 +125,6 @@ class LiveScheduler:
         self._completions: list[tuple[float, int, str]] = []
         self._failures: list[tuple[float, str, str]] = []
         self._dec_idx = 0
-        self._launch_seq = 0
         self._terminal = 0
         self._kick = asyncio.Event()
         self._stopping = False
@@ -146,16 +141,18 @@ class LiveScheduler:
         self._client_seq = 0
         self.trace_skipped = 0
         self._finishing = False
+        self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
-        self._held: dict[str, JobSpec] = {}  # accepted, but the nodes up now cannot hold them: wait
-        self._held_up = -1
+        self._unresumed: dict[str, JobSpec] = {}  # journalled, not ended: resumed or resubmitted at the start
+        self.jobs_resumed = 0
         self._restore(kept)
         metrics.attach(self)
 
     # ------------------------------------------------------------------ restart
 
     def _restore(self, kept: list[JobSpec]) -> None:
-        """Resume from the journal: ended jobs keep their records, the others are resubmitted."""
+        """Resume from the journal: ended jobs keep their records; the others wait for the agents
+        (``_resume_reported``): those still running on them continue, the rest are resubmitted."""
         ident = {"trace": self.trace_source, "cluster": self.cluster.name, "policy": self.engine.policy.name,
                  "seed": self.opts.seed, "trace_jobs": len(kept)}
         meta = self.journal.meta()
@@ -163,6 +160,11 @@ class LiveScheduler:
             raise UserError(f"journal {self.journal.path} belongs to another run ({meta['identity']}); "
                             f"this one is {ident}: give a fresh --journal")
         self.journal.set_meta("identity", ident)
+        # Launch ids name a launch across scheduler lives too: agents keep jobs launched by the
+        # previous one, so each life numbers its launches from its own epoch.
+        epoch = int(meta.get("epoch", 0)) + 1
+        self.journal.set_meta("epoch", epoch)
+        self._launch_seq = epoch << 40
         rows = self.journal.jobs()
         seen = set()
         if rows:
@@ -180,13 +182,93 @@ class LiveScheduler:
                     self.restored[job_id] = record
                     self.recorder.jobs.append(record)
                 else:
-                    self._engine_submit(spec)
-            log.info("resumed from %s at t=%.1f: %d ended, %d resubmitted", self.journal.path, t,
-                     len(self.restored), len(rows) - len(self.restored))
+                    self._unresumed[job_id] = spec
+            log.info("resumed from %s at t=%.1f: %d ended, %d to resume or resubmit", self.journal.path, t,
+                     len(self.restored), len(self._unresumed))
         self.trace_jobs = [j for j in kept if j.job_id not in seen]
         self._cursor = 0
         self.journal.commit()
 
+    def _resume_reported(self) -> dict[Session, list]:
+        """Every node has an agent again after a restart: the jobs the agents still run continue
+        where they are (when the journal has them and every part of each is reported the same
+        way), and the ends they report that the journal missed are taken; the other journalled
+        jobs are resubmitted. Kill commands for what is not kept."""
+        reports: dict[str, list[tuple[Session, apb.RunningJob]]] = defaultdict(list)
+        for s in self.sessions.values():
+            for r in s.running:
+                # An ended job is reported by its leader only (the others just freed their GPUs).
+                if r.HasField("end_s") and (not r.launch.slots or r.launch.slots[0].node not in s.nodes):
+                    continue
+                reports[r.launch.job_id].append((s, r))
+            s.running = ()
+        kills: dict[Session, list] = defaultdict(list)
+        keep = []
+        # Trace jobs that arrived after the journal's last commit, which an agent runs or ran:
+        # taken from the trace now (the replay would read them again anyway).
+        arrived = {j.job_id: j for j in self.trace_jobs if j.job_id in reports}
+        if arrived:
+            self.trace_jobs = [j for j in self.trace_jobs if j.job_id not in arrived]
+            for spec in arrived.values():
+                self._unresumed[spec.job_id] = spec
+                self.source[spec.job_id] = "trace"
+                self.metrics.submitted.labels(spec.vc, "trace").inc()
+            self.journal.add_jobs(arrived.values(), "trace")
+        for job_id, parts in reports.items():
+            first = parts[0][1]
+            la, start = first.launch, first.start_s
+            holders = {self.node_owner.get(sl.node) for sl in la.slots}
+            ended = first.HasField("end_s")
+            if ended and job_id not in self._unresumed:
+                continue  # its outcome is in the journal already
+            if (job_id in self._unresumed and math.isfinite(start) and start >= 0
+                    and (not ended or math.isfinite(first.end_s) and first.end_s >= start)
+                    and all(r.launch.launch_id == la.launch_id and r.start_s == start for _, r in parts)
+                    # every part of a running job must be there; an ended one, by its leader alone
+                    and (ended or holders == {s for s, _ in parts}) and None not in holders):
+                keep.append((job_id, la, start, tuple(holders), first))
+            elif not ended:
+                for s, _ in parts:
+                    kills[s].append(apb.Command(time_s=self.t_cur, kill=apb.Kill(job_id=job_id, reason="not resumed")))
+        # Ended ones first, in order of their ends (their GPUs may have gone to a later launch),
+        # each taken up as running and then ended at its time; then the ones still running.
+        keep.sort(key=lambda k: (not k[4].HasField("end_s"), k[4].end_s, k[2]))
+        t = max([self.t_cur, *(start for _, _, start, _, _ in keep)])
+        resumed = 0
+        for job_id, la, start, holders, report in keep:
+            spec = self._unresumed[job_id]
+            gpus = tuple((self.node_index[sl.node], tuple(sl.gpus)) for sl in la.slots)
+            try:
+                job = self.engine.resume_running(spec, gpus, la.slowdown, start, la.remaining_s, la.overhead_s)
+            except (InfeasibleJob, KeyError, IndexError) as e:
+                log.warning("job %s reported running, but cannot be resumed (%s): resubmitted", job_id, e)
+                for s in holders:
+                    kills[s].append(apb.Command(time_s=self.t_cur, kill=apb.Kill(job_id=job_id, reason="not resumed")))
+                continue
+            del self._unresumed[job_id]
+            self._started_ids.add(job_id)
+            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders)
+            resumed += 1
+            if report.HasField("end_s"):
+                end = max(report.end_s, self.engine.now)
+                (self.engine.job_failed if report.failed else self.engine.job_finished)(job_id, at=end)
+                self.engine.run(until=end)  # nothing else is queued yet: only this job ends
+                t = max(t, end)
+                continue
+            end = self.engine.expected_end(job)
+            for s in holders:
+                s.bound = min(s.bound, end)
+        # The clock resumes at the latest time the agents have shown; nothing happened after it.
+        self.engine.run(until=t)
+        self.t_cur = t
+        for spec in self._unresumed.values():
+            self._engine_submit(spec)
+        if self._unresumed or resumed:
+            log.info("after the restart: %d job(s) resumed where they were, %d resubmitted, %d report(s) refused",
+                     resumed, len(self._unresumed), sum(len(v) for v in kills.values()))
+        self.jobs_resumed = resumed
+        self._unresumed.clear()
+        return kills
     # --------------------------------------------------------------- the trace
 
     def _feed(self, until: float) -> None:
@@ -210,37 +292,19 @@ class LiveScheduler:
         self.journal.add_jobs(batch, "trace")
 
     def _engine_submit(self, spec: JobSpec) -> None:
-        """Into the engine; or, if only the nodes that are down right now could hold it, held
-        until nodes come back (the engine refuses what its up nodes cannot hold)."""
-        try:
-            self.engine.submit(spec)
-        except InfeasibleJob as e:
-            if e.reason == "duplicate_id":
-                raise
-            self._validator.check_feasible(spec)  # never feasible: the caller's error
-            self._held[spec.job_id] = spec
-
-    def _release_held(self) -> None:
-        if not self._held:
-            return
-        up = int(self.engine.state.up.sum())
-        if up == self._held_up:
-            return
-        self._held_up = up
-        for job_id, spec in list(self._held.items()):
-            try:
-                self.engine.submit(spec)
-            except InfeasibleJob:
-                continue
-            del self._held[job_id]
+        """Into the engine; a job that only the nodes down right now could hold is held there
+        ("not now") until they come back, one that no node set could hold is refused ("never")."""
+        self.engine.submit(spec, hold=True)
 
     def _trace_next(self) -> float:
         return self.trace_jobs[self._cursor].submit_s if self._cursor < len(self.trace_jobs) else INF
 
     # ------------------------------------------------------------------ agents
 
-    def register(self, agent_id: str, nodes: Sequence[apb.NodeInfo]) -> Session:
-        """Check an agent's nodes against the cluster; raise InvalidJob-style ValueError if wrong."""
+    def register(self, agent_id: str, nodes: Sequence[apb.NodeInfo], principal: str = "",
+                 running: Sequence[apb.RunningJob] = ()) -> Session:
+        """Check an agent's nodes against the cluster (ValueError if wrong); PermissionError if
+        another agent token holds the agent id or one of the nodes."""
         if not nodes:
             raise ValueError("an agent must register at least one node")
         names = []
@@ -259,11 +323,17 @@ class LiveScheduler:
             owner = self.node_owner.get(name)
             if owner is not None and owner.agent_id != agent_id:
                 raise ValueError(f"node {name!r} is held by agent {owner.agent_id!r}")
-        # The same agent coming back (a restart): its previous session is over, and its jobs with it.
-        for s in list(self.sessions.values()):
-            if s.agent_id == agent_id or set(s.nodes) & set(names):
-                self.lose(s, "replaced by a new registration")
-        s = Session(agent_id=agent_id, session_id=uuid.uuid4().hex, nodes=tuple(names))
+        # The same agent coming back (a restart, a broken stream): its previous session is over.
+        # Only the same credentials may take over a session: a token cannot push another off.
+        replaced = [s for s in self.sessions.values() if s.agent_id == agent_id or set(s.nodes) & set(names)]
+        for s in replaced:
+            if s.principal != principal:
+                raise PermissionError(f"agent {s.agent_id!r} (nodes {s.nodes[0]}..) is registered with other "
+                                      "credentials")
+        for s in replaced:
+            self.lose(s, "replaced by a new registration")
+        s = Session(agent_id=agent_id, session_id=uuid.uuid4().hex, nodes=tuple(names), principal=principal,
+                    running=tuple(running))
         self.sessions[s.session_id] = s
         return s
 
@@ -277,7 +347,13 @@ class LiveScheduler:
             if self.started and not self.engine.state.up[self.node_index[name]]:
                 self.engine.node_up(name, at=at)
                 self._publish("node_up", "", (name,), f"agent {s.agent_id}")
-        s.outbox.put_nowait(apb.SchedulerMessage(clock=self.clock.update(0)))
+        kills = []
+        if self.started and s.running:
+            # This scheduler requeued them when the agent was lost: they run elsewhere now.
+            kills = [apb.Command(time_s=at, kill=apb.Kill(job_id=r.launch.job_id, reason="requeued while away"))
+                     for r in s.running if not r.HasField("end_s")]
+            s.running = ()
+        s.outbox.put_nowait(apb.SchedulerMessage(commands=kills, clock=self.clock.update(0)))
         self._count_sent(1)
         if not self.started and len(self.node_owner) == len(self.cluster.nodes):
             self._start()
@@ -382,10 +458,22 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ clients
 
+    @property
+    def writing_out(self) -> bool:
+        """The replay's end is being written to --out: a submission now waits (UNAVAILABLE)."""
+        return self._finishing and not self.done
+
+    def _taken(self, job_id: str) -> bool:
+        return (job_id in self.engine.jobs or job_id in self.restored or job_id in self.trace_ids
+                or job_id in self._unresumed)
+
     def submit_client(self, spec: JobSpec) -> None:
-        if spec.job_id in self.engine.jobs or spec.job_id in self.restored or spec.job_id in self._held:
+        if self._taken(spec.job_id):
             raise KeyError(spec.job_id)
         self.validate(spec)
+        if self.done:
+            # A job after the end: the run is open again, and --out is written again when it ends.
+            self.done = self._finishing = False
         self._engine_submit(spec)
         self.source[spec.job_id] = "client"
         self.journal.add_jobs([spec], "client")
@@ -398,7 +486,7 @@ class LiveScheduler:
         while True:
             self._client_seq += 1
             job_id = f"client-{self._client_seq:06d}"
-            if job_id not in self.engine.jobs and job_id not in self.restored and job_id not in self._held:
+            if not self._taken(job_id):
                 return job_id
 
     def validate(self, spec: JobSpec) -> None:
@@ -439,6 +527,7 @@ class LiveScheduler:
 
     def _start(self) -> None:
         self.started = True
+        kills = self._resume_reported()
         if self.t_cur == 0.0 and not self.journal.meta().get("clock"):
             # Paced mode starts at the first arrival, as the offline run does; lockstep would
             # jump there anyway.
@@ -450,13 +539,14 @@ class LiveScheduler:
         self.wall_start = time.monotonic()
         log.info("all %d nodes have agents: clock starts at t=%.1f (%s)", len(self.cluster.nodes), self.t_cur,
                  "lockstep" if self.clock.lockstep else f"paced x{self.clock.speed:g}")
-        self._broadcast({}, sync=self.clock.lockstep)
+        self._broadcast(kills, sync=self.clock.lockstep)
 
     def pause(self) -> None:
         if not self.clock.paused:
             self.clock.set(self.clock.now())
             self.clock.paused = True
             self._broadcast({}, sync=False)
+            self.commit()  # a paused run is durable as it stands
 
     def resume(self) -> None:
         if self.clock.paused:
@@ -501,12 +591,19 @@ class LiveScheduler:
                     timeout = self._paced_tick()
             self._check_done()
             if self.journal.due():
-                self.journal.set_meta("clock", self.engine.now)
-                self.journal.commit()
+                self.commit()
             if self._kick.is_set():
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout)
+
+    def commit(self) -> None:
+        """Commit the journal's open group with the clock: every outcome up to the engine's time
+        is then durable, and the agents are told so (with the next clock update) so that they
+        can forget the ends they keep for a restarted scheduler."""
+        self.journal.set_meta("clock", self.engine.now)
+        self.journal.commit()
+        self.clock.durable_s = self.engine.now
 
     def stop(self) -> None:
         self._stopping = True
@@ -528,8 +625,7 @@ class LiveScheduler:
             for t, job_id, msg in sorted(self._failures):
                 if job_id in self.placed:
                     log.info("job %s failed on its agent: %s", job_id, msg or "no reason given")
-                    self.failing.add(job_id)
-                    self.engine.cancel(job_id, at=t)
+                    self.engine.job_failed(job_id, at=t)
             self._failures.clear()
 
     def _lockstep_step(self) -> None:
@@ -541,7 +637,6 @@ class LiveScheduler:
         ran = nxt is not None and nxt <= T
         if ran:
             self.engine.run(until=T)
-        self._release_held()
         cmds = self._collect()
         t_next = min(_or_inf(self.engine.next_event_time()), self._trace_next(),
                      min((s.bound for s in self.sessions.values() if s.connected), default=INF))
@@ -574,7 +669,6 @@ class LiveScheduler:
         while (nxt := self.engine.next_event_time()) is not None and nxt <= horizon:
             self.engine.run(until=nxt)
             ran = True
-        self._release_held()
         cmds = self._collect()
         t = time.monotonic()
         if cmds or t - self._last_clock_broadcast >= CLOCK_BROADCAST_S:
@@ -711,11 +805,10 @@ class LiveScheduler:
         elif kind == "requeue":
             m.vc(m.requeued, vc).inc()
         elif kind == "cancel":
-            if d.job_id in self.failing:
-                kind = "fail"
-                m.vc(m.failed, vc).inc()
-            else:
-                m.vc(m.cancelled, vc).inc()
+            m.vc(m.cancelled, vc).inc()
+            self._ended(job)
+        elif kind == "fail":
+            m.vc(m.failed, vc).inc()
             self._ended(job)
         if self.watchers:
             self._publish(kind, d.job_id, d.nodes, "", d.time)
@@ -744,7 +837,7 @@ class LiveScheduler:
 
     @property
     def replay_done(self) -> bool:
-        return (self.started and self._cursor >= len(self.trace_jobs) and not self._held
+        return (self.started and self._cursor >= len(self.trace_jobs) and not self._unresumed
                 and self._terminal >= len(self.engine.jobs))
 
     def _check_done(self) -> None:
@@ -752,16 +845,17 @@ class LiveScheduler:
             return
         self._finishing = True
         self.wall_done = time.monotonic()
-        self.journal.set_meta("clock", self.engine.now)
-        self.journal.commit()
+        self.commit()
         asyncio.get_running_loop().create_task(self._finish())
 
     async def _finish(self) -> None:
         summary = build_summary(self)
-        if self.offline_check and self.offline_input:
+        if self._fidelity is not None:
+            summary["fidelity"] = self._fidelity  # the trace's offline run does not change
+        elif self.offline_check and self.offline_input:
             self._watchdog_paused = True  # the comparison holds the GIL for a while
             try:
-                summary["fidelity"] = await asyncio.to_thread(fidelity, self)
+                summary["fidelity"] = self._fidelity = await asyncio.to_thread(fidelity, self)
             finally:
                 for s in self.sessions.values():
                     s.last_seen = time.monotonic()
@@ -783,8 +877,8 @@ class LiveScheduler:
     def job_record(self, job_id: str) -> dict | None:
         """A job's state as a dict (JobInfo's fields), or None if unknown."""
         job = self.engine.jobs.get(job_id)
-        if job is None and job_id in self._held:
-            s = self._held[job_id]
+        if job is None and job_id in self._unresumed:
+            s = self._unresumed[job_id]
             return {"job_id": job_id, "status": "pending", "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus,
                     "gpu_milli": s.gpu_milli, "duration_s": s.duration_s, "submit_s": s.submit_s,
                     "source": self.source.get(job_id, "")}
@@ -810,7 +904,7 @@ class LiveScheduler:
             c[job.status.value] += 1
         for rec in self.restored.values():
             c[rec.get("status", "completed")] += 1
-        c["pending"] += len(self._held)
+        c["pending"] += len(self._unresumed)
         return c
 
 

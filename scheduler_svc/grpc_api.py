@@ -20,6 +20,8 @@ from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
+from scheduler_svc import bounds
+from scheduler_svc.auth import Authenticator, AuthInterceptor
 from scheduler_svc.core import InvalidJob, LiveScheduler
 from scheduler_svc.summary import build_summary
 
@@ -55,6 +57,14 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     async def SubmitJob(self, request: spb.JobRequest, context: grpc.aio.ServicerContext) -> spb.JobInfo:
         live = self.live
+        r = request
+        problem = bounds.job_problem(r.job_id, r.num_gpus, r.gpu_milli, r.duration_s, r.vc, r.user,
+                                     r.gpu_models, r.cpu_milli, r.memory_mib)
+        if problem is not None:
+            live.metrics.rejected.labels("out_of_bounds").inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if live.writing_out:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly")
         milli = request.gpu_milli or GPU_MILLI
         job_id = request.job_id or live.next_client_id()
         spec = JobSpec(job_id=job_id, submit_s=live._event_time(), duration_s=request.duration_s,  # noqa: SLF001
@@ -68,7 +78,8 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except KeyError:
             live.metrics.rejected.labels("duplicate_id").inc()
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} already exists")
+            what = "a job of the trace" if job_id in live.trace_ids else "a job"
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} already exists ({what})")
         return job_info(live.job_record(job_id))
 
     async def CancelJob(self, request: spb.JobId, context: grpc.aio.ServicerContext) -> spb.JobInfo:
@@ -86,7 +97,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     async def ListJobs(self, request: spb.ListJobsRequest, context: grpc.aio.ServicerContext) -> spb.ListJobsResponse:
         live = self.live
-        ids = list(live.restored) + list(live.engine.jobs) + list(live._held)  # noqa: SLF001
+        ids = list(live.restored) + list(live.engine.jobs) + list(live._unresumed)  # noqa: SLF001
         recs = []
         for job_id in ids:
             rec = live.job_record(job_id)
@@ -95,11 +106,16 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             if request.vc and rec["vc"] != request.vc:
                 continue
             recs.append(rec)
+        if request.limit > bounds.LIST_LIMIT_MAX:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}")
         limit = request.limit or 100
         page = recs[request.offset: request.offset + limit]
         return spb.ListJobsResponse(jobs=[job_info(r) for r in page], total=len(recs))
 
     async def WatchEvents(self, request: spb.WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[spb.Event]:
+        if len(request.kinds) > bounds.WATCH_KINDS_MAX:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.WATCH_KINDS_MAX} kinds")
         q: asyncio.Queue = asyncio.Queue(WATCH_BUFFER)
         kinds = set(request.kinds)
         self.live.watchers.append(q)
@@ -178,14 +194,39 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
 
 class AgentServicer(apb_grpc.AgentServiceServicer):
-    def __init__(self, live: LiveScheduler) -> None:
+    def __init__(self, live: LiveScheduler, auth: Authenticator) -> None:
         self.live = live
+        self.auth = auth
+
+    def _principal(self, context: grpc.aio.ServicerContext) -> str:
+        """Which agent token made the call ("" without authentication)."""
+        if not self.auth.enabled:
+            return ""
+        who = self.auth.identify(context.invocation_metadata())
+        return who.name if who is not None else ""
 
     async def Register(self, request: apb.RegisterRequest, context: grpc.aio.ServicerContext) -> apb.RegisterResponse:
-        if not request.agent_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id is required")
+        if not request.agent_id or len(request.agent_id) > bounds.AGENT_ID_MAX or not request.agent_id.isprintable():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"agent_id is required: 1 to {bounds.AGENT_ID_MAX} printable characters")
+        if len(request.nodes) > bounds.AGENT_NODES_MAX:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.AGENT_NODES_MAX} nodes")
+        if self.auth.enabled:
+            who = self.auth.identify(context.invocation_metadata())
+            # Nodes the cluster does not have are INVALID_ARGUMENT below; these are someone else's.
+            names = {n.name for n in request.nodes if n.name in self.live.node_index}
+            foreign = sorted(names - who.nodes) if who.nodes is not None else []
+            if foreign:
+                self.live.metrics.refused_calls.labels("foreign_node").inc()
+                log.warning("agent token %s tried to register node(s) %s it was not given", who.name,
+                            ", ".join(foreign[:5]))
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"this agent token may not register node {foreign[0]!r}")
         try:
-            s = self.live.register(request.agent_id, request.nodes)
+            s = self.live.register(request.agent_id, request.nodes, principal=self._principal(context),
+                                   running=request.running)
+        except PermissionError as e:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         log.info("agent %s registered %d node(s)", request.agent_id, len(request.nodes))
@@ -200,7 +241,7 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
         except StopAsyncIteration:
             return
         s = live.sessions.get(first.session_id)
-        if s is None or s.connected or s.lost:
+        if s is None or s.connected or s.lost or s.principal != self._principal(context):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "unknown or already connected session: call Register first")
         live.attach(s)
@@ -228,10 +269,15 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             live.lose(s, why[0])
 
 
-def build_server(live: LiveScheduler) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    # No SO_REUSEPORT: a second scheduler on the same port fails to bind instead of sharing the
+    # clients with this one.
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", bounds.MESSAGE_MAX_BYTES),
+                                      ("grpc.so_reuseport", 0)],
+                             interceptors=[AuthInterceptor(auth, lambda why: live.metrics.refused_calls.labels(why).inc())]
+                             if auth.enabled else None)
     spb_grpc.add_SchedulerServiceServicer_to_server(SchedulerServicer(live), server)
-    apb_grpc.add_AgentServiceServicer_to_server(AgentServicer(live), server)
+    apb_grpc.add_AgentServiceServicer_to_server(AgentServicer(live, auth), server)
     hs = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(hs, server)
     names = (

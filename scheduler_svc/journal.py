@@ -11,13 +11,16 @@ trace on restart.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from analysim.core.job import JobSpec
+from analysim.errors import UserError
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -52,11 +55,16 @@ class Journal:
     def __init__(self, path: str | Path, group_s: float = 0.05) -> None:
         self.path = Path(path)
         self.group_s = group_s
-        # isolation_level=None: we open and close transactions ourselves, one per group.
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        self._lock_fd = _lock(self.path)
+        try:
+            # isolation_level=None: we open and close transactions ourselves, one per group.
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            os.close(self._lock_fd)
+            raise UserError(f"--journal {self.path}: not a usable SQLite journal ({e})") from None
         self._in_tx = False
         self._last_commit = time.monotonic()
         self._seq = self.db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM jobs").fetchone()[0]
@@ -115,3 +123,21 @@ class Journal:
     def close(self) -> None:
         self.commit()
         self.db.close()
+        os.close(self._lock_fd)  # after SQLite's own descriptors: closing one drops its POSIX locks
+
+
+def _lock(path: Path) -> int:
+    """One scheduler per journal: an exclusive flock on the journal file, held while it runs and
+    released by the kernel however the process ends (so a SIGKILLed scheduler leaves no stale
+    lock). flock and SQLite's POSIX record locks do not interact on Linux; readers (sqlite3,
+    backups) are not blocked."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise UserError(f"--journal {path}: cannot open ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"--journal {path} is in use by another scheduler (one scheduler per journal)") from None
+    return fd

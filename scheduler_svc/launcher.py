@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysim.errors import UserError
+from analysim.tls import TlsFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,6 +64,12 @@ def wait_port_file(proc: Proc, deadline_s: float) -> dict:
     raise UserError(f"{proc.name} did not start within {deadline_s:g} s:\n{proc.tail()}")
 
 
+def _secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
     """(first node, count) for each agent process, as even as possible."""
     agents = max(1, min(agents, total))
@@ -71,16 +78,61 @@ def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
 
 
 class LocalRun:
-    """A scheduler process and agent processes, with their logs and port files in ``workdir``."""
+    """A scheduler process and agent processes, with their logs and port files in ``workdir``.
 
-    def __init__(self, workdir: Path, python: str = sys.executable) -> None:
-        self.workdir = Path(workdir)
+    ``provision`` gives them credentials first: a token per agent (for its own nodes), one for
+    clients and one for operators, in ``workdir/tokens`` (mode 600). ``tls`` is what the agents
+    and clients present and trust (CA, and a certificate for mutual TLS)."""
+
+    def __init__(self, workdir: Path, python: str = sys.executable, tls: TlsFiles | None = None) -> None:
+        self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.python = python
+        self.tls = tls or TlsFiles()
         self.scheduler: Proc | None = None
         self.agents: dict[int, Proc] = {}
         self.cluster = ""
         self._restarts = 0
+        self.token_dir: Path | None = None
+
+    def provision(self, node_names: list[str], processes: int) -> Path:
+        """Write fresh tokens: ``agents.tokens`` (the scheduler's list: each agent's token and its
+        nodes), ``agent-<i>.token``, ``client.token``, ``operator.token``."""
+        from scheduler_svc.auth import new_token
+
+        d = self.token_dir = self.workdir / "tokens"
+        d.mkdir(mode=0o700, exist_ok=True)
+        lines = []
+        for i, (first, count) in enumerate(split_nodes(len(node_names), processes)):
+            tok = new_token()
+            _secret(d / f"agent-{i}.token", tok + "\n")
+            lines.append(f"{tok} {node_names[first]}..{node_names[first + count - 1]}")
+        _secret(d / "agents.tokens", "\n".join(lines) + "\n")
+        for role in ("client", "operator"):
+            _secret(d / f"{role}.token", new_token() + "\n")
+        return d
+
+    def token(self, role: str) -> str | None:
+        """A provisioned token: "client", "operator" or "agent-<i>" (None without provisioning)."""
+        from scheduler_svc.auth import read_token
+
+        return read_token(self.token_dir / f"{role}.token") if self.token_dir else None
+
+    def client(self, role: str = "operator"):  # noqa: ANN201 — a SchedulerClient
+        from scheduler_svc.client import SchedulerClient
+
+        return SchedulerClient(self.target, token=self.token(role), tls=self.tls)
+
+    def _auth_args(self) -> list[str]:
+        d = self.token_dir
+        if d is None:
+            return []
+        return ["--agent-token-file", str(d / "agents.tokens"), "--client-token-file", str(d / "client.token"),
+                "--operator-token-file", str(d / "operator.token")]
+
+    def _tls_client_args(self) -> list[str]:
+        t = self.tls
+        return [*(["--tls-ca", t.ca] if t.ca else []), *(["--tls-cert", t.cert, "--tls-key", t.key] if t.cert else [])]
 
     def _spawn(self, name: str, argv: list[str]) -> Proc:
         port_file = self.workdir / f"{name}.json"
@@ -97,7 +149,7 @@ class LocalRun:
     def start_scheduler(self, args: list[str], deadline_s: float = 60.0) -> dict:
         name = "scheduler" if self._restarts == 0 else f"scheduler-{self._restarts}"
         self._restarts += 1
-        self.scheduler = self._spawn(name, ["-m", "scheduler_svc", "serve", *args])
+        self.scheduler = self._spawn(name, ["-m", "scheduler_svc", "serve", *self._auth_args(), *args])
         return wait_port_file(self.scheduler, deadline_s)
 
     @property
@@ -112,7 +164,9 @@ class LocalRun:
         name = f"agent{index}" if old is None else f"agent{index}-{n}"
         p = self._spawn(name, ["-m", "node_agent", "--scheduler", self.target, "--cluster", cluster,
                                "--first-node", str(first), "--nodes", str(count), "--agent-id", f"agent-{index}",
-                               "--log-level", "WARNING", *extra])
+                               "--log-level", "WARNING", *self._tls_client_args(),
+                               *(["--token-file", str(self.token_dir / f"agent-{index}.token")] if self.token_dir else []),
+                               *extra])
         self.agents[index] = p
         wait_port_file(p, deadline_s)
         return p

@@ -39,6 +39,10 @@ class SchedulerMetrics:
         self.failed = Counter("analysim_jobs_failed_total", "Jobs reported failed by an agent.", ["vc"], registry=r)
         self.cancelled = Counter("analysim_jobs_cancelled_total", "Jobs cancelled by a client.", ["vc"], registry=r)
         self.rejected = Counter("analysim_jobs_rejected_total", "Submissions refused, by reason.", ["reason"], registry=r)
+        self.refused_calls = Counter("analysim_grpc_calls_refused_total",
+                                     "Calls refused before reaching a service: unauthenticated, permission_denied, "
+                                     "foreign_node (an agent token registering a node it was not given).",
+                                     ["reason"], registry=r)
         self.queueing = Histogram("analysim_job_queueing_delay_seconds",
                                   "Virtual seconds from submission to first start.", buckets=JOB_TIME_BUCKETS, registry=r)
         self.jct = Histogram("analysim_job_completion_time_seconds",

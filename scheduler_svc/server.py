@@ -14,6 +14,9 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from analysim.errors import UserError
+from analysim.tls import TlsFiles
+from scheduler_svc.auth import Authenticator
 from scheduler_svc.core import LiveScheduler
 from scheduler_svc.grpc_api import build_server, set_serving
 
@@ -48,20 +51,32 @@ async def start_metrics(registry, host: str, port: int) -> tuple[web.AppRunner, 
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
-                exit_when_done: bool = False) -> None:
+                exit_when_done: bool = False, auth: Authenticator | None = None, tls: TlsFiles | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server, hs = build_server(live)
-    bound = server.add_insecure_port(f"{host}:{grpc_port}")
+    auth = auth or Authenticator()
+    if not auth.enabled:
+        log.warning("no token files: every caller may submit, control the clock and register as an agent")
+    server, hs = build_server(live, auth)
+    creds = (tls or TlsFiles()).server_credentials()
+    address = f"{host}:{grpc_port}"
+    try:
+        bound = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind gRPC on {host}:{grpc_port}")
-    runner, mport = await start_metrics(live.metrics.registry, host, metrics_port)
+        raise UserError(f"cannot listen on {address} for gRPC (in use, or not an address of this machine)")
+    try:
+        runner, mport = await start_metrics(live.metrics.registry, host, metrics_port)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{metrics_port} for /metrics ({e.strerror})") from None
     await server.start()
     await set_serving(hs, True)
     tasks = [loop.create_task(live.run()), loop.create_task(live.watchdog())]
-    info = {"host": host, "grpc": bound, "metrics": mport, "pid": os.getpid()}
+    info = {"host": host, "grpc": bound, "metrics": mport, "pid": os.getpid(), "tls": creds is not None,
+            "auth": auth.enabled}
     if port_file:
         write_port_file(port_file, info)
     log.info("scheduler on %s:%d (gRPC), metrics http://%s:%d/metrics", host, bound, host, mport)
@@ -82,5 +97,5 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         await server.stop(GRACE_S)
         await runner.cleanup()
         waiter.cancel()
-        live.journal.set_meta("clock", live.engine.now)
+        live.commit()
         live.journal.close()

@@ -20,6 +20,8 @@ class Session:
     agent_id: str
     session_id: str
     nodes: tuple[str, ...]
+    principal: str = ""  # the agent token it registered with ("" without authentication)
+    running: tuple[apb.RunningJob, ...] = ()  # jobs it still ran when it registered
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     connected: bool = False
     lost: bool = False

@@ -42,6 +42,7 @@ def build_summary(live: LiveScheduler) -> dict:
         "decision_latency_p99_s": float(np.percentile(lat, 99)),
         "decision_latency_max_s": float(lat.max()),
         "agents_lost": live.agents_lost,
+        "jobs_resumed": live.jobs_resumed,
         "scheduler_cpu_s": ru.ru_utime + ru.ru_stime,
         "scheduler_peak_rss_bytes": ru.ru_maxrss * 1024,
     }

@@ -111,6 +111,24 @@ def test_attack_cli(gw: Running, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert json.loads(capsys.readouterr().out)["queries_used"] == 30
 
 
+def test_attack_cli_adaptive_strategies(gw: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{gw.port}"
+    base = ["attack", "--gateway", url, "--model", "credit"]
+    # sybil: each key sends at most --per-account rows, then the next takes over
+    keys = [gw.new_key(f"sy-{i}") for i in range(40)]
+    argv = [*base, "--strategy", "sybil", "--per-account", "15", *(x for k in keys for x in ("--key", k))]
+    assert cli_main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["leaves_found"] == credit_model().tree.n_leaves
+    assert result["accounts"] == -(-result["queries_used"] // 15)
+    used = {u["user"]: u["rows_used"] for u in gw.admin.get("/v1/admin/users")[1]["users"]}
+    assert max(used[f"sy-{i}"] for i in range(40)) <= 15
+    # confidence: leaves read from label + confidence; slow: one row per request
+    for strategy, extra in (("confidence", []), ("slow", ["--pause", "0"]), ("natural", ["--dataset", str(credit_csv())])):
+        assert cli_main([*base, "--strategy", strategy, "--key", gw.new_key(f"ad-{strategy}"), "--budget", "60", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["queries_used"] <= 60
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -14,6 +14,7 @@ import pytest
 from analysim.cli import main as analysim
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
+from scheduler_svc.auth import bearer
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
 
@@ -33,14 +34,14 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
         reader.start()
         wait_until(lambda: events and events[0].kind == "watching", 30, "the watch handshake")
         # Lockstep with nothing else to do: each job runs its whole duration at once in virtual time.
-        ids = [client.submit(num_gpus=g, duration_s=d, user="alice").job_id for g, d in ((1, 60.0), (8, 3600.0), (4, 0.0))]
+        ids = [client.submit(num_gpus=g, duration_s=d, user="alice").job_id for g, d in ((1, 60.0), (8, 3600.0), (4, 1.0))]
         wait_until(lambda: all(client.get_job(i).status == "completed" for i in ids), 30, "injected jobs done")
-        for i, d in zip(ids, (60.0, 3600.0, 0.0), strict=True):
+        for i, d in zip(ids, (60.0, 3600.0, 1.0), strict=True):
             j = client.get_job(i)
             assert j.end_s - j.first_start_s == d and j.source == "client"
         assert client.list_jobs(status="completed").total == 3
 
-        assert analysim(["submit", "--scheduler", run.target, "--gpus", "2", "--duration", "120", "--id", "cli-job"]) == 0
+        assert analysim(["submit", "--scheduler", run.target, "--token-file", str(run.token_dir / "client.token"), "--gpus", "2", "--duration", "120", "--id", "cli-job"]) == 0
         assert "cli-job" in capsys.readouterr().out
         wait_until(lambda: client.get_job("cli-job").status == "completed", 30, "CLI job done")
 
@@ -58,7 +59,8 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
             client.cancel("no-such-job")
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
-        assert analysim(["status", "--scheduler", run.target, "--nodes"]) == 0
+        assert analysim(["status", "--scheduler", run.target, "--nodes", "--token-file",
+                         str(run.token_dir / "client.token")]) == 0
         out = capsys.readouterr().out
         assert "lockstep" in out and "node-0003" in out and "5 submitted" in out
         wait_until(lambda: any(e.kind == "cancel" and e.job_id == long for e in events), 30, "cancel event")
@@ -79,6 +81,16 @@ INVALID = [
     (dict(num_gpus=2, duration_s=5.0, vc="ee9e8c", gpu_models=["Z80"]), "unknown GPU model 'Z80'"),
     (dict(num_gpus=600, duration_s=5.0, vc="ee9e8c"), "more than the cluster can ever hold"),
     (dict(num_gpus=2, duration_s=5.0, vc="ee9e8c", gpu_milli=500), "gpu_milli"),
+    # Bounds (docs/live.md): nothing a CSV cell, a log line or the replay's end could choke on.
+    (dict(num_gpus=1, duration_s=5.0, vc="ee9e8c", job_id="a\x00b"), "job_id must be 1 to 128 characters"),
+    (dict(num_gpus=1, duration_s=5.0, vc="ee9e8c", job_id="x" * 129), "job_id must be 1 to 128 characters"),
+    (dict(num_gpus=1, duration_s=5.0, vc="ee9e8c", user="u" * (1 << 20)), "user must be at most 64"),
+    (dict(num_gpus=1, duration_s=5.0, vc="ee9e8c", user="a\nb"), "user must be at most 64 printable"),
+    (dict(num_gpus=1, duration_s=0.0, vc="ee9e8c"), "duration_s must be between 0.001 and 1e+08"),
+    (dict(num_gpus=1, duration_s=5e-324, vc="ee9e8c"), "duration_s must be between"),
+    (dict(num_gpus=1, duration_s=1e308, vc="ee9e8c"), "duration_s must be between"),
+    (dict(num_gpus=70_000, duration_s=5.0, vc="ee9e8c"), "num_gpus must be at least 1 and at most 65536"),
+    (dict(num_gpus=1, duration_s=5.0, vc="ee9e8c", cpu_milli=10**12), "cpu_milli must be in 0..1000000000"),
 ]
 
 
@@ -95,13 +107,14 @@ def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: 
             client.submit(num_gpus=8, duration_s=5.0, vc="ee9e8c", job_id="fine")
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
         assert analysim(["submit", "--scheduler", run.target, "--gpus", "4", "--duration", "-1", "--vc", "ee9e8c"]) == 2
-        assert "INVALID_ARGUMENT: duration_s must be" in capsys.readouterr().err
+        assert "--duration must be between 0.001 and 1e+08 s, got -1" in capsys.readouterr().err
         with pytest.raises(grpc.RpcError) as e:
             client.set_speed(-3.0)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert client.list_jobs().total == 1 and ok.job_id == "fine"
         sched = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
-        assert sample_sum(sched["analysim_jobs_rejected"], "analysim_jobs_rejected_total") == len(INVALID) + 2
+        # The CLI's own bounds check refused the -1 before sending it.
+        assert sample_sum(sched["analysim_jobs_rejected"], "analysim_jobs_rejected_total") == len(INVALID) + 1
 
 
 def _nodes(*specs: tuple[str, int, str]) -> list[apb.NodeInfo]:
@@ -115,14 +128,16 @@ def test_misbehaving_agent_is_logged_and_ignored(tmp_path: Path) -> None:
     with live(tmp_path, ["--jobs", "0", "--speed", "1"], "2x8", 2, agents=0) as (run, client):
         with grpc.insecure_channel(run.target) as ch:
             stub = apb_grpc.AgentServiceStub(ch)
+            md = bearer(run.token("agent-0"))
             for bad, message in ((_nodes(("node-0009", 8, "V100")), "not part of cluster"),
                                  (_nodes(("node-0000", 4, "V100")), "registered with 4xV100"),
                                  (_nodes(("node-0000", 8, "V100"), ("node-0000", 8, "V100")), "registered twice")):
                 with pytest.raises(grpc.RpcError) as e:
-                    stub.Register(apb.RegisterRequest(agent_id="rogue", nodes=bad), timeout=5)
+                    stub.Register(apb.RegisterRequest(agent_id="rogue", nodes=bad), timeout=5, metadata=md)
                 assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in e.value.details()
             reg = stub.Register(apb.RegisterRequest(agent_id="rogue", nodes=_nodes(("node-0000", 8, "V100"),
-                                                                                    ("node-0001", 8, "V100"))), timeout=5)
+                                                                                    ("node-0001", 8, "V100"))), timeout=5,
+                                metadata=md)
             impossible = apb.Heartbeat(nodes=[
                 apb.NodeTelemetry(node="node-0000", gpus=[apb.GpuState(index=0, utilization=5.0, memory_used_bytes=1,
                                                                        memory_total_bytes=2)]),
@@ -138,7 +153,7 @@ def test_misbehaving_agent_is_logged_and_ignored(tmp_path: Path) -> None:
                 apb.AgentMessage(heartbeat=impossible),
                 apb.AgentMessage(ack=apb.Ack(step=999, time_s=-1.0, lookahead_s=math.nan)),
             ]
-            call = stub.Connect(iter(msgs))
+            call = stub.Connect(iter(msgs), metadata=md)
             first = next(call)  # the clock: the session is live
             assert first.clock.speed == 1.0
             wait_until(lambda: _ignored(run) >= {"unknown_job": 1, "impossible_gpu_state": 3, "unknown_node": 1}.items(),

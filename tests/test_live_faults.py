@@ -55,7 +55,7 @@ def test_frozen_agent_misses_heartbeats_then_returns(tmp_path: Path) -> None:
     args = ["--jobs", "0", "--heartbeat-deadline", "1.0", "--speed", "1"]  # paced: the job keeps running
     with live(tmp_path, args, "4x8", 4, agents=2) as (run, client):
         wait_until(lambda: client.cluster_state().clock.started, 30, "clock started")
-        job = client.submit(num_gpus=8, duration_s=10.0**9)  # runs "forever" on one node
+        job = client.submit(num_gpus=8, duration_s=1e8)  # runs "forever" (the bound: 3 years) on one node
         wait_until(lambda: client.get_job(job.job_id).status == "running", 30, "job running")
         node = client.get_job(job.job_id).nodes[0]
         holder = 0 if int(node.split("-")[1]) < 2 else 1

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim.clusters import parse_cluster
+from analysim.tls import TlsFiles
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import LocalRun
 from tests.polling import wait_until  # noqa: F401  (re-exported for the live tests)
@@ -18,14 +20,19 @@ from tests.polling import wait_until  # noqa: F401  (re-exported for the live te
 
 @contextmanager
 def live(tmp: Path, sched_args: list[str], cluster: str, nodes: int, agents: int = 2,
-         agent_args: list[str] = ()) -> Iterator[tuple[LocalRun, SchedulerClient]]:
-    """A scheduler with ``sched_args`` (cluster added) and ``agents`` agent processes."""
-    run = LocalRun(tmp / "procs")
+         agent_args: list[str] = (), auth: bool = True, tls: TlsFiles | None = None,
+         ) -> Iterator[tuple[LocalRun, SchedulerClient]]:
+    """A scheduler with ``sched_args`` (cluster added) and ``agents`` agent processes, with
+    provisioned tokens (the client holds the operator's) unless ``auth`` is False; ``tls``: what
+    agents and the client present and trust (the scheduler's TLS options go in ``sched_args``)."""
+    run = LocalRun(tmp / "procs", tls=tls)
     try:
+        if auth:
+            run.provision([n.name for n in parse_cluster(cluster).nodes], max(agents, 1))
         run.start_scheduler([*sched_args, "--cluster", cluster, "--log-level", "WARNING"])
         if agents:
             run.start_agents(cluster, nodes, agents, list(agent_args))
-        with SchedulerClient(run.target) as client:
+        with run.client() as client:
             client.wait_ready()
             yield run, client
     finally:

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysim.clusters import parse_cluster
 from analysim.core.engine import Engine, EngineConfig
 from analysim.core.job import JobSpec, JobStatus
 from analysim.core.policies import build_policy
+from analysim.errors import UserError
 from node_agent.agent import Agent
 from node_agent.telemetry import gpu_sample
 from protos.analysim.v1 import agent_pb2 as apb
+from scheduler_svc.auth import AGENT, CLIENT, Authenticator, bearer
+from scheduler_svc.bounds import job_problem
 from scheduler_svc.cli import parse_speed
 from scheduler_svc.journal import Journal
 from scheduler_svc.launcher import ROOT, split_nodes
@@ -30,7 +36,10 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     j.ended("a", "completed", {"job_id": "a", "end_s": 11.5})
     j.set_meta("clock", 11.5)
     assert j.due() is False  # the group is younger than group_s: not committed yet
+    with pytest.raises(UserError, match="in use by another scheduler"):
+        Journal(path)  # one scheduler per journal
     j.db.close()  # a crash: the open group is lost, the committed submissions are not
+    os.close(j._lock_fd)  # noqa: SLF001 — and the kernel drops the lock with the process
     j2 = Journal(path)
     rows = j2.jobs()
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [("a", "trace", specs[0], "pending", None),
@@ -39,6 +48,15 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     j2.ended("b", "cancelled", {"job_id": "b"})
     j2.close()
     assert Journal(path).jobs()[1][3:] == ("cancelled", {"job_id": "b"})
+
+
+def test_a_file_that_is_not_a_journal_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"not a database" * 100)
+    with pytest.raises(UserError, match=r"garbage.db: not a usable SQLite journal"):
+        Journal(bad)
+    with pytest.raises(UserError, match="cannot open"):
+        Journal(tmp_path / "no" / "such" / "dir.db")
 
 
 def test_split_nodes() -> None:
@@ -127,3 +145,48 @@ def test_up_picks_the_cluster_simulate_picks() -> None:
         up = parser.parse_args(["up", *extra])
         sim = parser.parse_args(["simulate", *extra])
         assert parse_cluster(cluster_spec(up)).name == load_inputs(sim)[1].name, extra
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_accepted_client_ids_survive_csv_and_logs(job_id: str) -> None:
+    """Whatever id the bounds accept reads back from jobs.csv unchanged and has no control character."""
+    import csv
+    import io
+
+    problem = job_problem(job_id, 1, 0, 60.0, "vc", "", (), 0, 0)
+    if problem is None and job_id:
+        buf = io.StringIO()
+        csv.writer(buf).writerow([job_id, "x"])
+        assert next(csv.reader(io.StringIO(buf.getvalue()))) == [job_id, "x"]
+        assert job_id.isprintable() and len(job_id) <= 128 and " " not in job_id
+
+
+@settings(max_examples=100, deadline=None)
+@given(token=st.text(alphabet=st.characters(codec="ascii", exclude_categories=("Cc", "Zs")), min_size=16, max_size=64),
+       presented=st.text(max_size=80))
+def test_a_token_is_known_exactly(token: str, presented: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.mktemp("tokens") / "client.token"
+    path.write_text(token.replace("#", "x") + "\n")
+    auth = Authenticator()
+    auth.add_file(CLIENT, path)
+    real = token.replace("#", "x")
+    assert auth.identify(bearer(real)).role == CLIENT
+    assert (auth.identify(bearer(presented)) is not None) == (presented == real)
+    assert auth.identify(()) is None
+
+
+def test_agent_token_node_ranges(tmp_path: Path) -> None:
+    order = [f"node-{i:04d}" for i in range(10)]
+    path = tmp_path / "agents.tokens"
+    path.write_text("# agents\n" + "a" * 20 + " node-0002..node-0004,node-0009\n" + "b" * 20 + "\n")
+    auth = Authenticator()
+    auth.add_file(AGENT, path, order)
+    assert auth.identify(bearer("a" * 20)).nodes == {"node-0002", "node-0003", "node-0004", "node-0009"}
+    assert auth.identify(bearer("b" * 20)).nodes is None  # a bare token: any node
+    path.write_text("c" * 20 + " node-0002..node-0042\n")
+    with pytest.raises(UserError, match=r"line 1: node 'node-0042' is not in the cluster"):
+        Authenticator().add_file(AGENT, path, order)
+    path.write_text("short\n")
+    with pytest.raises(UserError, match="at least 16 characters"):
+        Authenticator().add_file(CLIENT, path)

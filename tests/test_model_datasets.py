@@ -107,3 +107,60 @@ def test_unknown_dataset_and_target(tmp_path: Path) -> None:
         load_dataset(str(credit_csv()), target="nope")
     with pytest.raises(UserError, match="fixed target"):
         load_dataset("iris", target="x")
+
+
+SURVEY = (
+    "Respondent ID,Age group,Score,Answer\n"
+    ",Response,Response,Response\n"
+    + "".join(f"{1000 + i},{'89 OR OLDER' if i % 7 == 0 else str(20 + i % 60)},{i % 10},{'yes' if i % 3 else 'no'}\n"
+              for i in range(40))
+)  # fmt: skip
+
+
+def test_a_second_header_row_is_refused_by_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "survey.csv"
+    path.write_text(SURVEY)
+    with pytest.raises(InputFileError, match=r"survey.csv, line 2, column 'Score': looks like a second header row"):
+        load_dataset(str(path), target="Answer")
+    path.write_text("a,b,c\n1,x,p\n2,y,q\na,b,c\n3,x,p\n")
+    with pytest.raises(InputFileError, match=r"line 4: repeats the header row"):
+        load_dataset(str(path))
+
+
+def test_the_cli_refuses_the_survey_file_in_one_line(tmp_path: Path) -> None:
+    from analysim.cli import main as cli_main
+
+    path = tmp_path / "survey.csv"
+    path.write_text(SURVEY)
+    assert cli_main(["model", "train", "--db", str(tmp_path / "s.db"), "--dataset", str(path), "--name", "s"]) == 2
+
+
+def test_drop_columns_numeric_and_missing_values(tmp_path: Path) -> None:
+    from mlaas_monitor.datasets import TableOptions
+
+    path = tmp_path / "survey.csv"
+    path.write_text(SURVEY.replace(",Response,Response,Response\n", "").replace("1003,23,3,no", "1003,,3,"))
+    with pytest.raises(InputFileError, match=r"line 5, column 'Answer': missing target value \(use --dropna or --impute"):
+        load_dataset(str(path), target="Answer")
+    opts = TableOptions(drop_columns=("Respondent ID",), missing="drop", numeric=("Age group",))
+    ds = load_dataset(str(path), target="Answer", options=opts)
+    assert ds.columns == ["Age group", "Score"] and len(ds.data) == 39
+    schema = encode_dataset(ds)[0]
+    age = schema.features[0]
+    assert age.kind == NUMERIC and age.max == 89  # "89 OR OLDER" read as 89, not a 72nd category
+    imputed = load_dataset(str(path), target="Answer", options=TableOptions(missing="impute", numeric=("Age group",)))
+    assert len(imputed.data) == 39 and any("missing target" in n for n in imputed.notes)
+    path.write_text(SURVEY.replace(",Response,Response,Response\n", "").replace("1003,23,3,no", "1003,,3,no"))
+    imputed = load_dataset(str(path), target="Answer", options=TableOptions(missing="impute", numeric=("Age group",)))
+    assert len(imputed.data) == 40 and imputed.data[3][1] != "" and any("imputed 1" in n for n in imputed.notes)
+    with pytest.raises(InputFileError, match=r"--numeric: no such column"):
+        load_dataset(str(path), target="Answer", options=TableOptions(numeric=("nope",)))
+    with pytest.raises(InputFileError, match=r"line 2, column 'Answer': --numeric: no number in 'no'"):
+        load_dataset(str(path), target="Score", options=TableOptions(numeric=("Answer",)))
+
+
+def test_a_value_beyond_float32_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "huge.csv"
+    path.write_text("x,y\n" + "".join(f"{v},{'a' if i % 2 else 'b'}\n" for i, v in enumerate([1, 2, 1e300, 4, 5, 6])))
+    with pytest.raises(UserError, match=r"column 'x', data row 3: 1e\+300 is beyond float32"):
+        train_model(load_dataset(str(path)), "h")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
+from mlaas_monitor.monitor.core import EXTENT_METHODS, ConfigError, ModelMonitor, MonitorConfig
 from tests.test_gateway_helpers import credit_model
 
 
@@ -42,11 +42,17 @@ def test_group_status_equals_one_user_with_all_the_queries() -> None:
     evals = feed(colluders, [(f"c{i % 3}", X) for i, X in enumerate(batches)], {"g": ("c0", "c1", "c2")})
     single = ModelMonitor(credit_model())
     one = feed(single, [("solo", X) for X in batches])
-    group_hist = {e.n_queries: e.status for e in evals if e.subject == "group:g"}
-    solo_hist = {e.n_queries: e.status for e in one}
+    # Extent (how much is held) pools exactly; intent is the most attack-like member's.
+    def extent(st: dict[str, float]) -> dict[str, float]:
+        return {m: st[m] for m in EXTENT_METHODS}
+
+    group_hist = {e.n_queries: extent(e.status) for e in evals if e.subject == "group:g"}
+    solo_hist = {e.n_queries: extent(e.status) for e in one}
     assert group_hist == solo_hist  # same schedule, same statuses, exactly
     g = colluders.groups["group:g"]
-    assert g.status == single.users["solo"].status
+    assert extent(g.status) == extent(single.users["solo"].status)
+    colluders.evaluate_due({"c0", "c1", "c2"}, {"g": ("c0", "c1", "c2")}, 0.0, force=True)
+    assert g.status["prada"] == max(colluders.users[m].status["prada"] for m in ("c0", "c1", "c2"))
     assert g.members == ("c0", "c1", "c2")
     # each member alone covers less than the group
     for m in ("c0", "c1", "c2"):
@@ -77,7 +83,8 @@ def test_warnings_fire_once_per_subject_and_method() -> None:
 
 
 def test_enforcement_decision_covers_groups() -> None:
-    cfg = MonitorConfig().updated({"enforcement": {"action": "refuse", "method": "coverage_mass", "threshold": 0.2}})
+    cfg = MonitorConfig().updated({"enforcement": {"action": "refuse", "method": "coverage_mass", "threshold": 0.2,
+                                                   "intent": False}})  # fmt: skip
     mon = ModelMonitor(credit_model(), cfg)
     groups = {"g": ("a", "b")}
     feed(mon, [("a", queries(i, 6)) if i % 2 else ("b", queries(i, 6)) for i in range(40)], groups)
@@ -113,3 +120,47 @@ def test_config_errors_name_the_field(patch: object, field: str) -> None:
 def test_config_round_trips() -> None:
     cfg = MonitorConfig().updated({"thresholds": {"ig": 0.7}, "auto_k": 3, "enforcement": {"action": "degrade"}})
     assert MonitorConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_enforcement_acts_on_extent_and_intent_together() -> None:
+    """Warn on extraction, act on extraction with an attack-like stream: a subject over the
+    threshold whose queries are rows of the data is left alone; one whose queries are
+    uniform over the domain (out of the data distribution) is refused."""
+    from tests.test_attack_strategies import wine_model
+
+    model = wine_model()
+    cfg = MonitorConfig().updated({"enforcement": {"action": "refuse", "method": "combined", "threshold": 0.3},
+                                   "min_refit": 5})  # fmt: skip
+    mon = ModelMonitor(model, cfg)
+    natural = model.validation_X
+    lo, hi = np.array([f.min for f in model.schema.features]), np.array([f.max for f in model.schema.features])
+    uniform = np.random.default_rng(3).uniform(lo, hi, size=(natural.shape[0], len(lo)))
+    labels = mon.tree.value[mon.tree.apply(natural)].argmax(axis=1)
+    for i, x in enumerate(natural):
+        mon.ingest("shopper", x[None, :], labels[i : i + 1], 2 * i + 1)
+        ux = uniform[i : i + 1]
+        mon.ingest("scraper", ux, mon.tree.value[mon.tree.apply(ux)].argmax(axis=1), 2 * i + 2)
+    mon.evaluate_due({"shopper", "scraper"}, {}, 1.0, force=True)
+    shopper, scraper = mon.users["shopper"], mon.users["scraper"]
+    assert shopper.status["combined"] >= 0.3 and scraper.status["combined"] >= 0.3
+    assert shopper.status["ood"] < cfg.ood_alarm <= scraper.status["ood"]
+    assert mon.enforcement_for("shopper", {}) == "none"
+    assert mon.enforcement_for("scraper", {}) == "refuse"
+
+
+def test_a_pool_of_small_accounts_is_out_of_distribution_together() -> None:
+    """Sybil accounts too small for any intent signal alone (10 queries each, below
+    ood_min_queries) are out of the data distribution as a pool."""
+    from tests.test_attack_strategies import wine_model
+
+    model = wine_model()
+    mon = ModelMonitor(model, MonitorConfig(min_refit=5))
+    lo, hi = np.array([f.min for f in model.schema.features]), np.array([f.max for f in model.schema.features])
+    X = np.random.default_rng(5).uniform(lo, hi, size=(80, len(lo)))
+    members = tuple(f"s{i}" for i in range(8))
+    for i in range(80):
+        mon.ingest(members[i // 10], X[i : i + 1], mon.tree.value[mon.tree.apply(X[i : i + 1])].argmax(axis=1), i + 1)
+    mon.evaluate_due(set(members), {"ring": members}, 0.0, force=True)
+    assert all(mon.users[m].status["ood"] == 0.0 for m in members)  # 10 queries: no evidence alone
+    pool = mon.groups["group:ring"]
+    assert pool.status["ood"] >= mon.config.ood_alarm and mon.attack_like(pool)

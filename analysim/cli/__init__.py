@@ -14,7 +14,7 @@ from analysim import __version__
 from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
-SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway", "attack", "monitor-eval",
+SUBCOMMANDS = ("simulate", "compare", "sweep", "report", "trace", "model", "gateway", "attack", "monitor-eval",
                "up", "agent", "submit", "status")
 
 

@@ -37,6 +37,21 @@ def port(text: str) -> int:
     return v
 
 
+def wall_seconds(lo: float, hi: float):  # noqa: ANN201 — an argparse type
+    """Wall seconds in [lo, hi]."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected wall seconds, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} wall seconds, got {v:g}")
+        return v
+
+    return parse
+
+
 def rate(text: str) -> float:
     try:
         v = float(text)

@@ -7,18 +7,24 @@ import json
 from pathlib import Path
 
 from analysim.cli.argtypes import positive_int
+from analysim.cli.dataset_args import add_dataset_arguments, table_options
 from analysim.errors import UserError
 
-STRATEGY_CHOICES = ("benign", "random", "pathfinding", "colluding")
+STRATEGY_CHOICES = ("benign", "random", "pathfinding", "colluding", "sybil", "natural", "confidence", "slow")
 
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "attack",
-        help="run a model-extraction attack against a gateway (benign, random, pathfinding, colluding)",
+        help="run a model-extraction attack against a gateway (benign, random, pathfinding, colluding, and the "
+        "adaptive sybil, natural, confidence, slow)",
         description="Each row sent is one query. With --accounts K the queries are split round-robin, request by "
-        "request, across the first K keys (a colluding attack); --strategy colluding is --collude-base over K accounts.",
+        "request, across the first K keys (a colluding attack); --strategy colluding is --collude-base over K accounts. "
+        "sybil: path-finding where each key sends at most --per-account rows and is then dropped for the next "
+        "(no declared group); natural: rows of --dataset drawn at random, a tree fitted on the answers; confidence: "
+        "path-finding reading leaves from label + confidence only; slow: path-finding one row per request, "
+        "--pause seconds apart.",
     )
     p.add_argument("--gateway", required=True, help="gateway URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--key", action="append", default=[], help="API key (repeat for several accounts)")
@@ -30,15 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--accounts", type=positive_int, default=1, help="split the queries across K accounts (default 1)")
     p.add_argument("--collude-base", choices=("benign", "random", "pathfinding"), default="pathfinding",
                    help="the strategy colluders split (default pathfinding)")  # fmt: skip
-    p.add_argument("--dataset", help="benign: rows to draw queries from (built-in name or file; the target column is dropped)")
+    p.add_argument("--per-account", type=positive_int, default=100, help="sybil: rows per key (default 100)")
+    p.add_argument("--pause", type=float, default=1.0, help="slow: seconds between requests (default 1)")
+    p.add_argument("--dataset", help="benign, natural: rows to draw queries from (built-in name or file; the target column is dropped)")
     p.add_argument("--target", help="benign: the dataset's target column (default as for 'model train')")
+    add_dataset_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the rebuilt model here (JSON)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlaas_monitor.monitor.attacks import BoxRebuild, Oracle, run_strategy
+    from mlaas_monitor.monitor.attacks import BoxRebuild, Oracle, PacedOracle, SybilOracle, run_strategy
 
     keys = list(args.key)
     if args.keys_file:
@@ -53,14 +62,22 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.collude_base if args.strategy == "colluding" else args.strategy
     if args.strategy == "colluding" and args.accounts < 2:
         raise UserError("--accounts: a colluding attack needs at least 2 accounts")
+    if not 0 <= args.pause <= 3600:
+        raise UserError("--pause: expected seconds from 0 to 3600")
     oracle = Oracle.connect(args.gateway, keys[: args.accounts], args.model, args.budget)
+    if strategy == "sybil":
+        spare = iter(keys[1:])
+        oracle = SybilOracle(oracle.clients[0], args.model, oracle.domain, args.budget, args.per_account,
+                             lambda: next(spare, None), args.gateway)  # fmt: skip
+    elif strategy == "slow":
+        oracle = PacedOracle(oracle.clients, args.model, oracle.domain, args.budget, args.pause)
     rows = None
-    if strategy == "benign":
+    if strategy in ("benign", "natural"):
         if not args.dataset:
-            raise UserError("--dataset: the benign strategy draws its queries from a dataset")
+            raise UserError(f"--dataset: the {strategy} strategy draws its queries from a dataset")
         from mlaas_monitor.datasets import load_dataset
 
-        ds = load_dataset(args.dataset, args.target)
+        ds = load_dataset(args.dataset, args.target, table_options(args))
         rows = oracle.domain.encode(ds.data)  # type: ignore[arg-type]
         if rows.shape[0] == 0:
             raise UserError(f"--dataset: no row of {args.dataset} fits model {args.model!r}'s schema")
@@ -68,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         rebuilt = run_strategy(strategy, oracle, args.seed, rows)
     finally:
         oracle.close()
-    result: dict[str, object] = {"strategy": args.strategy, "base": strategy, "accounts": args.accounts,
+    accounts = len(oracle.clients) if strategy == "sybil" else args.accounts
+    result: dict[str, object] = {"strategy": args.strategy, "base": strategy, "accounts": accounts,
                                  "model": args.model, "queries_used": oracle.queries}  # fmt: skip
     if isinstance(rebuilt, BoxRebuild):
         result["leaves_found"] = len(rebuilt.leaves)

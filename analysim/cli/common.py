@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from analysim.cli.argtypes import (
     nonneg_int,
@@ -78,14 +79,38 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[Trace, ClusterSpec]:
+# Options that only act once the trace is read (the cluster, the run's options, the outputs).
+RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "inflate_until",
+                      "stop_at_first_failure", "vc_map", "default_vc", "preemption", "migration",
+                      "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
+                      "rebalance_interval", "relaxed_locality", "out", "no_plots", "no_progress", "func"})
+SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
+
+
+def trace_inputs(args: argparse.Namespace) -> tuple:
+    """What ``read_trace`` may depend on: runs that agree on it share one loaded trace
+    (``analysim sweep`` reads each trace once). Every option not known to act after reading
+    counts, so that an option added later keys the trace until it is listed above."""
+    skip = RUN_ONLY | (SYNTHETIC_ONLY if args.trace else {"trace", "format"})
+    return tuple(sorted((k, repr(v)) for k, v in vars(args).items() if k not in skip))
+
+
+def read_trace(args: argparse.Namespace) -> Trace:
     if args.trace:
-        trace = load_trace(args.trace, args.format, drop_cpu_only=args.drop_cpu_only)
-    else:
-        trace = generate(args.jobs, args.seed, rate_scale=args.rate_scale)
+        return load_trace(args.trace, args.format, drop_cpu_only=args.drop_cpu_only)
+    return generate(args.jobs, args.seed, rate_scale=args.rate_scale)
+
+
+def load_inputs(args: argparse.Namespace, trace: Trace | None = None) -> tuple[Trace, ClusterSpec]:
+    """The run's trace and cluster; ``trace``, when given, is ``read_trace(args)`` done already
+    (shared between runs: VC mapping works on a copy)."""
+    if trace is None:
+        trace = read_trace(args)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
     vc_map = args.vc_map if args.vc_map in (None, BY_SHARE) else str(args.vc_map)
-    trace.jobs, _ = apply_vc_map(trace.jobs, cluster, vc_map, args.default_vc)
+    jobs, changed = apply_vc_map(trace.jobs, cluster, vc_map, args.default_vc)
+    if changed:
+        trace = dataclasses.replace(trace, jobs=jobs)
     return trace, cluster
 
 

@@ -8,6 +8,7 @@ import sys
 
 from analysim.cli.argtypes import nonneg_int, port, positive_int, rate
 from analysim.errors import UserError
+from analysim.tls import add_tls_arguments, tls_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "whatever is not checkpointed is replayed from the query log)")  # fmt: skip
     p.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL",
                    help="SQLite durability: NORMAL survives a killed process, FULL also a power cut")  # fmt: skip
+    add_tls_arguments(p, server=True, mutual=False)  # HTTPS and gRPC over TLS
     p.set_defaults(func=run)
 
 
@@ -42,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from mlaas_monitor.service import Gateway, Limits
     from mlaas_monitor.store import Store
 
+    tls = tls_from_args(args)
+    tls.server_credentials()  # unreadable or mismatched files: one line before the store is opened
     admin_key = load_admin_key(os.environ, args.admin_key_file)
     store = Store(args.db, args.synchronous, background_checkpoint=True)
     limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit)
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     def ready(b: Bound) -> None:
         if args.port_file:
             write_port_file(args.port_file, b)
-        print(f"gateway{'' if args.no_monitor else ' (monitored)'}: http://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
+        print(f"gateway{'' if args.no_monitor else ' (monitored)'}: {'https' if tls.cert else 'http'}://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
               f"({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
 
     extensions = []
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
         extensions.append(monitor_extension(checkpoint_interval=args.monitor_checkpoint_interval))
     try:
-        run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions)
+        run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions, tls=tls)
     except OSError as e:
         raise UserError(f"cannot serve on {args.host}: {e}") from e
     finally:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysim.cli.argtypes import positive_int
+from analysim.cli.dataset_args import add_dataset_arguments, table_options
 from analysim.errors import UserError
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t.add_argument("--decimals", type=int, default=2, help="confidence rounding (default 2)")
     t.add_argument("--no-confidence", action="store_true", help="reveal the label only")
     t.add_argument("--reveal-leaf", action="store_true", help="also reveal the leaf id")
+    add_dataset_arguments(t)
     t.set_defaults(func=_train)
 
     ls = msub.add_parser("list", help="list registered models")
@@ -70,7 +73,9 @@ def _train(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except PolicyError as e:
         raise UserError(f"--{e.field.replace('_', '-')}: {e.problem}") from e
-    ds = load_dataset(args.dataset, args.target)
+    ds = load_dataset(args.dataset, args.target, table_options(args))
+    for note in ds.notes:
+        print(f"{args.dataset}: {note}", file=sys.stderr)
     model = train_model(ds, args.name, args.max_depth, args.max_leaf_nodes, args.seed, policy)
     store = _open(args.db, must_exist=False)
     try:
@@ -87,12 +92,18 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from mlaas_monitor.store import ModelUnavailable
+
     store = _open(args.db)
     try:
         ids = store.model_ids()
         print(f"{'ID':<24} {'DATASET':<26} {'FEATURES':>8} {'CLASSES':>7} {'LEAVES':>6} {'DEPTH':>5} {'ACCURACY':>8} {'PRICE':>8}")
         for mid in ids:
-            m = store.load_model(mid)
+            try:
+                m = store.load_model(mid)
+            except ModelUnavailable as e:
+                print(f"{mid:<24} unavailable: {e.reason}")
+                continue
             assert m is not None
             c = m.card
             print(
@@ -105,9 +116,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from mlaas_monitor.store import ModelUnavailable
+
     store = _open(args.db)
     try:
         m = store.load_model(args.id)
+    except ModelUnavailable as e:
+        raise UserError(f"{args.db}: {e}") from e
     finally:
         store.close()
     if m is None:

@@ -7,24 +7,36 @@ import sys
 from pathlib import Path
 
 from analysim.cli.argtypes import positive_int
+from analysim.cli.dataset_args import add_dataset_arguments, table_options
 from analysim.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "monitor-eval",
-        help="train a model, serve it with the extraction monitor, run the attacks, record statuses vs queries",
-        description="Writes DIR/curves.csv, DIR/status_*.png and DIR/summary.json.",
+        help="train a model, serve it with the extraction monitor, run a benign population and the attackers, "
+        "measure each status method against true extraction",
+        description="Writes DIR/curves.csv, DIR/summary.json, DIR/table.md and DIR/status_*.png.",
     )
-    p.add_argument("--dataset", required=True, help="built-in name (iris, wine, breast_cancer, digits) or file")
+    p.add_argument("--dataset", required=True, help="built-in name (iris, wine, breast_cancer, digits) or a CSV / german.data file")
     p.add_argument("--target", help="target column (default as for 'model train')")
-    p.add_argument("--strategies", default="benign,random,pathfinding,colluding",
-                   help="comma-separated (default benign,random,pathfinding,colluding)")  # fmt: skip
+    add_dataset_arguments(p)
+    p.add_argument("--strategies", help="comma-separated, from benign, random, pathfinding, colluding, sybil, "
+                   "natural, confidence, slow (default: all)")  # fmt: skip
+    p.add_argument("--benign-users", type=positive_int, default=50, help="benign population size (default 50)")
+    p.add_argument("--benign-median-queries", type=positive_int, default=40,
+                   help="median queries per benign user; volumes are log-normal, sigma 1 (default 40)")  # fmt: skip
     p.add_argument("--accounts", type=positive_int, default=3, help="colluding accounts K (default 3)")
-    p.add_argument("--collude-base", choices=("benign", "random", "pathfinding"), default="pathfinding")
-    p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="default 26 (Tramèr et al.'s German tree)")
+    p.add_argument("--collude-base", choices=("random", "pathfinding"), default="pathfinding")
+    p.add_argument("--sybil-queries", type=positive_int, default=100, help="queries per sybil account (default 100)")
+    p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="tree size (default 26)")
     p.add_argument("--max-depth", type=positive_int)
-    p.add_argument("--budget", type=positive_int, default=2000, help="queries for random (default 2000)")
+    p.add_argument("--budget", type=positive_int, default=2000,
+                   help="queries for random and natural; cap per benign user (default 2000)")  # fmt: skip
+    p.add_argument("--margin", type=float, default=0.1,
+                   help="a warning at threshold t is right when the subject's true extent is >= t - margin (default 0.1)")  # fmt: skip
+    p.add_argument("--reference-queries", type=positive_int,
+                   help="a published path-finding query count to compare with (e.g. 1722 for Tramèr et al.'s German tree)")  # fmt: skip
     p.add_argument("--oracle", choices=("leaf", "confidence"), default="leaf",
                    help="what the policy reveals as leaf identity: leaf ids, or label + confidence (BigML)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
@@ -33,9 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlaas_monitor.monitor.evaluate import EvalOptions, run_eval
+    from mlaas_monitor.monitor.evaluate import EVAL_STRATEGIES, EvalOptions, format_table, run_eval
 
-    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    strategies = tuple(s.strip() for s in (args.strategies or ",".join(EVAL_STRATEGIES)).split(",") if s.strip())
     if not strategies:
         raise UserError("--strategies: name at least one strategy")
     out = Path(args.out)
@@ -43,34 +55,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out: {out} exists and is not a directory")
     opts = EvalOptions(
         dataset=args.dataset, out=out, strategies=strategies, accounts=args.accounts,
-        max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, seed=args.seed,
-        budget=args.budget, collude_base=args.collude_base, oracle=args.oracle,
+        max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, table=table_options(args),
+        seed=args.seed, budget=args.budget, collude_base=args.collude_base, oracle=args.oracle,
+        benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
+        reference_queries=args.reference_queries, sybil_queries=args.sybil_queries,
     )  # fmt: skip
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(format_table(summary))
     return 0
-
-
-def format_table(summary: dict) -> str:  # type: ignore[type-arg]
-    method = summary["default_method"]
-    head = ("strategy", "queries", "q to fid 0.99", "1st warning", f"{method} at warning", "true fid at warning",
-            "final " + method, "final IG", "final true fid")  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def f(v: object) -> str:
-        if v is None:
-            return "never"
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-    for name, r in summary["strategies"].items():
-        lines.append("| " + " | ".join([name, f(r["queries_used"]), f(r["queries_to_fidelity_099"]),
-                     f(r["first_warning_query"]), f(r["status_at_warning"]), f(r["true_fidelity_at_warning"]),
-                     f(r["final_status"][method]), f(r["final_status"]["ig"]), f(r["final_true_fidelity"])]) + " |")  # fmt: skip
-    col = summary["strategies"].get("colluding")
-    if col:
-        lines.append(f"\ncolluding: group {method} {col['group_status'][method]:.3f}, single user "
-                     f"{col['single_user_status'][method]:.3f}, max difference over all methods "
-                     f"{col['group_vs_single_max_difference']:.4f}; members: "
-                     + ", ".join(f"{m} {s[method]:.3f}" for m, s in col["member_status"].items()))  # fmt: skip
-    lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
-    return "\n".join(lines)

@@ -10,26 +10,34 @@ from pathlib import Path
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError
 from analysim.report import summary_table, write_run
-from analysim.simulation import run
+from analysim.simulation import RunResult, run
+from analysim.traces import Trace
+
+HELP = "replay a trace under one scheduling policy"
+DESCRIPTION = ("Replay a cluster trace (default: the embedded synthetic Philly-like trace) under one "
+               "policy and placement; write summary.json, jobs.csv, timeseries.csv and plots to --out.")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "simulate",
-        help="replay a trace under one scheduling policy",
-        description="Replay a cluster trace (default: the embedded synthetic Philly-like trace) under one "
-                    "policy and placement; write summary.json, jobs.csv, timeseries.csv and plots to --out.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """simulate's options; ``analysim sweep`` takes its SPEC keys from them."""
     add_run_arguments(p)
     p.add_argument("--policy", default="fifo", help="queue policy: fifo, fifo-backfill, sjf, srtf, tiresias, qssf, fair")
     p.add_argument("--placement", default="consolidate", help="consolidate (best fit), spread, random, fgd")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder (default: out/simulate)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help=HELP, description=DESCRIPTION)
+    add_arguments(p)
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
-    trace, cluster = load_inputs(args)
+def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunResult, list[Path]]:
+    """One run as ``analysim simulate`` does it, minus the printing: returns the result and the
+    files written to ``args.out``. ``trace`` is the loaded ``--trace`` when the caller has it
+    already (``analysim sweep`` loads it once for all its cells)."""
+    trace, cluster = load_inputs(args, trace)
     opts = run_options(args, args.policy, args.placement)
     started = time.perf_counter()
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
@@ -44,6 +52,11 @@ def main(args: argparse.Namespace) -> int:
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
     written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots)
+    return result, written
+
+
+def main(args: argparse.Namespace) -> int:
+    result, written = simulate(args)
     print(summary_table([(result.summary["policy"], result.summary)]))
     if result.summary.get("jobs_filtered"):
         print("filtered: " + ", ".join(f"{k} {v}" for k, v in result.summary["jobs_filtered"].items()))

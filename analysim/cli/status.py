@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysim.cli.submit import add_target
+from analysim.cli.submit import add_target, connect, refusal
 from analysim.errors import UserError
 
 
@@ -25,14 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
-    import grpc
+def message_dict(msg) -> dict:  # noqa: ANN001 — a protobuf message
+    """Every field, zero-valued ones too (MessageToDict leaves defaults out unless told)."""
     from google.protobuf.json_format import MessageToDict
 
-    from scheduler_svc.cli import parse_speed
-    from scheduler_svc.client import SchedulerClient
+    try:
+        return MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    except TypeError:  # protobuf < 5.26
+        return MessageToDict(msg, preserving_proto_field_name=True, including_default_value_fields=True)
 
-    with SchedulerClient(args.scheduler) as c:
+
+def main(args: argparse.Namespace) -> int:
+    import grpc
+
+    from scheduler_svc.cli import parse_speed
+
+    with connect(args) as c:
         try:
             if args.pause:
                 c.pause()
@@ -45,9 +53,9 @@ def main(args: argparse.Namespace) -> int:
                     raise UserError(str(e)) from None
             st = c.cluster_state(nodes=args.nodes, queue_limit=args.queue)
         except grpc.RpcError as e:
-            raise UserError(f"{args.scheduler}: {e.code().name}: {e.details()}") from None
+            raise UserError(f"{args.scheduler}: {refusal(e)}") from None
     if args.json:
-        print(json.dumps(MessageToDict(st, preserving_proto_field_name=True), indent=2))
+        print(json.dumps(message_dict(st), indent=2))
         return 0
     ck = st.clock
     mode = "lockstep" if ck.lockstep else f"paced x{ck.speed:g}"

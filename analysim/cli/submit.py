@@ -4,12 +4,39 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from analysim.errors import UserError
+from analysim.tls import add_tls_arguments, tls_from_args
+
+TOKEN_ENV = "ANALYSIM_TOKEN_FILE"
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", required=True, metavar="HOST:PORT", help="the scheduler's gRPC address")
+    p.add_argument("--token-file", metavar="FILE", default=os.environ.get(TOKEN_ENV),
+                   help=f"bearer token (client or operator) when the scheduler requires one (default: ${TOKEN_ENV})")
+    add_tls_arguments(p, server=False)
+
+
+def refusal(e) -> str:  # noqa: ANN001 — a grpc.RpcError
+    """A refused call in one line, with what to do about a missing or wrong credential."""
+    import grpc
+
+    hint = {grpc.StatusCode.UNAUTHENTICATED: f" (give --token-file or ${TOKEN_ENV})",
+            grpc.StatusCode.PERMISSION_DENIED: " (this token's role may not do that)"}.get(e.code(), "")
+    return f"{e.code().name}: {e.details()}{hint}"
+
+
+def connect(args: argparse.Namespace):  # noqa: ANN201 — a scheduler_svc.client.SchedulerClient
+    """A client for ``--scheduler`` with the token and TLS options."""
+    from scheduler_svc.auth import read_token
+    from scheduler_svc.client import SchedulerClient
+
+    token = read_token(args.token_file) if args.token_file else None
+    tls = tls_from_args(args)
+    tls.channel_credentials()  # unreadable files: one line now
+    return SchedulerClient(args.scheduler, token=token, tls=tls)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,17 +59,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import grpc
 
-    from scheduler_svc.client import SchedulerClient
+    from scheduler_svc.bounds import job_problem
 
-    if args.gpus < 0 or args.gpu_milli < 0 or args.cpu_milli < 0 or args.memory_mib < 0:
-        raise UserError("--gpus, --gpu-milli, --cpu-milli and --memory-mib cannot be negative")
-    with SchedulerClient(args.scheduler) as c:
+    problem = job_problem(args.id, args.gpus, args.gpu_milli, args.duration, args.vc, args.user, args.gpu_model,
+                          args.cpu_milli, args.memory_mib)
+    if problem is not None:
+        raise UserError(problem.replace("num_gpus", "--gpus").replace("duration_s", "--duration")
+                        .replace("job_id", "--id").replace("cpu_milli", "--cpu-milli")
+                        .replace("memory_mib", "--memory-mib").replace("gpu_milli", "--gpu-milli"))
+    with connect(args) as c:
         try:
             job = c.submit(args.gpus, args.duration, job_id=args.id, vc=args.vc, user=args.user,
                            gpu_milli=args.gpu_milli, gpu_models=args.gpu_model, cpu_milli=args.cpu_milli,
                            memory_mib=args.memory_mib)
         except grpc.RpcError as e:
-            raise UserError(f"{e.code().name}: {e.details()}") from None
+            raise UserError(refusal(e)) from None
     start = "" if math.isnan(job.first_start_s) else f", started at t={job.first_start_s:.1f}"
     print(f"{job.job_id} {job.status} (submitted at t={job.submit_s:.1f}{start})")
     return 0

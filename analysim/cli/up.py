@@ -74,8 +74,9 @@ def cluster_spec(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from scheduler_svc.client import SchedulerClient
+    from analysim.tls import TlsFiles
     from scheduler_svc.launcher import LocalRun
+    from scheduler_svc.server import write_port_file
 
     if args.agents < 1:
         raise UserError("--agents must be at least 1")
@@ -85,14 +86,26 @@ def main(args: argparse.Namespace) -> int:
     cluster = parse_cluster(spec)
     if args.trace and not Path(args.trace).exists():
         raise UserError(f"{args.trace}: no such file")
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))
+    if args.exit_when_done:
+        raise UserError("analysim up always stops once the replay is done; --exit-when-done is an option of "
+                        "python -m scheduler_svc serve")
+    # The children run in the repository root: every path they get is absolute.
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))).resolve()
+    for name in ("tls_cert", "tls_key", "tls_ca"):
+        if getattr(args, name):
+            setattr(args, name, str(Path(getattr(args, name)).resolve()))
     sched_args = forward_args(args)
     if args.journal is None:
         # With the logs, and fresh: resuming is for an explicit --journal.
         for suffix in ("", "-wal", "-shm"):
             (workdir / f"journal.db{suffix}").unlink(missing_ok=True)
         sched_args += ["--journal", str(workdir / "journal.db")]
-    run = LocalRun(workdir)
+    # What the agents and this command present and trust: the scheduler's CA, or its own
+    # (self-signed) certificate; with --tls-ca (mutual TLS), the same certificate as clients.
+    tls = TlsFiles(ca=args.tls_ca or args.tls_cert, cert=args.tls_cert if args.tls_ca else None,
+                   key=args.tls_key if args.tls_ca else None)
+    run = LocalRun(workdir, tls=tls)
+    run.provision([n.name for n in cluster.nodes], args.agents)
     # SIGTERM (e.g. from `timeout` or a supervisor) stops the children in order, as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -101,8 +114,11 @@ def main(args: argparse.Namespace) -> int:
         run.start_agents(spec, len(cluster.nodes), args.agents)
         for i, p in sorted(run.agents.items()):
             print(f"agent {i:<4} {p.info['host']}:{p.info['metrics']}/metrics   pid {p.pid}")
-        print(f"logs       {workdir}")
-        with SchedulerClient(run.target) as client:
+        print(f"logs       {workdir}   tokens {run.token_dir}")
+        if args.port_file:
+            write_port_file(args.port_file, {**info, "agents": {i: p.info for i, p in run.agents.items()},
+                                             "workdir": str(workdir), "tokens": str(run.token_dir)})
+        with run.client() as client:
             client.wait_ready()
             summary = _follow(client, run, args)
         _report(summary, args)

@@ -125,25 +125,51 @@ class Engine:
         self._empty_state: ClusterState | None = None
         self._in_pass = False
         self._handlers = {k: getattr(self, "_on_" + k) for k in
-                          ("arrival", "cancel", "complete", "node_down", "node_up", "timer", "rebalance")}
+                          ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
         self._deferred_removals: list[tuple] = []
+        self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
         if self.config.rebalance_interval_s and policy.rebalance is not None:
             self.events.push(self.config.rebalance_interval_s, TIMER, "rebalance")
 
     # ----------------------------------------------------------------- inputs
 
-    def submit(self, spec: JobSpec) -> JobRun:
-        """Accept a job; it arrives at ``spec.submit_s`` (or now, if that is in the past)."""
+    def submit(self, spec: JobSpec, hold: bool = False) -> JobRun:
+        """Accept a job; it arrives at ``spec.submit_s`` (or now, if that is in the past).
+
+        A job no up node set can hold raises InfeasibleJob; with ``hold``, one that only nodes
+        that are down could hold ("not now", as opposed to "never") is accepted instead: pending,
+        outside the queue, until a node comes up that lets it fit (then it arrives)."""
         if spec.job_id in self.jobs:
             raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
-        self.check_feasible(spec)
+        held = False
+        try:
+            self.check_feasible(spec)
+        except InfeasibleJob as e:
+            if not (hold and e.reason in ("no_matching_node", "larger_than_cluster") and self._fits_when_all_up(spec)):
+                raise
+            held = True
         job = JobRun(spec=spec, seq=self._seq, remaining_s=spec.duration_s or 0.0)
         self._seq += 1
         self.jobs[spec.job_id] = job
         self.extra[spec.job_id] = _Extra()
-        self.events.push(max(spec.submit_s, self.now), ARRIVAL, "arrival", job)
+        if held:
+            self.held[spec.job_id] = job
+        else:
+            self.events.push(max(spec.submit_s, self.now), ARRIVAL, "arrival", job)
         return job
+
+    def _fits_when_all_up(self, spec: JobSpec) -> bool:
+        """Whether the job would fit the empty cluster with every node up."""
+        if self.state.up.all():
+            return False
+        if self._empty_state is None:
+            self._empty_state = ClusterState(self.spec)
+        st = self.state
+        mask = np.array([o == (spec.vc if spec.vc in self._vc_dedicated else None) for o in st.owner_vc], dtype=bool)
+        if spec.gpu_models:
+            mask &= np.isin(st.model_id, [i for i, m in enumerate(st.model_names) if m in spec.gpu_models])
+        return bool(mask.any()) and placement.can_place(self, spec, mask, self._empty_state)
 
     def place_now(self, spec: JobSpec) -> bool:
         """Place a job at once if it fits, with no queue (inflate mode). False if it does not fit."""
@@ -171,6 +197,37 @@ class Engine:
         """A completion reported from outside (live mode, where agents run the jobs)."""
         job = self.jobs[job_id]
         self.events.push(self._at(at), COMPLETION, "complete", (job, job.completion_token))
+
+    def job_failed(self, job_id: str, at: float | None = None) -> None:
+        """A failure reported from outside (live mode): the job stops and ends as failed."""
+        self.events.push(self._at(at), COMPLETION, "fail", job_id)
+
+    def resume_running(self, spec: JobSpec, gpus: tuple[tuple[int, tuple[int, ...]], ...], slowdown: float,
+                       started_s: float, remaining_s: float, overhead_s: float) -> JobRun:
+        """Take in a job that is already running (live mode, a scheduler restarted while its agents
+        kept their jobs): on these GPUs since ``started_s`` with ``remaining_s`` of work and
+        ``overhead_s`` to pay at that start, so that it ends when it would have. Recorded as a
+        "resume" decision, not a launch. Raises InfeasibleJob if the GPUs are not free."""
+        if spec.job_id in self.jobs:
+            raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
+        pl = Placement(gpus=gpus, slowdown=slowdown)
+        st = self.state
+        for n, slots in gpus:
+            if not st.up[n] or any(not 0 <= g < st.gpus[n] or st.free_milli[n, g] < spec.gpu_milli for g in slots):
+                raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.node_names[n]} are not free",
+                                    "gpus_taken")
+        job = JobRun(spec=spec, seq=self._seq, remaining_s=remaining_s, overhead_s=overhead_s)
+        self._seq += 1
+        self.jobs[spec.job_id] = job
+        self.extra[spec.job_id] = _Extra()
+        job.enqueued_s = started_s
+        self.policy.queue.on_event("arrival", job, self)
+        self._launch(job, pl)
+        self.decisions.pop()
+        job.last_start_s = job.first_start_s = started_s
+        self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
+        self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
+        return job
 
     def _at(self, at: float | None) -> float:
         return self.now if at is None else max(at, self.now)
@@ -270,19 +327,23 @@ class Engine:
         self.policy.queue.on_event("arrival", job, self)
         self._enqueue(job)
 
-    def _on_cancel(self, job_id: str) -> None:
+    def _on_cancel(self, job_id: str, status: JobStatus = JobStatus.CANCELLED) -> None:
         job = self.jobs.get(job_id)
         if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
             return
+        self.held.pop(job_id, None)
         if job.status is JobStatus.RUNNING:
             self._stop(job)
         elif self.extra[job_id].qkey is not None:
             self._dequeue(job)
-        job.status = JobStatus.CANCELLED
+        job.status = status
         job.end_s = self.now
-        self._decide("cancel", job)
+        self._decide("cancel" if status is JobStatus.CANCELLED else "fail", job)
         if self.recorder is not None:
             self.recorder.job_ended(self, job)
+
+    def _on_fail(self, job_id: str) -> None:
+        self._on_cancel(job_id, JobStatus.FAILED)
 
     def _on_complete(self, payload: tuple[JobRun, int]) -> None:
         job, token = payload
@@ -327,6 +388,13 @@ class Engine:
         self._static_cache.clear()
         self._fits_empty.clear()
         self._dirty = True
+        for job_id, job in list(self.held.items()):  # in submission order
+            try:
+                self.check_feasible(job.spec)
+            except InfeasibleJob:
+                continue
+            del self.held[job_id]
+            self.events.push(self.now, ARRIVAL, "arrival", job)
 
     def _on_timer(self, payload: tuple[str, JobRun | None]) -> None:
         """Policy timers (e.g. a queue level change): the job's key may have changed."""

@@ -2,7 +2,11 @@
 
 Strategies (``STRATEGIES``): benign (rows of a dataset), random (uniform over the model
 card's feature domain), pathfinding (Tramèr et al., USENIX Security 2016, Algorithm 1, with
-the leaf-identity oracle), each optionally split across K accounts (colluding). Attackers
+the leaf-identity oracle), each optionally split across K accounts (colluding). Adaptive
+attackers (``ADAPTIVE``): sybil (pathfinding over fresh accounts, each used for at most a
+few queries, with no declared group), natural (samples the data distribution, as a benign
+user does, in bulk, and fits a copy), confidence (pathfinding reading leaves from label +
+confidence only, ignoring leaf ids), slow (pathfinding one row per request, paced). Attackers
 work on encoded vectors (category index, as the public schema defines it) and send raw
 rows; every row sent is one query. Each attacker rebuilds the model from its answers:
 pathfinding from the leaf boxes it discovered, the others by fitting a tree on the answers.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +27,7 @@ import numpy as np
 from analysim.errors import UserError
 
 STRATEGIES = ("benign", "random", "pathfinding")
+ADAPTIVE = ("sybil", "natural", "confidence", "slow")
 CONTINUOUS_STEPS = 20  # binary-search steps on a continuous feature (precision range / 2^20)
 
 
@@ -154,10 +160,7 @@ class Oracle:
             X = X[: max(0, rem)]
         if X.shape[0] == 0:
             return []
-        client = self.clients[self._next % len(self.clients)]
-        self._next += 1
-        out = client.call("POST", f"/v1/models/{self.model_id}/predict", {"rows": [self.domain.raw(x) for x in X]})
-        preds = out["predictions"]
+        preds = self._send(X)
         self.queries += len(preds)
         self.log_X.append(np.array(X, dtype=np.float64))
         self.log_labels += [p["label"] for p in preds]
@@ -165,9 +168,59 @@ class Oracle:
             self.on_request(self)
         return preds
 
+    def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
+        client = self.clients[self._next % len(self.clients)]
+        self._next += 1
+        return client.call("POST", f"/v1/models/{self.model_id}/predict", {"rows": [self.domain.raw(x) for x in X]})["predictions"]
+
     def close(self) -> None:
         for c in self.clients:
             c.close()
+
+
+class SybilOracle(Oracle):
+    """Fresh accounts, each used for at most ``per_account`` rows and never again: a request
+    that would cross the limit is split, its tail sent from the next account. ``new_key``
+    opens an account (the attacker signs up)."""
+
+    def __init__(self, first: ApiClient, model_id: str, domain: Domain, budget: int | None, per_account: int,
+                 new_key: Callable[[], str | None], url: str) -> None:  # fmt: skip
+        super().__init__([first], model_id, domain, budget)
+        self.per_account, self.new_key, self.url = per_account, new_key, url
+        self._used = 0  # rows sent from the current account
+
+    def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while X.shape[0]:
+            if self._used >= self.per_account:
+                key = self.new_key()
+                if key is None:  # no account left: fewer answers than rows (the attack stops)
+                    break
+                self.clients.append(ApiClient(self.url, key))
+                self.clients[-2].close()
+                self._used = 0
+            take = min(X.shape[0], self.per_account - self._used)
+            path = f"/v1/models/{self.model_id}/predict"
+            out += self.clients[-1].call("POST", path, {"rows": [self.domain.raw(x) for x in X[:take]]})["predictions"]
+            self._used += take
+            X = X[take:]
+        return out
+
+
+class PacedOracle(Oracle):
+    """One row per request and a pause between requests: an attacker that slows down."""
+
+    def __init__(self, clients: Sequence[ApiClient], model_id: str, domain: Domain, budget: int | None,
+                 pause_s: float) -> None:  # fmt: skip
+        super().__init__(clients, model_id, domain, budget)
+        self.pause_s = pause_s
+
+    def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for x in X:
+            time.sleep(self.pause_s)
+            out += super()._send(x[None, :])
+        return out
 
 
 def leaf_identity(p: dict[str, Any]) -> Any:
@@ -175,6 +228,12 @@ def leaf_identity(p: dict[str, Any]) -> Any:
     BigML (Tramèr et al. use confidences as leaf identifiers)."""
     if "leaf" in p:
         return ("leaf", p["leaf"])
+    return confidence_identity(p)
+
+
+def confidence_identity(p: dict[str, Any]) -> Any:
+    """The confidence oracle: (label, confidence) even when leaf ids are revealed; leaves
+    that share both are merged."""
     return ("conf", p["label"], p.get("confidence"))
 
 
@@ -265,8 +324,12 @@ class Pathfinding:
     feature (line search on numeric features, one probe per category on categorical ones),
     queue one point per newly seen leaf identity, until the queue is empty."""
 
-    def __init__(self, oracle: Oracle, seed: int = 0, start: np.ndarray | None = None) -> None:
+    def __init__(
+        self, oracle: Oracle, seed: int = 0, start: np.ndarray | None = None,
+        identity: Callable[[dict[str, Any]], Any] = leaf_identity,
+    ) -> None:  # fmt: skip
         self.oracle, self.domain = oracle, oracle.domain
+        self.identity = identity
         self.rng = np.random.default_rng(seed)
         self.start = start
         self.rebuild = BoxRebuild(self.domain)
@@ -279,7 +342,7 @@ class Pathfinding:
         if len(preds) < X.shape[0]:
             self.exhausted = True
             return None
-        return [(leaf_identity(p), p["label"]) for p in preds]
+        return [(self.identity(p), p["label"]) for p in preds]
 
     def _discover(self, x: np.ndarray, ident: Any, label: Any) -> None:
         if ident not in self.seen:
@@ -373,6 +436,16 @@ class Pathfinding:
 def run_strategy(
     strategy: str, oracle: Oracle, seed: int = 0, benign_rows: np.ndarray | None = None, start: np.ndarray | None = None
 ) -> TreeRebuild | BoxRebuild:
+    """Run a strategy on an oracle. The adaptive ones are path-finding or sampling on a
+    suitable oracle: sybil on a ``SybilOracle``, slow on a ``PacedOracle``."""
+    if strategy == "natural":
+        if benign_rows is None or benign_rows.shape[0] == 0:
+            raise UserError("the natural strategy needs rows to draw from (--dataset)")
+        return run_natural(oracle, benign_rows, seed)
+    if strategy in ("sybil", "slow"):
+        return Pathfinding(oracle, seed, start).run()
+    if strategy == "confidence":
+        return Pathfinding(oracle, seed, start, identity=confidence_identity).run()
     if strategy == "benign":
         if benign_rows is None or benign_rows.shape[0] == 0:
             raise UserError("the benign strategy needs rows to draw from (--dataset)")
@@ -381,7 +454,29 @@ def run_strategy(
         return run_random(oracle, seed)
     if strategy == "pathfinding":
         return Pathfinding(oracle, seed, start).run()
-    raise UserError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    raise UserError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES + ADAPTIVE)})")
+
+
+def run_natural(oracle: Oracle, rows: np.ndarray, seed: int = 0, batch: int = 1) -> TreeRebuild:
+    """Rows drawn with replacement from the data distribution (what a benign user sends),
+    up to the budget, then a tree fitted on the answers."""
+    rng = np.random.default_rng(seed)
+    if oracle.budget is None:
+        oracle.budget = 10 * rows.shape[0]
+    while oracle.remaining() > 0:  # type: ignore[operator]
+        if not oracle.ask(rows[rng.integers(0, rows.shape[0], size=min(batch, oracle.remaining()))]):  # type: ignore[type-var]
+            break
+    return rebuild_from_log(oracle)
+
+
+def balanced_fidelity(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> float:
+    """True balanced fidelity: the mean over the owner's labels of the share of rows with
+    that label the rebuilt model labels alike (a constant copy scores 1/K)."""
+    if X.shape[0] == 0:
+        return 0.0
+    from mlaas_monitor.monitor.infogain import balanced_agreement
+
+    return balanced_agreement(np.array(rebuilt.predict(X)), np.array([str(t) for t in truth]))
 
 
 def agreement(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> float:

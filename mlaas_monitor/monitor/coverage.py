@@ -93,7 +93,15 @@ def build_regions(tree: Tree, schema: Schema, S: np.ndarray | None = None) -> Re
     leaf_index = np.full(tree.n_nodes, -1, dtype=np.int64)
     leaf_index[leaves] = np.arange(len(leaves))
     if S is not None and S.shape[0] > 0:
-        mass = np.bincount(leaf_index[tree.apply(S)], minlength=len(leaves)).astype(np.float64)
+        # Class-balanced: each class the owner predicts on S weighs the same, so a leaf of a
+        # rare class counts as much as its class does, not as little as its rows. On skewed
+        # labels, covering the majority class's leaves alone is then half the status for two
+        # classes, as a constant copy is half the balanced fidelity, not 85 %.
+        nodes = tree.apply(S)
+        cls = tree.value[nodes].argmax(axis=1)
+        per_class = np.bincount(cls).astype(np.float64)
+        w = 1.0 / (np.count_nonzero(per_class) * per_class[cls])
+        mass = np.bincount(leaf_index[nodes], weights=w, minlength=len(leaves))
         mass_weight = mass / mass.sum()
     else:
         mass_weight = np.full(len(leaves), 1.0 / len(leaves))

@@ -1,49 +1,66 @@
-"""``analysim monitor-eval``: train a model, serve it on loopback with the monitor, run each
-attack strategy through real HTTP, and record the monitor's statuses and each attacker's
-true fidelity against the number of queries.
+"""``analysim monitor-eval``: train a model on any table, serve it on loopback with the
+monitor, send a benign population and every attacker through real HTTP, and measure how
+well each status method estimates what each subject truly holds.
 
-Writes DIR/curves.csv (long format: strategy, subject, n_queries, metric, value), PNG plots
-and DIR/summary.json.
+Truth is *balanced fidelity* (mean over the owner's labels of the share of held-out rows
+with that label the subject's copy labels alike: a constant copy scores 1/K however skewed
+the labels), read on the status scale as *extent* = (bf − 1/K) / (1 − 1/K), the share of
+the model held beyond a constant guess. Per method and curve: calibration error (mean
+|status − extent| over the monitor's evaluation points), the first warning (the first
+point at or above the method's threshold), whether it was right (the subject's extent then
+was at least threshold − margin: *warning precision*), and the *lead* (queries from the
+first warning to balanced fidelity 0.9). PRADA (intent) is reported as alarms.
+
+Writes DIR/curves.csv (strategy, subject, n_queries, metric, value), DIR/summary.json,
+DIR/table.md and PNG plots (status vs queries per method with the truth overlaid).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from analysim.errors import UserError
-from mlaas_monitor.datasets import load_dataset
+from mlaas_monitor.datasets import TableOptions, load_dataset
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.attacks import (
-    STRATEGIES,
     ApiClient,
     BoxRebuild,
     Oracle,
+    PacedOracle,
     Pathfinding,
+    SybilOracle,
+    TreeRebuild,
     agreement,
+    balanced_fidelity,
+    confidence_identity,
     rebuild_from_log,
-    run_benign,
+    run_natural,
     run_random,
 )
-from mlaas_monitor.monitor.core import METHODS
+from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
+from mlaas_monitor.monitor.linkage import LINK_PREFIX
 from mlaas_monitor.monitor.service import monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
-from mlaas_monitor.training import train_model
+from mlaas_monitor.training import encode_dataset, holdout_split, train_model
 
-EVAL_STRATEGIES = (*STRATEGIES, "colluding")
+ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confidence", "slow")
+EVAL_STRATEGIES = ("benign", *ATTACKERS)
 MODEL_ID = "target"
 GROUP = "colluders"
-TRAMER = {"dataset": "german credit", "leaves": 26, "pathfinding_queries": 1722, "top_down_queries": 1150}
+SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+PATHFINDING_BASED = ("pathfinding", "colluding", "sybil", "confidence", "slow")
 
 
 @dataclass(frozen=True)
@@ -55,12 +72,21 @@ class EvalOptions:
     max_leaf_nodes: int | None = 26
     max_depth: int | None = None
     target: str | None = None
+    table: TableOptions = field(default_factory=TableOptions)
     seed: int = 0
-    budget: int = 2000  # for benign and random; pathfinding runs until its queue is empty
+    budget: int = 2000  # random and natural; pathfinding runs until its queue is empty
     pathfinding_budget: int = 20000
-    benign_budget: int | None = None
     collude_base: str = "pathfinding"
     oracle: str = "leaf"  # leaf: the policy reveals leaf ids; confidence: label + confidence only
+    benign_users: int = 50
+    benign_median_queries: int = 40  # per-user volumes: log-normal around this, sigma 1
+    margin: float = 0.1
+    reference_queries: int | None = None  # a published path-finding count to compare with
+    sybil_queries: int = 100  # per sybil account
+    slow_pause_s: float = 0.001
+
+
+# ---- curves and their analysis (pure) ----
 
 
 def first_at_least(curve: list[tuple[int, float]], level: float) -> int | None:
@@ -80,35 +106,181 @@ def value_at(curve: list[tuple[int, float]], n: int) -> float | None:
     return best
 
 
+def extent(bf: float, k: int) -> float:
+    """Balanced fidelity on the status scale: 0 for a constant copy, 1 for an exact one."""
+    return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
+
+
+@dataclass
+class SubjectCurve:
+    """One subject's monitor history and the truth about it."""
+
+    strategy: str
+    subject: str
+    status: list[tuple[int, dict[str, float]]]  # (queries, status per method) at each evaluation
+    truth: list[tuple[int, float]]  # (queries, balanced fidelity of its copy)
+
+    def method(self, m: str) -> list[tuple[int, float]]:
+        return [(n, s[m]) for n, s in self.status]
+
+
+def analyse_curve(
+    c: SubjectCurve, thresholds: dict[str, float], margin: float, k: int, delta: float, ood_alarm: float = 0.5
+) -> dict[str, Any]:
+    q90 = first_at_least(c.truth, 0.9)
+    out: dict[str, Any] = {"queries": c.status[-1][0] if c.status else 0, "queries_to_bf_090": q90,
+                           "queries_to_bf_099": first_at_least(c.truth, 0.99),
+                           "final_bf": c.truth[-1][1] if c.truth else None, "methods": {}}  # fmt: skip
+    for m in EXTENT_METHODS:
+        pts = c.method(m)
+        errs = [abs(v - extent(value_at(c.truth, n) or 1.0 / k, k)) for n, v in pts]
+        t = thresholds[m]
+        w = first_at_least(pts, t)
+        ext_w = extent(value_at(c.truth, w) or 1.0 / k, k) if w is not None else None
+        out["methods"][m] = {
+            "calibration_error": float(np.mean(errs)) if errs else None,
+            "threshold": t,
+            "first_warning": w,
+            "extent_at_warning": ext_w,
+            "warning_right": None if w is None else bool(ext_w is not None and ext_w >= t - margin - 1e-9),
+            "lead": None if w is None or q90 is None else q90 - w,
+            "final_status": pts[-1][1] if pts else 0.0,
+        }
+    prada = c.method("prada")
+    out["prada_alarm_at"] = first_at_least(prada, 1.0 - delta)
+    out["prada_final"] = prada[-1][1] if prada else 0.0
+    out["ood_alarm_at"] = first_at_least(c.method("ood"), ood_alarm)
+    return out
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per method over a strategy's curves: calibration error, warnings, right ones, lead."""
+    agg: dict[str, Any] = {"curves": len(results), "methods": {}}
+    for m in EXTENT_METHODS:
+        rs = [r["methods"][m] for r in results]
+        errs = [r["calibration_error"] for r in rs if r["calibration_error"] is not None]
+        warned = [r for r in rs if r["first_warning"] is not None]
+        right = [r for r in warned if r["warning_right"]]
+        leads = [r["lead"] for r in rs if r["lead"] is not None]
+        agg["methods"][m] = {
+            "calibration_error": float(np.mean(errs)) if errs else None,
+            "warnings": len(warned),
+            "right_warnings": len(right),
+            "warning_precision": len(right) / len(warned) if warned else None,
+            "first_warning": min((r["first_warning"] for r in warned), default=None),
+            "lead": min(leads) if leads else None,
+        }
+    agg["prada_alarms"] = sum(r["prada_alarm_at"] is not None for r in results)
+    agg["ood_alarms"] = sum(r["ood_alarm_at"] is not None for r in results)
+    agg["queries_to_bf_090"] = results[0]["queries_to_bf_090"] if len(results) == 1 else None
+    agg["reached_bf_090"] = sum(r["queries_to_bf_090"] is not None for r in results)
+    return agg
+
+
+def sweep(curves: list[SubjectCurve], margin: float, k: int, delta: float) -> dict[str, Any]:
+    """Per method and threshold: warning precision over every curve, and the attackers not
+    warned before balanced fidelity 0.9 (what the defaults are chosen from)."""
+    out: dict[str, Any] = {}
+    for m in EXTENT_METHODS:
+        out[m] = {}
+        for t in SWEEP:
+            rs = [(c.strategy, analyse_curve(c, dict.fromkeys(EXTENT_METHODS, t), margin, k, delta)) for c in curves]
+            warned = [r["methods"][m] for _, r in rs if r["methods"][m]["first_warning"] is not None]
+            late = sorted({s for s, r in rs if s != "benign" and not _warned_in_time(r, m)})
+            benign_wrong = sum(1 for s, r in rs if s == "benign" and r["methods"][m]["warning_right"] is False)
+            out[m][str(t)] = {
+                "warning_precision": sum(bool(r["warning_right"]) for r in warned) / len(warned) if warned else None,
+                "warnings": len(warned),
+                "benign_false_alarms": benign_wrong,
+                "attackers_late": late,
+            }
+    return out
+
+
+def _warned_in_time(r: dict[str, Any], m: str) -> bool:
+    """Warned before balanced fidelity 0.9 — or never reached it (then no warning is due)."""
+    w, q90 = r["methods"][m]["first_warning"], r["queries_to_bf_090"]
+    return q90 is None or (w is not None and w < q90)
+
+
+# ---- running it ----
+
+
 class FidelityTracker:
-    """The attacker's true fidelity (its rebuilt model vs the owner's labels on held-out
-    rows) recorded as the attack goes: after each request for pathfinding (cheap: only when
-    a leaf was added), every ~2 % of queries for the tree rebuilders."""
+    """What the attacker truly holds, as the attack goes: the balanced fidelity of the better
+    of its copies — the leaf boxes path-finding discovered (best-effort elsewhere) and a tree
+    fitted on every answer it got. Recorded after each request that added a leaf for
+    path-finding, and every ~2 % of queries."""
 
     def __init__(self, X: np.ndarray, truth: list[Any]) -> None:
         self.X, self.truth = X, truth
-        self.curve: list[tuple[int, float]] = []
+        self.curve: list[tuple[int, float]] = []  # balanced
+        self.raw: list[tuple[int, float]] = []  # plain agreement
         self._next = 1
         self._leaves = -1
         self.box: BoxRebuild | None = None
 
+    def _record(self, n: int, rebuilt: Any, oracle: Oracle | None = None) -> None:
+        copies = [rebuilt] if oracle is None or rebuilt is None else [rebuilt, rebuild_from_log(oracle)]
+        scored = [(balanced_fidelity(c, self.X, self.truth), agreement(c, self.X, self.truth)) for c in copies]
+        best = max(scored)
+        self.curve.append((n, best[0]))
+        self.raw.append((n, best[1]))
+
     def __call__(self, oracle: Oracle) -> None:
         if self.box is not None:
-            if len(self.box.leaves) != self._leaves:
+            # When a leaf is added (the box copy changes), and as the answers pile up (the
+            # tree copy changes).
+            if len(self.box.leaves) != self._leaves or oracle.queries >= self._next:
                 self._leaves = len(self.box.leaves)
-                self.curve.append((oracle.queries, agreement(self.box, self.X, self.truth)))
+                self._record(oracle.queries, self.box, oracle)
+                self._next = oracle.queries + max(10, oracle.queries // 50)
             return
         if oracle.queries >= self._next:
-            self.curve.append((oracle.queries, agreement(rebuild_from_log(oracle), self.X, self.truth)))
+            self._record(oracle.queries, rebuild_from_log(oracle))
             self._next = oracle.queries + max(10, oracle.queries // 50)
 
     def finish(self, oracle: Oracle, rebuilt: Any) -> float:
-        f = agreement(rebuilt, self.X, self.truth)
-        if not self.curve or self.curve[-1][0] != oracle.queries:
-            self.curve.append((oracle.queries, f))
-        else:
-            self.curve[-1] = (oracle.queries, f)
-        return f
+        if self.curve and self.curve[-1][0] == oracle.queries:
+            self.curve.pop()
+            self.raw.pop()
+        self._record(oracle.queries, rebuilt, oracle if isinstance(rebuilt, BoxRebuild) else None)
+        return self.curve[-1][1]
+
+
+@dataclass
+class _Run:
+    url: str
+    admin: ApiClient
+    opts: EvalOptions
+    held_X: np.ndarray
+    truth: list[str]
+    train_X: np.ndarray
+    rows: list[tuple[str, str, int, str, float]] = field(default_factory=list)  # curves.csv
+    curves: list[SubjectCurve] = field(default_factory=list)
+    _users: int = 0
+
+    def new_key(self, name: str | None = None) -> str:
+        self._users += 1
+        name = name or f"acct-{self._users}"
+        return str(self.admin.call("POST", "/v1/admin/users", {"name": name})["api_key"])
+
+    def history(self, subject: str) -> dict[str, Any]:
+        return self.admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/subjects/{subject}")  # type: ignore[no-any-return]
+
+    def add_curve(self, strategy: str, subject: str, hist: dict[str, Any], truth: list[tuple[int, float]],
+                  raw: list[tuple[int, float]] | None = None) -> SubjectCurve:  # fmt: skip
+        pts = [(p["n_queries"], {m: float(p.get(m, 0.0)) for m in METHODS}) for p in hist["history"]]
+        c = SubjectCurve(strategy, subject, pts, truth)
+        self.curves.append(c)
+        for n, st in pts:
+            for m, v in st.items():
+                self.rows.append((strategy, subject, n, m, v))
+        for n, v in truth:
+            self.rows.append((strategy, subject, n, "balanced_fidelity", v))
+        for n, v in raw or []:
+            self.rows.append((strategy, subject, n, "true_fidelity", v))
+        return c
 
 
 def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -119,12 +291,23 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
         raise UserError("--accounts: colluding needs at least 2 accounts")
     if opts.oracle not in ("leaf", "confidence"):
         raise UserError("--oracle: expected leaf or confidence")
-    ds = load_dataset(opts.dataset, opts.target)
+    if not 0 <= opts.margin < 1:
+        raise UserError("--margin: expected a number from 0 to 1")
+    ds = load_dataset(opts.dataset, opts.target, opts.table)
+    for note in ds.notes:
+        log(f"{opts.dataset}: {note}")
     policy = Policy(reveal_leaf=opts.oracle == "leaf", price_micros=0)
     model = train_model(ds, MODEL_ID, max_depth=opts.max_depth, max_leaf_nodes=opts.max_leaf_nodes, seed=opts.seed,
                         policy=policy)  # fmt: skip
-    log(f"model: {model.tree.n_leaves} leaves, depth {model.tree.depth()}, "
-        f"{model.validation_X.shape[0]} held-out rows, accuracy {model.card['validation_accuracy']:.3f}")  # fmt: skip
+    _, X_all, _, y_all = encode_dataset(ds)
+    train_X = holdout_split(X_all, y_all, opts.seed)[0]
+    k = len(model.classes)
+    held_X = model.validation_X
+    owner = model.answer(held_X).labels
+    truth = [str(model.classes[i]) for i in owner.tolist()]
+    share = np.bincount(owner, minlength=k) / max(1, owner.size)
+    log(f"model: {model.tree.n_leaves} leaves, depth {model.tree.depth()}, {held_X.shape[0]} held-out rows, "
+        f"accuracy {model.card['validation_accuracy']:.3f}, majority label {share.max():.3f} of held-out rows")  # fmt: skip
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     db = out / "store.db"
@@ -133,202 +316,301 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     store = Store(db, background_checkpoint=True)
     store.add_model(model)
     admin_key = secrets.token_urlsafe(24)
-    held_X = model.validation_X
-    truth = [str(model.classes[i]) for i in model.answer(held_X).labels.tolist()]
     summary: dict[str, Any] = {
         "dataset": opts.dataset,
         "model": {"leaves": model.tree.n_leaves, "depth": model.tree.depth(), "nodes": model.tree.n_nodes,
-                  "features": len(model.schema), "held_out_rows": int(held_X.shape[0]),
-                  "validation_accuracy": model.card["validation_accuracy"]},
+                  "features": len(model.schema), "classes": k, "held_out_rows": int(held_X.shape[0]),
+                  "validation_accuracy": model.card["validation_accuracy"],
+                  "majority_share": float(share.max())},
         "oracle": opts.oracle,
         "accounts": opts.accounts,
-        "tramer_et_al": TRAMER,
+        "margin": opts.margin,
+        "reference_queries": opts.reference_queries,
         "strategies": {},
     }  # fmt: skip
-    curves: list[tuple[str, str, int, str, float]] = []
     gw = Gateway(store, admin_key)
     try:
         with GatewayThread(gw, extensions=[monitor_extension()]) as t:
             admin = ApiClient(t.url, admin_key)
             config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
             method = config["default_method"]
-            threshold = config["thresholds"].get(method, 0.5)
-            summary["default_method"], summary["warning_threshold"] = method, threshold
+            summary["default_method"], summary["warning_threshold"] = method, config["thresholds"].get(method)
             summary["config"] = config
-            for strategy in opts.strategies:
+            run = _Run(t.url, admin, opts, held_X, truth, train_X)
+            thresholds = {m: config["thresholds"].get(m, 0.5) for m in EXTENT_METHODS}
+            delta, ood_alarm = config["prada_delta"], config["ood_alarm"]
+            for i, strategy in enumerate(opts.strategies):
                 t0 = time.perf_counter()
-                res = _run_one(strategy, opts, t.url, admin, held_X, truth, method, curves)
+                seed = opts.seed + 1000 * (i + 1)  # distinct starts: attackers must not share probes by chance
+                before = len(run.curves)
+                res = _benign(run, seed) if strategy == "benign" else _attack(run, strategy, seed)
                 res["seconds"] = round(time.perf_counter() - t0, 2)
+                per = [analyse_curve(c, thresholds, opts.margin, k, delta, ood_alarm) for c in run.curves[before:]]
+                res["evaluation"] = aggregate(per) if per else None
+                if len(per) == 1:
+                    res["curve"] = per[0]
                 summary["strategies"][strategy] = res
-                log(f"{strategy}: {res['queries_used']} queries, true fidelity {res['final_true_fidelity']:.3f}, "
-                    f"{method} status {res['final_status'][method]:.3f}, first warning at {res['first_warning_query']}")  # fmt: skip
+                log(_one_line(strategy, res, method))
+            summary["sweep"] = sweep(run.curves, opts.margin, k, delta)
             admin.close()
     finally:
         store.close()
     summary["acceptance"] = _acceptance(summary)
-    _write_curves(out / "curves.csv", curves)
+    _write_curves(out / "curves.csv", run.rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _plot(out, curves, [*METHODS, "true_fidelity"])
+    (out / "table.md").write_text(format_table(summary) + "\n")
+    _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
     return summary
 
 
-def _run_one(
-    strategy: str, opts: EvalOptions, url: str, admin: ApiClient, held_X: np.ndarray, truth: list[str], method: str,
-    curves: list[tuple[str, str, int, str, float]],
-) -> dict[str, Any]:  # fmt: skip
-    colluding = strategy == "colluding"
-    base = opts.collude_base if colluding else strategy
-    names = [f"colluder-{i + 1}" for i in range(opts.accounts)] if colluding else [strategy]
-    keys = [admin.call("POST", "/v1/admin/users", {"name": n})["api_key"] for n in names]
-    if colluding:
-        admin.call("POST", "/v1/admin/groups", {"name": GROUP, "members": names})
-    # benign: each held-out row once (unless --budget says otherwise)
-    budget = {"pathfinding": opts.pathfinding_budget, "benign": opts.benign_budget}.get(base, opts.budget)
-    oracle = Oracle.connect(url, keys, MODEL_ID, budget)
-    tracker = FidelityTracker(held_X, truth)
-    oracle.on_request = tracker
-    if base == "pathfinding":
-        pf = Pathfinding(oracle, opts.seed)
-        tracker.box = pf.rebuild
-        rebuilt: Any = pf.run()
-    elif base == "benign":
-        rebuilt = run_benign(oracle, held_X, opts.seed)
-    elif base == "random":
-        rebuilt = run_random(oracle, opts.seed)
-    else:
-        raise UserError(f"--collude-base: unknown strategy {base!r}")
-    final_fid = tracker.finish(oracle, rebuilt)
-    subject = f"group:{GROUP}" if colluding else strategy
-    _settle(admin, names, oracle.queries)
-    hist = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/subjects/{subject}")
-    warnings = admin.call("GET", f"/v1/admin/warnings?model={MODEL_ID}&subject={subject}")["warnings"]
-    for p in hist["history"]:
-        for m in METHODS:
-            curves.append((strategy, subject, p["n_queries"], m, p[m]))
-    for n, f in tracker.curve:
-        curves.append((strategy, "attacker", n, "true_fidelity", f))
-    warn = next((w for w in warnings if w["method"] == method), None)
-    res: dict[str, Any] = {
-        "subject": subject,
-        "accounts": len(names),
-        "queries_used": oracle.queries,
-        "queries_to_fidelity_099": first_at_least(tracker.curve, 0.99),
-        "queries_to_fidelity_090": first_at_least(tracker.curve, 0.9),
-        "first_warning_query": warn["n_queries"] if warn else None,
-        "status_at_warning": warn["status"] if warn else None,
-        "true_fidelity_at_warning": value_at(tracker.curve, warn["n_queries"]) if warn else None,
-        "final_true_fidelity": final_fid,
-        "warned_before_fidelity_090": warn is not None
-        and (first_at_least(tracker.curve, 0.9) is None or warn["n_queries"] < first_at_least(tracker.curve, 0.9)),
-        "final_status": hist["status"],
-        "warnings": [{k: w[k] for k in ("method", "n_queries", "status")} for w in warnings],
-    }
-    if base == "pathfinding" and isinstance(rebuilt, BoxRebuild):
-        res["leaves_found"] = len(rebuilt.leaves)
-    if colluding:
-        res["group_status"] = hist["status"]
-        res["member_status"] = hist.get("member_status", {})
-        single = _replay_as_one(url, admin, oracle)
-        res["single_user_status"] = single["status"]
-        res["group_vs_single_max_difference"] = max(abs(hist["status"][m] - single["status"][m]) for m in METHODS)
-        gh = {p["n_queries"]: p for p in hist["history"]}
-        diffs = [abs(gh[p["n_queries"]][m] - p[m]) for p in single["history"] if p["n_queries"] in gh for m in METHODS]
-        res["history_points_compared"] = len([p for p in single["history"] if p["n_queries"] in gh])
-        res["history_max_difference"] = max(diffs) if diffs else None
-        for p in single["history"]:
-            for m in METHODS:
-                curves.append((strategy, "single-user", p["n_queries"], m, p[m]))
-    oracle.close()
-    return res
+def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
+    ev = res.get("evaluation") or {}
+    m = ev.get("methods", {}).get(method, {})
+    w = m.get("first_warning")
+    return (f"{strategy}: {res['queries_used']} queries over {res['accounts']} account(s); {method}: "
+            f"{'no warning' if w is None else f'first warning at {w}'}, "
+            f"{m.get('right_warnings', 0)}/{m.get('warnings', 0)} warnings right; "
+            f"PRADA alarms {ev.get('prada_alarms', 0)}/{ev.get('curves', 0)}, OOD alarms {ev.get('ood_alarms', 0)}")  # fmt: skip
 
 
-def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 60.0) -> dict[str, Any]:
+def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0) -> dict[str, Any]:
     """Wait (polling, with a deadline) until the monitor has folded in every query these
     accounts sent, then have it evaluate every subject at the final count."""
     deadline = time.monotonic() + timeout
+    want = set(names)
     while True:
         users = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")["users"]
-        if sum(u["n_queries"] for u in users if u["subject"] in names) >= sent:
+        if sum(u["n_queries"] for u in users if u["subject"] in want) >= sent:
             break
         if time.monotonic() > deadline:
             raise UserError("the monitor did not catch up with the queries sent")
         time.sleep(0.02)
-    return admin.call("POST", f"/v1/admin/monitor/{MODEL_ID}/evaluate", {})
+    return admin.call("POST", f"/v1/admin/monitor/{MODEL_ID}/evaluate", {})  # type: ignore[no-any-return]
 
 
-def _replay_as_one(url: str, admin: ApiClient, oracle: Oracle) -> dict[str, Any]:
-    """Send every colluder's query again, in the same order and requests, from one account."""
-    key = admin.call("POST", "/v1/admin/users", {"name": "single-user"})["api_key"]
-    one = Oracle.connect(url, [key], MODEL_ID, None)
-    for X in oracle.log_X:
-        one.ask(X)
-    _settle(admin, ["single-user"], one.queries)
-    view = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/users/single-user")
-    one.close()
-    return view
+def _benign(run: _Run, seed: int) -> dict[str, Any]:
+    """A population of users sending rows of the data distribution (the training rows, not
+    the held-out S), each its own log-normal volume, interleaved in a random order."""
+    opts = run.opts
+    rng = np.random.default_rng(seed)
+    n_users = opts.benign_users
+    vols = np.clip(np.round(rng.lognormal(math.log(opts.benign_median_queries), 1.0, n_users)), 5, opts.budget).astype(int)
+    names = [f"benign-{i + 1:03d}" for i in range(n_users)]
+    oracles = [Oracle.connect(run.url, [run.new_key(n)], MODEL_ID, int(v)) for n, v in zip(names, vols, strict=True)]
+    # Distinct rows per user (with replacement only beyond the training set's size): people
+    # rarely ask the same question twice.
+    picks = [run.train_X[_draw(rng, run.train_X.shape[0], int(v))] for v in vols]
+    order = rng.permutation(np.repeat(np.arange(n_users), vols))
+    pos = np.zeros(n_users, dtype=int)
+    for u in order.tolist():
+        oracles[u].ask(picks[u][pos[u] : pos[u] + 1])
+        pos[u] += 1
+    _settle(run.admin, names, int(vols.sum()))
+    for name, o in zip(names, oracles, strict=True):
+        hist = run.history(name)
+        X = np.concatenate(o.log_X)
+        truth = [(p["n_queries"], balanced_fidelity(TreeRebuild(X[: p["n_queries"]], o.log_labels[: p["n_queries"]]),
+                                                    run.held_X, run.truth)) for p in hist["history"]]  # fmt: skip
+        run.add_curve("benign", name, hist, truth)
+        o.close()
+    return {"accounts": n_users, "queries_used": int(vols.sum()),
+            "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())}}  # fmt: skip
+
+
+def _draw(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    return np.concatenate([rng.permutation(n) for _ in range(-(-k // n))])[:k]
+
+
+def _attack(run: _Run, strategy: str, seed: int) -> dict[str, Any]:
+    opts, admin = run.opts, run.admin
+    base = opts.collude_base if strategy == "colluding" else strategy
+    names = [f"colluder-{i + 1}" for i in range(opts.accounts)] if strategy == "colluding" else [strategy]
+    keys = [run.new_key(n) for n in names]
+    if strategy == "colluding":
+        admin.call("POST", "/v1/admin/groups", {"name": GROUP, "members": names})
+    budget = opts.budget if base in ("random", "natural") else opts.pathfinding_budget
+    first = Oracle.connect(run.url, keys, MODEL_ID, budget)
+    oracle: Oracle = first
+    if strategy == "sybil":
+        oracle = SybilOracle(first.clients[0], MODEL_ID, first.domain, budget, opts.sybil_queries,
+                             lambda: run.new_key(f"sybil-{len(oracle.clients) + 1}"), run.url)  # fmt: skip
+        names = []  # filled in below: every account it opened
+    elif strategy == "slow":
+        oracle = PacedOracle(first.clients, MODEL_ID, first.domain, budget, opts.slow_pause_s)
+    tracker = FidelityTracker(run.held_X, run.truth)
+    oracle.on_request = tracker
+    if base in PATHFINDING_BASED:
+        ident = confidence_identity if strategy == "confidence" else None
+        pf = Pathfinding(oracle, seed, identity=ident) if ident else Pathfinding(oracle, seed)
+        tracker.box = pf.rebuild
+        rebuilt: Any = pf.run()
+    elif base == "random":
+        rebuilt = run_random(oracle, seed)
+    elif base == "natural":
+        rebuilt = run_natural(oracle, run.train_X, seed)
+    else:
+        raise UserError(f"--collude-base: unknown strategy {base!r}")
+    tracker.finish(oracle, rebuilt)
+    if strategy == "sybil":
+        names = [strategy] + [f"sybil-{i}" for i in range(2, len(oracle.clients) + 1)]
+    _settle(admin, names, oracle.queries)
+    res: dict[str, Any] = {"accounts": len(names), "queries_used": oracle.queries,
+                           "final_balanced_fidelity": tracker.curve[-1][1], "final_true_fidelity": tracker.raw[-1][1]}  # fmt: skip
+    if isinstance(rebuilt, BoxRebuild):
+        res["leaves_found"] = len(rebuilt.leaves)
+    if strategy == "colluding":
+        subject = f"group:{GROUP}"
+    elif strategy == "sybil":
+        subject = _linked_subject(admin, names) or names[0]
+        res["grouped_as"] = subject if subject.startswith(LINK_PREFIX) else None
+        res["accounts_grouped"] = len(run.history(subject).get("members", [])) if res["grouped_as"] else 0
+        config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
+        member = [run.history(n)["status"] for n in names]
+        res["max_account_status"] = max(x[config["default_method"]] for x in member)
+        # Per warning method: the highest status any single account reached, and whether
+        # every account stayed under that method's threshold (what the sybil is after).
+        res["accounts_under_threshold"] = {m: max(x[m] for x in member) < t for m, t in config["thresholds"].items()}
+        res["max_account_status_by_method"] = {m: max(x[m] for x in member) for m in config["thresholds"]}
+        res["per_account_queries"] = opts.sybil_queries
+    else:
+        subject = names[0]
+    hist = run.history(subject)
+    res["subject"] = subject
+    run.add_curve(strategy, subject, hist, tracker.curve, tracker.raw)
+    if strategy == "colluding":
+        res["member_status"] = hist.get("member_status", {})
+        res["group_status"] = hist["status"]
+    oracle.close()
+    return res
+
+
+def _linked_subject(admin: ApiClient, names: list[str]) -> str | None:
+    """The automatic link group holding the most of these accounts, if any."""
+    groups = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")["groups"]
+    best = max(((len(set(g.get("members", [])) & set(names)), g["subject"]) for g in groups
+                if g["subject"].startswith(LINK_PREFIX)), default=(0, None))  # fmt: skip
+    return best[1] if best[0] else None
 
 
 def _acceptance(summary: dict[str, Any]) -> dict[str, Any]:
-    """The issue's acceptance checks, on this run: pathfinding reaches 0.99 true fidelity
-    within the order of Tramèr et al.'s query count; the monitor warns (default method)
-    before the attacker (pathfinding, and the colluding group) reaches 0.9 true fidelity;
-    the group's status equals, within 0.02, that of one user sending all its queries."""
-    st = summary["strategies"]
+    """This run's checks: path-finding finds every leaf; the default method's warnings are
+    right (precision >= 0.95) and come before each attacker's balanced fidelity 0.9; PRADA
+    stays silent on the benign population and alarms on path-finding and random; the sybil
+    accounts are grouped automatically; with --reference-queries, path-finding reaches
+    0.99 within ten times the published count."""
+    st, method = summary["strategies"], summary["default_method"]
     acc: dict[str, Any] = {}
     pf = st.get("pathfinding")
     if pf:
-        q = pf["queries_to_fidelity_099"]
-        acc["pathfinding_queries_to_099"] = q
-        acc["pathfinding_same_order_as_tramer"] = q is not None and q < 10 * TRAMER["pathfinding_queries"]
-    for name in ("pathfinding", "colluding"):
-        if name in st:
-            acc[f"{name}_warned_before_fidelity_090"] = st[name]["warned_before_fidelity_090"]
-    col = st.get("colluding")
-    if col:
-        acc["collusion_group_equals_single_within_002"] = col["group_vs_single_max_difference"] <= 0.02
+        acc["pathfinding_found_every_leaf"] = pf.get("leaves_found") == summary["model"]["leaves"]
+        ref = summary.get("reference_queries")
+        if ref:
+            q = (pf.get("curve") or {}).get("queries_to_bf_099")
+            acc["pathfinding_within_10x_reference"] = q is not None and q < 10 * ref
+    warned = [(s, r["evaluation"]["methods"][method]) for s, r in st.items() if r.get("evaluation")]
+    n_w = sum(m["warnings"] for _, m in warned)
+    n_right = sum(m["right_warnings"] for _, m in warned)
+    acc["default_method_warning_precision"] = round(n_right / n_w, 4) if n_w else None
+    acc["default_method_precision_at_least_095"] = n_w == 0 or n_right / n_w >= 0.95
+    warning_methods = sorted(summary["config"]["thresholds"])
+    for s, r in st.items():
+        if s != "benign" and r.get("curve"):
+            # By any warning the monitor raises; the default method's own timing beside it.
+            acc[f"{s}_warned_before_bf_090"] = any(_warned_in_time(r["curve"], m) for m in warning_methods if m in EXTENT_METHODS)
+            acc[f"{s}_default_method_before_bf_090"] = _warned_in_time(r["curve"], method)
+    if "benign" in st:
+        acc["prada_silent_on_benign"] = st["benign"]["evaluation"]["prada_alarms"] == 0
+    for s in ("pathfinding", "random"):
+        if s in st:
+            acc[f"prada_alarms_on_{s}"] = st[s]["evaluation"]["prada_alarms"] == 1
+    if "sybil" in st:
+        acc["sybil_grouped_automatically"] = st["sybil"]["grouped_as"] is not None
     return acc
 
 
-def _write_curves(path: Path, curves: list[tuple[str, str, int, str, float]]) -> None:
+def format_table(summary: dict[str, Any]) -> str:
+    """The evaluation as a markdown table: per strategy and method, calibration error,
+    warnings right / issued, first warning, queries to balanced fidelity 0.9, lead, PRADA."""
+
+    def f(v: Any, nd: int = 3) -> str:
+        if v is None:
+            return "–"
+        return f"{v:.{nd}f}" if isinstance(v, float) else str(v)
+
+    m0 = summary["model"]
+    lines = [f"{summary['dataset']}: {m0['leaves']} leaves, {m0['classes']} classes, majority share "
+             f"{m0['majority_share']:.3f}; default method {summary['default_method']} at "
+             f"{f(summary['warning_threshold'], 2)}, margin {summary['margin']}", "",
+             "| strategy | method | threshold | calibration error | right / warnings | first warning | "
+             "queries to bf 0.9 | lead | PRADA alarms | OOD alarms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for s, r in summary["strategies"].items():
+        ev = r.get("evaluation")
+        if not ev:
+            continue
+        q90 = ev["queries_to_bf_090"] if ev["curves"] == 1 else f"{ev['reached_bf_090']}/{ev['curves']} reach"
+        for m, x in ev["methods"].items():
+            lines.append(f"| {s} | {m} | {f(summary['config']['thresholds'].get(m, 0.5), 2)} | {f(x['calibration_error'])} | "
+                         f"{x['right_warnings']}/{x['warnings']} | {f(x['first_warning'])} | {f(q90)} | {f(x['lead'])} | "
+                         f"{ev['prada_alarms']}/{ev['curves']} | {ev['ood_alarms']}/{ev['curves']} |")  # fmt: skip
+    sy = summary["strategies"].get("sybil")
+    if sy:
+        per = ", ".join(f"{m} {f(v)}" for m, v in sy["max_account_status_by_method"].items())
+        lines.append(f"\nsybil: {sy['accounts']} accounts of {sy['per_account_queries']} queries, highest single-account "
+                     f"status {per}; grouped automatically as {f(sy['grouped_as'])} ({sy['accounts_grouped']} accounts)")  # fmt: skip
+    lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
+    return "\n".join(lines)
+
+
+def _write_curves(path: Path, rows: list[tuple[str, str, int, str, float]]) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["strategy", "subject", "n_queries", "metric", "value"])
-        for row in curves:
+        for row in rows:
             w.writerow([*row[:4], f"{row[4]:.6f}"])
 
 
-def _plot(out: Path, curves: list[tuple[str, str, int, str, float]], metrics: list[str]) -> None:
+def _plot(
+    out: Path, curves: list[SubjectCurve], k: int, thresholds: dict[str, float], method: str, alarms: dict[str, float]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    strategies = sorted({c[0] for c in curves})
-    # One figure per strategy: a line per method, and the attacker's true fidelity.
+    strategies = list(dict.fromkeys(c.strategy for c in curves))
+    # One figure per strategy: a panel per method, status vs queries with the truth overlaid
+    # (the extent: balanced fidelity on the status scale); the benign population as thin lines.
     for s in strategies:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for m in metrics:
-            pts = sorted((n, v) for st, subj, n, mm, v in curves if st == s and mm == m and subj != "single-user")
-            if pts:
-                ax.plot(*zip(*pts, strict=True), label=m, linestyle="--" if m == "true_fidelity" else "-")
-        ax.axhline(0.5, color="grey", linewidth=0.6)
-        ax.set(xlabel="queries", ylabel="status", ylim=(-0.02, 1.02), title=f"{s}: monitor status vs queries")
-        ax.legend(fontsize=8)
+        cs = [c for c in curves if c.strategy == s]
+        fig, axes = plt.subplots(1, len(METHODS), figsize=(3.6 * len(METHODS), 3.4), sharey=True)
+        for ax, m in zip(np.atleast_1d(axes), METHODS, strict=True):
+            lw, alpha = (0.6, 0.5) if len(cs) > 1 else (1.5, 1.0)
+            for c in cs:
+                pts = c.method(m)
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), color="tab:blue", linewidth=lw, alpha=alpha)
+                if m in EXTENT_METHODS and c.truth:  # intent has no truth to overlay
+                    ax.plot([n for n, _ in c.truth], [extent(v, k) for _, v in c.truth], color="tab:orange",
+                            linewidth=lw, alpha=alpha, linestyle="--")  # fmt: skip
+            ax.axhline(thresholds.get(m, 0.5) if m in EXTENT_METHODS else alarms.get(m, 0.5), color="grey", linewidth=0.6)
+            ax.set(title=m, xlabel="queries", ylim=(-0.02, 1.02))
+        np.atleast_1d(axes)[0].set_ylabel("status (blue) / true extent (orange, dashed)")
+        fig.suptitle(f"{s}: monitor status vs queries, truth overlaid", fontsize=10)
         fig.tight_layout()
-        fig.savefig(out / f"status_{s}.png", dpi=110)
+        fig.savefig(out / f"status_{s}.png", dpi=100)
         plt.close(fig)
-    # One panel per method: a line per strategy.
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.6), sharey=True)
-    for ax, m in zip(np.atleast_1d(axes), metrics, strict=True):
-        for s in strategies:
-            pts = sorted((n, v) for st, subj, n, mm, v in curves if st == s and mm == m and subj != "single-user")
-            if pts:  # colluding retraces pathfinding exactly: dashed, so both show
-                ax.plot(*zip(*pts, strict=True), label=s, linestyle="--" if s == "colluding" else "-")
-        ax.set(title=m, xlabel="queries", ylim=(-0.02, 1.02))
-    np.atleast_1d(axes)[0].set_ylabel("status")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
+    # The default method for every attacker, with each one's truth.
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, s in enumerate(x for x in strategies if x != "benign"):
+        for c in (c for c in curves if c.strategy == s):
+            color = f"C{i}"
+            pts = c.method(method)
+            if pts:
+                ax.plot(*zip(*pts, strict=True), color=color, label=s)
+            ax.plot([n for n, _ in c.truth], [extent(v, k) for _, v in c.truth], color=color, linestyle="--", linewidth=0.8)
+    ax.axhline(thresholds.get(method, 0.5), color="grey", linewidth=0.6)
+    ax.set(xscale="symlog", xlabel="queries", ylabel=f"{method} (solid), true extent (dashed)", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "status_vs_queries.png", dpi=110)
     plt.close(fig)
-
-

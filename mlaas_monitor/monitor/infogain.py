@@ -111,7 +111,7 @@ def fit_subject_tree(X: np.ndarray, y: np.ndarray, seed: int = 0) -> Tree | None
 @dataclass(frozen=True)
 class SubjectScores:
     ig: float  # extraction status by information gain, in [0, 1]
-    fidelity: float  # agreement of T_u with the owner's model on S
+    fidelity: float  # balanced agreement of T_u with the owner's model on S, beyond a constant copy
 
 
 def score_tree(tree: Tree | None, S: np.ndarray, owner_labels: np.ndarray, ig_owner: float) -> SubjectScores:
@@ -121,4 +121,18 @@ def score_tree(tree: Tree | None, S: np.ndarray, owner_labels: np.ndarray, ig_ow
     leaves = tree.apply(S)
     ig = ig_status(information_gain(leaves, owner_labels), ig_owner)
     predicted = tree.value[leaves].argmax(axis=1)
-    return SubjectScores(ig, float(np.mean(predicted == owner_labels)))
+    # On the status scale: 0 for a constant copy (balanced agreement 1/K), 1 for an exact one.
+    k = max(2, int(np.unique(owner_labels).size))
+    bf = balanced_agreement(predicted, owner_labels)
+    return SubjectScores(ig, float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k)))))
+
+
+def balanced_agreement(predicted: np.ndarray, truth: np.ndarray) -> float:
+    """Balanced fidelity: the mean over the owner's classes of the share of that class's
+    rows the copy labels alike. A constant copy scores 1/K whatever the label skew."""
+    truth = np.asarray(truth)
+    if truth.size == 0:
+        return 0.0
+    classes, inv = np.unique(truth, return_inverse=True)
+    hits = np.bincount(inv, weights=(np.asarray(predicted) == truth).astype(np.float64), minlength=len(classes))
+    return float(np.mean(hits / np.bincount(inv, minlength=len(classes))))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlaas_monitor.monitor.core import (
+    METHODS,
     Evaluation,
     ExtractionWarning,
     ModelMonitor,
@@ -159,7 +160,8 @@ class MonitorDB:
             else:
                 s = mon.group(subject, tuple(json.loads(members)))
             s.n_queries, s.next_eval, s.next_refit, s.evaluated_at = n, next_eval, next_refit, evaluated_at
-            s.status, s.warned = json.loads(status), set(json.loads(warned))
+            # A state written before a method existed has no value for it: 0 until evaluated.
+            s.status, s.warned = {**dict.fromkeys(METHODS, 0.0), **json.loads(status)}, set(json.loads(warned))
             s.members = tuple(json.loads(members))
         return cp
 

@@ -28,7 +28,7 @@ from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.persist import MonitorDB
 from mlaas_monitor.monitor.service import CHECKPOINT_INTERVAL_S, MonitorBase
 from mlaas_monitor.service import ApiError
-from mlaas_monitor.store import Store
+from mlaas_monitor.store import ModelUnavailable, Store
 from mlaas_monitor.stream import QueryEvent
 from protos.analysim.v1 import prediction_pb2 as pb
 from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
@@ -65,7 +65,11 @@ class RemoteMonitor(MonitorBase):
     def monitor(self, model_id: str) -> ModelMonitor | None:
         mon = self.monitors.get(model_id)
         if mon is None:
-            model = self.models.load_model(model_id)
+            try:
+                model = self.models.load_model(model_id)
+            except ModelUnavailable as e:  # isolated, as the gateway does: the other models are watched
+                log.error("not monitoring %s: %s", model_id, e.reason)
+                return None
             if model is None:
                 return None
             mon = ModelMonitor(model, self.configs.get(model_id))

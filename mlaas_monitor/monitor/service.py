@@ -2,17 +2,21 @@
 durable state in the gateway's store, admin routes under /v1/admin, Prometheus metrics and
 optional enforcement. ``monitor_extension()`` is an ``mlaas_monitor.server.Extension``.
 
-Events are queued by the listener and folded in by a callback scheduled on the event loop
-(``call_soon``), so a query's response is never held back by a refit.
+Events are queued by the listener and folded in by one worker thread, in the order they
+were published, so that neither a query's response nor the event loop waits for a refit
+(scikit-learn's fits, numpy and SQLite release the GIL) and a replay still sees the same
+sequence. The admin views take the same lock as the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -132,6 +136,14 @@ class Monitor(MonitorBase):
         self._pending: list[QueryEvent] = []
         self._scheduled = False
         self._unlisten: Callable[[], None] | None = None
+        # One worker: events are folded in publication order, off the event loop.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="monitor")
+        self.lock = threading.RLock()  # the worker's state, also read by the admin views
+        self._queue_lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        # model -> user -> 'degrade' | 'refuse', decided by the worker after each batch and
+        # read by the gateway's hook on the event loop (a dict lookup, no lock).
+        self._decisions: dict[str, dict[str, str]] = {}
 
     # ---- models ----
 
@@ -166,19 +178,38 @@ class Monitor(MonitorBase):
             if len(page) < REPLAY_PAGE:
                 break
         self._publish_all(mon)
+        self._decide(mon)
         self.flush()
 
     # ---- the stream ----
 
     def on_event(self, event: QueryEvent) -> None:
-        self._pending.append(event)
-        if not self._scheduled:
+        with self._queue_lock:
+            self._pending.append(event)
+            if self._scheduled:
+                return
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._process)
+        self._worker.submit(self._work)
+
+    def _work(self) -> None:
+        try:
+            with self.lock:
+                self._process()
+                # Checkpoint at most every interval (at once on a warning); the worker is the
+                # only writer, so a timer would only add a thread.
+                if self._warnings or time.monotonic() - self._last_flush >= self.checkpoint_interval:
+                    self.flush()
+        except Exception:  # a bug must not stop the monitor: the log keeps the events for a replay
+            log.exception("monitor update failed")
+
+    def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        super().flush()
 
     def _process(self) -> None:
-        self._scheduled = False
-        events, self._pending = self._pending, []
+        with self._queue_lock:
+            self._scheduled = False
+            events, self._pending = self._pending, []
         if not events:
             return
         start = time.perf_counter()
@@ -193,8 +224,20 @@ class Monitor(MonitorBase):
             for e in evs:
                 if e.seq > mon.last_seq:  # else already folded in (recovered from the log)
                     self._fold(mon, e)
+            self._decide(mon)
         self.m_update.observe(time.perf_counter() - start)
-        self._schedule_save()
+
+    def _decide(self, mon: ModelMonitor) -> None:
+        if mon.config.enforcement.action == "none":
+            self._decisions.pop(mon.model_id, None)
+            return
+        decided = {u: a for u in mon.users if (a := mon.enforcement_for(u, self.groups)) != "none"}
+        self._decisions[mon.model_id] = decided  # replaced whole: readers see one or the other
+
+    def settle(self) -> None:
+        """Fold in every event published so far (waits for the worker)."""
+        with self.lock:
+            self._process()
 
     def close(self) -> None:
         # Stop listening first: a query committed during shutdown is in the log and is
@@ -202,9 +245,11 @@ class Monitor(MonitorBase):
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
-        self._process()
-        self.flush()
-        self.db.close()
+        self._worker.shutdown(wait=True)
+        with self.lock:
+            self._process()
+            self.flush()
+            self.db.close()
 
     # ---- enforcement ----
 
@@ -212,8 +257,7 @@ class Monitor(MonitorBase):
         """The gateway's enforcement hook: 'none', 'degrade' or 'refuse' for this user's
         next query on this model (the gateway applies it before answering and logs what
         the user was told, so a degraded answer reaches the monitor as label-only)."""
-        mon = self.monitors.get(model_id)
-        return "none" if mon is None else mon.enforcement_for(user, self.groups)
+        return self._decisions.get(model_id, {}).get(user, "none")
 
     # ---- admin views ----
 
@@ -272,6 +316,7 @@ class Monitor(MonitorBase):
             raise bad_field(e.field, e.problem) from e
         mon.config = self.configs[model_id] = cfg
         self.db.save_config(model_id, cfg)
+        self._decide(mon)
         return cfg.to_dict()
 
     def create_group(self, body: Any) -> dict[str, Any]:
@@ -298,6 +343,7 @@ class Monitor(MonitorBase):
         for mon in self.monitors.values():
             evals, warns = mon.evaluate_group_now(name, mem, time.time())
             self._record(mon, evals, warns)
+            self._decide(mon)
         self.flush()
         return {"name": name, "members": list(mem)}
 
@@ -307,6 +353,7 @@ class Monitor(MonitorBase):
         self._process()  # fold in whatever is queued first
         evals, warns = mon.evaluate_due(set(mon.users), self.groups, time.time(), force=True)
         self._record(mon, evals, warns)
+        self._decide(mon)
         self.flush()
         return self.model_view(model_id)
 
@@ -329,7 +376,7 @@ class Monitor(MonitorBase):
     def install(self, gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
         import sklearn.tree  # noqa: F401  (imported now, not inside the first query's update)
 
-        for model_id in gw.store.model_ids():
+        for model_id in gw.available_model_ids():  # a model that fails to load is isolated by the gateway
             self.monitor(model_id)  # recover before the servers accept anything
         self._unlisten = gw.stream.add_listener(self.on_event)
         self.gw.enforcement = self.enforce
@@ -347,15 +394,17 @@ def add_routes(mon: Monitor, app: web.Application) -> None:
     def admin(fn: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.Response:
             gw.require_admin(gw.authenticate(request.headers.get("Authorization")))
-            result = fn(request)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return json_response(result)
+            if asyncio.iscoroutinefunction(fn):
+                body = await fn(request)  # reads the body first, then locks (below)
+            else:
+                with mon.lock:  # a consistent view: not while the worker folds events in
+                    body = fn(request)
+            return json_response(body)
 
         return handler
 
     def models(request: web.Request) -> Any:
-        return {"models": [mon.model_view(m) for m in gw.store.model_ids()]}
+        return {"models": [mon.model_view(m) for m in gw.available_model_ids()]}
 
     def one_model(request: web.Request) -> Any:
         return mon.model_view(request.match_info["model"])
@@ -376,7 +425,9 @@ def add_routes(mon: Monitor, app: web.Application) -> None:
         return mon.monitor(request.match_info["model"]).config.to_dict()
 
     async def put_config(request: web.Request) -> Any:
-        return mon.set_config(request.match_info["model"], await read_json(request))
+        body = await read_json(request)
+        with mon.lock:
+            return mon.set_config(request.match_info["model"], body)
 
     def warnings(request: web.Request) -> Any:
         model = request.query.get("model")
@@ -388,7 +439,9 @@ def add_routes(mon: Monitor, app: web.Application) -> None:
         return {"groups": [{"name": n, "members": list(m)} for n, m in sorted(mon.groups.items())]}
 
     async def create_group(request: web.Request) -> Any:
-        return mon.create_group(await read_json(request))
+        body = await read_json(request)
+        with mon.lock:
+            return mon.create_group(body)
 
     def get_group(request: web.Request) -> Any:
         return mon.group_view(request.match_info["name"])

@@ -35,12 +35,26 @@ class NodeInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., rack: _Optional[str] = ..., gpu_model: _Optional[str] = ..., gpus: _Optional[int] = ..., cpu_milli: _Optional[int] = ..., memory_mib: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent_id", "nodes")
+    __slots__ = ("agent_id", "nodes", "running")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
-    def __init__(self, agent_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+    running: _containers.RepeatedCompositeFieldContainer[RunningJob]
+    def __init__(self, agent_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ...) -> None: ...
+
+class RunningJob(_message.Message):
+    __slots__ = ("launch", "start_s", "end_s", "failed")
+    LAUNCH_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    launch: Launch
+    start_s: float
+    end_s: float
+    failed: bool
+    def __init__(self, launch: _Optional[_Union[Launch, _Mapping]] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., failed: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("session_id", "clock", "heartbeat_interval_s")
@@ -201,18 +215,20 @@ class Command(_message.Message):
     def __init__(self, time_s: _Optional[float] = ..., launch: _Optional[_Union[Launch, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., migrate: _Optional[_Union[Migrate, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ...) -> None: ...
 
 class ClockUpdate(_message.Message):
-    __slots__ = ("time_s", "speed", "lockstep", "paused", "step")
+    __slots__ = ("time_s", "speed", "lockstep", "paused", "step", "durable_s")
     TIME_S_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
     LOCKSTEP_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_S_FIELD_NUMBER: _ClassVar[int]
     time_s: float
     speed: float
     lockstep: bool
     paused: bool
     step: int
-    def __init__(self, time_s: _Optional[float] = ..., speed: _Optional[float] = ..., lockstep: _Optional[bool] = ..., paused: _Optional[bool] = ..., step: _Optional[int] = ...) -> None: ...
+    durable_s: float
+    def __init__(self, time_s: _Optional[float] = ..., speed: _Optional[float] = ..., lockstep: _Optional[bool] = ..., paused: _Optional[bool] = ..., step: _Optional[int] = ..., durable_s: _Optional[float] = ...) -> None: ...
 
 class SchedulerMessage(_message.Message):
     __slots__ = ("commands", "clock")

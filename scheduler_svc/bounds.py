@@ -1,0 +1,54 @@
+"""The documented bounds of every client-supplied string and number (docs/live.md, "Bounds").
+
+One table, read by the server (INVALID_ARGUMENT beyond a bound) and by the CLI (a one-line
+error before anything is sent), so that both say the same thing."""
+
+from __future__ import annotations
+
+import math
+import re
+
+JOB_ID_MAX = 128
+# Client job ids: what a file name, a CSV cell and a Prometheus label can all hold verbatim.
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]*")
+TEXT_MAX = 64  # user, vc, GPU model names
+GPU_MODELS_MAX = 16
+NUM_GPUS_MAX = 65_536
+DURATION_MIN_S = 1e-3
+DURATION_MAX_S = 1e8  # about three years of virtual time
+CPU_MILLI_MAX = 10**9  # a million cores
+MEMORY_MIB_MAX = 2**32  # 4 PiB
+LIST_LIMIT_MAX = 10_000
+WATCH_KINDS_MAX = 32
+AGENT_ID_MAX = 128
+AGENT_NODES_MAX = 100_000
+MESSAGE_MAX_BYTES = 16 * 1024 * 1024  # gRPC receive limit: a heartbeat of 100,000 GPUs fits
+
+
+def _printable(s: str) -> bool:
+    return s.isprintable() and "\x00" not in s
+
+
+def job_problem(job_id: str, num_gpus: int, gpu_milli: int, duration_s: float, vc: str, user: str,
+                gpu_models: list[str] | tuple[str, ...], cpu_milli: int, memory_mib: int) -> str | None:
+    """What is out of bounds in a job request (None: nothing). ``job_id`` may be empty (chosen
+    by the scheduler); ``gpu_milli`` 0 means 1000."""
+    if job_id and (len(job_id) > JOB_ID_MAX or not JOB_ID_RE.fullmatch(job_id)):
+        return (f"job_id must be 1 to {JOB_ID_MAX} characters: letters, digits and ._:@/+- "
+                f"(not first), got {job_id[:40]!r}{'...' if len(job_id) > 40 else ''}")
+    if not 1 <= num_gpus <= NUM_GPUS_MAX:
+        return f"num_gpus must be at least 1 and at most {NUM_GPUS_MAX}, got {num_gpus}"
+    if not 0 <= gpu_milli <= 1000:
+        return f"gpu_milli must be in 1..1000 (0: 1000), got {gpu_milli}"
+    if not (math.isfinite(duration_s) and DURATION_MIN_S <= duration_s <= DURATION_MAX_S):
+        return f"duration_s must be between {DURATION_MIN_S:g} and {DURATION_MAX_S:g} s, got {duration_s:g}"
+    for name, value in (("vc", vc), ("user", user)):
+        if len(value) > TEXT_MAX or not _printable(value):
+            return f"{name} must be at most {TEXT_MAX} printable characters, got {len(value)}"
+    if len(gpu_models) > GPU_MODELS_MAX or any(len(m) > TEXT_MAX or not _printable(m) for m in gpu_models):
+        return f"gpu_models: at most {GPU_MODELS_MAX} names of at most {TEXT_MAX} printable characters"
+    if not 0 <= cpu_milli <= CPU_MILLI_MAX:
+        return f"cpu_milli must be in 0..{CPU_MILLI_MAX}, got {cpu_milli}"
+    if not 0 <= memory_mib <= MEMORY_MIB_MAX:
+        return f"memory_mib must be in 0..{MEMORY_MIB_MAX}, got {memory_mib}"
+    return None
