@@ -157,6 +157,20 @@ def _decisions(cls: type[Engine], spec: ClusterSpec, jobs: list[JobSpec], policy
     return engine.decisions
 
 
+def test_a_vc_left_out_as_borrowing_comes_back_when_reclaim_lowers_its_usage():
+    # One 4-GPU node; quotas a 1, b 2, c 1. b1 borrows the whole node. At 10, in FIFO order: a1 would
+    # borrow and cannot fit (blocks the shared queue); b2 would borrow too (b is over quota) and
+    # waits; c1 is within quota and reclaims b1's GPUs; now b3 is within b's quota and runs at once.
+    spec = cluster(1, 4, vcs=(VCSpec("a", 1), VCSpec("b", 2), VCSpec("c", 1)))
+    trace = [job("b1", 0, 4, 1000, vc="b"), job("a1", 10, 2, 10, vc="a"), job("b2", 10, 1, 10, vc="b"),
+             job("c1", 10, 1, 10, vc="c"), job("b3", 10, 1, 10, vc="b")]
+    config = EngineConfig(preemption=True)
+    ours = _decisions(Engine, spec, trace, "fifo", config)
+    assert ours == _decisions(_WalkEveryJob, spec, trace, "fifo", config)
+    assert [(d.time, d.kind, d.job_id) for d in ours if d.time == 10.0] == [
+        (10.0, "preempt", "b1"), (10.0, "launch", "c1"), (10.0, "launch", "b3")]
+
+
 @st.composite
 def fifo_scenario(draw):
     """FIFO on a busy shared pool with quotas (and maybe a dedicated node): heads block often."""

@@ -80,10 +80,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # Options that only act once the trace is read (the cluster, the run's options, the outputs).
-RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "preemption", "migration",
+RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "inflate_until",
+                      "stop_at_first_failure", "vc_map", "default_vc", "preemption", "migration",
                       "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
-                      "rebalance_interval", "relaxed_locality", "inflate_until", "stop_at_first_failure",
-                      "vc_map", "default_vc", "out", "no_plots", "no_progress", "func"})
+                      "rebalance_interval", "relaxed_locality", "out", "no_plots", "no_progress", "func"})
 SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
 
 

@@ -101,6 +101,7 @@ class Engine:
         self._pending_cpu_only = 0
         self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
+        self._stops = 0  # jobs taken off their GPUs so far
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         self.decisions: list[Decision] = []
@@ -493,13 +494,25 @@ class Engine:
         lists = self._pending_of_vc
         heap = [(sl[0], vc, 0) for vc, sl in lists.items()]
         heapq.heapify(heap)
+        dropped: list[str] = []
+        stops = self._stops
         while heap:
             key, vc, i = heapq.heappop(heap)
             if blocked and self._vc_blocked(vc, blocked):
-                continue  # drops the VC from the merge
+                dropped.append(vc)  # out of the merge
+                continue
             job = self._pending_by_seq.get(key[1])
             if job is not None:
                 yield job
+                if self._stops != stops and dropped:
+                    # Preemption took GPUs from some VC: one left out as borrowing may be within
+                    # its quota again; its jobs after this one come back into the merge.
+                    stops = self._stops
+                    for d in dropped:
+                        pos = lists[d].bisect_right(key)
+                        if pos < len(lists[d]):
+                            heapq.heappush(heap, (lists[d][pos], d, pos))
+                    dropped.clear()
             sl = lists[vc]
             if i + 1 < len(sl):
                 heapq.heappush(heap, (sl[i + 1], vc, i + 1))
@@ -514,10 +527,7 @@ class Engine:
         if q is None:
             return True  # the shared pool's queue is its only one
         # Even its smallest waiting job would take it over its quota: every one of them would borrow,
-        # and waits in the shared queue; it stays so for the rest of the pass (usage only grows)
-        # unless preemption can take GPUs from it.
-        if self.config.preemption:
-            return False
+        # and waits in the shared queue (until preemption lowers its usage: _blocking_order).
         return self.state.vc_used.get(vc, 0.0) + min(self._pending_demands[vc]) > q + 1e-9
 
     def _count_shape(self, spec: JobSpec, delta: int) -> None:
@@ -902,6 +912,7 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
+        self._stops += 1
         job.completion_token += 1
         self.extra[spec.job_id].expected_end_s = math.inf
         self._dirty = True
