@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import tempfile
 from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
+from analysim.logs import add_logging_arguments, setup_logging
 
 
 def parse_speed(text: str) -> float | None:
@@ -49,7 +50,7 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (default 0: any)")
     p.add_argument("--port-file", help="write the bound ports here (JSON) once serving")
     p.add_argument("--exit-when-done", action="store_true", help="stop once every trace job is accounted for")
-    p.add_argument("--log-level", default="INFO")
+    add_logging_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from scheduler_svc.metrics import SchedulerMetrics
     from scheduler_svc.server import serve
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s scheduler %(levelname)s %(message)s")
+    setup_logging("scheduler", args.log_level, args.log_format)
     if not 0 <= args.paced_lag <= 10:
         raise UserError(f"--paced-lag must be between 0 and 10 wall seconds, got {args.paced_lag:g}")
     if args.mode != "replay":
@@ -93,5 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
     sub = p.add_subparsers(dest="command", required=True)
     add_service_arguments(sub.add_parser("serve", help="run the scheduler service"))
+    apply_env(p)
     args = p.parse_args(argv)
     return run_command("scheduler_svc", lambda: run(args))

@@ -229,7 +229,8 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
 
 
 def build_server(live: LiveScheduler) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    server = grpc.aio.server(interceptors=[live.metrics.grpc_server],
+                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
     spb_grpc.add_SchedulerServiceServicer_to_server(SchedulerServicer(live), server)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServicer(live), server)
     hs = health.aio.HealthServicer()

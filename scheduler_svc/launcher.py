@@ -5,7 +5,6 @@ reports what it bound through a port file, which is waited for with a deadline."
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysim.clusters import split_nodes
 from analysim.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,13 +61,6 @@ def wait_port_file(proc: Proc, deadline_s: float) -> dict:
             raise UserError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
         time.sleep(0.02)
     raise UserError(f"{proc.name} did not start within {deadline_s:g} s:\n{proc.tail()}")
-
-
-def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
-    """(first node, count) for each agent process, as even as possible."""
-    agents = max(1, min(agents, total))
-    per = math.ceil(total / agents)
-    return [(i, min(per, total - i)) for i in range(0, total, per)]
 
 
 class LocalRun:

@@ -15,6 +15,8 @@ from prometheus_client.registry import Collector
 
 from analysim.core.job import GPU_MILLI
 from analysim.core.metrics import head_of_line_fragmentation
+from analysim.ops_http import add_standard_metrics
+from scheduler_svc.grpc_metrics import GrpcServerMetrics
 
 if TYPE_CHECKING:
     from scheduler_svc.core import LiveScheduler
@@ -53,6 +55,8 @@ class SchedulerMetrics:
                                     ["reason"], registry=r)
         self.agents_lost = Counter("analysim_agents_lost_total", "Agent sessions lost (stream ended or heartbeat missed).",
                                    registry=r)
+        self.grpc_server = GrpcServerMetrics(r)  # the gRPC server's interceptor
+        add_standard_metrics(r, "scheduler")
         self.sent = self.messages.labels("sent")
         self.received = self.messages.labels("received")
         self._vc_children: dict[tuple[int, str], object] = {}

@@ -10,6 +10,7 @@ import argparse
 import importlib
 
 from analysim import __version__
+from analysim.envconfig import apply_env
 from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
@@ -31,5 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    apply_env(parser)
     args = parser.parse_args(argv)
     return run_command(f"analysim {args.command}", lambda: args.func(args), say_interrupted=True)
