@@ -146,3 +146,11 @@ class _ClusterCollector(Collector):
                                 value=live.achieved_speed() if clock.lockstep else clock.speed)
         yield GaugeMetricFamily("analysim_clock_lockstep", "1 in lockstep mode.", value=1.0 if clock.lockstep else 0.0)
         yield GaugeMetricFamily("analysim_clock_paused", "1 while the clock is paused.", value=1.0 if clock.paused else 0.0)
+        fid = (live.summary or {}).get("fidelity")
+        if fid:  # once the replay is done and compared with its offline run
+            yield GaugeMetricFamily("analysim_offline_divergence_ratio",
+                                    "Mean |JCT live - JCT offline| over the offline mean JCT, at the end of the replay.",
+                                    value=fid["divergence_ratio"])
+            yield GaugeMetricFamily("analysim_offline_identical_jobs_ratio",
+                                    "Share of compared jobs with the same start and end live and offline.",
+                                    value=fid["identical_jobs"] / fid["compared_jobs"] if fid["compared_jobs"] else 1.0)
