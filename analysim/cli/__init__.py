@@ -15,7 +15,7 @@ from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
 SUBCOMMANDS = ("simulate", "compare", "trace", "model", "gateway", "attack", "monitor-eval",
-               "up", "agent", "submit", "status")
+               "up", "agent", "submit", "status", "load")
 
 
 def build_parser() -> argparse.ArgumentParser:
