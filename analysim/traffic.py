@@ -98,6 +98,8 @@ class Mix:
     collude_base: str = "pathfinding"
     group: str = "ring"
     quota_rows: int | None = None
+    enforce: str = "none"  # the model's enforcement action: none, degrade, refuse
+    enforce_threshold: float = 0.9
 
 
 def user_names(mix: Mix) -> dict[str, list[str]]:
@@ -109,8 +111,11 @@ def user_names(mix: Mix) -> dict[str, list[str]]:
     return out
 
 
-def provision(admin, mix: Mix) -> dict[str, str]:  # noqa: ANN001 — an attacks.ApiClient with the admin key
-    """Create the accounts (or give existing ones a new key) and declare the group; user -> key."""
+def provision(admin, mix: Mix, model: str) -> dict[str, str]:  # noqa: ANN001 — an attacks.ApiClient (admin key)
+    """Create the accounts (or give existing ones a new key), declare the group, set the
+    model's enforcement; user -> key."""
+    admin.call("PUT", f"/v1/admin/monitor/{model}/config", {"enforcement": {
+        "action": mix.enforce, "method": "coverage_mass", "threshold": mix.enforce_threshold}})  # fmt: skip
     clients = user_names(mix)
     existing = {u["name"] for u in admin.call("GET", "/v1/admin/users")["users"]}
     keys: dict[str, str] = {}
@@ -240,7 +245,7 @@ def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gate
 
         assert admin_key is not None
         admin = wait_for_gateway(gateway, admin_key, model, stop, ready_deadline_s)
-        keys = provision(admin, mix)
+        keys = provision(admin, mix, model)
         domain = Domain.from_public(admin.call("GET", f"/v1/models/{model}")["features"])
         admin.close()
         benign_rows = rows(domain) if rows is not None and mix.benign else None

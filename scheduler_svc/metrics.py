@@ -71,6 +71,14 @@ class SchedulerMetrics:
 
     def attach(self, live: LiveScheduler) -> None:
         self.registry.register(_ClusterCollector(lambda: live))
+        # Every per-VC counter starts at 0 for every VC, so that a rate is 0 (not absent)
+        # until the first event: dashboards and alerts then tell "none" from "no data".
+        for v in [v.name for v in live.cluster.vcs] or ["default"]:
+            for c in (self.started, self.completed, self.preempted, self.migrated, self.requeued, self.failed,
+                      self.cancelled):
+                self.vc(c, v)
+            for source in ("trace", "client"):
+                self.submitted.labels(v, source)
 
 
 class _ClusterCollector(Collector):

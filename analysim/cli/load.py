@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the attack the group splits (default pathfinding)")
     w.add_argument("--group", default="ring", help="the colluding group's name (default ring)")
     w.add_argument("--quota-rows", type=nonneg_int, help="give every account this row quota (default: unlimited)")
+    w.add_argument("--enforce", choices=("none", "degrade", "refuse"), default="none",
+                   help="the model's enforcement once a subject's coverage_mass reaches --enforce-threshold (default none)")
+    w.add_argument("--enforce-threshold", type=float, default=0.9, help="default 0.9")
     w.add_argument("--query-rate", type=rate, default=2.0, help="requests per second of each benign user (default 2)")
     w.add_argument("--attack-rate", type=rate, default=5.0, help="requests per second of each attacker (default 5)")
     p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S wall seconds (0: at SIGTERM)")
@@ -72,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--duration must be >= 0, got {args.duration:g}")
     vcs = [v.name for v in parse_cluster(args.cluster).vcs] if args.scheduler else []
     admin_key, rows = None, None
-    mix = Mix(args.benign_users, args.attackers, args.colluders, args.collude_base, args.group, args.quota_rows)
+    mix = Mix(args.benign_users, args.attackers, args.colluders, args.collude_base, args.group, args.quota_rows,
+              args.enforce, args.enforce_threshold)
     if args.colluders == 1:
         raise UserError("--colluders: a colluding group needs at least 2 accounts (or 0 for none)")
     if args.gateway:
