@@ -129,7 +129,7 @@ class _ClusterCollector(Collector):
         for job in eng.pending_jobs():
             pj[job.spec.vc] += 1
             pg[job.spec.vc] += job.spec.gpu_demand
-        for vc in sorted(pj):
+        for vc in sorted(set(pj) | {v.name for v in eng.spec.vcs}):  # every VC, 0 when none waits
             pend.add_metric([vc], pj[vc])
             demand.add_metric([vc], pg[vc])
         yield pend
