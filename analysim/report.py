@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from analysim.core.metrics import JOB_FIELDS
+from analysim.errors import UserError
 
 
 def json_safe(x: object) -> object:
@@ -65,9 +66,12 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequen
     return written
 
 
-def _plt():
-    import matplotlib
-
+def pyplot():  # noqa: ANN201 — matplotlib.pyplot, off-screen
+    """matplotlib.pyplot with the Agg backend; matplotlib is the optional ``plots`` extra."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("plots need matplotlib: pip install 'analysim[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -75,7 +79,7 @@ def _plt():
 
 
 def plot_run(summary: dict, jobs: Sequence[dict], ts: Sequence[dict], out: Path) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     paths = []
     if ts:
         t = np.array([r["time_s"] for r in ts]) / 3600.0
@@ -118,7 +122,7 @@ def _cdf(ax, values: Iterable[float], label: str) -> None:
 
 
 def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = [r["gpu_allocation_ratio"] for r in rows]
     if rows and "fgd_fragmentation_gpus" in rows[0]:
@@ -137,7 +141,7 @@ def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
 
 def plot_compare(results: Sequence[tuple[str, dict, Sequence[dict]]], out: Path) -> Path:
     """One figure for ``analysim compare``: JCT CDFs, and average JCT and utilization per run."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
     for label, _, jobs in results:
         done = [j["jct_s"] for j in jobs if j["status"] == "completed"]

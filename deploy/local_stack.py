@@ -270,7 +270,7 @@ class LocalStack:
     def endpoints(self) -> list[str]:
         lines = []
         for name, s in self.services.items():
-            parts = [f"{var.removeprefix('ANALYSIM_').lower()} {LOOPBACK}:{v}" for var, v in s.env.items()
+            parts = [f"--{var.removeprefix('ANALYSIM_').lower().replace('_', '-')} {LOOPBACK}:{v}" for var, v in s.env.items()
                      if var.endswith("_PORT") and var != "ANALYSIM_METRICS_PORT" and v.isdigit()]
             if s.serves:
                 parts.append(f"metrics http://{LOOPBACK}:{s.metrics_port}/metrics")

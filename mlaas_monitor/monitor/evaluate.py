@@ -298,10 +298,9 @@ def _write_curves(path: Path, curves: list[tuple[str, str, int, str, float]]) ->
 
 
 def _plot(out: Path, curves: list[tuple[str, str, int, str, float]], metrics: list[str]) -> None:
-    import matplotlib
+    from analysim.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     strategies = sorted({c[0] for c in curves})
     # One figure per strategy: a line per method, and the attacker's true fidelity.
