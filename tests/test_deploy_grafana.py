@@ -22,13 +22,18 @@ GRAFANA = Path(__file__).resolve().parent.parent / "deploy" / "grafana"
 BUILTIN = {"__rate_interval", "__interval", "__range", "datasource"}
 
 
-def generator() -> Any:
-    spec = importlib.util.spec_from_file_location("analysim_dashboards", GRAFANA / "dashboards.py")
+def deploy_module(path: Path) -> Any:
+    """A script of deploy/ (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(f"analysim_deploy_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+def generator() -> Any:
+    return deploy_module(GRAFANA / "dashboards.py")
 
 
 def dashboards() -> dict[str, dict]:

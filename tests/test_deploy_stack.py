@@ -14,11 +14,9 @@ that it all happens within seconds), the scheduler at 3000x. Skipped only withou
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
-import sys
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.polling import wait_until
-from tests.test_deploy_grafana import dashboards, expand, panels
+from tests.test_deploy_grafana import dashboards, deploy_module, expand, panels
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OVERRIDES = {"traffic-gateway": {"ANALYSIM_ATTACK_RATE": "100", "ANALYSIM_QUERY_RATE": "10"},
@@ -37,15 +35,6 @@ DEADLINE_S = 45.0
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="prometheus not installed (Debian: apt-get install prometheus; .ci/run does)")
-
-
-def local_stack() -> Any:
-    spec = importlib.util.spec_from_file_location("analysim_local_stack", DEPLOY / "local_stack.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Prom:
@@ -72,7 +61,7 @@ class Prom:
 
 
 def test_stack(tmp_path: Path) -> None:
-    ls = local_stack()
+    ls = deploy_module(DEPLOY / "local_stack.py")
     stack = ls.LocalStack(tmp_path, profiles=["cluster", "gateway"], overrides=OVERRIDES)
     try:
         stack.start_all(deadline_s=60)
