@@ -28,9 +28,11 @@ def write_port_file(path: str | Path, ports: dict[str, object]) -> None:
 
 
 def readiness(live: LiveScheduler) -> tuple[bool, str]:
-    """Ready once every node has an agent and the clock runs (what /readyz answers)."""
+    """Ready while every node has an agent and the clock has started (what /readyz answers):
+    a lost agent makes the scheduler not ready until its nodes are back."""
     owned, total = len(live.node_owner), len(live.cluster.nodes)
-    return live.started, f"{owned}/{total} nodes have an agent, clock {'running' if live.started else 'waiting'}"
+    return live.started and owned == total, \
+        f"{owned}/{total} nodes have an agent, clock {'started' if live.started else 'waiting for them'}"
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,

@@ -125,7 +125,7 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
     sched_env = {"ANALYSIM_CLUSTER": "tiny", "ANALYSIM_JOBS": "30", "ANALYSIM_SPEED": "1000",
-                 "ANALYSIM_NO_OFFLINE_CHECK": "1", "ANALYSIM_LOG_FORMAT": "json",
+                 "ANALYSIM_NO_OFFLINE_CHECK": "1", "ANALYSIM_LOG_FORMAT": "json", "ANALYSIM_HEARTBEAT_DEADLINE": "1",
                  "ANALYSIM_JOURNAL": str(tmp_path / "journal.db"), "ANALYSIM_PORT_FILE": str(tmp_path / "s.json")}
     sched = spawn(["scheduler_svc", "serve"], sched_env, tmp_path / "s.log")
     agent = None
@@ -159,6 +159,10 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
             m = scrape("127.0.0.1", port)
             assert sample_sum(m["analysim_build_info"], "analysim_build_info", service=service) == 1
             assert m["process_resident_memory_bytes"][0].value > 0
+        # A lost agent makes the scheduler not ready (its nodes are down) until it is back.
+        agent.kill()
+        agent.wait(30)
+        wait_until(lambda: get(s["metrics"], "/readyz")[0] == 503, what="the scheduler not ready without its agent")
         first = (tmp_path / "s.log").read_text().splitlines()[0]
         rec = json.loads(first)  # --log-format json from ANALYSIM_LOG_FORMAT, on stdout
         assert rec["service"] == "scheduler" and rec["level"] == "INFO" and rec["ts"].endswith("Z")
@@ -215,3 +219,15 @@ def test_gateway_metrics_without_the_admin_key(tmp_path: Path) -> None:
         assert {s.labels["subject"] for s in m.get("analysim_extraction_status", [])} == {"bob"}
     finally:
         stop(gw)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "nothing to load: give --scheduler, --gateway or both"),
+    (["--gateway", "http://127.0.0.1:9", "--colluders", "1"], "--colluders: a colluding group needs at least 2"),
+    (["--gateway", "http://127.0.0.1:9", "--attackers", "sideways"], "unknown attack 'sideways'"),
+    (["--gateway", "http://127.0.0.1:9", "--ready-timeout", "0.2"], "gateway http://127.0.0.1:9 not ready after 0.2 s"),
+])  # fmt: skip
+def test_load_refuses_bad_input_in_one_line(args: list[str], message: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "analysim", "load", *args], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
