@@ -41,6 +41,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def inherited() -> dict[str, str]:
+    """This process's environment without ANALYSIM_* variables: a service gets those from
+    compose.yaml alone, as in a container."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")}
+
+
 def default_profiles() -> list[str]:
     """COMPOSE_PROFILES from the environment, else deploy/.env (as docker compose reads them)."""
     value = os.environ.get("COMPOSE_PROFILES")
@@ -158,7 +164,7 @@ class LocalStack:
 
         with s.log.open("wb") as out:
             s.proc = subprocess.Popen(s.argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                      env={**os.environ, "PYTHONPATH": str(ROOT), **s.env}, preexec_fn=_die_with_parent)  # fmt: skip
+                                      env={**inherited(), "PYTHONPATH": str(ROOT), **s.env}, preexec_fn=_die_with_parent)  # fmt: skip
         s.restarts += 1
         return s
 

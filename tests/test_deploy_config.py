@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -92,6 +93,12 @@ def test_integers_round_trip(v: int) -> None:
 # ---- real services, configured by their environment alone ----
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def spawn(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", *module], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -155,6 +162,11 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
                           grpc_method="SubmitJob", grpc_code="INVALID_ARGUMENT") == 1
         assert sample_sum(m["analysim_grpc_server_handling_seconds"], "analysim_grpc_server_handling_seconds_count",
                           grpc_method="SubmitJob") == 1
+        # The image's HEALTHCHECK command, against a live port and a closed one.
+        for port, code in ((a["metrics"], 0), (free_port(), 1)):
+            r = subprocess.run([sys.executable, "-m", "analysim.healthcheck", "/healthz"], cwd=ROOT, capture_output=True,
+                               env={**os.environ, "ANALYSIM_METRICS_PORT": str(port)}, timeout=30)  # fmt: skip
+            assert r.returncode == code, r.stdout
         for port, service in ((s["metrics"], "scheduler"), (a["metrics"], "agent")):
             m = scrape("127.0.0.1", port)
             assert sample_sum(m["analysim_build_info"], "analysim_build_info", service=service) == 1
