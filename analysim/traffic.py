@@ -215,6 +215,31 @@ def _counting(pacer: Pacer, counts: Counts, who: str) -> Callable[[object], None
     return hook
 
 
+def _start_gateway_clients(start: Callable[..., None], gateway: str, admin_key: str | None, model: str,
+                           rows: Callable[[object], np.ndarray] | None, mix: Mix, query_rate: float | None,
+                           attack_rate: float | None, seed: int, stop: threading.Event, counts: Counts,
+                           ready_deadline_s: float) -> None:
+    from mlaas_monitor.monitor.attacks import Domain
+
+    if admin_key is None:
+        raise UserError("the gateway's admin key is needed to create the accounts")
+    admin = wait_for_gateway(gateway, admin_key, model, stop, ready_deadline_s)
+    try:
+        keys = provision(admin, mix, model)
+        domain = Domain.from_public(admin.call("GET", f"/v1/models/{model}")["features"])
+    finally:
+        admin.close()
+    benign_rows = rows(domain) if rows is not None and mix.benign else None
+    for i, (who, users) in enumerate(user_names(mix).items()):
+        if who.startswith("benign-"):
+            start(who, benign_client, gateway, keys[users[0]], model, benign_rows, query_rate, seed + i, stop, counts, who)
+        else:
+            strategy = mix.collude_base if who.startswith("group-") else who.removeprefix("attacker-")
+            start(who, attack_client, gateway, [keys[u] for u in users], model, strategy, attack_rate, seed + i, stop,
+                  counts, who)
+    log.info("gateway %s: %s", gateway, ", ".join(user_names(mix)))
+
+
 def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gateway: str | None, admin_key: str | None,
              model: str, rows: Callable[[object], np.ndarray] | None, mix: Mix, query_rate: float | None,
              attack_rate: float | None, duration_s: float | None, seed: int, stop: threading.Event | None = None,
@@ -231,6 +256,8 @@ def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gate
             try:
                 fn(*args)
             except BaseException as e:  # a client that cannot go on stops the load, with its reason
+                if not isinstance(e, UserError):
+                    log.exception("%s failed", name)
                 errors.append(e)
                 stop.set()
 
@@ -238,30 +265,17 @@ def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gate
         t.start()
         threads.append(t)
 
-    if scheduler:
-        start("jobs", inject_jobs, scheduler, job_rate, list(vcs), seed, stop, counts, ready_deadline_s)
-    if gateway:
-        from mlaas_monitor.monitor.attacks import Domain
-
-        assert admin_key is not None
-        admin = wait_for_gateway(gateway, admin_key, model, stop, ready_deadline_s)
-        keys = provision(admin, mix, model)
-        domain = Domain.from_public(admin.call("GET", f"/v1/models/{model}")["features"])
-        admin.close()
-        benign_rows = rows(domain) if rows is not None and mix.benign else None
-        for i, (who, users) in enumerate(user_names(mix).items()):
-            if who.startswith("benign-"):
-                start(who, benign_client, gateway, keys[users[0]], model, benign_rows, query_rate, seed + i, stop,
-                      counts, who)
-            else:
-                strategy = mix.collude_base if who.startswith("group-") else who.removeprefix("attacker-")
-                start(who, attack_client, gateway, [keys[u] for u in users], model, strategy, attack_rate,
-                      seed + i, stop, counts, who)
-        log.info("gateway %s: %s", gateway, ", ".join(user_names(mix)))
-    stop.wait(duration_s)
-    stop.set()
-    for t in threads:
-        t.join(30)
+    try:
+        if scheduler:
+            start("jobs", inject_jobs, scheduler, job_rate, list(vcs), seed, stop, counts, ready_deadline_s)
+        if gateway:
+            _start_gateway_clients(start, gateway, admin_key, model, rows, mix, query_rate, attack_rate, seed, stop,
+                                   counts, ready_deadline_s)  # fmt: skip
+        stop.wait(duration_s)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
     if errors:
         e = errors[0]
         raise e if isinstance(e, UserError) else UserError(f"load: {type(e).__name__}: {e}")

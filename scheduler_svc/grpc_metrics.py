@@ -27,17 +27,27 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
                                "RPCs completed on the server, by status code.", [*LABELS, "grpc_code"], registry=registry)
         self.seconds = Histogram("analysim_grpc_server_handling_seconds", "Time from an RPC's start to its end.",
                                  LABELS, buckets=HANDLING_BUCKETS, registry=registry)
+        self._wrapped: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the handler wrapped)
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None:
             return None
-        service, _, method = details.method.lstrip("/").rpartition("/")
+        # One wrapped handler per method, made on its first call (label children included).
+        cached = self._wrapped.get(details.method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[details.method] = (handler, self._wrap(details.method, handler))
+        return cached[1]
+
+    def _wrap(self, full_method: str, handler: Any) -> Any:
+        service, _, method = full_method.lstrip("/").rpartition("/")
         kind = ("bidi_stream" if handler.request_streaming and handler.response_streaming else
                 "client_stream" if handler.request_streaming else
                 "server_stream" if handler.response_streaming else "unary")  # fmt: skip
         labels = (service, method, kind)
+        started, seconds = self.started.labels(*labels), self.seconds.labels(*labels)
+        handled: dict[str, Any] = {}
 
         def done(context: grpc.aio.ServicerContext, start: float, error: BaseException | None) -> None:
             code = context.code()
@@ -45,15 +55,18 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
                 code = (grpc.StatusCode.OK if error is None else grpc.StatusCode.CANCELLED
                         if isinstance(error, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN)  # fmt: skip
             name = code.name if isinstance(code, grpc.StatusCode) else str(code)
-            self.handled.labels(*labels, name).inc()
-            self.seconds.labels(*labels).observe(time.perf_counter() - start)
+            child = handled.get(name)
+            if child is None:
+                child = handled[name] = self.handled.labels(*labels, name)
+            child.inc()
+            seconds.observe(time.perf_counter() - start)
 
         behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary
                     or handler.stream_stream)  # fmt: skip
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             # Unary handlers, and streaming ones that answer with context.write() (health Watch).
-            self.started.labels(*labels).inc()
+            started.inc()
             start, error = time.perf_counter(), None
             try:
                 return await behavior(request, context)
@@ -64,7 +77,7 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
                 done(context, start, error)
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            self.started.labels(*labels).inc()
+            started.inc()
             start, error = time.perf_counter(), None
             try:
                 async for item in behavior(request, context):
@@ -75,10 +88,9 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
             finally:
                 done(context, start, error)
 
-        wrapped = stream if inspect.isasyncgenfunction(behavior) else call
         make = {
             (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
             (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
         }[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
-        return make(wrapped, request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
+        return make(stream if inspect.isasyncgenfunction(behavior) else call,
+                    request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
