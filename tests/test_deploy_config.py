@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysim.envconfig import apply_env, env_name
@@ -85,9 +85,13 @@ def test_bad_values_name_the_variable(env: dict[str, str], message: str, capsys:
     assert message in capsys.readouterr().err
 
 
-@given(st.integers(min_value=-(10**12), max_value=10**12))
-def test_integers_round_trip(v: int) -> None:
-    assert parse({"ANALYSIM_DB": "d", "ANALYSIM_METRICS_PORT": str(v)}).metrics_port == v
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=-(10**12), max_value=10**12), st.none() | st.integers(min_value=0, max_value=65535),
+       st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1))
+def test_values_round_trip_and_flags_win(v: int, flag: int | None, db: str) -> None:
+    argv = [] if flag is None else [f"--metrics-port={flag}"]
+    a = parse({"ANALYSIM_DB": db, "ANALYSIM_METRICS_PORT": str(v)}, *argv)
+    assert a.metrics_port == (v if flag is None else flag) and a.db == db
 
 
 # ---- real services, configured by their environment alone ----
