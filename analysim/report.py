@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -64,6 +66,15 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequen
     if plots:
         written += plot_run(summary, jobs, timeseries, out)
     return written
+
+
+def can_plot() -> bool:
+    """Whether matplotlib is installed; if not, says on stderr that default plots are skipped
+    (asked-for ones, --plots, are an error: ``pyplot``)."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    print("plots skipped: matplotlib is not installed (pip install 'analysim[plots]')", file=sys.stderr)
+    return False
 
 
 def pyplot():  # noqa: ANN201 — matplotlib.pyplot, off-screen

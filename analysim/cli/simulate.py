@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError
-from analysim.report import summary_table, write_run
+from analysim.report import can_plot, summary_table, write_run
 from analysim.simulation import run
 
 
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
             bar.close()
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
-    written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots)
+    written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots and can_plot())
     print(summary_table([(result.summary["policy"], result.summary)]))
     if result.summary.get("jobs_filtered"):
         print("filtered: " + ", ".join(f"{k} {v}" for k, v in result.summary["jobs_filtered"].items()))

@@ -168,7 +168,10 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     summary["acceptance"] = _acceptance(summary)
     _write_curves(out / "curves.csv", curves)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _plot(out, curves, [*METHODS, "true_fidelity"])
+    from analysim.report import can_plot
+
+    if can_plot():
+        _plot(out, curves, [*METHODS, "true_fidelity"])
     return summary
 
 
