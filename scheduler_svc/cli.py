@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--paced-lag must be between 0 and 10 wall seconds, got {args.paced_lag:g}")
     if args.mode != "replay":
         raise UserError("the live scheduler replays traces in time: --mode inflate is offline only")
+    if args.plots:
+        from analysim.report import pyplot
+
+        pyplot()  # matplotlib is there, or a one-line error now rather than at the end of the replay
     trace, cluster = load_inputs(args)
     opts = run_options(args, args.policy, args.placement)
     journal_path = args.journal or Path(tempfile.mkdtemp(prefix="analysim-journal-")) / "journal.db"
