@@ -5,7 +5,6 @@ reports what it bound through a port file, which is waited for with a deadline."
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysim.clusters import split_nodes
 from analysim.errors import UserError
 from analysim.tls import TlsFiles
 
@@ -68,13 +68,6 @@ def _secret(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
-
-
-def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
-    """(first node, count) for each agent process, as even as possible."""
-    agents = max(1, min(agents, total))
-    per = math.ceil(total / agents)
-    return [(i, min(per, total - i)) for i in range(0, total, per)]
 
 
 class LocalRun:
