@@ -5,7 +5,8 @@ this repository's rules (``for:`` shortened to 2 s). Through Prometheus' HTTP AP
 
 - every query of every dashboard panel, and every template variable, returns data;
 - the extraction alert fires for the pathfinding attacker and for the colluding group, and
-  never (not even pending) for a benign user;
+  never (not even pending) for a benign user, whose intent alarm stays 0 (a benign user may
+  hold the small model, and be warned about, without its queries looking like an attack);
 - the agent-down alert fires after one agent is SIGKILLed, and clears once it is back.
 
 Test-only changes to compose's environment: attackers at 100 requests/s and jobs at 5/s (so
@@ -116,9 +117,13 @@ def test_stack(tmp_path: Path) -> None:
 
         benign = prom.query(f'count_over_time(ALERTS{{alertname="{EXTRACTION}", subject=~"benign-.*"}}[10m])')
         assert benign == [], f"the extraction alert was raised for benign users: {benign}"
-        statuses = {r["metric"]["subject"]: float(r["value"][1]) for r in
-                    prom.query('analysim_extraction_status{method="coverage_mass", subject=~"benign-.*"}')}
-        assert len(statuses) == 3 and max(statuses.values()) < 0.5, statuses
+        # A benign user may well hold the small model by now (its fidelity warning says so: that is
+        # true), but its queries never look like an attack, which is what the alert pages for.
+        intent = {r["metric"]["subject"]: float(r["value"][1])
+                  for r in prom.query('analysim_extraction_intent_alarm{subject=~"benign-.*"}')}
+        assert sorted(intent) == ["benign-0", "benign-1", "benign-2"] and set(intent.values()) == {0.0}, intent
+        attackers = {r["metric"]["subject"] for r in prom.query("analysim_extraction_intent_alarm == 1")}
+        assert {"attacker-pathfinding", "group:ring"} <= attackers, attackers
         for name, s in stack.services.items():
             assert s.proc is not None and s.proc.poll() in (None, 0), f"{name} died:\n{stack.tail(name)}"
     finally:

@@ -69,6 +69,13 @@ class MonitorBase:
             "analysim_extraction_status", "Extraction status per model, subject (user or group:NAME) and method.",
             ["model", "subject", "method"], registry=reg,
         )  # fmt: skip
+        # The monitor's own intent decision per subject (what enforcement with intent acts on):
+        # the extraction alert pages for a warned subject only while it is 1.
+        self.m_intent = Gauge(
+            "analysim_extraction_intent_alarm",
+            "1 while a subject's queries look like an attack (the model's PRADA or out-of-distribution alarm), else 0.",
+            ["model", "subject"], registry=reg,
+        )  # fmt: skip
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
@@ -89,14 +96,17 @@ class MonitorBase:
             if self._current(s.name):
                 for method in METHODS:
                     self.m_status.labels(mon.model_id, s.name, method).set(s.status[method])
+                self.m_intent.labels(mon.model_id, s.name).set(mon.intent_alarm(s.status))
 
     def forget(self, subject: str) -> None:
         """Drop a subject's status series (a revoked user, a deleted group): a dashboard or an
         alert must not keep showing a subject that can no longer query."""
-        for model_id in self.monitors:
+        for model_id in list(self.monitors):
             for method in METHODS:
                 with contextlib.suppress(KeyError):
                     self.m_status.remove(model_id, subject, method)
+            with contextlib.suppress(KeyError):
+                self.m_intent.remove(model_id, subject)
 
     def _schedule_save(self) -> None:
         if self._warnings:
@@ -121,6 +131,7 @@ class MonitorBase:
             if self._current(e.subject):
                 for method, v in e.status.items():
                     self.m_status.labels(e.model, e.subject, method).set(v)
+                self.m_intent.labels(e.model, e.subject).set(mon.intent_alarm(e.status))
         if evals:
             self.m_refits.labels(mon.model_id).inc(len(evals))
         for w in warns:
