@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysim.errors import UserError
+from analysim.tls import TlsFiles
 
 log = logging.getLogger("analysim.load")
 GPU_CHOICES = (1, 1, 1, 1, 2, 2, 4, 8)  # mostly single-GPU jobs, as in the Philly trace
@@ -60,15 +61,16 @@ class Counts:
 
 
 def inject_jobs(target: str, rate: float, vcs: Sequence[str], seed: int, stop: threading.Event, counts: Counts,
-                connect_timeout_s: float = 120.0) -> None:
+                connect_timeout_s: float = 120.0, token: str | None = None, tls: TlsFiles | None = None) -> None:
     """Poisson arrivals at ``rate`` jobs per wall second: 1-8 GPUs, log-normal run times
-    (minutes to a day of virtual time), VCs drawn uniformly."""
+    (minutes to a day of virtual time), VCs drawn uniformly; ``token``: a client's, when the
+    scheduler requires one."""
     import grpc
 
     from scheduler_svc.client import SchedulerClient
 
     rng = np.random.default_rng(seed)
-    with SchedulerClient(target) as client:
+    with SchedulerClient(target, token=token, tls=tls) as client:
         try:
             client.wait_ready(connect_timeout_s)
         except TimeoutError as e:
@@ -83,6 +85,9 @@ def inject_jobs(target: str, rate: float, vcs: Sequence[str], seed: int, stop: t
                 counts.add("jobs", sent=1)
             except grpc.RpcError as e:
                 counts.add("jobs", errors=1)
+                if e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise UserError(f"{target}: SubmitJob refused: {e.code().name}: {e.details()} "
+                                    "(give --token-file, a client token)") from None
                 log.warning("SubmitJob: %s: %s", e.code().name, e.details())
                 stop.wait(RETRY_S)
 
@@ -243,7 +248,7 @@ def _start_gateway_clients(start: Callable[..., None], gateway: str, admin_key: 
 def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gateway: str | None, admin_key: str | None,
              model: str, rows: Callable[[object], np.ndarray] | None, mix: Mix, query_rate: float | None,
              attack_rate: float | None, duration_s: float | None, seed: int, stop: threading.Event | None = None,
-             ready_deadline_s: float = 120.0) -> Counts:
+             ready_deadline_s: float = 120.0, token: str | None = None, tls: TlsFiles | None = None) -> Counts:
     """Run every client until ``duration_s`` passes (None: until ``stop`` is set); the counts.
     ``rows(domain)``: the benign users' rows, encoded for the model's public schema."""
     stop = stop or threading.Event()
@@ -267,7 +272,7 @@ def run_load(*, scheduler: str | None, job_rate: float, vcs: Sequence[str], gate
 
     try:
         if scheduler:
-            start("jobs", inject_jobs, scheduler, job_rate, list(vcs), seed, stop, counts, ready_deadline_s)
+            start("jobs", inject_jobs, scheduler, job_rate, list(vcs), seed, stop, counts, ready_deadline_s, token, tls)
         if gateway:
             _start_gateway_clients(start, gateway, admin_key, model, rows, mix, query_rate, attack_rate, seed, stop,
                                    counts, ready_deadline_s)  # fmt: skip

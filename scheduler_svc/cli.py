@@ -9,7 +9,7 @@ import gc
 import tempfile
 from pathlib import Path
 
-from analysim.cli.argtypes import port, wall_seconds
+from analysim.cli.argtypes import port, positive_int, wall_seconds
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
@@ -127,6 +127,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_tokens(args: argparse.Namespace) -> int:
+    from analysim.clusters import parse_cluster
+    from scheduler_svc import auth
+
+    nodes = [n.name for n in parse_cluster(args.cluster).nodes]
+    d = auth.write_tokens(args.out, nodes, args.agents, keep=not args.new)
+    print(f"tokens for {min(args.agents, len(nodes))} agents of {args.cluster} in {d}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
@@ -134,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the scheduler service")
     add_service_arguments(serve)
     add_auth_arguments(serve)  # not `analysim up`'s: it makes tokens for its own processes
+    tokens = sub.add_parser("tokens", help="write the token files a scheduler and its agents need",
+                            description="Write agents.tokens (each agent's token with the nodes of its slice), "
+                                        "agent-<i>.token, client.token and operator.token into --out (mode 600), "
+                                        "for --agents agents sharing --cluster's nodes as --agent-index slices. "
+                                        "Files already holding the same slices are kept.")
+    tokens.add_argument("--cluster", default="philly", help="the scheduler's cluster (default philly)")
+    tokens.add_argument("--agents", type=positive_int, required=True, metavar="N", help="how many agents")
+    tokens.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write them in")
+    tokens.add_argument("--new", action="store_true", help="always write new tokens")
     apply_env(p)
     args = p.parse_args(argv)
-    return run_command("scheduler_svc", lambda: run(args))
+    return run_command("scheduler_svc", lambda: run(args) if args.command == "serve" else write_tokens(args))

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 IMAGE = "analysim/analysim:latest"
-CLUSTER = {"scheduler", "agent-0", "agent-1", "agent-2", "agent-3", "traffic-jobs"}
+CLUSTER = {"tokens", "scheduler", "agent-0", "agent-1", "agent-2", "agent-3", "traffic-jobs"}
 GATEWAY = {"model-init", "gateway", "traffic-gateway"}
 ALWAYS = {"prometheus", "grafana"}
 
@@ -78,6 +78,34 @@ def test_every_variable_is_an_option_of_its_command() -> None:
         for var in set(svc["environment"]) - shared:
             option = var.removeprefix("ANALYSIM_").lower().replace("_", "-")
             assert option in options, f"{name}: {var} is not an option of {' '.join(cmd)}"
+
+
+def test_each_agent_presents_the_token_of_its_own_slice(tmp_path: Path) -> None:
+    """The tokens service's files, made with compose's own variables: agent-N's token is the
+    one the scheduler accepts for the nodes of slice N (what --agent-index N takes)."""
+    from analysim.clusters import agent_slice, parse_cluster
+    from scheduler_svc.auth import read_token
+
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = analysim_services()
+    env = {**services["tokens"]["environment"], "ANALYSIM_OUT": str(tmp_path)}
+    cmd = services["tokens"]["command"]
+    r = subprocess.run([sys.executable, *cmd[1:]], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **{k: str(v) for k, v in env.items()}})
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split() for line in (tmp_path / "agents.tokens").read_text().splitlines())
+    cluster, agents = doc["x-cluster-env"]["ANALYSIM_CLUSTER"], int(doc["x-cluster-env"]["ANALYSIM_AGENTS"])
+    names = [n.name for n in parse_cluster(cluster).nodes]
+    sched = services["scheduler"]["environment"]
+    agent_services = {n: s for n, s in services.items() if n.startswith("agent-")}
+    assert len(agent_services) == agents
+    for name, svc in agent_services.items():
+        index = int(svc["environment"]["ANALYSIM_AGENT_INDEX"])
+        path = svc["environment"]["ANALYSIM_TOKEN_FILE"]
+        assert Path(path).parent == Path(sched["ANALYSIM_AGENT_TOKEN_FILE"]).parent
+        first, count = agent_slice(len(names), agents, index)
+        assert lines[read_token(tmp_path / Path(path).name)] == f"{names[first]}..{names[first + count - 1]}", name
+    assert services["traffic-jobs"]["environment"]["ANALYSIM_TOKEN_FILE"] == sched["ANALYSIM_CLIENT_TOKEN_FILE"]
 
 
 def test_dockerfile() -> None:

@@ -135,7 +135,12 @@ def stop(*procs: subprocess.Popen) -> None:
 
 
 def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
-    sched_env = {"ANALYSIM_CLUSTER": "tiny", "ANALYSIM_JOBS": "30", "ANALYSIM_SPEED": "1000",
+    from analysim.clusters import parse_cluster
+    from scheduler_svc.auth import read_token, write_tokens
+
+    tokens = write_tokens(tmp_path / "tokens", [n.name for n in parse_cluster("tiny").nodes], 1)
+    sched_env = {"ANALYSIM_AGENT_TOKEN_FILE": str(tokens / "agents.tokens"),
+                 "ANALYSIM_CLIENT_TOKEN_FILE": str(tokens / "client.token"), "ANALYSIM_CLUSTER": "tiny", "ANALYSIM_JOBS": "30", "ANALYSIM_SPEED": "1000",
                  "ANALYSIM_NO_OFFLINE_CHECK": "1", "ANALYSIM_LOG_FORMAT": "json", "ANALYSIM_HEARTBEAT_DEADLINE": "1",
                  "ANALYSIM_JOURNAL": str(tmp_path / "journal.db"), "ANALYSIM_PORT_FILE": str(tmp_path / "s.json")}
     sched = spawn(["scheduler_svc", "serve"], sched_env, tmp_path / "s.log")
@@ -148,11 +153,16 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
         # The agent's slice comes from a StatefulSet-like name and the fleet size.
         agent = spawn(["node_agent"], {"ANALYSIM_SCHEDULER": f"127.0.0.1:{s['grpc']}", "ANALYSIM_CLUSTER": "tiny",
                                        "ANALYSIM_AGENT_INDEX": "analysim-agent-0", "ANALYSIM_AGENTS": "1",
+                                       "ANALYSIM_TOKEN_FILE": str(tokens / "agent-0.token"),
                                        "ANALYSIM_PORT_FILE": str(tmp_path / "a.json")}, tmp_path / "a.log")
         a = port_file(tmp_path / "a.json", agent, tmp_path / "a.log")
         wait_until(lambda: get(s["metrics"], "/readyz")[0] == 200, what="the scheduler ready")
         wait_until(lambda: get(a["metrics"], "/readyz")[0] == 200, what="the agent ready")
         with SchedulerClient(f"127.0.0.1:{s['grpc']}") as c:
+            with pytest.raises(grpc.RpcError) as e:
+                c.cluster_state()  # no token: refused by the auth interceptor, inside the metrics one
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with SchedulerClient(f"127.0.0.1:{s['grpc']}", token=read_token(tokens / "client.token")) as c:
             c.cluster_state()
             with pytest.raises(grpc.RpcError) as e:
                 c.submit(num_gpus=1, duration_s=-10)
@@ -167,6 +177,7 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
         # An aborted call's status reaches the client before the server's handler has unwound.
         wait_until(lambda: handled("SubmitJob", "INVALID_ARGUMENT") == 1, what="SubmitJob counted as INVALID_ARGUMENT")
         assert handled("GetClusterState", "OK") == 1
+        assert handled("GetClusterState", "UNAUTHENTICATED") == 1
         m = scrape("127.0.0.1", s["metrics"])
         assert sample_sum(m["analysim_grpc_server_handling_seconds"], "analysim_grpc_server_handling_seconds_count",
                           grpc_method="SubmitJob") == 1

@@ -73,6 +73,22 @@ def test_the_stack_as_the_issue_describes_it() -> None:
     (agent,) = containers(agents)
     assert env(agent)["ANALYSIM_AGENT_INDEX"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
+    # Tokens (the scheduler listens beyond loopback): pod analysim-agent-N presents agent-N.token
+    # of the Secret analysim-tokens, which `python -m scheduler_svc tokens` writes for slice N.
+    tokens_dir = "/run/secrets/analysim-tokens"
+    assert env(agent)["ANALYSIM_TOKEN_FILE"] == f"{tokens_dir}/$(ANALYSIM_AGENT_INDEX).token"
+    (tok,) = [v["secret"] for v in agents["spec"]["template"]["spec"]["volumes"] if v["name"] == "tokens"]
+    assert tok["secretName"] == "analysim-tokens"
+    assert tok["items"] == [{"key": f"agent-{i}.token", "path": f"analysim-agent-{i}.token"}
+                            for i in range(agents["spec"]["replicas"])]
+    assert {m["mountPath"] for m in agent["volumeMounts"] if m["name"] == "tokens"} == {tokens_dir}
+    sched_env = env(containers(sched)[0])
+    for var, key in (("ANALYSIM_AGENT_TOKEN_FILE", "agents.tokens"), ("ANALYSIM_CLIENT_TOKEN_FILE", "client.token"),
+                     ("ANALYSIM_OPERATOR_TOKEN_FILE", "operator.token")):
+        assert sched_env[var] == f"{tokens_dir}/{key}"
+    assert env(containers(find(objs, "Deployment", "analysim-traffic"))[0])["ANALYSIM_TOKEN_FILE"] == \
+        f"{tokens_dir}/client.token"
+
     gw = find(objs, "Deployment", "analysim-gateway")
     vols = {v["name"]: v for v in gw["spec"]["template"]["spec"]["volumes"]}
     assert vols["store"]["persistentVolumeClaim"]["claimName"] == "analysim-store"

@@ -11,6 +11,7 @@ import signal
 import threading
 
 from analysim.cli.argtypes import nonneg_int, rate
+from analysim.cli.submit import add_credentials, credentials
 from analysim.errors import UserError
 from analysim.logs import add_logging_arguments, setup_logging
 
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--scheduler", metavar="HOST:PORT", help="the scheduler's gRPC address (omit: no jobs)")
     g.add_argument("--job-rate", type=rate, default=0.5, help="jobs per wall second (default 0.5)")
     g.add_argument("--cluster", default="demo", help="the scheduler's cluster, for its VC names (default demo)")
+    add_credentials(g)  # a client token: the job injector submits
     w = p.add_argument_group("gateway")
     w.add_argument("--gateway", metavar="URL", help="the gateway, http://HOST:PORT (omit: no queries)")
     w.add_argument("--admin-key-file", help="file holding the admin key (else $ANALYSIM_ADMIN_KEY)")
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.duration < 0:
         raise UserError(f"--duration must be >= 0, got {args.duration:g}")
     vcs = [v.name for v in parse_cluster(args.cluster).vcs] if args.scheduler else []
+    token, tls = credentials(args) if args.scheduler else (None, None)
     admin_key, rows = None, None
     mix = Mix(args.benign_users, args.attackers, args.colluders, args.collude_base, args.group, args.quota_rows,
               args.enforce, args.enforce_threshold)
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    counts = run_load(scheduler=args.scheduler, job_rate=args.job_rate, vcs=vcs, gateway=args.gateway,
+    counts = run_load(scheduler=args.scheduler, job_rate=args.job_rate, vcs=vcs, token=token, tls=tls, gateway=args.gateway,
                       admin_key=admin_key, model=args.model, rows=rows if args.gateway else None, mix=mix,
                       query_rate=args.query_rate, attack_rate=args.attack_rate, duration_s=args.duration or None,
                       seed=args.seed, stop=stop, ready_deadline_s=args.ready_timeout)  # fmt: skip
