@@ -310,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(no Prometheus: {e})")
         print("\n".join(stack.endpoints()))
         print(f"admin key: {stack.admin_key}  (also in {stack.workdir / 'run' / 'secrets' / ADMIN_KEY_SECRET})")
+        if "tokens" in stack.services:
+            d = Path(stack.services["tokens"].env["ANALYSIM_OUT"])
+            print(f"scheduler tokens: {d}  (analysim submit/status --token-file {d / 'client.token'}, "
+                  f"or operator.token to pause, resume, set the speed)")
         print("Grafana: import deploy/grafana/dashboards/*.json with the Prometheus above as the datasource. Ctrl-C stops.")
         while not stop:
             time.sleep(0.5)
