@@ -42,7 +42,7 @@ def test_minimums_admit_the_generated_code() -> None:
     grpc, pb = generated_versions()
     assert grpc and pb
     reqs = requirements()
-    for name in ("grpcio", "grpcio-health-checking", "grpcio-reflection"):
+    for name in ("grpcio", "grpcio-health-checking", "grpcio-reflection", "grpcio-status"):
         assert minimum(reqs[name]) >= max(grpc), f"{name}: the stubs need >= {max(grpc)}"
     need = max(pb)
     assert minimum(reqs["protobuf"]) >= need, f"protobuf: the stubs need >= {need}"
