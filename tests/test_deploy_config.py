@@ -257,6 +257,10 @@ def test_gateway_metrics_without_the_admin_key(tmp_path: Path) -> None:
     (["--gateway", "http://127.0.0.1:9", "--colluders", "1"], "--colluders: a colluding group needs at least 2"),
     (["--gateway", "http://127.0.0.1:9", "--attackers", "sideways"], "unknown attack 'sideways'"),
     (["--gateway", "http://127.0.0.1:9", "--ready-timeout", "0.2"], "gateway http://127.0.0.1:9 not ready after 0.2 s"),
+    (["--gateway", "http://127.0.0.1:9", "--enforce-threshold", "1.5"], "expected a number from 0 to 1, got 1.5"),
+    (["--gateway", "http://127.0.0.1:9", "--duration", "-1"], "--duration: expected seconds from 0"),
+    (["--scheduler", "127.0.0.1:9", "--token-file", "/nonexistent/client.token"],
+     "token file /nonexistent/client.token: cannot read"),
 ])  # fmt: skip
 def test_load_refuses_bad_input_in_one_line(args: list[str], message: str) -> None:
     r = subprocess.run([sys.executable, "-m", "analysim", "load", *args], cwd=ROOT, capture_output=True, text=True,

@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 
-from analysim.cli.argtypes import nonneg_int, rate
+from analysim.cli.argtypes import fraction, nonneg_int, positive_seconds, rate, seconds
 from analysim.cli.submit import add_credentials, credentials
 from analysim.errors import UserError
 from analysim.logs import add_logging_arguments, setup_logging
@@ -55,11 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w.add_argument("--quota-rows", type=nonneg_int, help="give every account this row quota (default: unlimited)")
     w.add_argument("--enforce", choices=("none", "degrade", "refuse"), default="none",
                    help="the model's enforcement once a subject's coverage_mass reaches --enforce-threshold (default none)")
-    w.add_argument("--enforce-threshold", type=float, default=0.9, help="default 0.9")
+    w.add_argument("--enforce-threshold", type=fraction, default=0.9, help="from 0 to 1 (default 0.9)")
     w.add_argument("--query-rate", type=rate, default=2.0, help="requests per second of each benign user (default 2)")
     w.add_argument("--attack-rate", type=rate, default=5.0, help="requests per second of each attacker (default 5)")
-    p.add_argument("--duration", type=float, default=0.0, metavar="S", help="stop after S wall seconds (0: at SIGTERM)")
-    p.add_argument("--ready-timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--duration", type=seconds, default=0.0, metavar="S", help="stop after S wall seconds (0: at SIGTERM)")
+    p.add_argument("--ready-timeout", type=positive_seconds, default=120.0, metavar="S",
                    help="wait this long for the scheduler and the gateway to answer (default 120)")
     p.add_argument("--seed", type=int, default=0)
     add_logging_arguments(p)
@@ -73,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     setup_logging("load", args.log_level, args.log_format)
     if not args.scheduler and not args.gateway:
         raise UserError("nothing to load: give --scheduler, --gateway or both")
-    if args.duration < 0:
-        raise UserError(f"--duration must be >= 0, got {args.duration:g}")
     vcs = [v.name for v in parse_cluster(args.cluster).vcs] if args.scheduler else []
     token, tls = credentials(args) if args.scheduler else (None, None)
     admin_key, rows = None, None
