@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean stack
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/analysim up --out out/demo --plots
+
+# deploy/compose.yaml's services as local processes (no container runtime), with Prometheus
+# when it is installed; prints every endpoint; Ctrl-C stops it all.
+stack: $(STAMP)
+	$(BIN)/python deploy/local_stack.py
 
 test: $(STAMP)
 	$(BIN)/ruff check .

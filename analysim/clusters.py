@@ -4,6 +4,7 @@ file, or an Alibaba openb node list CSV. See docs/clusters.md for the file forma
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections.abc import Callable, Sequence
@@ -147,6 +148,25 @@ PRESETS: dict[str, tuple[Callable[[], ClusterSpec], str]] = {
 }
 
 _SHORTHAND = re.compile(r"(\d+)x(\d+)(?::([A-Za-z0-9][\w.-]*))?")
+
+
+def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
+    """(first node, count) for each of ``agents`` node agents sharing ``total`` nodes, as even
+    as possible (fewer slices when there are more agents than nodes)."""
+    agents = max(1, min(agents, total))
+    per = math.ceil(total / agents)
+    return [(i, min(per, total - i)) for i in range(0, total, per)]
+
+
+def agent_slice(total: int, agents: int, index: int) -> tuple[int, int]:
+    """The slice of agent ``index`` (0-based) of ``agents``: a StatefulSet's ordinal or a
+    compose service's index picks its nodes, so the fleet scales without naming nodes."""
+    slices = split_nodes(total, agents)
+    if not 0 <= index < agents:
+        raise UserError(f"agent index {index} is not in 0..{agents - 1}")
+    if index >= len(slices):
+        raise UserError(f"agent index {index}: {agents} agents for {total} nodes leave this one without nodes")
+    return slices[index]
 
 
 def list_presets() -> dict[str, str]:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from analysim.core.metrics import JOB_FIELDS
+from analysim.errors import UserError
 
 
 def json_safe(x: object) -> object:
@@ -65,9 +68,21 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequen
     return written
 
 
-def _plt():
-    import matplotlib
+def can_plot() -> bool:
+    """Whether matplotlib is installed; if not, says on stderr that default plots are skipped
+    (asked-for ones, --plots, are an error: ``pyplot``)."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    print("plots skipped: matplotlib is not installed (pip install 'analysim[plots]')", file=sys.stderr)
+    return False
 
+
+def pyplot():  # noqa: ANN201 — matplotlib.pyplot, off-screen
+    """matplotlib.pyplot with the Agg backend; matplotlib is the optional ``plots`` extra."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("plots need matplotlib: pip install 'analysim[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -75,7 +90,7 @@ def _plt():
 
 
 def plot_run(summary: dict, jobs: Sequence[dict], ts: Sequence[dict], out: Path) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     paths = []
     if ts:
         t = np.array([r["time_s"] for r in ts]) / 3600.0
@@ -120,7 +135,7 @@ def _cdf(ax, values: Iterable[float], label: str) -> None:
 def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
     """Weng et al.'s figure: allocation (and fragmentation) against the demand that has arrived,
     both as % of the cluster's GPUs; the diagonal is what a perfect scheduler would allocate."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
     x = [r["arrived_pct"] for r in rows]
     top = max(x, default=100.0)
@@ -145,7 +160,7 @@ def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
 
 def plot_compare(results: Sequence[tuple[str, dict, Sequence[dict]]], out: Path) -> Path:
     """One figure for ``analysim compare``: JCT CDFs, and average JCT and utilization per run."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
     for label, _, jobs in results:
         done = [j["jct_s"] for j in jobs if j["status"] == "completed"]

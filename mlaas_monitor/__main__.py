@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from analysim.cli import gateway, model
+from analysim.envconfig import apply_env
 from analysim.errors import run_command
 
 
@@ -14,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gateway.register(sub)
     model.register(sub)
+    apply_env(parser)
     args = parser.parse_args(argv)
     return run_command(f"mlaas_monitor {args.command}", lambda: args.func(args))
 

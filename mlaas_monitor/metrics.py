@@ -3,7 +3,13 @@ process, e.g. in tests)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from analysim.ops_http import add_standard_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -60,6 +66,7 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        add_standard_metrics(self.registry, "gateway")
         # labels() costs a dict lookup and lock; cache the children on the hot path.
         self._children: dict[tuple[str, ...], object] = {}
 
@@ -81,8 +88,33 @@ class Metrics:
         r.inc(rows)
         c.inc(credits)
 
+    def watch_users(self, usage: Callable[[], Iterable[tuple[str, int, int | None]]]) -> None:
+        """Per-user rows and quotas, read when scraped: ``usage()`` yields (user, rows used
+        over the ledger's lifetime, row quota or None) for each user whose key is valid."""
+        self.registry.register(_UserCollector(usage))
+
     def observe_replay(self, model: str) -> None:
         self.replays.labels(model).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _UserCollector(Collector):
+    def __init__(self, usage: Callable[[], Iterable[tuple[str, int, int | None]]]) -> None:
+        self.usage = usage
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        rows = CounterMetricFamily("analysim_gateway_user_rows", "Rows charged to each user (the ledger's lifetime).",
+                                   labels=["user"])
+        quota = GaugeMetricFamily("analysim_gateway_user_quota_rows", "Each user's row quota (users with one).",
+                                  labels=["user"])
+        for user, used, q in self.usage():
+            rows.add_metric([user], used)
+            if q is not None:
+                quota.add_metric([user], q)
+        yield rows
+        yield quota

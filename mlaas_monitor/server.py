@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from aiohttp import web
 
+from analysim.ops_http import start_ops_server
 from analysim.tls import TlsFiles
 from mlaas_monitor.grpc_service import build_grpc_server
 from mlaas_monitor.http_app import build_app
@@ -46,13 +47,26 @@ class Bound:
     host: str
     http_port: int
     grpc_port: int
+    metrics_port: int | None = None  # the unauthenticated /metrics, /healthz, /readyz listener
+
+
+def readiness(gw: Gateway) -> tuple[bool, str]:
+    """Ready while the store answers (what /readyz says)."""
+    try:
+        n = len(gw.store.model_ids())
+    except Exception as e:  # noqa: BLE001 — any failure of the store means not ready
+        return False, f"store unreadable: {e}"
+    return True, f"store open, {n} models"
 
 
 def write_port_file(path: str | Path, bound: Bound) -> None:
     """Atomically (write + rename), so a watcher never reads half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"host": bound.host, "http": bound.http_port, "grpc": bound.grpc_port}))
+    ports = {"host": bound.host, "http": bound.http_port, "grpc": bound.grpc_port}
+    if bound.metrics_port is not None:
+        ports["metrics"] = bound.metrics_port
+    tmp.write_text(json.dumps(ports))
     os.replace(tmp, path)
 
 
@@ -70,7 +84,10 @@ async def serve(
     on_ready: Callable[[Bound], None] | None = None,
     extensions: Sequence[Extension] = (),
     tls: TlsFiles | None = None,
+    metrics_at: tuple[str, int] | None = None,
 ) -> None:
+    """``metrics_at`` (host, port): also serve /metrics (no key), /healthz and /readyz there, in
+    plain HTTP (Prometheus scrapes it; ``tls`` covers the API ports)."""
     tls = tls or TlsFiles()
     ssl_context, creds = tls.server_ssl_context(), tls.server_credentials()  # both None: plaintext
     app = build_app(gw)
@@ -79,8 +96,12 @@ async def serve(
         ext(gw, app, grpc_srv.server)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
+    ops: web.AppRunner | None = None
     started = False
     try:
+        metrics_port = None
+        if metrics_at is not None:
+            ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw))
         site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context)
         await site.start()
         bound_http = runner.addresses[0][1]
@@ -93,7 +114,7 @@ async def serve(
         started = True
         await grpc_srv.set_serving(True)
         if on_ready is not None:
-            on_ready(Bound(host, bound_http, bound_grpc))
+            on_ready(Bound(host, bound_http, bound_grpc, metrics_port))
         await stop.wait()
     finally:
         if started:
@@ -101,6 +122,8 @@ async def serve(
         grpc_srv.predictions.close_streams()
         await grpc_srv.server.stop(SHUTDOWN_GRACE_S)
         await runner.cleanup()  # stops listening, lets in-flight handlers finish
+        if ops is not None:
+            await ops.cleanup()
         gw.shutdown()
 
 
@@ -112,6 +135,7 @@ def run_forever(
     on_ready: Callable[[Bound], None],
     extensions: Sequence[Extension] = (),
     tls: TlsFiles | None = None,
+    metrics_at: tuple[str, int] | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
 
@@ -120,7 +144,7 @@ def run_forever(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions, tls)
+        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions, tls=tls, metrics_at=metrics_at)
 
     run_loop(main())
 

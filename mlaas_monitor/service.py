@@ -157,9 +157,11 @@ class Gateway:
         self.enforcement: Enforcement | None = None
         self._degraded: dict[str, tuple[Model, Model]] = {}  # model id -> (model, label-only copy)
         self._keys_in_flight: set[tuple[str, str]] = set()  # (user, idempotency key)
+        self.on_revoke: list[Callable[[str], None]] = []  # called with the user's name (e.g. the monitor forgets them)
         used = store.rows_by_user()
         for rec in store.users():
             self._install(rec, used.get(rec.name, 0))
+        self.metrics.watch_users(self._usage_by_user)
 
     # ---- auth ----
 
@@ -437,6 +439,8 @@ class Gateway:
         self._user(name)
         self.store.update_user(name, revoked=time.time())
         self._reload_user(name)
+        for listener in self.on_revoke:
+            listener(name)
         return {"user": name, "revoked": True}
 
     def update_limits(self, name: str, body: Any) -> dict[str, Any]:
@@ -460,6 +464,12 @@ class Gateway:
         return [
             {**u.record.public(), "rows_used": u.used_rows} for u in sorted(self._by_name.values(), key=lambda u: u.record.name)
         ]
+
+    def _usage_by_user(self) -> list[tuple[str, int, int | None]]:
+        """(user, rows used, row quota) of every user with a valid key, for /metrics."""
+        d = self.limits.default_quota_rows
+        return [(name, u.used_rows, u.record.quota_rows if u.record.quota_rows is not None else d)
+                for name, u in sorted(self._by_name.items()) if u.record.revoked is None]
 
     def _reload_user(self, name: str) -> _User:
         rec = next(r for r in self.store.users() if r.name == name)

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
 
-from analysim.cli.argtypes import port
-from analysim.clusters import parse_cluster
+from analysim.cli.argtypes import port, positive_int
+from analysim.clusters import agent_slice, parse_cluster
+from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
+from analysim.logs import add_logging_arguments, setup_logging
+from analysim.ops_http import start_ops_server
 from analysim.tls import add_tls_arguments, tls_from_args
+
+
+def agent_index(text: str) -> int:
+    """``3`` or ``analysim-agent-3`` (a StatefulSet pod's name, whose ordinal is the index)."""
+    tail = text.rsplit("-", 1)[-1]
+    if not tail.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number or a name ending in -NUMBER, got {text!r}")
+    return int(tail)
 
 
 def add_agent_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +31,11 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster spec the scheduler runs (preset, NxG[:MODEL] or file; default philly)")
     p.add_argument("--nodes", type=int, help="how many of its nodes this process fakes (default: all from --first-node)")
     p.add_argument("--first-node", type=int, default=0, help="index of the first of them in the cluster (default 0)")
-    p.add_argument("--agent-id", help="stable name, kept across restarts (default agent-<first node>)")
+    p.add_argument("--agent-index", type=agent_index, metavar="I",
+                   help="with --agents N: take slice I of N even slices of the nodes instead of --first-node/--nodes; "
+                        "I or a name ending in -I (a StatefulSet pod's name)")
+    p.add_argument("--agents", type=positive_int, metavar="N", help="with --agent-index: how many agents share the nodes")
+    p.add_argument("--agent-id", help="stable name, kept across restarts (default agent-<index> or agent-<first node>)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic telemetry")
     p.add_argument("--host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=port, default=0, help="/metrics port (default 0: any free port)")
@@ -30,7 +44,7 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
                    help="inject faults: each launch fails part-way with probability P (by --seed; default 0)")
     p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
                    help="give up after S wall seconds without a scheduler (default 60)")
-    p.add_argument("--log-level", default="INFO")
+    add_logging_arguments(p)
     p.add_argument("--token-file", metavar="FILE",
                    help="this agent's bearer token (the first word of the file) when the scheduler requires one")
     add_tls_arguments(p, server=False)
@@ -40,11 +54,15 @@ def run(args: argparse.Namespace) -> int:
     from node_agent.agent import Agent, Connection, FatalError
     from node_agent.metrics import registry_for
     from scheduler_svc.auth import read_token
-    from scheduler_svc.server import start_metrics, write_port_file
+    from scheduler_svc.server import write_port_file
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s")
+    setup_logging("agent", args.log_level, args.log_format)
     cluster = parse_cluster(args.cluster)
     total = len(cluster.nodes)
+    if (args.agent_index is None) != (args.agents is None):
+        raise UserError("--agent-index and --agents go together")
+    if args.agent_index is not None:
+        args.first_node, args.nodes = agent_slice(total, args.agents, args.agent_index)
     n = args.nodes if args.nodes is not None else total - args.first_node
     if not (0 <= args.first_node < total and 1 <= n <= total - args.first_node):
         raise UserError(f"--first-node {args.first_node} --nodes {n}: cluster {cluster.name!r} has {total} nodes")
@@ -54,14 +72,18 @@ def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file) if args.token_file else None
     tls = tls_from_args(args)
     tls.channel_credentials()  # unreadable TLS files: an error now
-    agent = Agent(args.agent_id or f"agent-{args.first_node}", nodes, seed=args.seed, fail_rate=args.fail_rate)
+    default_id = f"agent-{args.agent_index}" if args.agent_index is not None else f"agent-{args.first_node}"
+    agent = Agent(args.agent_id or default_id, nodes, seed=args.seed, fail_rate=args.fail_rate)
 
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        runner, port = await start_metrics(registry_for(agent), args.host, args.metrics_port)
+        def ready() -> tuple[bool, str]:
+            return agent.connected, "connected to the scheduler" if agent.connected else "not connected"
+
+        runner, port = await start_ops_server(registry_for(agent), args.host, args.metrics_port, ready)
         if args.port_file:
             write_port_file(args.port_file, {"host": args.host, "metrics": port, "pid": os.getpid()})
         conn = Connection(agent, args.scheduler, args.connect_timeout, token=token, tls=tls)
@@ -80,5 +102,6 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m node_agent", description="AnalySIM fake node agent")
     add_agent_arguments(p)
+    apply_env(p)
     args = p.parse_args(argv)
     return run_command("node_agent", lambda: run(args))

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from analysim.ops_http import add_standard_metrics
 from node_agent.agent import Agent
 
 GPU_LABELS = ["node", "gpu", "gpu_model"]
@@ -57,4 +58,5 @@ class AgentCollector(Collector):
 def registry_for(agent: Agent) -> CollectorRegistry:
     r = CollectorRegistry(auto_describe=False)
     r.register(AgentCollector(agent))
+    add_standard_metrics(r, "agent")
     return r

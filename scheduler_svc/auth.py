@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,52 @@ def read_token(path: str | Path) -> str:
     for line in _lines(path):
         return line[1].split()[0]
     raise UserError(f"{path}: no token in the file")
+
+
+AGENT_TOKENS, CLIENT_TOKEN, OPERATOR_TOKEN = "agents.tokens", "client.token", "operator.token"
+
+
+def agent_token_name(index: int) -> str:
+    return f"agent-{index}.token"
+
+
+def _secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def write_tokens(directory: str | Path, node_names: Sequence[str], agents: int, keep: bool = False) -> Path:
+    """Fresh credentials in ``directory`` (mode 700, files 600): ``agents.tokens`` (the
+    scheduler's list: each agent's token and the nodes of its slice, as ``split_nodes`` cuts
+    them), ``agent-<i>.token``, ``client.token``, ``operator.token``. With ``keep``, files that
+    already hold the same slices are left as they are (a restarted init job must not change the
+    tokens of services that are running)."""
+    from analysim.clusters import split_nodes
+
+    d = Path(directory)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    slices = [f"{node_names[first]}..{node_names[first + count - 1]}"
+              for first, count in split_nodes(len(node_names), agents)]
+    names = [AGENT_TOKENS, CLIENT_TOKEN, OPERATOR_TOKEN, *map(agent_token_name, range(len(slices)))]
+    if keep and all((d / n).is_file() for n in names):
+        try:
+            if [line.split(None, 1)[1:] for _, line in _lines(d / AGENT_TOKENS)] == [[s] for s in slices]:
+                return d
+        except UserError:
+            pass  # unreadable: written again below
+    lines = []
+    for i, nodes in enumerate(slices):
+        tok = new_token()
+        _secret(d / agent_token_name(i), tok + "\n")
+        lines.append(f"{tok} {nodes}")
+    _secret(d / AGENT_TOKENS, "\n".join(lines) + "\n")
+    for name in (CLIENT_TOKEN, OPERATOR_TOKEN):
+        _secret(d / name, new_token() + "\n")
+    for stale in d.glob("agent-*.token"):  # of agents beyond the new count: no longer valid
+        if stale.name not in names:
+            stale.unlink()
+    return d
 
 
 def _lines(path: str | Path) -> list[tuple[int, str]]:

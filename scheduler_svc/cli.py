@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import tempfile
 from pathlib import Path
 
-from analysim.cli.argtypes import port, wall_seconds
+from analysim.cli.argtypes import port, positive_int, wall_seconds
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
+from analysim.logs import add_logging_arguments, setup_logging
 from analysim.tls import add_tls_arguments, tls_from_args
 
 
@@ -51,7 +52,7 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=port, default=0, help="Prometheus /metrics port (default 0: any)")
     p.add_argument("--port-file", help="write the bound ports here (JSON) once serving")
     p.add_argument("--exit-when-done", action="store_true", help="stop once every trace job is accounted for")
-    p.add_argument("--log-level", default="INFO")
+    add_logging_arguments(p)
     add_tls_arguments(p, server=True)
 
 
@@ -88,11 +89,15 @@ def run(args: argparse.Namespace) -> int:
     from scheduler_svc.metrics import SchedulerMetrics
     from scheduler_svc.server import serve
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s scheduler %(levelname)s %(message)s")
+    setup_logging("scheduler", args.log_level, args.log_format)
     if not 0 <= args.paced_lag <= 10:
         raise UserError(f"--paced-lag must be between 0 and 10 wall seconds, got {args.paced_lag:g}")
     if args.mode != "replay":
         raise UserError("the live scheduler replays traces in time: --mode inflate is offline only")
+    if args.plots:
+        from analysim.report import pyplot
+
+        pyplot()  # matplotlib is there, or a one-line error now rather than at the end of the replay
     trace, cluster = load_inputs(args)
     opts = run_options(args, args.policy, args.placement)
     auth = authenticator(args, [n.name for n in cluster.nodes])
@@ -122,6 +127,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_tokens(args: argparse.Namespace) -> int:
+    from analysim.clusters import parse_cluster
+    from scheduler_svc import auth
+
+    nodes = [n.name for n in parse_cluster(args.cluster).nodes]
+    d = auth.write_tokens(args.out, nodes, args.agents, keep=not args.new)
+    print(f"tokens for {min(args.agents, len(nodes))} agents of {args.cluster} in {d}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m scheduler_svc", description="AnalySIM live scheduler service")
@@ -129,5 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the scheduler service")
     add_service_arguments(serve)
     add_auth_arguments(serve)  # not `analysim up`'s: it makes tokens for its own processes
+    tokens = sub.add_parser("tokens", help="write the token files a scheduler and its agents need",
+                            description="Write agents.tokens (each agent's token with the nodes of its slice), "
+                                        "agent-<i>.token, client.token and operator.token into --out (mode 600), "
+                                        "for --agents agents sharing --cluster's nodes as --agent-index slices. "
+                                        "Files already holding the same slices are kept.")
+    tokens.add_argument("--cluster", default="philly", help="the scheduler's cluster (default philly)")
+    tokens.add_argument("--agents", type=positive_int, required=True, metavar="N", help="how many agents")
+    tokens.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write them in")
+    tokens.add_argument("--new", action="store_true", help="always write new tokens")
+    apply_env(p)
     args = p.parse_args(argv)
-    return run_command("scheduler_svc", lambda: run(args))
+    return run_command("scheduler_svc", lambda: run(args) if args.command == "serve" else write_tokens(args))

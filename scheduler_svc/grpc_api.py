@@ -293,12 +293,15 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
 
 
 def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    # Metrics outermost: a call the auth interceptor refuses is still counted, by its status code.
+    interceptors = [live.metrics.grpc_server]
+    if auth.enabled:
+        interceptors.append(AuthInterceptor(auth, lambda why: live.metrics.refused_calls.labels(why).inc()))
     # No SO_REUSEPORT: a second scheduler on the same port fails to bind instead of sharing the
     # clients with this one.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", bounds.MESSAGE_MAX_BYTES),
                                       ("grpc.so_reuseport", 0)],
-                             interceptors=[AuthInterceptor(auth, lambda why: live.metrics.refused_calls.labels(why).inc())]
-                             if auth.enabled else None)
+                             interceptors=interceptors)
     spb_grpc.add_SchedulerServiceServicer_to_server(SchedulerServicer(live), server)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServicer(live, auth), server)
     hs = health.aio.HealthServicer()

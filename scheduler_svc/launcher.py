@@ -5,7 +5,6 @@ reports what it bound through a port file, which is waited for with a deadline."
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysim.clusters import split_nodes
 from analysim.errors import UserError
 from analysim.tls import TlsFiles
 
@@ -64,19 +64,6 @@ def wait_port_file(proc: Proc, deadline_s: float) -> dict:
     raise UserError(f"{proc.name} did not start within {deadline_s:g} s:\n{proc.tail()}")
 
 
-def _secret(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
-def split_nodes(total: int, agents: int) -> list[tuple[int, int]]:
-    """(first node, count) for each agent process, as even as possible."""
-    agents = max(1, min(agents, total))
-    per = math.ceil(total / agents)
-    return [(i, min(per, total - i)) for i in range(0, total, per)]
-
-
 class LocalRun:
     """A scheduler process and agent processes, with their logs and port files in ``workdir``.
 
@@ -96,21 +83,11 @@ class LocalRun:
         self.token_dir: Path | None = None
 
     def provision(self, node_names: list[str], processes: int) -> Path:
-        """Write fresh tokens: ``agents.tokens`` (the scheduler's list: each agent's token and its
-        nodes), ``agent-<i>.token``, ``client.token``, ``operator.token``."""
-        from scheduler_svc.auth import new_token
+        """Write fresh tokens (``scheduler_svc.auth.write_tokens``) in ``workdir/tokens``."""
+        from scheduler_svc.auth import write_tokens
 
-        d = self.token_dir = self.workdir / "tokens"
-        d.mkdir(mode=0o700, exist_ok=True)
-        lines = []
-        for i, (first, count) in enumerate(split_nodes(len(node_names), processes)):
-            tok = new_token()
-            _secret(d / f"agent-{i}.token", tok + "\n")
-            lines.append(f"{tok} {node_names[first]}..{node_names[first + count - 1]}")
-        _secret(d / "agents.tokens", "\n".join(lines) + "\n")
-        for role in ("client", "operator"):
-            _secret(d / f"{role}.token", new_token() + "\n")
-        return d
+        self.token_dir = write_tokens(self.workdir / "tokens", node_names, processes)
+        return self.token_dir
 
     def token(self, role: str) -> str | None:
         """A provisioned token: "client", "operator" or "agent-<i>" (None without provisioning)."""

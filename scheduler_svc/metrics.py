@@ -15,6 +15,8 @@ from prometheus_client.registry import Collector
 
 from analysim.core.job import GPU_MILLI
 from analysim.core.metrics import head_of_line_fragmentation
+from analysim.ops_http import add_standard_metrics
+from scheduler_svc.grpc_metrics import GrpcServerMetrics
 
 if TYPE_CHECKING:
     from scheduler_svc.core import LiveScheduler
@@ -57,6 +59,8 @@ class SchedulerMetrics:
                                     ["reason"], registry=r)
         self.agents_lost = Counter("analysim_agents_lost_total", "Agent sessions lost (stream ended or heartbeat missed).",
                                    registry=r)
+        self.grpc_server = GrpcServerMetrics(r)  # the gRPC server's interceptor
+        add_standard_metrics(r, "scheduler")
         self.sent = self.messages.labels("sent")
         self.received = self.messages.labels("received")
         self._vc_children: dict[tuple[int, str], object] = {}
@@ -71,6 +75,14 @@ class SchedulerMetrics:
 
     def attach(self, live: LiveScheduler) -> None:
         self.registry.register(_ClusterCollector(lambda: live))
+        # Every per-VC counter starts at 0 for every VC, so that a rate is 0 (not absent)
+        # until the first event: dashboards and alerts then tell "none" from "no data".
+        for v in [v.name for v in live.cluster.vcs] or ["default"]:
+            for c in (self.started, self.completed, self.preempted, self.migrated, self.requeued, self.failed,
+                      self.cancelled):
+                self.vc(c, v)
+            for source in ("trace", "client"):
+                self.submitted.labels(v, source)
 
 
 class _ClusterCollector(Collector):
@@ -121,7 +133,7 @@ class _ClusterCollector(Collector):
         for job in eng.pending_jobs():
             pj[job.spec.vc] += 1
             pg[job.spec.vc] += job.spec.gpu_demand
-        for vc in sorted(pj):
+        for vc in sorted(set(pj) | {v.name for v in eng.spec.vcs}):  # every VC, 0 when none waits
             pend.add_metric([vc], pj[vc])
             demand.add_metric([vc], pg[vc])
         yield pend
@@ -146,3 +158,11 @@ class _ClusterCollector(Collector):
                                 value=live.achieved_speed() if clock.lockstep else clock.speed)
         yield GaugeMetricFamily("analysim_clock_lockstep", "1 in lockstep mode.", value=1.0 if clock.lockstep else 0.0)
         yield GaugeMetricFamily("analysim_clock_paused", "1 while the clock is paused.", value=1.0 if clock.paused else 0.0)
+        fid = (live.summary or {}).get("fidelity")
+        if fid:  # once the replay is done and compared with its offline run
+            yield GaugeMetricFamily("analysim_offline_divergence_ratio",
+                                    "Mean |JCT live - JCT offline| over the offline mean JCT, at the end of the replay.",
+                                    value=fid["divergence_ratio"])
+            yield GaugeMetricFamily("analysim_offline_identical_jobs_ratio",
+                                    "Share of compared jobs with the same start and end live and offline.",
+                                    value=fid["identical_jobs"] / fid["compared_jobs"] if fid["compared_jobs"] else 1.0)

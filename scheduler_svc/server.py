@@ -1,5 +1,5 @@
 """Run the scheduler service: gRPC (SchedulerService, AgentService, health, reflection) and
-Prometheus /metrics over HTTP, on one asyncio loop with the LiveScheduler; clean shutdown on
+Prometheus /metrics, /healthz and /readyz over HTTP, on one asyncio loop with the LiveScheduler; clean shutdown on
 SIGTERM/SIGINT. Ports may be 0: the bound ones are written to ``port_file`` (JSON)."""
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ import os
 import signal
 from pathlib import Path
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from analysim.errors import UserError
+from analysim.ops_http import start_ops_server
 from analysim.tls import TlsFiles
 from scheduler_svc.auth import Authenticator
 from scheduler_svc.core import LiveScheduler
@@ -32,22 +30,12 @@ def write_port_file(path: str | Path, ports: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def metrics_app(registry) -> web.Application:  # noqa: ANN001 — a prometheus_client CollectorRegistry
-    async def handler(request: web.Request) -> web.Response:
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    return app
-
-
-async def start_metrics(registry, host: str, port: int) -> tuple[web.AppRunner, int]:  # noqa: ANN001
-    runner = web.AppRunner(metrics_app(registry), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, runner.addresses[0][1]
+def readiness(live: LiveScheduler) -> tuple[bool, str]:
+    """Ready while every node has an agent and the clock has started (what /readyz answers):
+    a lost agent makes the scheduler not ready until its nodes are back."""
+    owned, total = len(live.node_owner), len(live.cluster.nodes)
+    return live.started and owned == total, \
+        f"{owned}/{total} nodes have an agent, clock {'started' if live.started else 'waiting for them'}"
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
@@ -69,7 +57,7 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
     if bound == 0:
         raise UserError(f"cannot listen on {address} for gRPC (in use, or not an address of this machine)")
     try:
-        runner, mport = await start_metrics(live.metrics.registry, host, metrics_port)
+        runner, mport = await start_ops_server(live.metrics.registry, host, metrics_port, lambda: readiness(live))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{metrics_port} for /metrics ({e.strerror})") from None
     await server.start()

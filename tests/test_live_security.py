@@ -134,6 +134,10 @@ def test_one_scheduler_per_journal_and_per_port(tmp_path: Path) -> None:
         third = _serve(tmp_path, "--journal", str(tmp_path / "other.db"), "--port", str(port))
         assert third.returncode == 2
         assert f"cannot listen on 127.0.0.1:{port} for gRPC" in third.stderr.strip().splitlines()[-1]
+        # With --jobs 0 the replay ends at once and its end is written out (submissions refused
+        # UNAVAILABLE meanwhile, "retry shortly"): on a loaded machine that can outlast the two
+        # refused starts above, so wait for it to be done.
+        wait_until(lambda: client.summary()[0], what="the empty replay's end written out")
         # All submissions reach the one scheduler (with SO_REUSEPORT, the kernel split them 6/14).
         for i in range(20):
             client.submit(num_gpus=1, duration_s=10.0, job_id=f"c{i}")

@@ -11,11 +11,12 @@ import importlib
 from typing import NoReturn
 
 from analysim import __version__
+from analysim.envconfig import apply_env
 from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
 SUBCOMMANDS = ("simulate", "compare", "sweep", "report", "trace", "model", "gateway", "attack", "monitor-eval",
-               "up", "agent", "submit", "status")
+               "up", "agent", "submit", "status", "load")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,5 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    apply_env(parser)
     args = parser.parse_args(argv)
     return run_command(f"analysim {args.command}", lambda: args.func(args), say_interrupted=True)

@@ -91,6 +91,17 @@ def positive_number(text: str, maximum: float = 1e6) -> float:
     return v
 
 
+def fraction(text: str) -> float:
+    """A share from 0 to 1 (a threshold on a status in [0, 1])."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text}")
+    return v
+
+
 def percent(text: str) -> float:
     """A share of capacity in percent, above 0 and at most 1000."""
     try:

@@ -13,7 +13,7 @@ from analysim.cli.argtypes import positive_int
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
-from analysim.report import plot_compare, summary_table, write_csv, write_json, write_run
+from analysim.report import can_plot, plot_compare, summary_table, write_csv, write_json, write_run
 from analysim.simulation import run
 
 
@@ -89,8 +89,9 @@ def main(args: argparse.Namespace) -> int:
     write_csv(rows, args.out / "compare.csv")
     write_json({"runs": {label: s for label, s, _ in results},
                 "wall_s": time.perf_counter() - started}, args.out / "compare.json")
-    if any(s.get("mode") != "inflate" for _, s, _ in results):
+    plotted = any(s.get("mode") != "inflate" for _, s, _ in results) and can_plot()
+    if plotted:
         plot_compare(results, args.out)
     (args.out / "compare.txt").write_text(table + "\n")
-    print(f"wrote {args.out}/compare.csv, compare.json, compare.png and one folder per run")
+    print(f"wrote {args.out}/compare.csv, compare.json{', compare.png' if plotted else ''} and one folder per run")
     return 0

@@ -8,6 +8,7 @@ import sys
 
 from analysim.cli.argtypes import nonneg_int, port, positive_int, rate
 from analysim.errors import UserError
+from analysim.logs import add_logging_arguments, setup_logging
 from analysim.tls import add_tls_arguments, tls_from_args
 
 
@@ -21,6 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port, default=8080, help="HTTP port (0 = any free port)")
     p.add_argument("--grpc-port", type=port, default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address of the unauthenticated /metrics, /healthz, /readyz listener (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="its port (default 0: any free port; -1: none, /metrics only on --port with the admin key)")
     p.add_argument("--admin-key-file", help="file holding the admin key (else $ANALYSIM_ADMIN_KEY)")
     p.add_argument("--port-file", help='write {"host", "http", "grpc"} here (atomically) once listening')
     p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
@@ -35,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL",
                    help="SQLite durability: NORMAL survives a killed process, FULL also a power cut")  # fmt: skip
     add_tls_arguments(p, server=True, mutual=False)  # HTTPS and gRPC over TLS
+    add_logging_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -44,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
     from mlaas_monitor.service import Gateway, Limits
     from mlaas_monitor.store import Store
 
+    setup_logging("gateway", args.log_level, args.log_format)
     tls = tls_from_args(args)
     tls.server_credentials()  # unreadable or mismatched files: one line before the store is opened
+    if args.metrics_port < -1 or args.metrics_port > 65535:
+        raise UserError(f"--metrics-port must be -1 or a port number, got {args.metrics_port}")
     admin_key = load_admin_key(os.environ, args.admin_key_file)
     store = Store(args.db, args.synchronous, background_checkpoint=True)
     limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit)
@@ -54,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     def ready(b: Bound) -> None:
         if args.port_file:
             write_port_file(args.port_file, b)
-        print(f"gateway{'' if args.no_monitor else ' (monitored)'}: {'https' if tls.cert else 'http'}://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port} "
-              f"({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
+        metrics = "" if b.metrics_port is None else f" metrics http://{args.metrics_host}:{b.metrics_port}/metrics"
+        print(f"gateway{'' if args.no_monitor else ' (monitored)'}: {'https' if tls.cert else 'http'}://{b.host}:{b.http_port} grpc {b.host}:{b.grpc_port}"
+              f"{metrics} ({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
 
     extensions = []
     if not args.no_monitor:
@@ -63,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
         extensions.append(monitor_extension(checkpoint_interval=args.monitor_checkpoint_interval))
     try:
-        run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions, tls=tls)
+        metrics_at = None if args.metrics_port == -1 else (args.metrics_host, args.metrics_port)
+        run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions, tls=tls,
+                    metrics_at=metrics_at)
     except OSError as e:
         raise UserError(f"cannot serve on {args.host}: {e}") from e
     finally:

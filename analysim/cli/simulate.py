@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError
-from analysim.report import summary_table, write_run
+from analysim.report import can_plot, summary_table, write_run
 from analysim.simulation import RunResult, run
 from analysim.traces import Trace
 
@@ -51,7 +51,7 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
             bar.close()
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
-    written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots)
+    written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots and can_plot())
     return result, written
 
 

@@ -13,6 +13,11 @@ TOKEN_ENV = "ANALYSIM_TOKEN_FILE"
 
 def add_target(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", required=True, metavar="HOST:PORT", help="the scheduler's gRPC address")
+    add_credentials(p)
+
+
+def add_credentials(p: argparse.ArgumentParser) -> None:
+    """What a scheduler client presents: a bearer token, TLS files."""
     p.add_argument("--token-file", metavar="FILE", default=os.environ.get(TOKEN_ENV),
                    help=f"bearer token (client or operator) when the scheduler requires one (default: ${TOKEN_ENV})")
     add_tls_arguments(p, server=False)
@@ -29,13 +34,20 @@ def refusal(e) -> str:  # noqa: ANN001 — a grpc.RpcError
 
 def connect(args: argparse.Namespace):  # noqa: ANN201 — a scheduler_svc.client.SchedulerClient
     """A client for ``--scheduler`` with the token and TLS options."""
-    from scheduler_svc.auth import read_token
     from scheduler_svc.client import SchedulerClient
+
+    token, tls = credentials(args)
+    return SchedulerClient(args.scheduler, token=token, tls=tls)
+
+
+def credentials(args: argparse.Namespace):  # noqa: ANN201 — (token or None, analysim.tls.TlsFiles)
+    """``add_credentials``' options read: unreadable files are one line now."""
+    from scheduler_svc.auth import read_token
 
     token = read_token(args.token_file) if args.token_file else None
     tls = tls_from_args(args)
-    tls.channel_credentials()  # unreadable files: one line now
-    return SchedulerClient(args.scheduler, token=token, tls=tls)
+    tls.channel_credentials()
+    return token, tls
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from analysim import __version__
 from analysim.errors import UserError
+from analysim.report import pyplot
 from analysim.sweep.results import (
     GROUP_BY_ALL_BUT,
     HIGHER_IS_BETTER,
@@ -50,22 +51,10 @@ MAX_LINES = 10  # lines per time-series panel
 MAX_PANELS = 9
 
 
-def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise UserError("the report draws its figures with matplotlib, which is not installed: "
-                        "pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=96)
-    _plt().close(fig)
+    pyplot().close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
 
@@ -112,7 +101,7 @@ class SweepData:
 def fig_jct_cdfs(d: SweepData) -> tuple[str, str] | None:
     if not d.replay:
         return None
-    plt = _plt()
+    plt = pyplot()
     others = [k for k in d.group_keys if k != "policy"]
     panels: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in d.replay:
@@ -154,7 +143,7 @@ def _first_seed_per_group(d: SweepData, rows: Sequence[dict]) -> list[tuple[str,
 def fig_utilization(d: SweepData) -> tuple[str, str] | None:
     if not d.replay:
         return None
-    plt = _plt()
+    plt = pyplot()
     picked = _first_seed_per_group(d, d.replay)
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(12, 6.5), sharex=True)
     span = 0.0
@@ -186,7 +175,7 @@ def fig_inflate(d: SweepData) -> tuple[str, str] | None:
     """The FGD experiment: fragmentation as the cluster fills, per cell group (first seed)."""
     if not d.inflate:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for name, r in _first_seed_per_group(d, d.inflate):
         ts = d.timeseries(r)
@@ -234,7 +223,7 @@ def fig_mechanisms(d: SweepData) -> tuple[str, str] | str | None:
     if not points:
         return ("No cell with --preemption or --migration has a twin with both off in this sweep, so there is "
                 "no JCT gain to plot (add preemption: [false, true] to the SPEC).")
-    plt = _plt()
+    plt = pyplot()
     kinds = [k for k in ("preemptions", "migrations") if any(r.get(k) for r, _ in points)] or ["preemptions"]
     fig, axs = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4.2), sharey=True, squeeze=False)
     axs = axs[0]
@@ -259,7 +248,7 @@ def fig_fairness(d: SweepData) -> tuple[str, str] | None:
     groups = [g for g in d.groups if g.get("jain_fairness_mean") is not None]
     if not groups or not d.replay:
         return None
-    plt = _plt()
+    plt = pyplot()
     slow: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in d.replay:
         for vc, m in d.per_vc(r).items():

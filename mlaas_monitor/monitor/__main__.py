@@ -8,6 +8,7 @@ import argparse
 import os
 
 from analysim.cli import attack, gateway, monitor_eval
+from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
 
 
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     w.set_defaults(func=run_watch)
     attack.register(sub)
     monitor_eval.register(sub)
+    apply_env(parser)
     args = parser.parse_args(argv)
     return run_command(f"mlaas_monitor.monitor {args.command}", lambda: args.func(args))
 

@@ -409,8 +409,12 @@ class ModelMonitor:
     def attack_like(self, s: SubjectState) -> bool:
         """An intent alarm for this subject: PRADA's (W < delta), or most of its queries
         outside the data distribution."""
+        return self.intent_alarm(s.status)
+
+    def intent_alarm(self, status: dict[str, float]) -> bool:
+        """``attack_like`` from a status alone (an evaluation's)."""
         c = self.config
-        return s.status.get("prada", 0.0) >= 1.0 - c.prada_delta or s.status.get("ood", 0.0) >= c.ood_alarm
+        return status.get("prada", 0.0) >= 1.0 - c.prada_delta or status.get("ood", 0.0) >= c.ood_alarm
 
     def _warnings(self, s: SubjectState, ts: float) -> list[ExtractionWarning]:
         out = []

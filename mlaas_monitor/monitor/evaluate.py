@@ -359,7 +359,10 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     _write_curves(out / "curves.csv", run.rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summary) + "\n")
-    _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
+    from analysim.report import can_plot
+
+    if can_plot():
+        _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
     return summary
 
 
@@ -572,10 +575,9 @@ def _write_curves(path: Path, rows: list[tuple[str, str, int, str, float]]) -> N
 def _plot(
     out: Path, curves: list[SubjectCurve], k: int, thresholds: dict[str, float], method: str, alarms: dict[str, float]
 ) -> None:
-    import matplotlib
+    from analysim.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     strategies = list(dict.fromkeys(c.strategy for c in curves))
     # One figure per strategy: a panel per method, status vs queries with the truth overlaid

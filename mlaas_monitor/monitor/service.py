@@ -11,17 +11,20 @@ sequence. The admin views take the same lock as the worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import add_openapi, json_response, read_json
 from mlaas_monitor.monitor.core import (
@@ -66,6 +69,13 @@ class MonitorBase:
             "analysim_extraction_status", "Extraction status per model, subject (user or group:NAME) and method.",
             ["model", "subject", "method"], registry=reg,
         )  # fmt: skip
+        # The monitor's own intent decision per subject (what enforcement with intent acts on):
+        # the extraction alert pages for a warned subject only while it is 1.
+        self.m_intent = Gauge(
+            "analysim_extraction_intent_alarm",
+            "1 while a subject's queries look like an attack (the model's PRADA or out-of-distribution alarm), else 0.",
+            ["model", "subject"], registry=reg,
+        )  # fmt: skip
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
@@ -75,11 +85,28 @@ class MonitorBase:
             buckets=UPDATE_BUCKETS, registry=reg,
         )  # fmt: skip
         self.m_refits = Counter("analysim_monitor_refits_total", "Subject evaluations (tree refits).", ["model"], registry=reg)
+        reg.register(_ThresholdCollector(self))
+
+    def _current(self, subject: str) -> bool:
+        """Whether a subject's status is still published: a deleted group's is not."""
+        return not subject.startswith(GROUP_PREFIX) or subject[len(GROUP_PREFIX):] in self.groups
 
     def _publish_all(self, mon: ModelMonitor) -> None:
         for s in [*mon.users.values(), *mon.groups.values()]:
+            if self._current(s.name):
+                for method in METHODS:
+                    self.m_status.labels(mon.model_id, s.name, method).set(s.status[method])
+                self.m_intent.labels(mon.model_id, s.name).set(mon.intent_alarm(s.status))
+
+    def forget(self, subject: str) -> None:
+        """Drop a subject's status series (a revoked user, a deleted group): a dashboard or an
+        alert must not keep showing a subject that can no longer query."""
+        for model_id in list(self.monitors):
             for method in METHODS:
-                self.m_status.labels(mon.model_id, s.name, method).set(s.status[method])
+                with contextlib.suppress(KeyError):
+                    self.m_status.remove(model_id, subject, method)
+            with contextlib.suppress(KeyError):
+                self.m_intent.remove(model_id, subject)
 
     def _schedule_save(self) -> None:
         if self._warnings:
@@ -101,8 +128,10 @@ class MonitorBase:
             s = mon.subject(e.subject)
             if s is not None:
                 self._dirty[mon.model_id][s.name] = s
-            for method, v in e.status.items():
-                self.m_status.labels(e.model, e.subject, method).set(v)
+            if self._current(e.subject):
+                for method, v in e.status.items():
+                    self.m_status.labels(e.model, e.subject, method).set(v)
+                self.m_intent.labels(e.model, e.subject).set(mon.intent_alarm(e.status))
         if evals:
             self.m_refits.labels(mon.model_id).inc(len(evals))
         for w in warns:
@@ -144,6 +173,10 @@ class Monitor(MonitorBase):
         # model -> user -> 'degrade' | 'refuse', decided by the worker after each batch and
         # read by the gateway's hook on the event loop (a dict lookup, no lock).
         self._decisions: dict[str, dict[str, str]] = {}
+
+    def _current(self, subject: str) -> bool:
+        u = self.gw._by_name.get(subject)
+        return super()._current(subject) and (u is None or u.record.revoked is None)
 
     # ---- models ----
 
@@ -362,6 +395,7 @@ class Monitor(MonitorBase):
             raise ApiError(404, "unknown_group", f"no such group {name!r}", "name")
         del self.groups[name]
         self.db.delete_group(name)
+        self.forget(GROUP_PREFIX + name)
         return {"name": name, "deleted": True}
 
     def group_view(self, name: str) -> dict[str, Any]:
@@ -379,6 +413,7 @@ class Monitor(MonitorBase):
         for model_id in gw.available_model_ids():  # a model that fails to load is isolated by the gateway
             self.monitor(model_id)  # recover before the servers accept anything
         self._unlisten = gw.stream.add_listener(self.on_event)
+        gw.on_revoke.append(self.forget)
         self.gw.enforcement = self.enforce
         add_routes(self, app)
 
@@ -386,6 +421,25 @@ class Monitor(MonitorBase):
             self.close()
 
         app.on_cleanup.append(on_cleanup)
+
+
+class _ThresholdCollector(Collector):
+    """``analysim_extraction_threshold{model,method}``: each model's warning thresholds, so
+    that an alert compares a status with the threshold the monitor itself warns at."""
+
+    def __init__(self, mon: MonitorBase) -> None:
+        self.mon = mon
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("analysim_extraction_threshold", "Warning threshold per model and method.",
+                              labels=["model", "method"])
+        for model_id, mon in sorted(self.mon.monitors.items()):
+            for method, t in sorted(mon.config.thresholds.items()):
+                g.add_metric([model_id, method], t)
+        yield g
 
 
 def add_routes(mon: Monitor, app: web.Application) -> None:

@@ -1,0 +1,51 @@
+"""What every service answers on its metrics port: ``/metrics`` (Prometheus text, no key),
+``/healthz`` (liveness: the process serves HTTP) and ``/readyz`` (readiness: 200 once the
+service can do its job, 503 with the reason until then). Also the metrics every service
+exports besides its own: ``process_*`` and ``analysim_build_info``."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, ProcessCollector, generate_latest
+
+from analysim import __version__
+
+# Ready: (ready?, why) — "why" is shown either way, e.g. "3/3 agents" or "store open".
+Readiness = Callable[[], tuple[bool, str]]
+
+
+def add_standard_metrics(registry: CollectorRegistry, service: str) -> None:
+    """``process_*`` (CPU, memory, open files, start time) and ``analysim_build_info``."""
+    ProcessCollector(registry=registry)
+    Gauge("analysim_build_info", "Always 1; the labels say what runs.", ["service", "version", "python"],
+          registry=registry).labels(service, __version__, platform.python_version()).set(1)
+
+
+def ops_app(registry: CollectorRegistry, ready: Readiness | None = None) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        ok, why = ready() if ready is not None else (True, "serving")
+        return web.Response(text=f"{'ready' if ok else 'not ready'}: {why}\n", status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def start_ops_server(registry: CollectorRegistry, host: str, port: int,
+                           ready: Readiness | None = None) -> tuple[web.AppRunner, int]:
+    """Serve ``ops_app`` on host:port (0: any free port); the runner (to clean up) and the port."""
+    runner = web.AppRunner(ops_app(registry, ready), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner, runner.addresses[0][1]
