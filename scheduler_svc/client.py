@@ -11,6 +11,7 @@ and an ErrorInfo/BadRequest in its rich status: ``analysim.rpc_status.refusal_of
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 
@@ -23,13 +24,23 @@ from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.auth import bearer
 from scheduler_svc.contract import summary_dict, value
 
+# UNAVAILABLE is the scheduler's "nothing done, retry shortly" (e.g. while a run's end is being
+# written out) as well as a connection not yet up: gRPC's own retry policy takes both, with
+# backoff, so callers (submit, load, tests) don't each need a loop. Up to 5 attempts over ~8 s.
+RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "analysim.v1.SchedulerService"}],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.5s", "maxBackoff": "4s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
+
 
 class SchedulerClient:
     def __init__(self, target: str, timeout_s: float = 10.0, token: str | None = None,
                  tls: TlsFiles | None = None) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = secure_channel(target, tls or TlsFiles())
+        self.channel = secure_channel(target, tls or TlsFiles(),
+                                      options=[("grpc.service_config", RETRY_SERVICE_CONFIG)])
         self.stub = spb_grpc.SchedulerServiceStub(self.channel)
         self.md = bearer(token)
 
