@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+from tests.shared import SHARED
+
 DIGESTS = Path(__file__).resolve().parent / "golden" / "digests.json"
 
 PHILLY_LIMIT = 5000

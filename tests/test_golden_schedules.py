@@ -9,15 +9,13 @@ import sys
 
 import pytest
 
-from tests.golden_runs import SHARED, digest, load, needed_files, runs
+from tests.golden_runs import digest, load, needed_files, runs
+from tests.shared import PAI, needs_shared, shared_marks
 
-pytestmark = pytest.mark.shared
-
-PAI = SHARED / "reference" / "pai_sim"
 GOLDEN = load()
 
 
-@pytest.mark.skipif(not PAI.is_dir(), reason="needs ../shared/reference/pai_sim")
+@needs_shared(PAI / "philly_sample2k_64gpu.csv", PAI / "schedule_sjf_2k_64gpu.csv", PAI / "schedule_fifo_greedy_2k_64gpu.csv")
 @pytest.mark.parametrize(("policy", "schedule"), [("sjf", "schedule_sjf_2k_64gpu.csv"),
                                                   ("fair", "schedule_fifo_greedy_2k_64gpu.csv")])
 def test_simulate_reproduces_the_pai_simulator_job_by_job(tmp_path, policy, schedule):
@@ -39,12 +37,9 @@ def test_simulate_reproduces_the_pai_simulator_job_by_job(tmp_path, policy, sche
     assert ours.keys() == ref.keys()
 
 
-@pytest.mark.parametrize("name", sorted(runs()))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=shared_marks(*needed_files(a))) for n, a in sorted(runs().items())])
 def test_schedule_matches_its_golden_digest(tmp_path, name):
     args = runs()[name]
-    missing = [p for p in needed_files(args) if not p.exists()]
-    if missing:
-        pytest.skip(f"needs {missing[0]}")
     assert name in GOLDEN, f"no golden digest for {name}: run `python -m tests.golden_runs {name}`"
     assert digest(args, tmp_path) == GOLDEN[name], (
         f"the schedule of {name} changed (analysim simulate {' '.join(args)}). If that is intended, "
