@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from analysim.cli.argtypes import port
+from analysim.argtypes import port
 from analysim.clusters import parse_cluster
 from analysim.errors import UserError, run_command
 from analysim.tls import add_tls_arguments, tls_from_args

@@ -10,9 +10,9 @@ import logging
 import tempfile
 from pathlib import Path
 
-from analysim.cli.argtypes import port, wall_seconds
-from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.argtypes import port, wall_seconds
 from analysim.errors import UserError, run_command
+from analysim.inputs import add_run_arguments, load_inputs, run_options
 from analysim.tls import add_tls_arguments, tls_from_args
 
 
