@@ -161,6 +161,10 @@ class Gateway:
         for rec in store.users():
             self._install(rec, used.get(rec.name, 0))
 
+    def has_user(self, name: str) -> bool:
+        """Whether an account of that name exists (revoked ones too)."""
+        return name in self._by_name
+
     # ---- auth ----
 
     def _install(self, rec: UserRecord, used_rows: int) -> _User:

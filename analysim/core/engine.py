@@ -315,9 +315,6 @@ class Engine:
             self.state.touched.clear()
         return self._frag_index
 
-    def job_run(self, job_id: str) -> JobRun:
-        return self.jobs[job_id]
-
     # --------------------------------------------------------------- event handlers
 
     def _on_arrival(self, job: JobRun) -> None:
