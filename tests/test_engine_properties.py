@@ -19,9 +19,6 @@ POLICIES = ["fifo", "fifo-backfill", "sjf", "srtf", "tiresias", "qssf", "fair"]
 PLACEMENTS = ["consolidate", "spread", "random", "fgd"]
 
 
-NONBLOCKING = {"sjf", "srtf", "tiresias", "qssf", "fair"}  # never hold a job back that fits
-
-
 def open_to(spec: ClusterSpec, job: JobSpec) -> np.ndarray:
     """Nodes a job may ever use, from the cluster's description alone: of one of its GPU models,
     and its VC's own nodes if the VC has some, else nodes no VC owns."""
