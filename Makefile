@@ -27,6 +27,12 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Rewrite tests/golden/digests.json (golden schedules) after an intended schedule change; say
+# in the commit message why the schedule changed.
+.PHONY: golden
+golden: $(STAMP)
+	$(BIN)/python -m tests.golden_runs
+
 clean:
 	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache
 

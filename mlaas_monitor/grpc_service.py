@@ -96,7 +96,7 @@ def _leaf_fragments(model: Model) -> list[bytes]:
     model's policy (a Model is immutable; a policy change makes a new one)."""
     frags = _FRAGMENTS.get(model)
     if frags is None:
-        labels, conf = model._node_answers
+        labels, conf = model.node_answers
         n = model.tree.n_nodes
         preds = model.render(Answer(labels, conf, np.arange(n)))
         frags = [

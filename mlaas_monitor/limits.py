@@ -29,9 +29,6 @@ class TokenBucket:
         """After a refused ``take``: how long until ``n`` tokens are there (Retry-After)."""
         return max(0.0, (n - self.tokens) / self.rate)
 
-    def give_back(self, n: float = 1.0) -> None:
-        self.tokens = min(self.burst, self.tokens + n)
-
 
 def quota_allows(used_rows: int, reserved_rows: int, quota_rows: int | None, n: int) -> bool:
     """Would answering ``n`` more rows stay within the quota (None = unlimited)?"""

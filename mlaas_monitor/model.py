@@ -99,7 +99,7 @@ class Model:
     policy: Policy = Policy()
 
     @cached_property
-    def _node_answers(self) -> tuple[np.ndarray, np.ndarray]:
+    def node_answers(self) -> tuple[np.ndarray, np.ndarray]:
         """Per node: predicted class index and its probability (all a row's answer
         depends on is the leaf it lands in)."""
         labels = self.tree.value.argmax(axis=1)
@@ -107,13 +107,13 @@ class Model:
 
     def answer(self, X: np.ndarray) -> Answer:
         leaves = self.tree.apply(X)
-        labels, conf = self._node_answers
+        labels, conf = self.node_answers
         return Answer(labels[leaves], conf[leaves], leaves)
 
     @cached_property
     def _rounded_confidences(self) -> np.ndarray:
         # Per node, rounded once per policy: a gather per query instead of a ufunc call.
-        return np.round(self._node_answers[1], self.policy.confidence_decimals)
+        return np.round(self.node_answers[1], self.policy.confidence_decimals)
 
     def revealed(self, ans: Answer) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The confidences and leaf ids as the policy lets the user see them."""
@@ -129,7 +129,7 @@ class Model:
     def _json_fragments(self) -> list[str]:
         # The serialised prediction for a row in each leaf, under this policy: a batch's
         # JSON is then a join instead of building and encoding a dict per row.
-        labels, conf = self._node_answers
+        labels, conf = self.node_answers
         n = self.tree.n_nodes
         preds = self.render(Answer(labels, conf, np.arange(n)))
         return [json.dumps(d, separators=(",", ":")) for d in preds]

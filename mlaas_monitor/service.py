@@ -163,6 +163,10 @@ class Gateway:
             self._install(rec, used.get(rec.name, 0))
         self.metrics.watch_users(self._usage_by_user)
 
+    def has_user(self, name: str) -> bool:
+        """Whether an account of that name exists (revoked ones too)."""
+        return name in self._by_name
+
     # ---- auth ----
 
     def _install(self, rec: UserRecord, used_rows: int) -> _User:

@@ -95,9 +95,6 @@ class Tree:
         feature = np.where(leaf, 0, self.feature).astype(np.int64)
         return left, right, feature, self.threshold, self.depth()
 
-    def predict_proba_leaves(self, leaves: np.ndarray) -> np.ndarray:
-        return self.value[leaves]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "left": self.left.tolist(),

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from analysim.cli.argtypes import port, positive_int
+from analysim.argtypes import port, positive_int
 from analysim.clusters import agent_slice, parse_cluster
 from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command

@@ -9,10 +9,10 @@ import gc
 import tempfile
 from pathlib import Path
 
-from analysim.cli.argtypes import port, positive_int, wall_seconds
-from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.argtypes import port, positive_int, wall_seconds
 from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
+from analysim.inputs import add_run_arguments, load_inputs, run_options
 from analysim.logs import add_logging_arguments, setup_logging
 from analysim.tls import add_tls_arguments, tls_from_args
 

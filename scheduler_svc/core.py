@@ -341,7 +341,7 @@ class LiveScheduler:
         """The session's stream is open: its nodes are up."""
         s.connected = True
         s.last_seen = time.monotonic()
-        at = self._event_time()
+        at = self.event_time()
         for name in s.nodes:
             self.node_owner[name] = s
             if self.started and not self.engine.state.up[self.node_index[name]]:
@@ -372,7 +372,7 @@ class LiveScheduler:
         self.agents_lost += 1
         self.metrics.agents_lost.inc()
         log.warning("agent %s lost (%s): %d node(s) down", s.agent_id, why, len(s.nodes))
-        at = self._event_time()  # one instant for all its nodes: a paced clock moves between calls
+        at = self.event_time()  # one instant for all its nodes: a paced clock moves between calls
         for name in s.nodes:
             if self.node_owner.get(name) is s:
                 del self.node_owner[name]
@@ -381,7 +381,12 @@ class LiveScheduler:
                     self._publish("node_down", "", (name,), f"agent {s.agent_id}: {why}")
         self._kick.set()
 
-    def _event_time(self) -> float:
+    def job_ids(self) -> list[str]:
+        """Every job this run knows: restored from the journal as ended, in the engine, and
+        journalled but not yet resumed or resubmitted."""
+        return list(self.restored) + list(self.engine.jobs) + list(self._unresumed)
+
+    def event_time(self) -> float:
         """When an outside event happens: the time the agents were last told (lockstep), or now."""
         return self.t_cur if self.clock.lockstep else max(self.clock.now(), self.engine.now)
 
@@ -520,7 +525,7 @@ class LiveScheduler:
         job = self.engine.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
-        self.engine.cancel(job_id, at=self._event_time())
+        self.engine.cancel(job_id, at=self.event_time())
         self._kick.set()
 
     # --------------------------------------------------------------- the clock

@@ -80,7 +80,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                          "writing_out")
         milli = request.gpu_milli or GPU_MILLI
         job_id = request.job_id or live.next_client_id()
-        spec = JobSpec(job_id=job_id, submit_s=live._event_time(), duration_s=request.duration_s,  # noqa: SLF001
+        spec = JobSpec(job_id=job_id, submit_s=live.event_time(), duration_s=request.duration_s,
                        num_gpus=request.num_gpus, gpu_milli=milli, cpu_milli=request.cpu_milli,
                        memory_mib=request.memory_mib, vc=request.vc or "default", user=request.user,
                        gpu_models=tuple(request.gpu_models))
@@ -117,7 +117,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                          f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}", "out_of_bounds",
                          field="limit")
         status = word(spb.JobStatus, request.status)
-        ids = list(live.restored) + list(live.engine.jobs) + list(live._unresumed)  # noqa: SLF001
+        ids = live.job_ids()
         recs = []
         for job_id in ids:
             rec = live.job_record(job_id)

@@ -27,8 +27,9 @@ def build_summary(live: LiveScheduler) -> dict:
     summary["trace"] = live.trace_source
     lat = np.array(live.latencies) if live.latencies else np.zeros(1)
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    sent = live.metrics.sent._value.get()  # noqa: SLF001 — the counter's own value
-    received = live.metrics.received._value.get()  # noqa: SLF001
+    registry = live.metrics.registry
+    sent = registry.get_sample_value("analysim_stream_messages_total", {"direction": "sent"}) or 0.0
+    received = registry.get_sample_value("analysim_stream_messages_total", {"direction": "received"}) or 0.0
     summary["live"] = {
         "mode": "lockstep" if live.clock.lockstep else "paced",
         "speed": None if live.clock.lockstep else live.clock.speed,

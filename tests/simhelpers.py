@@ -22,10 +22,10 @@ def job(jid: str, submit: float, gpus: int, duration: float, **kw) -> JobSpec:
 
 
 def run_engine(spec: ClusterSpec, jobs: list[JobSpec], policy: str = "fifo", placement: str = "consolidate", *,
-               backfill: bool = False, **config) -> Engine:
+               backfill: bool = False, queue_options: dict | None = None, **config) -> Engine:
     config.setdefault("restore_overhead_s", 5.0)
     config.setdefault("migration_overhead_s", 7.0)
-    engine = Engine(spec, build_policy(policy, placement, backfill=backfill), EngineConfig(**config),
+    engine = Engine(spec, build_policy(policy, placement, backfill=backfill, queue_options=queue_options), EngineConfig(**config),
                     recorder=MetricsRecorder(sample_interval_s=1.0))
     for j in jobs:
         engine.submit(j)

@@ -57,7 +57,7 @@ def test_pathfinding_extracts_every_leaf(gw: Running, model: Model) -> None:
 def test_pathfinding_with_confidences_as_leaf_identities(tmp_path: Path) -> None:
     # BigML-style: no leaf ids, label + confidence only; distinct per leaf on this tree.
     model = train_model(load_dataset("iris"), "iris", max_depth=3, seed=0)
-    labels, conf = model._node_answers
+    labels, conf = model.node_answers
     idents = {(int(labels[i]), round(float(conf[i]), 6)) for i in model.tree.leaves}
     assert len(idents) == model.tree.n_leaves, "the test needs distinct confidences per leaf"
     with running_gateway(tmp_path / "s.db", [model], policies={"iris": CONF}) as r:

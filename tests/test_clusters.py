@@ -20,9 +20,9 @@ from analysim.clusters import (
 from analysim.core.cluster import ClusterState
 from analysim.errors import InputFileError, UserError
 from analysim.traces import synthetic
+from tests.shared import TRACES, needs_shared
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 @pytest.mark.parametrize(
@@ -70,11 +70,9 @@ def test_openb_preset_classes():
     assert sum(count for _, count in OPENB_NODE_CLASSES) == 1213
 
 
-@pytest.mark.shared
+@needs_shared(TRACES / "openb_node_list_gpu_node.csv")
 def test_openb_preset_matches_real_node_list():
-    path = SHARED / "openb_node_list_gpu_node.csv"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
+    path = TRACES / "openb_node_list_gpu_node.csv"
     real, preset = parse_cluster(str(path)), parse_cluster("openb")
     assert (len(real.nodes), real.total_gpus) == (1213, 6212)
 

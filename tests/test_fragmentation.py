@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from analysim.core.fragmentation import (
     gpu_slots_for,
 )
 from analysim.core.job import JobSpec
+from tests.shared import TRACES, needs_shared
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
@@ -398,11 +398,7 @@ def test_deterministic_runs() -> None:
 # ---------------------------------------------------------------------------------------------------
 # the openb trace, when ../shared is there
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-
-
-@pytest.mark.shared
-@pytest.mark.skipif(not (TRACES / "openb_pod_list_default.csv").is_file(), reason="openb trace absent")
+@needs_shared(TRACES / "openb_pod_list_default.csv", TRACES / "openb_node_list_gpu_node.csv")
 def test_openb_prefix_stays_consistent() -> None:
     with open(TRACES / "openb_node_list_gpu_node.csv", newline="") as fh:
         nodes = tuple(

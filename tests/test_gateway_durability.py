@@ -21,6 +21,7 @@ from tests.test_gateway_helpers import (
     start_module,
     wait_until,
 )
+from tests.threads import CheckedThread
 
 CLIENTS = 4
 PREDICT = "/v1/models/credit/predict"
@@ -43,7 +44,7 @@ class Hammer:
         self.answered: dict[int, int] = {}  # query_id -> rows, as the clients saw them
         self.in_flight: list[tuple[str, list[list[object]]]] = []  # (key, rows) cut off by the signal
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+        self.threads = [CheckedThread(self.run, args=(i,), name=f"client{i}") for i in range(CLIENTS)]
 
     def run(self, i: int) -> None:
         client = Client("127.0.0.1", self.port, self.key)
@@ -84,9 +85,9 @@ class Hammer:
             t.start()
 
     def join(self) -> None:
+        """Wait for every client; a failed check in a client thread fails the test here."""
         for t in self.threads:
             t.join(30)
-            assert not t.is_alive()
 
 
 def ledger(db: Path) -> dict[int, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -342,8 +341,6 @@ def test_predict_stream_checks_the_key_at_the_start_and_for_every_request(gw: Ru
 def test_shutdown_ends_an_idle_predict_stream_at_once(tmp_path: Path) -> None:
     """A stream waiting for its client's next message is not a request in flight: shutdown
     ends it cleanly instead of waiting out the grace period for it."""
-    from mlaas_monitor.server import SHUTDOWN_GRACE_S
-
     more = threading.Event()
     with running_gateway(tmp_path / "s.db") as r, grpc.insecure_channel(r.thread.grpc_target) as ch:
         key = r.new_key("idle")
@@ -354,9 +351,9 @@ def test_shutdown_ends_an_idle_predict_stream_at_once(tmp_path: Path) -> None:
 
         stream = pb_grpc.PredictionServiceStub(ch).PredictStream(requests(), metadata=md(key))
         assert next(stream).HasField("answer")
-        started = time.monotonic()
         r.thread.stop()
-        assert time.monotonic() - started < SHUTDOWN_GRACE_S / 2
-        assert list(stream) == []  # ended with status OK, nothing lost or half-sent
+        # Ended with status OK: a stream held until the grace period ran out would be cut off
+        # with an error instead. (Nothing lost or half-sent.)
+        assert list(stream) == []
         more.set()
         assert r.store.ledger_totals()[1] == 1

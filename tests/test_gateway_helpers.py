@@ -24,14 +24,13 @@ from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
 from mlaas_monitor.training import train_model
 from tests.polling import wait_until
+from tests.shared import DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "datasets"
-GERMAN = SHARED / "german.data"
-ADULT = SHARED / "adult.csv"
+GERMAN = DATASETS / "german.data"
+ADULT = DATASETS / "adult.csv"
 ADMIN_KEY = "test-admin-key-0123456789"
 
-needs_shared = pytest.mark.skipif(not GERMAN.exists(), reason="needs ../shared/datasets")
 
 # A small mixed-type dataset made here, so the core tests run without ../shared.
 CREDIT_CSV = "amount,purpose,age,housing,risk\n" + "\n".join(

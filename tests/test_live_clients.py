@@ -5,7 +5,6 @@ ignored), and a short paced replay whose summary reports its divergence from the
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 
 import grpc
@@ -21,6 +20,7 @@ from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.auth import bearer
 from scheduler_svc.contract import word
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
+from tests.threads import CheckedThread
 
 
 def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -35,7 +35,7 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
             except grpc.RpcError as e:  # cancelled at the end of the test
                 assert e.code() == grpc.StatusCode.CANCELLED
 
-        reader = threading.Thread(target=read, daemon=True)
+        reader = CheckedThread(read, name="watch reader")
         reader.start()
         wait_until(lambda: events and events[0].kind == spb.EVENT_KIND_WATCHING, 30, "the watch handshake")
         # Lockstep with nothing else to do: each job runs its whole duration at once in virtual time.
@@ -70,6 +70,7 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
         assert "lockstep" in out and "node-0003" in out and "5 submitted" in out
         wait_until(lambda: any(e.kind == spb.EVENT_KIND_CANCEL and e.job_id == long for e in events), 30, "cancel event")
         stream.cancel()
+        reader.join()  # what the reader thread asserted fails the test here
         kinds = {(word(spb.EventKind, e.kind), e.job_id) for e in events}
         for i in ids:
             assert {("submit", i), ("launch", i), ("complete", i)} <= kinds

@@ -4,6 +4,7 @@ Prometheus text parsed with prometheus_client."""
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,3 +49,19 @@ def scrape(host: str, port: int) -> dict[str, list]:
 
 def sample_sum(samples: list, name: str, **labels: str) -> float:
     return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def wait_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Wait until a just-killed server's port can be bound again (the kernel may hold it for a
+    moment), before a new server is started on it; never assume it is free at once."""
+
+    def bindable() -> bool:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+            return True
+
+    wait_until(bindable, 60, f"port {port} free to bind again")

@@ -15,8 +15,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analysim.cli import main as analysim
+from analysim.core.job import JobSpec
+from analysim.traces import Trace, write_canonical
 from scheduler_svc.launcher import ROOT
 from tests.test_live_helpers import live, sample_sum, scrape
 
@@ -104,3 +108,44 @@ def test_analysim_up_end_to_end(tmp_path: Path) -> None:
         except ProcessLookupError:
             continue
         raise AssertionError(f"process {pid} ({f.name}) still running after analysim up returned")
+
+
+@st.composite
+def small_config(draw):
+    """A small cluster (4 nodes x 4 GPUs, maybe two VCs with quotas, borrowing on or off), a trace
+    of whole and fractional GPU jobs, and a policy, placement and mechanisms."""
+    quotas = draw(st.booleans())
+    cluster = {"name": "p", "nodes": [{"count": 4, "gpus": 4, "rack_size": 2}]}
+    if quotas:
+        cluster |= {"vcs": [{"name": "a", "quota_gpus": 8}, {"name": "b", "quota_gpus": 8}],
+                    "allow_borrowing": draw(st.booleans())}
+    jobs = []
+    for i in range(draw(st.integers(5, 25))):
+        frac = draw(st.integers(0, 3)) == 0
+        jobs.append(JobSpec(f"j{i}", float(draw(st.integers(0, 600))), float(draw(st.integers(10, 900))),
+                            1 if frac else draw(st.sampled_from([1, 2, 4, 8])),
+                            gpu_milli=draw(st.sampled_from([250, 500])) if frac else 1000,
+                            vc=draw(st.sampled_from(["a", "b"])) if quotas else "default"))
+    policy = draw(st.sampled_from(["fifo", "fifo-backfill", "sjf", "srtf", "tiresias", "qssf", "fair"]))
+    args = ["--policy", policy, "--placement", draw(st.sampled_from(["consolidate", "spread", "fgd", "random"]))]
+    args += [flag for flag in ("--preemption", "--migration") if draw(st.booleans())]
+    return cluster, jobs, args
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(small_config())
+def test_live_equals_offline_on_small_random_configurations(tmp_path_factory, config):
+    """Live (scheduler + 2 agent processes) and offline give the same jobs.csv, byte for byte,
+    over policies x placements x mechanisms x fractional GPUs x quotas."""
+    cluster, jobs, args = config
+    tmp = tmp_path_factory.mktemp("live-prop")
+    (tmp / "cluster.json").write_text(json.dumps(cluster))
+    write_canonical(Trace(jobs=jobs, source="prop", format="canonical", filtered={}), tmp / "trace.csv")
+    run_args = ["--trace", str(tmp / "trace.csv"), *args]
+    spec = str(tmp / "cluster.json")
+    assert analysim(["simulate", *run_args, "--cluster", spec, "--out", str(tmp / "offline"), "--no-plots",
+                     "--no-progress"]) == 0
+    with live(tmp, [*run_args, "--out", str(tmp / "live")], spec, nodes=4, agents=2) as (_, client):
+        client.wait_done(120)
+    assert (tmp / "live" / "jobs.csv").read_text() == (tmp / "offline" / "jobs.csv").read_text()

@@ -19,7 +19,7 @@ import pytest
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
 from protos.analysim.v1 import scheduler_pb2 as spb
-from tests.test_live_helpers import live, wait_until
+from tests.test_live_helpers import live, wait_port_free, wait_until
 
 
 def _rows(path: Path) -> dict[str, dict]:
@@ -44,6 +44,7 @@ def test_scheduler_sigkill_resumes_running_jobs_where_they_were(tmp_path: Path) 
         running = wait_until(paused_with_running_jobs, 60, "paused with jobs running")
         port = run.scheduler.info["grpc"]
         run.kill(run.scheduler, signal.SIGKILL)
+        wait_port_free(port)
         # The agents keep their jobs and retry; a new scheduler on the same journal and port.
         run.start_scheduler([*args, "--journal", str(journal), "--out", str(out), "--port", str(port),
                              "--cluster", "16x8", "--log-level", "WARNING"])
@@ -155,6 +156,7 @@ def test_scheduler_sigkill_without_warning_still_replays_exactly(tmp_path: Path)
         st = wait_until(lambda: (s := client.cluster_state()).jobs_completed >= 100 and s, 60, "the replay under way")
         port = run.scheduler.info["grpc"]
         run.kill(run.scheduler, signal.SIGKILL)
+        wait_port_free(port)
         assert not st.replay_done and st.jobs_running > 0
         run.start_scheduler([*args, "--journal", str(journal), "--out", str(out), "--port", str(port),
                              "--cluster", "16x8", "--log-level", "WARNING"])

@@ -136,8 +136,8 @@ def test_telemetry_is_deterministic_and_plausible() -> None:
 def test_up_picks_the_cluster_simulate_picks() -> None:
     """Without --cluster, `analysim up` must replay on the cluster `analysim simulate` would use."""
     from analysim.cli import build_parser
-    from analysim.cli.common import load_inputs
     from analysim.cli.up import cluster_spec
+    from analysim.inputs import load_inputs
 
     parser = build_parser()
     data = ROOT / "tests" / "data"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlaas_monitor.store import Store
+from tests.shared import needs_shared
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     GERMAN,
@@ -20,7 +21,6 @@ from tests.test_gateway_helpers import (
     Client,
     credit_csv,
     iris_model,
-    needs_shared,
     wait_until,
 )
 
@@ -46,7 +46,7 @@ def test_train_list_show(tmp_path: Path) -> None:
     assert "tree" not in shown
 
 
-@needs_shared
+@needs_shared(GERMAN)
 def test_train_german_from_shared(tmp_path: Path) -> None:
     r = run("model", "train", "--db", str(tmp_path / "s.db"), "--dataset", str(GERMAN), "--max-leaf-nodes", "26", "--name", "german")
     assert r.returncode == 0 and "26 leaves" in r.stdout and "20 features" in r.stdout

@@ -14,7 +14,8 @@ from mlaas_monitor.model import Model
 from mlaas_monitor.schema import CATEGORICAL, NUMERIC
 from mlaas_monitor.store import Store
 from mlaas_monitor.training import encode_dataset, train_model
-from tests.test_gateway_helpers import ADULT, GERMAN, credit_csv, needs_shared
+from tests.shared import needs_shared
+from tests.test_gateway_helpers import ADULT, GERMAN, credit_csv
 
 
 @pytest.mark.parametrize(("name", "n_features", "n_classes"), [("iris", 4, 3), ("wine", 13, 3), ("breast_cancer", 30, 2), ("digits", 64, 10)])
@@ -42,7 +43,7 @@ def test_csv_with_header_infers_types_and_holds_out_a_quarter() -> None:
     np.testing.assert_array_equal(again.validation_X, m.validation_X)
 
 
-@needs_shared
+@needs_shared(GERMAN)
 def test_german_data_uses_the_readme_column_names() -> None:
     ds = load_dataset(str(GERMAN))
     assert ds.columns == list(GERMAN_COLUMNS[:-1]) and ds.target_name == "credit"
@@ -53,7 +54,7 @@ def test_german_data_uses_the_readme_column_names() -> None:
     assert next(f for f in m.schema.features if f.name == "status").categories == ("A11", "A12", "A13", "A14")
 
 
-@needs_shared
+@needs_shared(ADULT)
 def test_adult_csv_strips_spaces_and_keeps_missing_as_a_category() -> None:
     ds = load_dataset(str(ADULT))
     assert len(ds.data) == 32561 and ds.target_name == "income"

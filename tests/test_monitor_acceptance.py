@@ -15,7 +15,8 @@ import pytest
 
 from analysim.cli import main as cli_main
 from mlaas_monitor.monitor.evaluate import SubjectCurve, analyse_curve, extent
-from tests.test_gateway_helpers import ADULT, GERMAN, needs_shared
+from tests.shared import shared_marks
+from tests.test_gateway_helpers import ADULT, GERMAN
 
 
 def check_outputs(out: Path, strategies: list[str]) -> dict:  # type: ignore[type-arg]
@@ -74,9 +75,7 @@ def test_monitor_eval_on_a_small_tree(tmp_path: Path, capsys: pytest.CaptureFixt
     assert summary["strategies"]["benign"]["evaluation"]["prada_alarms"] == 0
 
 
-@needs_shared
-@pytest.mark.shared
-@pytest.mark.parametrize("dataset", [GERMAN, ADULT], ids=["german", "adult"])
+@pytest.mark.parametrize("dataset", [pytest.param(d, marks=shared_marks(d), id=d.stem) for d in (GERMAN, ADULT)])
 def test_monitor_eval_on_german_and_adult(tmp_path: Path, dataset: Path) -> None:
     out = tmp_path / dataset.stem
     # The default tree size (the defaults were calibrated on it), a smaller population.

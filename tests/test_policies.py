@@ -60,24 +60,24 @@ def test_srtf_without_preemption_waits():
     assert times(e) == {"A": (0, 100), "B": (100, 120)}
 
 
-def test_tiresias_demotes_and_preempts_across_levels(monkeypatch):
+def test_tiresias_demotes_and_preempts_across_levels():
     # Thresholds: one, at 100 GPU-seconds. A (2 GPUs, 200 s) crosses it at t=50 and drops to level 1.
     # B (1 GPU, 30 s) arrives at 60 in level 0 and evicts A; B runs 60-90. A needs both GPUs, so it
     # resumes at 90: 5 s restore + 140 s left (it ran 60 of 200) -> ends at 235.
-    monkeypatch.setattr(Tiresias, "__init__", _tiresias_init((100.0,)))
-    e = run_engine(cluster(1, 2), [job("A", 0, 2, 200), job("B", 60, 1, 30)], "tiresias", preemption=True)
+    e = run_engine(cluster(1, 2), [job("A", 0, 2, 200), job("B", 60, 1, 30)], "tiresias", preemption=True,
+                   queue_options={"thresholds_gpu_s": (100.0,)})
     assert times(e) == {"A": (0, 235), "B": (60, 90)}
     assert e.jobs["A"].preemptions == 1
 
 
-def test_tiresias_does_not_preempt_within_a_level(monkeypatch):
+def test_tiresias_does_not_preempt_within_a_level():
     # A (2 GPUs, 40 s) never reaches 100 GPU-s: it stays in level 0 with B, which waits for it.
-    monkeypatch.setattr(Tiresias, "__init__", _tiresias_init((100.0,)))
-    e = run_engine(cluster(1, 2), [job("A", 0, 2, 40), job("B", 10, 1, 30)], "tiresias", preemption=True)
+    e = run_engine(cluster(1, 2), [job("A", 0, 2, 40), job("B", 10, 1, 30)], "tiresias", preemption=True,
+                   queue_options={"thresholds_gpu_s": (100.0,)})
     assert times(e) == {"A": (0, 40), "B": (40, 70)}
 
 
-def test_tiresias_starvation_guard_promotes(monkeypatch):
+def test_tiresias_starvation_guard_promotes():
     # Thresholds at 10 GPU-s, starve factor 2; one GPU.
     #  0: A (100 s) starts; at 10 it passes 10 GPU-s -> level 1.
     # 20: B (100 s, level 0) evicts A (A has run 20 s: promotion due at 20 + 2*20 = 60).
@@ -86,19 +86,38 @@ def test_tiresias_starvation_guard_promotes(monkeypatch):
     #     A resumes: 5 s restore, then 80 s of work left; at 70 it is level 1 again.
     # 140: B is promoted and evicts A. A ran 60-140: 75 s of progress, 5 s left (has run 100 s).
     #     B resumes: 5 s restore + 60 s -> ends 205. A resumes at 205: 5 + 5 -> ends 215.
-    monkeypatch.setattr(Tiresias, "__init__", _tiresias_init((10.0,), starve_factor=2.0))
-    e = run_engine(cluster(1, 1), [job("A", 0, 1, 100), job("B", 20, 1, 100)], "tiresias", preemption=True)
+    e = run_engine(cluster(1, 1), [job("A", 0, 1, 100), job("B", 20, 1, 100)], "tiresias", preemption=True,
+                   queue_options={"thresholds_gpu_s": (10.0,), "starve_factor": 2.0})
     assert times(e) == {"A": (0, 215), "B": (20, 205)}
     assert (e.jobs["A"].preemptions, e.jobs["B"].preemptions) == (2, 1)
 
 
-def _tiresias_init(thresholds, starve_factor=10.0):
-    original = Tiresias.__init__
+def test_tiresias_at_the_production_defaults():
+    # Thresholds 3,600 and 36,000 GPU-s, starve factor 10 (Tiresias' defaults); one node, 4 GPUs,
+    # every job takes all 4, restore 5 s.
+    #     0: A (20,000 s) starts. B (2,000 s) arrives at 10, level 0 like A: waits.
+    #   900: A has 900 x 4 = 3,600 GPU-s -> level 1; B (level 0) evicts it. A: 19,100 s left.
+    #  1800: B passes 3,600 GPU-s -> level 1, A waits in level 1 too: no eviction. B ends at 2,900.
+    #  2900: A resumes (5 s restore). At 5,000, C (20,000 s, level 0) evicts A (level 1: 12,000
+    #        GPU-s): A made 2,095 s of progress, 17,005 s left.
+    #  5900: C -> level 1, same as A: runs on. 14000: C passes 36,000 GPU-s -> level 2, and A
+    #        (level 1) evicts it; C has 11,000 s left.
+    # 14000: A resumes: 5 + 17,005 -> ends 31,010. At 20,000 A reaches level 2 too: equal, no
+    #        eviction. 31010: C resumes: 5 + 11,000 -> ends 42,015. (A's starvation promotion,
+    #        due 30,000 s after its stop at 5,000, never comes: it runs again first.)
+    trace = [job("A", 0, 4, 20000), job("B", 10, 4, 2000), job("C", 5000, 4, 20000)]
+    e = run_engine(cluster(1, 4), trace, "tiresias", preemption=True)
+    assert times(e) == {"A": (0, 31010), "B": (900, 2900), "C": (5000, 42015)}
+    assert [(d.time, d.kind, d.job_id) for d in e.decisions if d.kind == "preempt"] == [
+        (900, "preempt", "A"), (5000, "preempt", "A"), (14000, "preempt", "C")]
+    assert isinstance(e.policy.queue, Tiresias) and e.policy.queue.thresholds == (3600.0, 36000.0)
 
-    def init(self, thresholds_gpu_s=thresholds, starve_factor=starve_factor):
-        original(self, thresholds_gpu_s, starve_factor)
 
-    return init
+def test_build_policy_refuses_options_a_queue_does_not_take():
+    from analysim.core.policies import build_policy
+
+    with pytest.raises(ValueError, match="fifo"):
+        build_policy("fifo", queue_options={"thresholds_gpu_s": (1.0,)})
 
 
 def test_qssf_orders_by_predicted_not_true_duration():

@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+from tests.shared import TRACES, needs_shared
 
 
 def analysim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -105,14 +103,14 @@ def test_compare_runs_combinations_in_parallel(tmp_path):
     assert lines[0].startswith("run") and len([x for x in lines if x.startswith(("fifo", "srtf"))]) == 4
 
 
-@pytest.mark.skipif(not (SHARED / "openb_node_list_gpu_node.csv").exists(), reason="../shared/traces absent")
+@needs_shared(TRACES / "openb_pod_list_default.csv", TRACES / "openb_node_list_gpu_node.csv")
 def test_openb_inflate_fgd_beats_best_fit_on_fragmentation(tmp_path):
     # GPU pods only: with openb's CPU-only pods kept, this FGD loses to best fit (see docs/simulation.md).
     res = {}
     for placement in ("fgd", "consolidate"):
         out = tmp_path / placement
-        r = analysim("simulate", "--trace", str(SHARED / "openb_pod_list_default.csv"), "--cluster",
-                     str(SHARED / "openb_node_list_gpu_node.csv"), "--mode", "inflate", "--placement", placement,
+        r = analysim("simulate", "--trace", str(TRACES / "openb_pod_list_default.csv"), "--cluster",
+                     str(TRACES / "openb_node_list_gpu_node.csv"), "--mode", "inflate", "--placement", placement,
                      "--drop-cpu-only", "--no-plots", "--out", str(out), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         res[placement] = json.loads((out / "summary.json").read_text())

@@ -87,7 +87,7 @@ def test_cell_id_is_the_content_not_the_spelling(tmp_path):
 
 
 def test_cells_share_a_loaded_trace_only_when_reading_it_is_the_same():
-    from analysim.cli.common import trace_inputs
+    from analysim.inputs import trace_inputs
 
     on_file = expand({"trace": str(DATA / "canonical_small.csv"), "policy": ["fifo", "srtf"], "seed": [1, 2],
                       "preemption": [False, True]})

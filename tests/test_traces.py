@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,16 +15,9 @@ from analysim.errors import InputFileError, UserError
 from analysim.traces import FORMATS, Trace, detect_format, load_trace, write_canonical
 from analysim.traces import synthetic as syn
 from analysim.traces.synthetic import generate
+from tests.shared import TRACES, needs_shared
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-
-
-def shared_file(name: str) -> Path:
-    path = SHARED / name
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
-    return path
 
 
 def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
@@ -50,12 +42,9 @@ def test_philly_sorted_relative_and_named_by_row():
     assert t.jobs[-1].submit_s == (37 * 86400) + (12 * 3600) - (7 * 3600 + 58 * 60 + 32)
 
 
-@pytest.mark.shared
+@needs_shared(TRACES / "philly.csv")
 def test_philly_real_file():
-    path = shared_file("philly.csv")
-    start = time.perf_counter()
-    t = load_trace(path, "philly")
-    elapsed = time.perf_counter() - start
+    t = load_trace(TRACES / "philly.csv", "philly")  # (how fast: bench/bench_trace_load.py)
     assert len(t.jobs) == 82247 and t.filtered == {}
     assert len({j.vc for j in t.jobs}) == 15
     assert Counter(j.num_gpus for j in t.jobs) == {
@@ -63,12 +52,11 @@ def test_philly_real_file():
     }  # fmt: skip
     assert t.jobs[0].submit_s == 0.0
     assert all(a.submit_s <= b.submit_s for a, b in zip(t.jobs, t.jobs[1:], strict=False))
-    assert elapsed < 3.0  # ~0.5 s on a quiet laptop; generous for a shared CI box
 
 
-@pytest.mark.shared
+@needs_shared(TRACES / "philly.csv")
 def test_philly_round_trips_through_canonical(tmp_path):
-    t = load_trace(shared_file("philly.csv"), "philly")
+    t = load_trace(TRACES / "philly.csv", "philly")
     write_canonical(t, tmp_path / "p.csv")
     assert load_trace(tmp_path / "p.csv").jobs == t.jobs
 
@@ -110,18 +98,18 @@ def test_openb_inflate_form_has_no_times():
     assert [j.num_gpus == 0 for j in t.jobs] == [False, False, True, False]
 
 
-@pytest.mark.shared
+@needs_shared(TRACES / "openb_pod_list_default.csv", TRACES / "openb_pod_list_multigpu50.csv")
 def test_openb_real_files():
-    t = load_trace(shared_file("openb_pod_list_default.csv"), "openb", drop_cpu_only=True)
+    t = load_trace(TRACES / "openb_pod_list_default.csv", "openb", drop_cpu_only=True)
     # 1,088 CPU-only pods, 36 of them never scheduled (counted as such).
     assert len(t.jobs) == 8152 - 1052 - 897
     assert t.filtered == {"cpu_only": 1052, "never_scheduled": 897}
     assert Counter(j.num_gpus for j in t.jobs) == {1: 6129, 2: 15, 4: 15, 8: 44}
-    kept = load_trace(shared_file("openb_pod_list_default.csv"), "openb")
+    kept = load_trace(TRACES / "openb_pod_list_default.csv", "openb")
     assert kept.filtered == {"never_scheduled": 897} and sum(j.num_gpus == 0 for j in kept.jobs) == 1052
-    m = load_trace(shared_file("openb_pod_list_multigpu50.csv"), drop_cpu_only=True)
+    m = load_trace(TRACES / "openb_pod_list_multigpu50.csv", drop_cpu_only=True)
     assert len(m.jobs) == 9061 - 1088 and m.filtered == {"cpu_only": 1088}
-    assert len(load_trace(shared_file("openb_pod_list_multigpu50.csv")).jobs) == 9061
+    assert len(load_trace(TRACES / "openb_pod_list_multigpu50.csv").jobs) == 9061
     assert sum(j.is_fractional for j in m.jobs) == 3078
 
 
@@ -424,9 +412,9 @@ def test_synthetic_arrival_shape(big_sample):
     assert 0.11 < counts[counts > 1].sum() / submit.size < 0.19
 
 
-@pytest.mark.shared
+@needs_shared(TRACES / "philly.csv")
 def test_synthetic_constants_match_philly():
-    t = load_trace(shared_file("philly.csv"), "philly")
+    t = load_trace(TRACES / "philly.csv", "philly")
     assert Counter(j.num_gpus for j in t.jobs) == syn.GPU_COUNT_JOBS
     vc_jobs = Counter(j.vc for j in t.jobs)
     assert {

@@ -4,8 +4,6 @@ another tenant's head of line only when both draw on the same GPUs (shared pool,
 from __future__ import annotations
 
 import contextlib
-import csv
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,8 +15,6 @@ from analysim.core.job import JobSpec
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import build_policy
 from tests.simhelpers import cluster, job, run_engine, times
-
-PAI = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pai_sim"
 
 
 def _two_dedicated_vcs() -> ClusterSpec:
@@ -195,23 +191,3 @@ def fifo_scenario(draw):
 def test_leaving_out_blocked_vcs_changes_no_decision(sc):
     spec, jobs, policy, config = sc
     assert _decisions(Engine, spec, jobs, policy, config) == _decisions(_WalkEveryJob, spec, jobs, policy, config)
-
-
-@pytest.mark.shared
-@pytest.mark.skipif(not PAI.is_dir(), reason="needs ../shared/reference/pai_sim")
-@pytest.mark.parametrize(("policy", "schedule"), [("sjf", "schedule_sjf_2k_64gpu.csv"),
-                                                  ("fair", "schedule_fifo_greedy_2k_64gpu.csv")])
-def test_every_start_and_end_matches_the_pai_simulator(policy, schedule):
-    # Outside oracle (README there): one 64-GPU node, CPU never binding, 2,000 Philly jobs, one VC.
-    from analysim.traces import load_trace
-
-    spec = ClusterSpec("pai", (NodeSpec("n0", "r0", "V100", 64, 10**9, 10**9),))
-    engine = Engine(spec, build_policy(policy), EngineConfig())
-    for j in load_trace(PAI / "philly_sample2k_64gpu.csv").jobs:
-        engine.submit(j)
-    engine.run()
-    with (PAI / schedule).open() as f:
-        ref = {r["job_id"]: (float(r["start_s"]), float(r["end_s"])) for r in csv.DictReader(f)}
-    assert len(ref) == 2000
-    ours = {k: (engine.jobs[k].first_start_s, engine.jobs[k].end_s) for k in ref}
-    assert ours == ref

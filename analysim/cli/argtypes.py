@@ -1,113 +1,18 @@
-"""argparse value types shared by the subcommands: a bad value is a one-line usage error."""
+"""The argparse value types, for the subcommands (defined in analysim.argtypes, which the
+services' entry points use too without importing the CLI)."""
 
-from __future__ import annotations
+from analysim.argtypes import (
+    fraction,
+    nonneg_int,
+    percent,
+    port,
+    positive_int,
+    positive_number,
+    positive_seconds,
+    rate,
+    seconds,
+    wall_seconds,
+)
 
-import argparse
-
-from analysim.core.job import MAX_TIME_S
-
-
-def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
-    return v
-
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {v}")
-    return v
-
-
-def wall_seconds(lo: float, hi: float):  # noqa: ANN201 — an argparse type
-    """Wall seconds in [lo, hi]."""
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected wall seconds, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} wall seconds, got {v:g}")
-        return v
-
-    return parse
-
-
-def rate(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return v
-
-
-def seconds(text: str) -> float:
-    """A duration in seconds, from 0 to MAX_TIME_S: NaN, infinities and negative times break the
-    clock's arithmetic (time going backwards, overflow, jobs finishing before their duration)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 <= v <= MAX_TIME_S:
-        raise argparse.ArgumentTypeError(f"expected seconds from 0 to {MAX_TIME_S:g}, got {text}")
-    return v
-
-
-def positive_seconds(text: str) -> float:
-    v = seconds(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text}")
-    return v
-
-
-def positive_number(text: str, maximum: float = 1e6) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v <= maximum:
-        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most {maximum:g}, got {text}")
-    return v
-
-
-def fraction(text: str) -> float:
-    """A share from 0 to 1 (a threshold on a status in [0, 1])."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text}")
-    return v
-
-
-def percent(text: str) -> float:
-    """A share of capacity in percent, above 0 and at most 1000."""
-    try:
-        v = float(text.removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
-    if not 0 < v <= 1000:
-        raise argparse.ArgumentTypeError(f"expected a percentage above 0 and at most 1000, got {text}")
-    return v
+__all__ = ["fraction", "nonneg_int", "percent", "port", "positive_int", "positive_number", "positive_seconds", "rate", "seconds",
+           "wall_seconds"]

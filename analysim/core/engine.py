@@ -108,6 +108,7 @@ class Engine:
         self.recorder = recorder
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
+        self._one_node_cache: dict[tuple, bool] = {}  # (GPUs, models, dedicated VC) -> fits one node only
         # Whether a job shape fits the empty cluster (with the nodes that are up now): every
         # submitted job is checked, and traces repeat a few shapes.
         self._fits_empty: dict[tuple, bool] = {}
@@ -315,9 +316,6 @@ class Engine:
             self.state.touched.clear()
         return self._frag_index
 
-    def job_run(self, job_id: str) -> JobRun:
-        return self.jobs[job_id]
-
     # --------------------------------------------------------------- event handlers
 
     def _on_arrival(self, job: JobRun) -> None:
@@ -365,6 +363,7 @@ class Engine:
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
         self._static_cache.clear()
+        self._one_node_cache.clear()
         self._fits_empty.clear()
         for job in [j for j in self.running.values() if node in j.placement.nodes]:
             self._stop(job)
@@ -386,6 +385,7 @@ class Engine:
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
         self._static_cache.clear()
+        self._one_node_cache.clear()
         self._fits_empty.clear()
         self._dirty = True
         for job_id, job in list(self.held.items()):  # in submission order
@@ -557,18 +557,26 @@ class Engine:
             ff = st.full_free[st.up]
             if not ff.size:
                 return True
-            # Jobs wider than any node span several: as few as possible unless locality is
-            # relaxed, so the emptiest nodes must hold them.
-            gangs = [g for g in self._pending_whole if g > self._gmax]
+            # Jobs wider than the largest node open to them span several: as few as possible
+            # unless locality is relaxed, so the emptiest nodes must hold them. Which nodes are
+            # open to a job depends on its constraints (GPU model, VC), so any job wider than the
+            # smallest node may be one, over at most ceil(g / smallest node) nodes.
+            gangs = [g for g in self._pending_whole if g > st.smallest_node_gpus]
             if not gangs:
                 return True
-            g = min(gangs)
             if self.config.relaxed_locality:
-                return int(ff.sum()) < g
-            k = math.ceil(g / self._gmax)
-            top = np.sort(ff)[-k:] if k < ff.size else ff
-            return int(top.sum()) < g
+                return int(ff.sum()) < min(gangs)
+            desc = np.sort(ff)[::-1]
+            return all(int(desc[: math.ceil(g / max(st.smallest_node_gpus, 1))].sum()) < g for g in gangs)
         return True
+
+    def _one_node(self, spec: JobSpec) -> bool:
+        """Whether the job must fit on one node: some node open to it (up) has enough GPUs."""
+        key = (spec.num_gpus, spec.gpu_models, spec.vc if spec.vc in self._vc_dedicated else None)
+        one = self._one_node_cache.get(key)
+        if one is None:
+            one = self._one_node_cache[key] = placement.gang_size(self.state, spec, self.static_mask(spec)) == 1
+        return one
 
     def rekey(self, job: JobRun) -> None:
         """For plugins: the job's queue key changed while it was pending."""
@@ -688,17 +696,22 @@ class Engine:
                 held = [blocked[sc] for sc in scopes if sc in blocked]
                 if held and not pol.backfill:
                     continue  # behind a blocked head of its own queue
-            if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional:
+            if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional and (
+                    g <= st.smallest_node_gpus or self._one_node(spec)):
                 pass  # cannot fit: a failure, as below
             elif not self.spec.allow_borrowing and not self.within_quota(job):
                 continue  # over its VC's quota: waits without blocking other tenants
             else:
                 # A request at least as big as one that just failed, with the same constraints,
                 # fails too: skipping it keeps a pass over a long queue cheap when the cluster is full.
+                # Only for jobs that must fit on one node: a gang over k nodes may fit where a
+                # smaller request failed (9 GPUs over two 8-GPU nodes with 7 free each, where 8 on
+                # one node did not), so gangs are always tried.
                 sig = (spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
                        spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
-                worse = failed.get(sig)
+                gang = g > st.smallest_node_gpus and not self._one_node(spec)
+                worse = None if gang else failed.get(sig)
                 # (Written out: a generator over the four fields cost more than the rest of the
                 # check for the long queues of LAS-like policies.)
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
@@ -725,8 +738,8 @@ class Engine:
                     if only_capacity and not q.blocking and self._hopeless():
                         break
                     continue
-                if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2]
-                                     and req[3] <= worse[3]):  # fmt: skip
+                if not gang and (worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
+                                                   and req[2] <= worse[2] and req[3] <= worse[3])):  # fmt: skip
                     failed[sig] = req
             if blocking:
                 for sc in self.blocked_scopes(job):

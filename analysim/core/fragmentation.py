@@ -358,13 +358,6 @@ class FragmentationIndex:
         """W_total x F from T, K, R and C (any matching leading shape)."""
         return self._w_total * t - ((k >= self._s_k) * c * r).sum(axis=-1)
 
-    def _frag_rows(
-        self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray, model: np.ndarray, up: np.ndarray
-    ) -> np.ndarray:
-        """W_total x F for rows of node state (free[b, g], cpu[b], ...), exact int64."""
-        t, k, r = self._gpu_sums(free)
-        return self._combine(t, k, r, self._shape_weights(cpu, mem, model, up))
-
     def refresh(self, nodes: Iterable[int] | np.ndarray) -> None:
         """Recompute F_n for ``nodes`` (indexes, or a bool mask) from the state, after allocate,
         release or up/down on them."""

@@ -14,7 +14,6 @@ Fragmentation, two figures:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -216,7 +215,3 @@ def _jct_stats(jobs: list[dict]) -> dict:
         "p99_jct_s": float(np.percentile(jct, 99)),
         "avg_queue_s": float(np.mean([j["queue_s"] for j in jobs])),
     }
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None

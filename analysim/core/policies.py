@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+
 from analysim.core.framework import Policy
 from analysim.core.plugins.migration import DefragMigration
 from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
@@ -19,8 +22,12 @@ def placement_names() -> list[str]:
     return sorted(SCORES) + ["bestfit"]
 
 
-def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = False) -> Policy:
+def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = False,
+                 queue_options: Mapping[str, object] | None = None) -> Policy:
     """E.g. ``build_policy("tiresias", "fgd")``. Unknown names raise ValueError listing the known ones.
+
+    ``queue_options`` are passed to the queue plugin, e.g. ``{"thresholds_gpu_s": (100.0,)}`` for
+    Tiresias; an option the queue does not take raises ValueError.
 
     Preemption and migration are mechanisms switched on in EngineConfig; the policy always carries
     the plugins, so that the same policy can be run with and without them.
@@ -31,7 +38,13 @@ def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = Fal
     sname = SCORE_ALIASES.get(score, score)
     if sname not in SCORES:
         raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
-    q = QUEUE_SORTS[qname]()
+    cls = QUEUE_SORTS[qname]
+    options = dict(queue_options or {})
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError as e:
+        raise ValueError(f"queue {qname!r}: {e}") from None
+    q = cls(**options)
     backfill = backfill or bf
     if backfill and not q.blocking:
         raise ValueError(f"backfill applies to the blocking FIFO queue, not {qname!r}")

@@ -16,9 +16,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysim.cli.common import load_inputs, read_trace, run_options, trace_inputs
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
+from analysim.inputs import load_inputs, read_trace, run_options, trace_inputs
 from analysim.report import write_csv, write_json
 from analysim.sweep.cell import FAILED, LOST, OK, Outcome
 from analysim.sweep.engines import run_local, run_ray

@@ -313,7 +313,7 @@ class Monitor(MonitorBase):
         if s is None:
             if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
                 s = mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
-            elif subject in self.gw._by_name:
+            elif self.gw.has_user(subject):
                 s = mon.user(subject)
             else:
                 raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
@@ -365,7 +365,7 @@ class Monitor(MonitorBase):
         if type(members) is not list or not 1 <= len(members) <= MAX_GROUP_MEMBERS:
             raise bad_field("members", f"expected a list of 1 to {MAX_GROUP_MEMBERS} user names")
         for i, m in enumerate(members):
-            if type(m) is not str or m not in self.gw._by_name:
+            if type(m) is not str or not self.gw.has_user(m):
                 raise bad_field(f"members[{i}]", "no such user")
         if name in self.groups:
             raise ApiError(409, "group_exists", f"group {name!r} already exists", "name")

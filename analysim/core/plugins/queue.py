@@ -113,11 +113,14 @@ class Tiresias(_QueueSort):
     def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
         if kind == "launch":
             self._promote_at.pop(job.job_id, None)
-            # Wake up when the job crosses its next threshold: it drops a level and may be evicted.
+            # Wake up whenever the job crosses a threshold: it drops a level and may be evicted.
+            # (Every threshold ahead, not only the next: a job running through two levels in one
+            # go must be looked at when it enters each.)
             attained = job.attained_gpu_s - self._base.get(job.job_id, 0.0)
-            nxt = next((t for t in self.thresholds if t > attained), None)
-            if nxt is not None and job.spec.gpu_demand > 0:
-                ctx.set_timer(ctx.now + (nxt - attained) / job.spec.gpu_demand, None, "tiresias-demote")
+            if job.spec.gpu_demand > 0:
+                for t in self.thresholds:
+                    if t > attained:
+                        ctx.set_timer(ctx.now + (t - attained) / job.spec.gpu_demand, None, "tiresias-demote")
         elif kind == "stop":
             job.queue_level = self.level(job, job.attained_gpu_s)
             if job.queue_level > 0 and job.executed_s > 0:
