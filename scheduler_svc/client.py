@@ -11,27 +11,24 @@ and an ErrorInfo/BadRequest in its rich status: ``analysim.rpc_status.refusal_of
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles, secure_channel
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.auth import bearer
 from scheduler_svc.contract import summary_dict, value
 
-# UNAVAILABLE is the scheduler's "nothing done, retry shortly" (e.g. while a run's end is being
-# written out) as well as a connection not yet up: gRPC's own retry policy takes both, with
-# backoff, so callers (submit, load, tests) don't each need a loop. Up to 5 attempts over ~8 s.
-RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
-    "name": [{"service": "analysim.v1.SchedulerService"}],
-    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.5s", "maxBackoff": "4s",
-                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
-}]})
+# While a run's end is being written out the scheduler refuses submissions with UNAVAILABLE and
+# reason "writing_out": nothing was done, retry shortly. The client retries that refusal alone
+# (not a transport failure, e.g. a TLS mismatch, which must surface at once), so callers don't
+# each need a loop.
+WRITING_OUT_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 
 class SchedulerClient:
@@ -39,8 +36,7 @@ class SchedulerClient:
                  tls: TlsFiles | None = None) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = secure_channel(target, tls or TlsFiles(),
-                                      options=[("grpc.service_config", RETRY_SERVICE_CONFIG)])
+        self.channel = secure_channel(target, tls or TlsFiles())
         self.stub = spb_grpc.SchedulerServiceStub(self.channel)
         self.md = bearer(token)
 
@@ -73,6 +69,13 @@ class SchedulerClient:
                memory_mib: int = 0) -> spb.Job:
         req = spb.SubmitJobRequest(job_id=job_id, num_gpus=num_gpus, gpu_milli=gpu_milli, duration_s=duration_s, vc=vc,
                              user=user, gpu_models=list(gpu_models), cpu_milli=cpu_milli, memory_mib=memory_mib)
+        for pause in WRITING_OUT_RETRIES:
+            try:
+                return self.stub.SubmitJob(req, timeout=self.timeout_s, metadata=self.md).job
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or refusal_of(e)["code"] != "writing_out":
+                    raise
+            time.sleep(pause)
         return self.stub.SubmitJob(req, timeout=self.timeout_s, metadata=self.md).job
 
     def cancel(self, job_id: str) -> spb.Job:

@@ -1,12 +1,14 @@
-"""The scheduler answers UNAVAILABLE "retry shortly" while a run's end is being written out: the
-client retries it (gRPC's retry policy) instead of every caller looping on it."""
+"""The scheduler answers UNAVAILABLE "retry shortly" (reason writing_out) while a run's end is being
+written out: the client retries that refusal, and only that one, instead of every caller looping."""
 
 from __future__ import annotations
 
 from concurrent import futures
 
 import grpc
+from grpc_status import rpc_status
 
+from analysim.rpc_status import SCHEDULER_DOMAIN, status_proto
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.client import SchedulerClient
@@ -15,13 +17,15 @@ from scheduler_svc.client import SchedulerClient
 class BusyThenReady(spb_grpc.SchedulerServiceServicer):
     """A real gRPC server that refuses the first ``busy`` submissions as the scheduler does."""
 
-    def __init__(self, busy: int) -> None:
-        self.busy, self.calls = busy, 0
+    def __init__(self, busy: int, reason: str = "writing_out") -> None:
+        self.busy, self.reason, self.calls = busy, reason, 0
 
     def SubmitJob(self, request: spb.SubmitJobRequest, context: grpc.ServicerContext) -> spb.SubmitJobResponse:
         self.calls += 1
         if self.calls <= self.busy:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly")
+            context.abort_with_status(rpc_status.to_status(status_proto(
+                grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
+                reason=self.reason, domain=SCHEDULER_DOMAIN)))
         return spb.SubmitJobResponse(job=spb.Job(job_id=request.job_id))
 
 
@@ -54,6 +58,21 @@ def test_retries_are_bounded() -> None:
                 raise AssertionError("a scheduler that stays busy must be reported")
             except grpc.RpcError as e:
                 assert e.code() == grpc.StatusCode.UNAVAILABLE
-        assert servicer.calls == 5
+        assert servicer.calls == 8  # the first try and 7 retries over about 6 s
+    finally:
+        server.stop(None)
+
+
+def test_other_unavailable_answers_are_not_retried() -> None:
+    servicer = BusyThenReady(busy=1, reason="something_else")
+    server, port = _serve(servicer)
+    try:
+        with SchedulerClient(f"127.0.0.1:{port}") as c:
+            try:
+                c.submit(num_gpus=1, duration_s=10.0, job_id="c1")
+                raise AssertionError("only the writing_out refusal is retried")
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE
+        assert servicer.calls == 1
     finally:
         server.stop(None)
