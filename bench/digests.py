@@ -1,4 +1,4 @@
-"""sha256 of jobs.csv for a fixed set of runs: record before a speed change, compare after.
+"""sha256 of jobs.csv (inflate.csv under --mode inflate) for a fixed set of runs: record before a speed change, compare after.
 
 Not a golden test (tests hold those); a working tool for speed work, whose every change must
 leave schedules byte-identical.
@@ -44,6 +44,10 @@ def runs() -> list[list[str]]:
     sample = SHARED / "philly_sample20k_1000pm.csv"
     if sample.exists():
         out.append(["--trace", str(sample), "--cluster", "1x6500", "--policy", "sjf", "--limit", "5000"])
+    pods, nodes = SHARED / "openb_pod_list_default.csv", SHARED / "openb_node_list_gpu_node.csv"
+    if pods.exists() and nodes.exists():
+        out += [["--trace", str(pods), "--cluster", str(nodes), "--placement", "fgd", "--mode", m]
+                for m in ("replay", "inflate")]
     return out
 
 
@@ -53,7 +57,10 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run([str(exe), "simulate", *args, "--no-plots", "--out", tmp], check=True,
                            stdout=subprocess.DEVNULL)
-            digest = hashlib.sha256((Path(tmp) / "jobs.csv").read_bytes()).hexdigest()
+            out = Path(tmp) / "jobs.csv"
+            if not out.exists():
+                out = Path(tmp) / "inflate.csv"  # --mode inflate's schedule
+            digest = hashlib.sha256(out.read_bytes()).hexdigest()
         label = " ".join(a.replace(str(SHARED) + "/", "") for a in args)
         print(f"{digest}  {label}", flush=True)
     return 0
