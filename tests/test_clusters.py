@@ -7,6 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysim.clusters import (
     CPU_MILLI_PER_GPU,
@@ -17,7 +19,8 @@ from analysim.clusters import (
     parse_cluster,
     proportional_quotas,
 )
-from analysim.core.cluster import ClusterState
+from analysim.core.cluster import ClusterSpec, ClusterState, NodeSpec
+from analysim.core.job import GPU_MILLI
 from analysim.errors import InputFileError, UserError
 from analysim.traces import synthetic
 from tests.shared import TRACES, needs_shared
@@ -230,3 +233,25 @@ def test_node_list_errors(tmp_path, row, column):
     with pytest.raises(InputFileError) as e:
         parse_cluster(str(p))
     assert (e.value.line, e.value.column) == (3, column)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([1, 2, 8, 64]), min_size=1, max_size=4),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2)), max_size=120),
+)
+def test_max_full_free_follows_every_allocation_release_and_failure(gpus, ops):
+    """The kept maximum equals a scan of the arrays after any mix of whole-GPU allocations,
+    releases and nodes going down and up (a down node's free GPUs do not count)."""
+    state = ClusterState(ClusterSpec("h", tuple(NodeSpec(f"n{i}", "r", "V100", g, 1, 1) for i, g in enumerate(gpus))))
+    for node, slot, op in ops:
+        node %= len(gpus)
+        slot %= gpus[node]
+        if op == 2:
+            state.set_up(node, not state.up[node])
+        elif op == 0 and state.free_milli[node, slot] == GPU_MILLI:
+            state.allocate(node, (slot,), GPU_MILLI, 0, 0)
+        elif op == 1 and state.free_milli[node, slot] == 0:
+            state.release(node, (slot,), GPU_MILLI, 0, 0)
+        expected = int(state.full_free[state.up].max()) if state.up.any() else 0
+        assert state.max_full_free() == expected

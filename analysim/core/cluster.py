@@ -93,6 +93,9 @@ class ClusterState:
     # How many up nodes have exactly k whole GPUs free: the scheduling pass asks for the most
     # free on one node after every event, and a scan of the arrays cost more than the pass.
     _full_free_count: list[int] = field(init=False)
+    # The largest k with a nonzero count, kept as the counts change: a scan of the counts from the
+    # top costs O(GPUs per node) per question (6,500 steps on a one-node 6,500-GPU cluster).
+    _max_full_free: int = field(init=False)
 
     def __post_init__(self) -> None:
         nodes = self.spec.nodes
@@ -123,6 +126,7 @@ class ClusterState:
         self._full_free_count = [0] * (gmax + 1)
         for g in self.gpus.tolist():
             self._full_free_count[g] += 1
+        self._max_full_free = self._highest_count_from(gmax)
 
     @property
     def num_nodes(self) -> int:
@@ -154,25 +158,38 @@ class ClusterState:
 
     def _count_full_free(self, node: int, delta: int) -> None:
         old = int(self.full_free[node])
-        self.full_free[node] = old + delta
+        new = old + delta
+        self.full_free[node] = new
         if self.up[node]:
-            self._full_free_count[old] -= 1
-            self._full_free_count[old + delta] += 1
+            counts = self._full_free_count
+            counts[old] -= 1
+            counts[new] += 1
+            # delta is +-1, so when the top bucket empties the node just moved one below it: O(1).
+            if new > self._max_full_free or (old == self._max_full_free and not counts[old]):
+                self._max_full_free = new
 
     def set_up(self, node: int, up: bool) -> None:
         """Mark a node up or down (its allocation is the caller's business)."""
         if bool(self.up[node]) == up:
             return
         self.up[node] = up
-        self._full_free_count[int(self.full_free[node])] += 1 if up else -1
+        k = int(self.full_free[node])
+        self._full_free_count[k] += 1 if up else -1
+        if up:
+            self._max_full_free = max(self._max_full_free, k)
+        elif k == self._max_full_free and not self._full_free_count[k]:
+            # A failure is rare beside allocations; the scan down is paid only then.
+            self._max_full_free = self._highest_count_from(k)
+
+    def _highest_count_from(self, k: int) -> int:
+        counts = self._full_free_count
+        while k > 0 and not counts[k]:
+            k -= 1
+        return k
 
     def max_full_free(self) -> int:
         """The most whole free GPUs on one node that is up (0 when none is)."""
-        counts = self._full_free_count
-        for k in range(len(counts) - 1, 0, -1):
-            if counts[k]:
-                return k
-        return 0
+        return self._max_full_free
 
     def free_gpus_total(self) -> float:
         """Free GPU capacity on nodes that are up, fractional shares included."""

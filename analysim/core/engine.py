@@ -112,9 +112,11 @@ class Engine:
         # Whether a job shape fits the empty cluster (with the nodes that are up now): every
         # submitted job is checked, and traces repeat a few shapes.
         self._fits_empty: dict[tuple, bool] = {}
-        self._vc_quota = {v.name: v.quota_gpus for v in spec.vcs}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
         self._vc_names = frozenset(v.name for v in spec.vcs)
+        # quota_of's answers, looked up a few times per job per pass under per-VC queues.
+        self._quota_by_vc = {v.name: None if v.name in self._vc_dedicated else v.quota_gpus for v in spec.vcs}
+        self._quota_unknown_vc = 0.0 if spec.vcs else None
         self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
@@ -492,12 +494,19 @@ class Engine:
         pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
         is not changed during a pass (changes are deferred), so positions stay valid."""
         lists = self._pending_of_vc
-        heap = [(sl[0], vc, 0) for vc, sl in lists.items()]
+        # Each VC's list is walked by an iterator (a SortedList's positional lookup costs a
+        # Python-level index search per step). Keys are unique, so the heap never compares iterators.
+        heap = []
+        for vc, sl in lists.items():
+            it = iter(sl)
+            first = next(it, None)
+            if first is not None:
+                heap.append((first, vc, it))
         heapq.heapify(heap)
         dropped: list[str] = []
         stops = self._stops
         while heap:
-            key, vc, i = heapq.heappop(heap)
+            key, vc, it = heapq.heappop(heap)
             if blocked and self._vc_blocked(vc, blocked):
                 dropped.append(vc)  # out of the merge
                 continue
@@ -509,13 +518,14 @@ class Engine:
                     # its quota again; its jobs after this one come back into the merge.
                     stops = self._stops
                     for d in dropped:
-                        pos = lists[d].bisect_right(key)
-                        if pos < len(lists[d]):
-                            heapq.heappush(heap, (lists[d][pos], d, pos))
+                        rest = lists[d].islice(lists[d].bisect_right(key))
+                        nxt = next(rest, None)
+                        if nxt is not None:
+                            heapq.heappush(heap, (nxt, d, rest))
                     dropped.clear()
-            sl = lists[vc]
-            if i + 1 < len(sl):
-                heapq.heappush(heap, (sl[i + 1], vc, i + 1))
+            nxt = next(it, None)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt, vc, it))
 
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
         """Whether every waiting job of ``vc`` is behind a blocked head (never wrongly True)."""
@@ -610,9 +620,7 @@ class Engine:
 
     def quota_of(self, vc: str) -> float | None:
         """GPUs guaranteed to a VC; None when it has none (no VCs, or dedicated nodes)."""
-        if not self.spec.vcs or vc in self._vc_dedicated:
-            return None
-        return self._vc_quota.get(vc, 0.0)
+        return self._quota_by_vc.get(vc, self._quota_unknown_vc)
 
     def guaranteed_gpus(self, vc: str) -> float | None:
         """GPUs a VC can count on: its quota, or its dedicated nodes' GPUs; None without either."""
@@ -755,12 +763,15 @@ class Engine:
         """The FIFO queues a pending job waits in, now: its own VC's, for a VC with a guarantee
         (dedicated nodes or a quota), and the shared pool's (None) when it draws on GPUs no one
         guarantees to it: a VC without quota (or no VCs at all), or a job that would borrow."""
-        vc = job.spec.vc
+        spec = job.spec
+        vc = spec.vc
         if vc in self._vc_dedicated:
             return (vc,)
-        if self.quota_of(vc) is None:
+        q = self.quota_of(vc)
+        if q is None:
             return (None,)
-        return (vc,) if self.within_quota(job) else (vc, None)
+        # within_quota, written out: asked for every job a pass visits
+        return (vc,) if self.state.vc_used.get(vc, 0.0) + spec.gpu_demand <= q + 1e-9 else (vc, None)
 
     def blocked_scopes(self, job: JobRun) -> tuple[str | None, ...]:
         """The queues a job that cannot be placed blocks: its own, and in the shared pool also

@@ -331,8 +331,10 @@ class FragmentationIndex:
         self._r = np.zeros((n, self._n_shapes), dtype=np.int64)
         self._node_ver = np.zeros(n, dtype=np.int64)
         self._tick = 0
-        g = state.free_milli.shape[1]
-        self._earlier = np.triu(np.ones((g, g), dtype=bool), 1)  # [i, j]: slot i comes before slot j
+        # [i, j]: slot i comes before slot j. Built on the first single-GPU placement choice: it is
+        # GPUs-per-node squared (42 MB on one 6,500-GPU node), and a run that only samples the
+        # fragmentation metric never needs it.
+        self._earlier: np.ndarray | None = None
         self._cache: OrderedDict[TaskClass, _ShapeCache] = OrderedDict()
         self.refresh_all()
 
@@ -451,6 +453,9 @@ class FragmentationIndex:
         only the lowest slot of each distinct free value is evaluated (fresh nodes: one pair)."""
         b, g = free.shape
         fits = free >= d
+        if self._earlier is None:
+            n = self.state.free_milli.shape[1]
+            self._earlier = np.triu(np.ones((n, n), dtype=bool), 1)
         # dup[b, j]: an earlier slot of row b has the same free capacity as slot j
         dup = ((free[:, :, None] == free[:, None, :]) & self._earlier).any(axis=1)
         rows, cols = np.nonzero(fits & ~dup)
