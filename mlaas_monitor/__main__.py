@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from analysim.cli import gateway, model
 from analysim.envconfig import apply_env
 from analysim.errors import run_command
+from mlaas_monitor.commands import gateway, model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,13 +6,10 @@ in a background thread for tests and benchmarks."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from aiohttp import web
@@ -49,6 +46,13 @@ class Bound:
     grpc_port: int
     metrics_port: int | None = None  # the unauthenticated /metrics, /healthz, /readyz listener
 
+    def ports(self) -> dict[str, object]:
+        """What the gateway's port file holds."""
+        ports: dict[str, object] = {"host": self.host, "http": self.http_port, "grpc": self.grpc_port}
+        if self.metrics_port is not None:
+            ports["metrics"] = self.metrics_port
+        return ports
+
 
 def readiness(gw: Gateway) -> tuple[bool, str]:
     """Ready while the store answers (what /readyz says)."""
@@ -57,17 +61,6 @@ def readiness(gw: Gateway) -> tuple[bool, str]:
     except Exception as e:  # noqa: BLE001 — any failure of the store means not ready
         return False, f"store unreadable: {e}"
     return True, f"store open, {n} models"
-
-
-def write_port_file(path: str | Path, bound: Bound) -> None:
-    """Atomically (write + rename), so a watcher never reads half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    ports = {"host": bound.host, "http": bound.http_port, "grpc": bound.grpc_port}
-    if bound.metrics_port is not None:
-        ports["metrics"] = bound.metrics_port
-    tmp.write_text(json.dumps(ports))
-    os.replace(tmp, path)
 
 
 # An extension (e.g. the extraction monitor) installs its routes, gRPC services and

@@ -1,3 +1,6 @@
+"""``python -m node_agent``."""
+
 from node_agent.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,9 @@ from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
 from analysim.logs import add_logging_arguments, setup_logging
 from analysim.ops_http import start_ops_server
+from analysim.portfile import write_port_file
 from analysim.tls import add_tls_arguments, tls_from_args
+from analysim.tokens import read_token
 
 
 def agent_index(text: str) -> int:
@@ -53,8 +55,6 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from node_agent.agent import Agent, Connection, FatalError
     from node_agent.metrics import registry_for
-    from scheduler_svc.auth import read_token
-    from scheduler_svc.server import write_port_file
 
     setup_logging("agent", args.log_level, args.log_format)
     cluster = parse_cluster(args.cluster)

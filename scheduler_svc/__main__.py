@@ -1,3 +1,6 @@
+"""``python -m scheduler_svc``."""
+
 from scheduler_svc.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

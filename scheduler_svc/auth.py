@@ -27,6 +27,7 @@ import grpc
 
 from analysim import rpc_status
 from analysim.errors import UserError
+from analysim.tokens import token_lines
 
 AGENT, CLIENT, OPERATOR = "agent", "client", "operator"
 _SCHED = "/analysim.v1.SchedulerService/"
@@ -51,13 +52,6 @@ class Principal:
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-def read_token(path: str | Path) -> str:
-    """The first token of a token file (what a client or an agent presents)."""
-    for line in _lines(path):
-        return line[1].split()[0]
-    raise UserError(f"{path}: no token in the file")
 
 
 AGENT_TOKENS, CLIENT_TOKEN, OPERATOR_TOKEN = "agents.tokens", "client.token", "operator.token"
@@ -88,7 +82,7 @@ def write_tokens(directory: str | Path, node_names: Sequence[str], agents: int, 
     names = [AGENT_TOKENS, CLIENT_TOKEN, OPERATOR_TOKEN, *map(agent_token_name, range(len(slices)))]
     if keep and all((d / n).is_file() for n in names):
         try:
-            if [line.split(None, 1)[1:] for _, line in _lines(d / AGENT_TOKENS)] == [[s] for s in slices]:
+            if [line.split(None, 1)[1:] for _, line in token_lines(d / AGENT_TOKENS)] == [[s] for s in slices]:
                 return d
         except UserError:
             pass  # unreadable: written again below
@@ -104,14 +98,6 @@ def write_tokens(directory: str | Path, node_names: Sequence[str], agents: int, 
         if stale.name not in names:
             stale.unlink()
     return d
-
-
-def _lines(path: str | Path) -> list[tuple[int, str]]:
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise UserError(f"token file {path}: cannot read ({e.strerror})") from None
-    return [(i, s) for i, raw in enumerate(text.splitlines(), 1) if (s := raw.split("#", 1)[0].strip())]
 
 
 def _digest(token: str) -> bytes:
@@ -141,7 +127,7 @@ class Authenticator:
         return bool(self._known)
 
     def add_file(self, role: str, path: str | Path, node_order: Sequence[str] = ()) -> None:
-        lines = _lines(path)
+        lines = token_lines(path)
         if not lines:
             raise UserError(f"--{role}-token-file {path}: no token in the file")
         for lineno, line in lines:
@@ -213,6 +199,3 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
-    """gRPC call metadata carrying ``token`` (nothing when None)."""
-    return (("authorization", f"Bearer {token}"),) if token else ()

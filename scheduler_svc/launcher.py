@@ -91,7 +91,7 @@ class LocalRun:
 
     def token(self, role: str) -> str | None:
         """A provisioned token: "client", "operator" or "agent-<i>" (None without provisioning)."""
-        from scheduler_svc.auth import read_token
+        from analysim.tokens import read_token
 
         return read_token(self.token_dir / f"{role}.token") if self.token_dir else None
 

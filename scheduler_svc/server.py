@@ -5,14 +5,13 @@ SIGTERM/SIGINT. Ports may be 0: the bound ones are written to ``port_file`` (JSO
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
-from pathlib import Path
 
 from analysim.errors import UserError
 from analysim.ops_http import start_ops_server
+from analysim.portfile import write_port_file
 from analysim.tls import TlsFiles
 from scheduler_svc.auth import Authenticator
 from scheduler_svc.core import LiveScheduler
@@ -20,14 +19,6 @@ from scheduler_svc.grpc_api import build_server, set_serving
 
 log = logging.getLogger("scheduler_svc")
 GRACE_S = 5.0
-
-
-def write_port_file(path: str | Path, ports: dict[str, object]) -> None:
-    """Atomically (write, then rename), so a watcher never reads half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(ports))
-    os.replace(tmp, path)
 
 
 def readiness(live: LiveScheduler) -> tuple[bool, str]:

@@ -84,7 +84,7 @@ def test_each_agent_presents_the_token_of_its_own_slice(tmp_path: Path) -> None:
     """The tokens service's files, made with compose's own variables: agent-N's token is the
     one the scheduler accepts for the nodes of slice N (what --agent-index N takes)."""
     from analysim.clusters import agent_slice, parse_cluster
-    from scheduler_svc.auth import read_token
+    from analysim.tokens import read_token
 
     doc = yaml.safe_load(COMPOSE.read_text())
     services = analysim_services()

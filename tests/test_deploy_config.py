@@ -136,7 +136,8 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
     from analysim.clusters import parse_cluster
-    from scheduler_svc.auth import read_token, write_tokens
+    from analysim.tokens import read_token
+    from scheduler_svc.auth import write_tokens
 
     tokens = write_tokens(tmp_path / "tokens", [n.name for n in parse_cluster("tiny").nodes], 1)
     sched_env = {"ANALYSIM_AGENT_TOKEN_FILE": str(tokens / "agents.tokens"),

@@ -15,11 +15,12 @@ import pytest
 from analysim.cli import main as analysim
 from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles
+from analysim.tokens import bearer
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 from protos.analysim.v1 import scheduler_pb2 as spb
 from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
-from scheduler_svc.auth import bearer, new_token
+from scheduler_svc.auth import new_token
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import ROOT
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until

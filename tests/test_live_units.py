@@ -17,10 +17,11 @@ from analysim.core.engine import Engine, EngineConfig
 from analysim.core.job import JobSpec, JobStatus
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
+from analysim.tokens import bearer
 from node_agent.agent import Agent
 from node_agent.telemetry import gpu_sample
 from protos.analysim.v1 import agent_pb2 as apb
-from scheduler_svc.auth import AGENT, CLIENT, Authenticator, bearer
+from scheduler_svc.auth import AGENT, CLIENT, Authenticator
 from scheduler_svc.bounds import job_problem
 from scheduler_svc.cli import parse_speed
 from scheduler_svc.journal import Journal

@@ -42,7 +42,7 @@ def connect(args: argparse.Namespace):  # noqa: ANN201 — a scheduler_svc.clien
 
 def credentials(args: argparse.Namespace):  # noqa: ANN201 — (token or None, analysim.tls.TlsFiles)
     """``add_credentials``' options read: unreadable files are one line now."""
-    from scheduler_svc.auth import read_token
+    from analysim.tokens import read_token
 
     token = read_token(args.token_file) if args.token_file else None
     tls = tls_from_args(args)

@@ -74,9 +74,9 @@ def cluster_spec(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from analysim.portfile import write_port_file
     from analysim.tls import TlsFiles
     from scheduler_svc.launcher import LocalRun
-    from scheduler_svc.server import write_port_file
 
     if args.agents < 1:
         raise UserError("--agents must be at least 1")

@@ -7,19 +7,19 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysim.cli import attack, gateway, monitor_eval
 from analysim.envconfig import apply_env
 from analysim.errors import UserError, run_command
+from mlaas_monitor.commands import attack, gateway, monitor_eval
 
 
 def run_watch(args: argparse.Namespace) -> int:
     import asyncio
-    import json
     import signal
     from pathlib import Path
 
     from aiohttp import web
 
+    from analysim.portfile import write_port_file
     from mlaas_monitor.admin_key import load_admin_key
     from mlaas_monitor.monitor.remote import RemoteMonitor
     from mlaas_monitor.server import run_loop
@@ -41,9 +41,7 @@ def run_watch(args: argparse.Namespace) -> int:
         follow = asyncio.create_task(rm.run())
         stopping = asyncio.create_task(stop.wait())
         if args.port_file:
-            tmp = Path(args.port_file + ".tmp")
-            tmp.write_text(json.dumps({"host": args.host, "http": port}))
-            os.replace(tmp, args.port_file)
+            write_port_file(args.port_file, {"host": args.host, "http": port})
         print(f"monitor: following {args.target}, http://{args.host}:{port}", flush=True)
         try:
             await asyncio.wait({follow, stopping}, return_when=asyncio.FIRST_COMPLETED)
