@@ -2,16 +2,17 @@
 
 Both engines take the cells to run with their loaded traces and report to a ``Tracker`` as cells
 start and finish; each cell runs ``cell.run_cell``. Neither gives up on the sweep when a cell
-fails; a cell whose worker died is run again (Ray's task retries; a new pool here) and counted
+fails; a cell whose worker died is run again (Ray's task retries; a new process here) and counted
 lost when it runs out of tries, so that a re-run of the sweep picks it up.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
 from typing import Protocol
 
 from analysim.errors import UserError
@@ -38,58 +39,55 @@ def machine_cpus() -> int:
         return os.cpu_count() or 1
 
 
-# --- local: a process pool sized to the machine
+# --- local: forked processes, as many at once as the machine has cores
 
-_TRACES: dict[Hashable, Trace] = {}
+# Each cell runs in a process of its own, forked from the sweep: it inherits the loaded traces
+# (nothing pickled) and sends its outcome back over a pipe that only it writes. A process that
+# dies (the OOM killer, a signal) costs its own cell alone, which runs again. A shared pool does
+# not survive that: CPython's ProcessPoolExecutor hangs for good when a worker is killed while it
+# holds the result queue's lock (seen here: the other worker blocked on the lock, the pool's
+# manager thread in a read that never ends).
+_FORK = multiprocessing.get_context("fork")
 
 
-def _init_worker(traces: dict[Hashable, Trace]) -> None:
-    _TRACES.update(traces)  # once per worker process, not once per cell
-
-
-def _run_pooled(cell: Cell, key: Hashable) -> Outcome:
-    return run_cell(cell.args, _TRACES[key])
+def _run_forked(out: Connection, cell: Cell, trace: Trace) -> None:
+    try:
+        out.send(run_cell(cell.args, trace))
+    finally:
+        out.close()
 
 
 def run_local(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, workers: int, retries: int) -> None:
-    todo = list(work)
+    queue = list(reversed(work))
     tracker.capacity = workers
     tries: dict[str, int] = {}
-    while todo:
-        todo = _pool_round(todo, traces, tracker, max(1, min(workers, len(todo))), tries, retries)
-
-
-def _pool_round(todo: list, traces, tracker: Tracker, workers: int, tries: dict[str, int], retries: int) -> list:
-    """Run ``todo`` in one pool; return the cells to try again in a new pool if a worker died
-    (a dead worker breaks a ProcessPoolExecutor for every cell in it)."""
-    queue = list(reversed(todo))
-    again = []
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(traces,)) as pool:
-        running: dict[Future, tuple[Cell, Hashable]] = {}
-        while queue or running:
-            while queue and len(running) < workers:
-                cell, key = queue.pop()
-                try:
-                    running[pool.submit(_run_pooled, cell, key)] = (cell, key)
-                except BrokenProcessPool:
-                    queue.append((cell, key))
-                    break
-                tracker.started(cell)
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                cell, key = running.pop(fut)
-                try:
-                    tracker.finished(cell, fut.result())
-                except BrokenProcessPool as e:
-                    tries[cell.id] = tries.get(cell.id, 0) + 1
-                    if tries[cell.id] > retries:
-                        tracker.finished(cell, Outcome(LOST, error=f"worker process died: {e}"))
-                    else:
-                        tracker.retried(cell, "a worker process died")
-                        again.append((cell, key))
-    return again + list(reversed(queue))
+    running: dict[Connection, tuple[multiprocessing.process.BaseProcess, Cell, Hashable]] = {}
+    while queue or running:
+        while queue and len(running) < workers:
+            cell, key = queue.pop()
+            reader, writer = _FORK.Pipe(duplex=False)
+            proc = _FORK.Process(target=_run_forked, args=(writer, cell, traces[key]), daemon=True)
+            proc.start()
+            writer.close()  # the child holds the only write end: its death is EOF here
+            running[reader] = (proc, cell, key)
+            tracker.started(cell)
+        for reader in wait_ready(list(running)):
+            proc, cell, key = running.pop(reader)  # type: ignore[index]
+            try:
+                outcome: Outcome | None = reader.recv()  # type: ignore[union-attr]
+            except EOFError:
+                outcome = None
+            reader.close()  # type: ignore[union-attr]
+            proc.join()
+            if outcome is not None:
+                tracker.finished(cell, outcome)
+                continue
+            tries[cell.id] = tries.get(cell.id, 0) + 1
+            if tries[cell.id] > retries:
+                tracker.finished(cell, Outcome(LOST, error=f"worker process died (exit code {proc.exitcode})"))
+            else:
+                tracker.retried(cell, "a worker process died")
+                queue.append((cell, key))
 
 
 # --- ray: tasks on a Ray cluster, the traces in its object store
