@@ -8,31 +8,30 @@ import argparse
 from analysim.core.job import MAX_TIME_S
 
 
-def nonneg_int(text: str) -> int:
+def _parsed(text: str, convert: type[int] | type[float], expected: str) -> int | float:
+    """``convert(text)``, or the one-line usage error every type here gives for a non-number."""
     try:
-        v = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
+def nonneg_int(text: str) -> int:
+    v = _parsed(text, int, "a non-negative integer")
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
     return v
 
 
 def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    v = _parsed(text, int, "a positive integer")
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
 
 
 def port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    v = _parsed(text, int, "a port number")
     if not 0 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {v}")
     return v
@@ -42,10 +41,7 @@ def wall_seconds(lo: float, hi: float):  # noqa: ANN201 — an argparse type
     """Wall seconds in [lo, hi]."""
 
     def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected wall seconds, got {text!r}") from None
+        v = _parsed(text, float, "wall seconds")
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} wall seconds, got {v:g}")
         return v
@@ -54,10 +50,7 @@ def wall_seconds(lo: float, hi: float):  # noqa: ANN201 — an argparse type
 
 
 def rate(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
+    v = _parsed(text, float, "requests per second")
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return v
@@ -66,10 +59,7 @@ def rate(text: str) -> float:
 def seconds(text: str) -> float:
     """A duration in seconds, from 0 to MAX_TIME_S: NaN, infinities and negative times break the
     clock's arithmetic (time going backwards, overflow, jobs finishing before their duration)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    v = _parsed(text, float, "seconds")
     if not 0 <= v <= MAX_TIME_S:
         raise argparse.ArgumentTypeError(f"expected seconds from 0 to {MAX_TIME_S:g}, got {text}")
     return v
@@ -83,10 +73,7 @@ def positive_seconds(text: str) -> float:
 
 
 def positive_number(text: str, maximum: float = 1e6) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    v = _parsed(text, float, "a number")
     if not 0 < v <= maximum:
         raise argparse.ArgumentTypeError(f"expected a number above 0 and at most {maximum:g}, got {text}")
     return v
@@ -94,10 +81,7 @@ def positive_number(text: str, maximum: float = 1e6) -> float:
 
 def fraction(text: str) -> float:
     """A share from 0 to 1 (a threshold on a status in [0, 1])."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    v = _parsed(text, float, "a number from 0 to 1")
     if not 0 <= v <= 1:
         raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text}")
     return v
@@ -107,7 +91,7 @@ def percent(text: str) -> float:
     """A share of capacity in percent, above 0 and at most 1000."""
     try:
         v = float(text.removesuffix("%"))
-    except ValueError:
+    except ValueError:  # the message shows the text as given, with its %
         raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
     if not 0 < v <= 1000:
         raise argparse.ArgumentTypeError(f"expected a percentage above 0 and at most 1000, got {text}")
