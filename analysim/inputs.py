@@ -46,7 +46,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drop-cpu-only", action="store_true",
                    help="leave out jobs that ask for no GPU (openb keeps its CPU-only pods by default: they "
                         "take CPU and memory on GPU nodes); counted as cpu_only")
-    g.add_argument("--limit", type=positive_int, help="use only the first N jobs of the trace (by submit time)")
+    g.add_argument("--limit", type=positive_int, help="use only the first N jobs of the trace (by submit time); a file sorted by submit "
+                        "time is read only that far, another is read whole")
     g.add_argument("--vc-map", metavar="FILE|share",
                    help="put the trace's VCs onto the cluster's: a CSV with header trace_vc,cluster_vc, or "
                         "'share' to balance the trace VCs' GPU-time over the cluster VCs' guaranteed GPUs "
@@ -100,8 +101,8 @@ def trace_inputs(args: argparse.Namespace) -> tuple:
 
 def read_trace(args: argparse.Namespace) -> Trace:
     if args.trace:
-        return load_trace(args.trace, args.format, drop_cpu_only=args.drop_cpu_only)
-    return generate(args.jobs, args.seed, rate_scale=args.rate_scale)
+        return load_trace(args.trace, args.format, drop_cpu_only=args.drop_cpu_only, limit=args.limit)
+    return generate(args.jobs, args.seed, rate_scale=args.rate_scale, limit=args.limit)
 
 
 def load_inputs(args: argparse.Namespace, trace: Trace | None = None) -> tuple[Trace, ClusterSpec]:

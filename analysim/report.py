@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import heapq
 import importlib.util
 import json
 import math
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysim.core.job import JobSpec
 from analysim.core.metrics import JOB_FIELDS
 from analysim.errors import UserError
 
@@ -49,8 +51,80 @@ def _fmt(v: object) -> object:
     return v
 
 
-def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequence[dict], plots: bool = True) -> list[Path]:
-    """The standard outputs of ``analysim simulate`` (and of ``analysim up --out``)."""
+class _Line:
+    """Takes the one write a csv writer makes per row."""
+
+    __slots__ = ("text",)
+
+    def write(self, text: str) -> None:
+        self.text = text
+
+
+class JobsCsv:
+    """jobs.csv written while the run goes (a simulation.JobSink): rows arrive as jobs end and go
+    out in the file's order, by (submit_s, job_id), the same bytes ``write_run`` writes from a
+    list. A row waits in a reorder buffer only while a job before it in that order is still in
+    flight (``expect``ed, not yet ended), so the buffer holds about the jobs in flight, not all
+    the finished ones. Written to ``jobs.csv.partial`` and renamed when complete; a run that
+    fails leaves no jobs.csv.
+
+        with JobsCsv(out / "jobs.csv") as sink:
+            result = simulation.run(..., job_sink=sink)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._partial = path.with_name(path.name + ".partial")
+        self._expected: list[tuple[float, str]] = []  # heap: jobs entered, row not yet written
+        self._rows: list[tuple[tuple[float, str], str]] = []  # heap: ended, waiting for their turn
+        self._horizon = -math.inf  # submit time of the latest job entered: later ones are not before it
+        self._line = _Line()
+        self._format = csv.writer(self._line, lineterminator="\n")
+        self._file = None
+        self.rows_written = 0
+
+    def __enter__(self) -> JobsCsv:
+        self._file = self._partial.open("w", newline="")
+        self._file.write(self._csv_line(JOB_FIELDS))
+        return self
+
+    def __exit__(self, et: object, ev: object, tb: object) -> None:
+        if et is None:
+            while self._rows:  # what is left: after a job that never ended, in the file's order
+                self._file.write(heapq.heappop(self._rows)[1])
+            self._file.close()
+            self._partial.replace(self.path)
+        else:
+            self._file.close()
+            self._partial.unlink(missing_ok=True)
+
+    def _csv_line(self, values: Iterable[object]) -> str:
+        self._format.writerow(values)
+        return self._line.text
+
+    def expect(self, spec: JobSpec) -> None:
+        heapq.heappush(self._expected, (spec.submit_s, spec.job_id))
+        self._horizon = max(self._horizon, spec.submit_s)
+
+    def write(self, row: dict) -> None:
+        heapq.heappush(self._rows, ((row["submit_s"], row["job_id"]), self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])))
+        rows, expected = self._rows, self._expected
+        # A row goes out when no job in flight comes before it, and no job still to enter can
+        # (those have a later submit time than every job entered, or the same).
+        while rows and expected and rows[0][0] == expected[0] and rows[0][0][0] < self._horizon:
+            self._file.write(heapq.heappop(rows)[1])
+            heapq.heappop(expected)
+            self.rows_written += 1
+
+    def waiting(self) -> int:
+        """Rows held back in the reorder buffer."""
+        return len(self._rows)
+
+
+def write_run(out: Path, summary: dict, jobs: Sequence[dict] | None, timeseries: Sequence[dict], plots: bool = True,
+              completed_jct: Sequence[float] | None = None) -> list[Path]:
+    """The standard outputs of ``analysim simulate`` (and of ``analysim up --out``). ``jobs``
+    None: jobs.csv was streamed already (JobsCsv), and the JCT plot takes ``completed_jct``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.json"]
     write_json(summary, written[0])
@@ -60,11 +134,13 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict], timeseries: Sequen
         if plots:
             written += plot_inflate(timeseries, out)
         return written
-    write_csv(sorted(jobs, key=lambda j: (j["submit_s"], j["job_id"])), out / "jobs.csv", JOB_FIELDS)
+    if jobs is not None:
+        write_csv(sorted(jobs, key=lambda j: (j["submit_s"], j["job_id"])), out / "jobs.csv", JOB_FIELDS)
+        completed_jct = [j["jct_s"] for j in jobs if j["status"] == "completed"]
     write_csv(timeseries, out / "timeseries.csv")
     written += [out / "jobs.csv", out / "timeseries.csv"]
     if plots:
-        written += plot_run(summary, jobs, timeseries, out)
+        written += plot_run(summary, completed_jct if completed_jct is not None else [], timeseries, out)
     return written
 
 
@@ -89,7 +165,7 @@ def pyplot():  # noqa: ANN201 — matplotlib.pyplot, off-screen
     return plt
 
 
-def plot_run(summary: dict, jobs: Sequence[dict], ts: Sequence[dict], out: Path) -> list[Path]:
+def plot_run(summary: dict, completed_jct: Sequence[float], ts: Sequence[dict], out: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     if ts:
@@ -111,10 +187,9 @@ def plot_run(summary: dict, jobs: Sequence[dict], ts: Sequence[dict], out: Path)
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(p)
-    done = [j["jct_s"] for j in jobs if j["status"] == "completed"]
-    if done:
+    if len(completed_jct):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        _cdf(ax, done, summary.get("policy", ""))
+        _cdf(ax, completed_jct, summary.get("policy", ""))
         ax.set_xscale("log")
         ax.set_xlabel("job completion time (s)")
         ax.set_ylabel("fraction of jobs")

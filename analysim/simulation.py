@@ -3,16 +3,19 @@ metrics. Pure — no files, no clock; the CLI adds those."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Protocol
 
 import numpy as np
 
 from analysim.core.cluster import ClusterSpec
 from analysim.core.engine import Decision, Engine, EngineConfig, InfeasibleJob
-from analysim.core.job import GPU_MILLI, JobRun, JobSpec
+from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import build_policy
 
@@ -82,6 +85,7 @@ class RunResult:
     jobs: list[dict] = field(default_factory=list)
     timeseries: list[dict] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    completed_jct: np.ndarray | None = None  # of the completed jobs, in the order they ended
 
 
 def filter_for_cluster(jobs: Sequence[JobSpec], engine: Engine, mode: str) -> tuple[list[JobSpec], Counter]:
@@ -102,7 +106,12 @@ def filter_for_cluster(jobs: Sequence[JobSpec], engine: Engine, mode: str) -> tu
 
 def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         trace_filtered: dict[str, int] | None = None,
-        on_job_end: Callable[[], None] | None = None) -> RunResult:
+        on_job_end: Callable[[], None] | None = None,
+        job_sink: JobSink | None = None) -> RunResult:
+    """One run. ``job_sink``: hand each ended job's row to it (``expect`` first, for every job as
+    it enters the engine) instead of returning them in ``RunResult.jobs``; the run then keeps
+    neither ended jobs nor its decision log, so that its memory does not grow with finished jobs.
+    """
     if opts.mode not in MODES:
         raise ValueError(f"unknown mode {opts.mode!r}; known: {', '.join(MODES)}")
     if not 0 < opts.inflate_until_pct <= 1000:
@@ -115,7 +124,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         return _inflate(jobs, cluster, policy, opts, trace_filtered or {})
     span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
     interval = max(1.0, math.ceil(span / max(opts.sample_points, 1))) if span > 0 else 60.0
-    recorder = MetricsRecorder(sample_interval_s=interval, fgd=opts.fgd_metric)
+    recorder = MetricsRecorder(sample_interval_s=interval, fgd=opts.fgd_metric,
+                               job_sink=job_sink.write if job_sink is not None else None)
     if on_job_end is not None:
         inner = recorder.job_ended
 
@@ -124,17 +134,53 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
             on_job_end()
 
         recorder.job_ended = job_ended  # type: ignore[method-assign]
-    engine = Engine(cluster, policy, opts.engine_config(), recorder=recorder, workload=jobs)
+    config = opts.engine_config()
+    if job_sink is not None:
+        config = dataclasses.replace(config, keep_ended=False, keep_decisions=False)
+    engine = Engine(cluster, policy, config, recorder=recorder, workload=jobs)
     kept, reasons = filter_for_cluster(jobs, engine, "replay")
     check_something_runs(len(jobs), len(kept), merged_filters(trace_filtered, reasons))
-    for j in kept:
-        engine.submit(j)
+    check_unique_ids(kept)
+    if all(a.submit_s <= b.submit_s for a, b in pairwise(kept)):
+        engine.feed(_announced(kept, job_sink) if job_sink is not None else kept)
+    else:  # (a caller's own list, not a trace's) all at once, so that ties go by list order
+        for j in _announced(kept, job_sink) if job_sink is not None else kept:
+            engine.submit(j)
     engine.run()
     summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
     summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
-    return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions)
+    return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions,
+                     completed_jct=recorder.ended.column("jct")[recorder.ended.status_is(JobStatus.COMPLETED)])
+
+
+class JobSink(Protocol):
+    """Where a streaming run puts its ended jobs' rows (analysim.report.JobsCsv)."""
+
+    def expect(self, spec: JobSpec) -> None: ...  # the job is entering the engine; its row will follow
+
+    def write(self, row: dict) -> None: ...
+
+
+def _announced(jobs: Sequence[JobSpec], sink: JobSink) -> Iterator[JobSpec]:
+    for j in jobs:
+        sink.expect(j)
+        yield j
+
+
+def check_unique_ids(jobs: Sequence[JobSpec]) -> None:
+    """Refuse a second job with an id already taken, as the engine would on submission (jobs
+    enter the engine one by one as the run goes, and ended ones may be forgotten by then)."""
+    hashes = np.fromiter((hash(j.job_id) for j in jobs), dtype=np.int64, count=len(jobs))
+    hashes.sort()
+    if not (hashes[1:] == hashes[:-1]).any():
+        return
+    seen: set[str] = set()
+    for j in jobs:
+        if j.job_id in seen:
+            raise InfeasibleJob(f"job {j.job_id!r} already submitted", "duplicate_id")
+        seen.add(j.job_id)
 
 
 def merged_filters(trace_filtered: dict[str, int] | None, reasons: Counter) -> dict[str, int]:

@@ -180,7 +180,7 @@ class LiveScheduler:
                     self._client_seq += 1
                 if status in TERMINAL and record is not None:
                     self.restored[job_id] = record
-                    self.recorder.jobs.append(record)
+                    self.recorder.add_row(record)
                 else:
                     self._unresumed[job_id] = spec
             log.info("resumed from %s at t=%.1f: %d ended, %d to resume or resubmit", self.journal.path, t,

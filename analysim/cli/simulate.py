@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.errors import UserError
-from analysim.report import can_plot, summary_table, write_run
+from analysim.report import JobsCsv, can_plot, summary_table, write_run
 from analysim.simulation import RunResult, run
 from analysim.traces import Trace
 
@@ -41,17 +42,24 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     opts = run_options(args, args.policy, args.placement)
     started = time.perf_counter()
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
+    # Replay streams jobs.csv: the run keeps no row of a finished job (inflate writes none).
+    sink = JobsCsv(args.out / "jobs.csv") if opts.mode == "replay" else None
     try:
-        result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered,
-                     on_job_end=bar.update if bar is not None else None)
+        args.out.mkdir(parents=True, exist_ok=True)
+        with sink if sink is not None else nullcontext():
+            result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered,
+                         on_job_end=bar.update if bar is not None else None, job_sink=sink)
     except ValueError as e:
         raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{args.out}: cannot write: {e.strerror}") from None
     finally:
         if bar is not None:
             bar.close()
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
-    written = write_run(args.out, result.summary, result.jobs, result.timeseries, plots=not args.no_plots and can_plot())
+    written = write_run(args.out, result.summary, None if sink is not None else result.jobs, result.timeseries,
+                        plots=not args.no_plots and can_plot(), completed_jct=result.completed_jct)
     return result, written
 
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from analysim.traces import FORMATS, load_trace, write_canonical
-from analysim.traces.summary import format_summary, summarize
+from analysim.traces.summary import format_summary, summarize_file
 from analysim.traces.synthetic import generate
 
 
@@ -49,7 +49,7 @@ def _filtered(counts: dict[str, int]) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
-    print(format_summary(summarize(load_trace(args.file, args.format)), max_vcs=args.vcs))
+    print(format_summary(summarize_file(args.file, args.format), max_vcs=args.vcs))
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,10 @@ class EngineConfig:
     relaxed_locality: bool = False
     predict_completions: bool = True
     seed: int = 0
+    # A run of millions of jobs keeps neither its ended jobs (the recorder has their rows; they are
+    # only counted, in forgotten_by_vc) nor its decision log.
+    keep_ended: bool = True
+    keep_decisions: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,10 @@ class Engine:
         self._stops = 0  # jobs taken off their GPUs so far
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
-        self.decisions: list[Decision] = []
+        self.decisions: list[Decision] = [] if self.config.keep_decisions else _Discarded()
+        self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
+        self._feed: Iterator[JobSpec] | None = None  # jobs submitted as the clock reaches them
+        self._fed_next: JobSpec | None = None
         self.recorder = recorder
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
@@ -161,6 +168,34 @@ class Engine:
         else:
             self.events.push(max(spec.submit_s, self.now), ARRIVAL, "arrival", job)
         return job
+
+    def feed(self, jobs: Iterable[JobSpec]) -> None:
+        """Submit these jobs, sorted by submit time, each only as the clock reaches its submit time
+        (as ``run`` goes), not all at once: the engine then holds the jobs in flight, not the whole
+        trace. Same schedule as submitting them all first: arrivals at one time still come in this
+        order, and before anything else of their time is taken."""
+        self._feed = iter(jobs)
+        self._fed_next = next(self._feed, None)
+
+    def _submit_fed(self) -> None:
+        """Submit every fed job due no later than the first event queued (or the next fed job)."""
+        events, spec = self.events, self._fed_next
+        while spec is not None and (not events or spec.submit_s <= events.peek_time()):
+            self.submit(spec)
+            spec = next(self._feed, None)
+        self._fed_next = spec
+
+    @property
+    def forgotten_jobs(self) -> int:
+        """Ended jobs dropped from ``jobs`` (EngineConfig.keep_ended off)."""
+        return sum(self.forgotten_by_vc.values())
+
+    def _ended(self, job: JobRun) -> None:
+        if self.recorder is not None:
+            self.recorder.job_ended(self, job)
+        if not self.config.keep_ended:
+            del self.jobs[job.job_id], self.extra[job.job_id]
+            self.forgotten_by_vc[job.spec.vc] += 1
 
     def _fits_when_all_up(self, spec: JobSpec) -> bool:
         """Whether the job would fit the empty cluster with every node up."""
@@ -277,7 +312,11 @@ class Engine:
         """Process every event up to ``until`` (inclusive), one scheduling pass per distinct time."""
         events = self.events
         handlers = self._handlers
-        while events and events.peek_time() <= until:
+        while True:
+            if self._fed_next is not None:
+                self._submit_fed()
+            if not events or events.peek_time() > until:
+                break
             t = events.peek_time()
             self._advance_clock(t)
             while events and events.peek_time() == t:
@@ -339,8 +378,7 @@ class Engine:
         job.status = status
         job.end_s = self.now
         self._decide("cancel" if status is JobStatus.CANCELLED else "fail", job)
-        if self.recorder is not None:
-            self.recorder.job_ended(self, job)
+        self._ended(job)
 
     def _on_fail(self, job_id: str) -> None:
         self._on_cancel(job_id, JobStatus.FAILED)
@@ -355,8 +393,7 @@ class Engine:
         job.end_s = self.now
         self.policy.queue.on_event("complete", job, self)
         self.decisions.append(Decision(self.now, "complete", job.job_id, nodes))
-        if self.recorder is not None:
-            self.recorder.job_ended(self, job)
+        self._ended(job)
 
     def _on_node_down(self, node: int) -> None:
         if not self.state.up[node]:
@@ -968,6 +1005,16 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+class _Discarded(list):
+    """A decision log that keeps nothing (EngineConfig.keep_decisions off)."""
+
+    def append(self, _decision: Decision) -> None:
+        pass
+
+    def pop(self, _index: int = -1) -> None:  # type: ignore[override]
+        return None
 
 
 class Recorder:

@@ -14,7 +14,9 @@ Fragmentation, two figures:
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,14 +49,65 @@ def head_of_line_fragmentation(engine: Engine) -> float:
     return float(free[~usable].sum())
 
 
+_STATUSES = tuple(s.value for s in JobStatus)
+
+
+class EndedJobs:
+    """What the summary needs of every ended job, as flat arrays in the order the jobs ended
+    (about 50 bytes a job, not a row dict): status, VC, JCT, queueing, slowdown and counts."""
+
+    def __init__(self) -> None:
+        self.status = array("b")
+        self.vc = array("l")
+        self.vc_names: list[str] = []
+        self._vc_index: dict[str, int] = {}
+        self.jct = array("d")
+        self.queue = array("d")
+        self.slowdown = array("d")
+        self.preemptions = array("q")
+        self.migrations = array("q")
+        self.restarts = array("q")
+
+    def add(self, row: dict) -> None:
+        self.status.append(_STATUSES.index(row["status"]))
+        vc = self._vc_index.get(row["vc"])
+        if vc is None:
+            vc = self._vc_index[row["vc"]] = len(self.vc_names)
+            self.vc_names.append(row["vc"])
+        self.vc.append(vc)
+        self.jct.append(row["jct_s"])
+        self.queue.append(row["queue_s"])
+        self.slowdown.append(row["slowdown"])
+        self.preemptions.append(row["preemptions"])
+        self.migrations.append(row["migrations"])
+        self.restarts.append(row["restarts"])
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+    def column(self, name: str) -> np.ndarray:
+        values = getattr(self, name)
+        return np.frombuffer(values, dtype=np.dtype(values.typecode)) if len(values) else np.zeros(0)
+
+    def status_is(self, status: JobStatus) -> np.ndarray:
+        return self.column("status") == _STATUSES.index(status.value)
+
+
 @dataclass
 class MetricsRecorder:
-    """Collects a run's measurements from the engine's hooks. Pure: writes nothing anywhere."""
+    """Collects a run's measurements from the engine's hooks. Pure: writes nothing anywhere.
+
+    Each ended job's row (JOB_FIELDS) is kept in ``jobs``, or, given a ``job_sink``, handed to it
+    instead, so that a run of millions of jobs holds none of their rows (``analysim simulate``
+    streams them into jobs.csv); the summary reads ``ended``, a few numbers a job.
+    """
 
     sample_interval_s: float = 600.0
     max_samples: int = 2000  # past this, every other sample is dropped and the interval doubles
     fgd: bool = True  # also sample FGD's expected fragmentation
     jobs: list[dict] = field(default_factory=list)
+    job_sink: Callable[[dict], None] | None = None
+    ended: EndedJobs = field(default_factory=EndedJobs)
     samples: list[dict] = field(default_factory=list)
     alloc_gpu_s: float = 0.0
     capacity_gpu_s: float = 0.0
@@ -102,7 +155,7 @@ class MetricsRecorder:
         self.last_end_s = max(self.last_end_s, end)
         jct = end - s.submit_s
         dur = s.duration_s or 0.0
-        self.jobs.append({
+        self.add_row({
             "job_id": s.job_id, "vc": s.vc, "user": s.user, "num_gpus": s.num_gpus, "gpu_milli": s.gpu_milli,
             "duration_s": dur, "submit_s": s.submit_s, "first_start_s": job.first_start_s, "end_s": end,
             "wait_s": (job.first_start_s - s.submit_s) if job.first_start_s is not None else jct,
@@ -113,6 +166,14 @@ class MetricsRecorder:
             "nodes": "|".join(engine.spec.nodes[n].name for n in job.placement.nodes) if job.placement else
                      "|".join(engine.spec.nodes[n].name for n in job.placements_seen[-1]) if job.placements_seen else "",
         })
+
+    def add_row(self, row: dict) -> None:
+        """An ended job's row (JOB_FIELDS): counted in the summary, and kept or handed on."""
+        self.ended.add(row)
+        if self.job_sink is None:
+            self.jobs.append(row)
+        else:
+            self.job_sink(row)
 
     def _sample(self, engine: Engine, t: float) -> dict:
         st = engine.state
@@ -149,45 +210,50 @@ class MetricsRecorder:
         return [{c: r.get(c, 0.0) for c in cols} for r in self.samples]
 
     def summary(self, engine: Engine) -> dict:
-        done = [j for j in self.jobs if j["status"] == JobStatus.COMPLETED.value]
+        ended = self.ended
+        done = ended.status_is(JobStatus.COMPLETED)
+        vc = ended.column("vc")
+        jct, queue, slowdown = ended.column("jct"), ended.column("queue"), ended.column("slowdown")
+        preemptions, migrations = ended.column("preemptions"), ended.column("migrations")
         start = self.start_s or 0.0
         makespan = max(0.0, self.last_end_s - start)
         total_gpus = engine.spec.total_gpus
         out = {
-            "jobs_total": len(engine.jobs),
-            "jobs_completed": len(done),
-            "jobs_failed": sum(j["status"] == JobStatus.FAILED.value for j in self.jobs),
-            "jobs_cancelled": sum(j["status"] == JobStatus.CANCELLED.value for j in self.jobs),
+            "jobs_total": len(engine.jobs) + engine.forgotten_jobs,
+            "jobs_completed": int(done.sum()),
+            "jobs_failed": int(ended.status_is(JobStatus.FAILED).sum()),
+            "jobs_cancelled": int(ended.status_is(JobStatus.CANCELLED).sum()),
             "jobs_unfinished": sum(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in engine.jobs.values()),
-            **_jct_stats(done),
+            **_jct_stats(jct[done], queue[done]),
             "makespan_s": makespan,
             "gpu_utilization": self.alloc_gpu_s / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
             "avg_fragmentation": (float(np.mean([s["fragmented_gpus"] for s in self.samples])) / total_gpus
                                   if self.samples and total_gpus else 0.0),
             "avg_fragmented_gpus": float(np.mean([s["fragmented_gpus"] for s in self.samples])) if self.samples else 0.0,
-            "preemptions": sum(j["preemptions"] for j in self.jobs),
-            "migrations": sum(j["migrations"] for j in self.jobs),
-            "restarts": sum(j["restarts"] for j in self.jobs),
+            "preemptions": int(preemptions.sum()),
+            "migrations": int(migrations.sum()),
+            "restarts": int(ended.column("restarts").sum()),
         }
         if self.fgd and self.samples:
             out["avg_fgd_fragmentation_gpus"] = float(np.mean([s["fgd_fragmentation_gpus"] for s in self.samples]))
         per_vc = {}
-        by_vc: dict[str, list[dict]] = defaultdict(list)
-        for j in self.jobs:
-            by_vc[j["vc"]].append(j)
-        for vc in sorted(set(by_vc) | {j.spec.vc for j in engine.jobs.values()}):
-            vdone = [j for j in by_vc.get(vc, []) if j["status"] == JobStatus.COMPLETED.value]
-            q = engine.guaranteed_gpus(vc)
-            per_vc[vc] = {
-                "jobs_total": sum(1 for j in engine.jobs.values() if j.spec.vc == vc),
-                "jobs_completed": len(vdone),
-                **_jct_stats(vdone),
+        live_by_vc: dict[str, int] = defaultdict(int)
+        for j in engine.jobs.values():
+            live_by_vc[j.spec.vc] += 1
+        for name in sorted(set(ended.vc_names) | set(live_by_vc)):
+            ours = vc == ended.vc_names.index(name) if name in ended.vc_names else np.zeros(len(vc), dtype=bool)
+            vdone = ours & done
+            q = engine.guaranteed_gpus(name)
+            per_vc[name] = {
+                "jobs_total": live_by_vc[name] + engine.forgotten_by_vc.get(name, 0),
+                "jobs_completed": int(vdone.sum()),
+                **_jct_stats(jct[vdone], queue[vdone]),
                 "quota_gpus": q,
-                "gpu_time_s": self.vc_alloc_gpu_s.get(vc, 0.0),
-                "gpu_share": self.vc_alloc_gpu_s.get(vc, 0.0) / self.alloc_gpu_s if self.alloc_gpu_s else 0.0,
-                "avg_slowdown": float(np.mean([j["slowdown"] for j in vdone])) if vdone else None,
-                "preemptions": sum(j["preemptions"] for j in by_vc.get(vc, [])),
-                "migrations": sum(j["migrations"] for j in by_vc.get(vc, [])),
+                "gpu_time_s": self.vc_alloc_gpu_s.get(name, 0.0),
+                "gpu_share": self.vc_alloc_gpu_s.get(name, 0.0) / self.alloc_gpu_s if self.alloc_gpu_s else 0.0,
+                "avg_slowdown": float(np.mean(slowdown[vdone])) if vdone.any() else None,
+                "preemptions": int(preemptions[ours].sum()),
+                "migrations": int(migrations[ours].sum()),
             }
         out["per_vc"] = per_vc
         slows = [v["avg_slowdown"] for v in per_vc.values() if v["avg_slowdown"] is not None]
@@ -204,14 +270,14 @@ def jain_index(values: list[float]) -> float:
     return (sum(values) ** 2) / (len(values) * sq) if sq > 0 else 1.0
 
 
-def _jct_stats(jobs: list[dict]) -> dict:
-    if not jobs:
+def _jct_stats(jct: np.ndarray, queue: np.ndarray) -> dict:
+    """Over completed jobs, in the order they ended (the mean's rounding depends on it)."""
+    if not jct.size:
         return {"avg_jct_s": None, "median_jct_s": None, "p95_jct_s": None, "p99_jct_s": None, "avg_queue_s": None}
-    jct = np.array([j["jct_s"] for j in jobs])
     return {
         "avg_jct_s": float(jct.mean()),
         "median_jct_s": float(np.median(jct)),
         "p95_jct_s": float(np.percentile(jct, 95)),
         "p99_jct_s": float(np.percentile(jct, 99)),
-        "avg_queue_s": float(np.mean([j["queue_s"] for j in jobs])),
+        "avg_queue_s": float(np.mean(queue)),
     }

@@ -1,30 +1,25 @@
 """Trace readers: every supported format becomes a Trace of canonical JobSpecs.
 
-``load_trace(path, fmt)`` with fmt one of FORMATS, or "auto" to tell the format from the header line;
-``write_canonical(trace, path)``; ``generate(jobs, seed)`` for the built-in synthetic trace.
+``load_trace(path, fmt)`` with fmt one of FORMATS, or "auto" to tell the format from the header line
+(``limit``: only the first jobs, read from the top of a file sorted by submit time); ``scan_trace``
+for one pass over a file's jobs that holds none of them; ``write_canonical(trace, path)``;
+``generate(jobs, seed)`` for the built-in synthetic trace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from analysim.errors import UserError
-from analysim.traces.base import Trace, gc_paused, read_header
-from analysim.traces.canonical import read_canonical, write_canonical
-from analysim.traces.helios import read_helios
-from analysim.traces.openb import read_openb
-from analysim.traces.philly import read_philly
+from analysim.traces import canonical, helios, openb, philly
+from analysim.traces.base import Trace, TraceFormat, TraceScan, gc_paused, read_header, read_trace
+from analysim.traces.canonical import write_canonical
 from analysim.traces.synthetic import generate
 
-__all__ = ["FORMATS", "Trace", "detect_format", "generate", "load_trace", "write_canonical"]
+__all__ = ["FORMATS", "Trace", "TraceScan", "detect_format", "generate", "load_trace", "scan_trace",
+           "write_canonical"]
 
-READERS: dict[str, Callable[[str | Path], Trace]] = {
-    "canonical": read_canonical,
-    "philly": read_philly,
-    "openb": read_openb,
-    "helios": read_helios,
-}
+READERS: dict[str, TraceFormat] = {m.FORMAT: m.READER for m in (canonical, philly, openb, helios)}
 FORMATS = tuple(READERS)
 
 # Columns that only that format's header has, checked in this order.
@@ -50,20 +45,29 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def load_trace(path: str | Path, fmt: str = "auto", *, drop_cpu_only: bool = False) -> Trace:
-    """Read a trace file; ``fmt`` is one of FORMATS or "auto". ``drop_cpu_only``: leave out jobs
-    that ask for no GPU (counted as ``cpu_only``); Philly and Helios rows carry no CPU or memory
-    demand for them, so their readers always do."""
+def trace_format(path: str | Path, fmt: str = "auto") -> TraceFormat:
+    """The reader of ``fmt`` (one of FORMATS, or "auto": told from the file's header)."""
     if fmt == "auto":
         fmt = detect_format(path)
     reader = READERS.get(fmt)
     if reader is None:
         raise UserError(f"unknown trace format {fmt!r}; known: auto, {', '.join(FORMATS)}")
+    return reader
+
+
+def load_trace(path: str | Path, fmt: str = "auto", *, drop_cpu_only: bool = False,
+               limit: int | None = None) -> Trace:
+    """Read a trace file; ``fmt`` is one of FORMATS or "auto". ``drop_cpu_only``: leave out jobs
+    that ask for no GPU (counted as ``cpu_only``); Philly and Helios rows carry no CPU or memory
+    demand for them, so their readers always do. ``limit``: the first ``limit`` jobs by submit
+    time; on a file sorted by submit time reading stops there (rows past it are neither read nor
+    checked, and ``filtered`` counts the rows read); on one that is not, the whole file is read."""
+    reader = trace_format(path, fmt)
     with gc_paused():
-        trace = reader(path)
-    if drop_cpu_only:
-        kept = [j for j in trace.jobs if j.num_gpus > 0]
-        if len(kept) < len(trace.jobs):
-            trace.filtered["cpu_only"] = trace.filtered.get("cpu_only", 0) + len(trace.jobs) - len(kept)
-            trace.jobs = kept
-    return trace
+        return read_trace(reader, path, limit=limit, drop_cpu_only=drop_cpu_only)
+
+
+def scan_trace(path: str | Path, fmt: str = "auto") -> TraceScan:
+    """One pass over a trace file's jobs, in file order and on the file's own clock, holding none
+    of them (``analysim trace info`` summarises a file of millions of jobs this way)."""
+    return TraceScan(trace_format(path, fmt), path)

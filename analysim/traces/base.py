@@ -6,14 +6,18 @@ from __future__ import annotations
 import csv
 import gc
 import math
-from collections.abc import Iterable, Iterator
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, NamedTuple
+
+import numpy as np
 
 from analysim.core.job import MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import InputFileError, UserError
@@ -35,6 +39,122 @@ class Trace:
 def make_trace(jobs: list[JobSpec], source: str, fmt: str, filtered: dict[str, int]) -> Trace:
     jobs.sort(key=attrgetter("submit_s"))  # stable: ties keep file order
     return Trace(jobs, source, fmt, {k: v for k, v in filtered.items() if v})
+
+
+Row = tuple[int, "float | None", "JobSpec | str"]
+"""What a format's row parser gives per data row: (line, origin time, job or reason). The job's
+``submit_s`` is on the file's own clock; a str instead of a job is the reason the row is left out
+(counted under it). The origin time is the row's time if it counts toward the trace's time origin
+(formats whose submit times count from the earliest one), else None."""
+
+
+class TraceFormat(NamedTuple):
+    """One trace format: how to open its CSV and parse its rows."""
+
+    name: str
+    open: Callable[[str | Path], CsvInput]
+    rows: Callable[[CsvInput], Iterator[Row]]
+    rebase: bool = False  # submit times count from the earliest origin time of the file
+    unique_ids: bool = False  # a job id may appear only once in the file
+    reasons: tuple[str, ...] = ()  # why rows are left out, in the order ``filtered`` lists them
+
+
+class TraceScan:
+    """One pass over a trace file, row by row, holding no job it has handed out.
+
+    Iterating gives the jobs in file order, with ``submit_s`` on the file's own clock (subtract
+    ``origin`` for the trace's). With ``limit``, the pass stops after that many jobs, or, should a
+    job come before ``limit`` with an earlier submit time than the one before it, at that job
+    (``unsorted_line`` then says where): the first ``limit`` jobs of a file sorted by submit time
+    are the first ``limit`` of its rows. After the pass: ``filtered`` counts the rows left out by
+    reason; ``origin`` is the time origin; job ids were checked to be unique among the rows read.
+    """
+
+    def __init__(self, fmt: TraceFormat, path: str | Path, *, limit: int | None = None,
+                 drop_cpu_only: bool = False) -> None:
+        self.fmt, self.path, self.limit, self.drop_cpu_only = fmt, path, limit, drop_cpu_only
+        self.filtered: Counter[str] = Counter()
+        self.origin = 0.0
+        self.unsorted_line: int | None = None
+        self.jobs = 0
+
+    def counts(self) -> dict[str, int]:
+        """``filtered`` in the format's order of reasons (then cpu_only, if dropped)."""
+        order = {r: i for i, r in enumerate(self.fmt.reasons)}
+        return {r: self.filtered[r] for r in sorted(self.filtered, key=lambda r: order.get(r, len(order)))}
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        fmt, limit, drop = self.fmt, self.limit, self.drop_cpu_only
+        origin, last = math.inf, -math.inf
+        # Ids are checked by their 64-bit hashes (8 bytes a job, not a set of strings): a repeated
+        # hash is then looked up in the file for the real duplicate, if any.
+        hashes = array("q") if fmt.unique_ids else None
+        with fmt.open(self.path) as src:
+            for line, t, item in fmt.rows(src):
+                if t is not None and t < origin:
+                    origin = t
+                if type(item) is str:
+                    self.filtered[item] += 1
+                    continue
+                if drop and item.num_gpus == 0:
+                    self.filtered["cpu_only"] += 1
+                    continue
+                if limit is not None:
+                    if item.submit_s < last:
+                        self.unsorted_line = line
+                        break
+                    last = item.submit_s
+                if hashes is not None:
+                    hashes.append(hash(item.job_id))
+                self.jobs += 1
+                yield item
+                if self.jobs == limit:
+                    break
+        if fmt.rebase and origin != math.inf:
+            self.origin = origin
+        if hashes is not None and len(hashes) > 1:
+            _check_unique_ids(fmt, self.path, hashes)
+
+
+def _check_unique_ids(fmt: TraceFormat, path: str | Path, hashes: array) -> None:
+    h = np.sort(np.frombuffer(hashes, dtype=np.int64))
+    repeated = set(h[1:][h[1:] == h[:-1]].tolist())
+    if not repeated:
+        return
+    first: dict[str, int] = {}
+    with fmt.open(path) as src:
+        for line, _, item in fmt.rows(src):
+            if type(item) is str or hash(item.job_id) not in repeated:
+                continue
+            if item.job_id in first:
+                raise src.error(line, "job_id", f"duplicate job id {item.job_id!r} (first on line {first[item.job_id]})")
+            first[item.job_id] = line
+
+
+def shifted(jobs: list[JobSpec], origin: float) -> list[JobSpec]:
+    """The jobs with ``origin`` subtracted from their submit times, changed in place: the specs
+    were made by the reader a moment ago and nothing else holds them (no second object a job)."""
+    if origin:
+        set_attr = object.__setattr__  # JobSpec is frozen for its users, not for its maker
+        for j in jobs:
+            set_attr(j, "submit_s", j.submit_s - origin)
+    return jobs
+
+
+def read_trace(fmt: TraceFormat, path: str | Path, *, limit: int | None = None,
+               drop_cpu_only: bool = False) -> Trace:
+    """The trace in a file, its jobs sorted by submit time (ties in file order). With ``limit``:
+    its first ``limit`` jobs, read from the top of a file sorted by submit time (the rest is not
+    read, nor checked); on a file that is not sorted before the limit, the whole file is read."""
+    scan = TraceScan(fmt, path, limit=limit, drop_cpu_only=drop_cpu_only)
+    jobs = list(scan)
+    if scan.unsorted_line is not None:
+        scan = TraceScan(fmt, path, drop_cpu_only=drop_cpu_only)
+        jobs = list(scan)
+    trace = make_trace(shifted(jobs, scan.origin), str(path), fmt.name, scan.counts())
+    if limit is not None:
+        del trace.jobs[limit:]
+    return trace
 
 
 @contextmanager
@@ -79,6 +199,7 @@ class CsvInput:
         self._file: IO[str] | None = None
         self.header: list[str] = []
         self.index: dict[str, int] = {}
+        self._strings: dict[str, str] = {}
 
     def __enter__(self) -> CsvInput:
         p = Path(self.path)
@@ -163,6 +284,11 @@ class CsvInput:
             raise InputFileError(self.path, None, None, "not a UTF-8 text file") from None
         except csv.Error as e:
             raise InputFileError(self.path, reader.line_num, None, f"bad CSV: {e}") from None
+
+    def shared(self, text: str) -> str:
+        """One string object for every row that has this text: for columns with few distinct
+        values (VC, user, QoS), so that a million jobs do not hold a million copies of a VC name."""
+        return self._strings.setdefault(text, text)
 
     def error(self, line: int, column: str, problem: str) -> InputFileError:
         return InputFileError(self.path, line, column, problem)

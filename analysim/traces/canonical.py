@@ -10,11 +10,12 @@ are taken literally (no trimming); nothing is filtered.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 
 from analysim.core.job import GPU_MILLI, MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import UserError
-from analysim.traces.base import CsvInput, Trace, make_trace
+from analysim.traces.base import CsvInput, Row, Trace, TraceFormat
 
 FORMAT = "canonical"
 COLUMNS = (
@@ -25,47 +26,46 @@ REQUIRED = COLUMNS[:4]
 _DEFAULTS = JobSpec("", 0.0, None, 0)
 
 
-def read_canonical(path: str | Path) -> Trace:
-    jobs: list[JobSpec] = []
-    seen: dict[str, int] = {}
-    with CsvInput(path, FORMAT, REQUIRED, COLUMNS[4:], strict=True) as src:
-        idx = src.index
-        text = {c: idx.get(c) for c in ("vc", "user", "qos", "gpu_models")}
-        for line, row in src.rows():
-            job_id = row[idx["job_id"]]
-            if not job_id:
-                raise src.error(line, "job_id", "empty job id")
-            if job_id in seen:
-                raise src.error(line, "job_id", f"duplicate job id {job_id!r} (first on line {seen[job_id]})")
-            seen[job_id] = line
-            num_gpus = src.int_field(row, "num_gpus", line)
-            milli = src.int_field(row, "gpu_milli", line) if "gpu_milli" in idx else GPU_MILLI
-            if milli > GPU_MILLI or (num_gpus > 0 and milli == 0):
-                raise src.error(line, "gpu_milli", f"must be 1 to {GPU_MILLI}, got {milli}")
-            duration = None
-            if row[idx["duration_s"]] != "":
-                duration = src.float_field(row, "duration_s", line)
-            models: tuple[str, ...] = ()
-            if text["gpu_models"] is not None and row[text["gpu_models"]]:
-                models = tuple(row[text["gpu_models"]].split("|"))
-                if not all(models):
-                    raise src.error(line, "gpu_models", f"empty GPU model in {row[text['gpu_models']]!r}")
-            jobs.append(
-                JobSpec(
-                    job_id=job_id,
-                    submit_s=src.float_field(row, "submit_s", line),
-                    duration_s=duration,
-                    num_gpus=num_gpus,
-                    gpu_milli=milli,
-                    cpu_milli=src.int_field(row, "cpu_milli", line) if "cpu_milli" in idx else 0,
-                    memory_mib=src.int_field(row, "memory_mib", line) if "memory_mib" in idx else 0,
-                    vc=row[text["vc"]] if text["vc"] is not None else _DEFAULTS.vc,
-                    user=row[text["user"]] if text["user"] is not None else "",
-                    gpu_models=models,
-                    qos=row[text["qos"]] if text["qos"] is not None else "",
-                )
-            )
-    return make_trace(jobs, str(path), FORMAT, {})
+def _open(path: str | Path) -> CsvInput:
+    return CsvInput(path, FORMAT, REQUIRED, COLUMNS[4:], strict=True)
+
+
+def _rows(src: CsvInput) -> Iterator[Row]:
+    idx = src.index
+    text = {c: idx.get(c) for c in ("vc", "user", "qos", "gpu_models")}
+    shared = src.shared
+    for line, row in src.rows():
+        job_id = row[idx["job_id"]]
+        if not job_id:
+            raise src.error(line, "job_id", "empty job id")
+        num_gpus = src.int_field(row, "num_gpus", line)
+        milli = src.int_field(row, "gpu_milli", line) if "gpu_milli" in idx else GPU_MILLI
+        if milli > GPU_MILLI or (num_gpus > 0 and milli == 0):
+            raise src.error(line, "gpu_milli", f"must be 1 to {GPU_MILLI}, got {milli}")
+        duration = None
+        if row[idx["duration_s"]] != "":
+            duration = src.float_field(row, "duration_s", line)
+        models: tuple[str, ...] = ()
+        if text["gpu_models"] is not None and row[text["gpu_models"]]:
+            models = tuple(row[text["gpu_models"]].split("|"))
+            if not all(models):
+                raise src.error(line, "gpu_models", f"empty GPU model in {row[text['gpu_models']]!r}")
+        yield line, None, JobSpec(
+            job_id=job_id,
+            submit_s=src.float_field(row, "submit_s", line),
+            duration_s=duration,
+            num_gpus=num_gpus,
+            gpu_milli=milli,
+            cpu_milli=src.int_field(row, "cpu_milli", line) if "cpu_milli" in idx else 0,
+            memory_mib=src.int_field(row, "memory_mib", line) if "memory_mib" in idx else 0,
+            vc=shared(row[text["vc"]]) if text["vc"] is not None else _DEFAULTS.vc,
+            user=shared(row[text["user"]]) if text["user"] is not None else "",
+            gpu_models=models,
+            qos=shared(row[text["qos"]]) if text["qos"] is not None else "",
+        )
+
+
+READER = TraceFormat(FORMAT, _open, _rows, unique_ids=True)
 
 
 def write_canonical(trace: Trace, path: str | Path) -> None:

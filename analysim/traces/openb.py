@@ -15,10 +15,11 @@ deletion_time, so their durations are lower bounds (pod_phase says which; it is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from analysim.core.job import GPU_MILLI, JobSpec
-from analysim.traces.base import CsvInput, Trace, make_trace
+from analysim.traces.base import CsvInput, Row, TraceFormat
 
 FORMAT = "openb"
 COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -26,52 +27,54 @@ TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 OPTIONAL = ("gpu_spec", "qos", "pod_phase", *TIME_COLUMNS)
 
 
-def read_openb(path: str | Path) -> Trace:
-    jobs: list[JobSpec] = []
-    filtered = {"never_scheduled": 0, "deleted_before_scheduled": 0}
-    with CsvInput(path, FORMAT, COLUMNS, OPTIONAL) as src:
-        timed = any(src.has(c) for c in TIME_COLUMNS)
-        if timed and not all(src.has(c) for c in TIME_COLUMNS):
-            missing = ", ".join(c for c in TIME_COLUMNS if not src.has(c))
-            raise src.error(src.header_line, missing, "the time columns come together: this one is missing")
-        i_name = src.index["name"]
-        i_spec = src.index.get("gpu_spec")
-        i_qos = src.index.get("qos")
-        for line, row in src.rows():
-            cpu = src.int_field(row, "cpu_milli", line)
-            mem = src.int_field(row, "memory_mib", line)
-            gpus = src.int_field(row, "num_gpu", line)
-            milli = src.int_field(row, "gpu_milli", line)
-            if milli > GPU_MILLI:
-                raise src.error(line, "gpu_milli", f"must be at most {GPU_MILLI}, got {milli}")
-            if gpus == 1 and milli == 0:
-                raise src.error(line, "gpu_milli", "a one-GPU pod needs a share of 1 to 1000")
-            models = _models(src, row, i_spec, line)
-            submit, end, scheduled = _times(src, row, line) if timed else (0.0, 0.0, 0.0)
-            duration = None
-            if timed:
-                if scheduled is None:
-                    filtered["never_scheduled"] += 1
-                    continue
-                if end < scheduled:
-                    filtered["deleted_before_scheduled"] += 1
-                    continue
-                duration = end - scheduled
-            jobs.append(
-                JobSpec(
-                    job_id=row[i_name],
-                    submit_s=submit,
-                    duration_s=duration,
-                    num_gpus=gpus,
-                    gpu_milli=milli if gpus == 1 else GPU_MILLI if gpus else 0,
-                    cpu_milli=cpu,
-                    memory_mib=mem,
-                    vc="default",
-                    gpu_models=models,
-                    qos=row[i_qos] if i_qos is not None else "",
-                )
-            )
-    return make_trace(jobs, str(path), FORMAT, filtered)
+def _open(path: str | Path) -> CsvInput:
+    return CsvInput(path, FORMAT, COLUMNS, OPTIONAL)
+
+
+def _rows(src: CsvInput) -> Iterator[Row]:
+    timed = any(src.has(c) for c in TIME_COLUMNS)
+    if timed and not all(src.has(c) for c in TIME_COLUMNS):
+        missing = ", ".join(c for c in TIME_COLUMNS if not src.has(c))
+        raise src.error(src.header_line, missing, "the time columns come together: this one is missing")
+    i_name = src.index["name"]
+    i_spec = src.index.get("gpu_spec")
+    i_qos = src.index.get("qos")
+    shared = src.shared
+    for line, row in src.rows():
+        cpu = src.int_field(row, "cpu_milli", line)
+        mem = src.int_field(row, "memory_mib", line)
+        gpus = src.int_field(row, "num_gpu", line)
+        milli = src.int_field(row, "gpu_milli", line)
+        if milli > GPU_MILLI:
+            raise src.error(line, "gpu_milli", f"must be at most {GPU_MILLI}, got {milli}")
+        if gpus == 1 and milli == 0:
+            raise src.error(line, "gpu_milli", "a one-GPU pod needs a share of 1 to 1000")
+        models = _models(src, row, i_spec, line)
+        submit, end, scheduled = _times(src, row, line) if timed else (0.0, 0.0, 0.0)
+        duration = None
+        if timed:
+            if scheduled is None:
+                yield line, None, "never_scheduled"
+                continue
+            if end < scheduled:
+                yield line, None, "deleted_before_scheduled"
+                continue
+            duration = end - scheduled
+        yield line, None, JobSpec(
+            job_id=row[i_name],
+            submit_s=submit,
+            duration_s=duration,
+            num_gpus=gpus,
+            gpu_milli=milli if gpus == 1 else GPU_MILLI if gpus else 0,
+            cpu_milli=cpu,
+            memory_mib=mem,
+            vc="default",
+            gpu_models=models,
+            qos=shared(row[i_qos]) if i_qos is not None else "",
+        )
+
+
+READER = TraceFormat(FORMAT, _open, _rows, reasons=("never_scheduled", "deleted_before_scheduled"))
 
 
 def _times(src: CsvInput, row: list[str], line: int) -> tuple[float, float, float | None]:

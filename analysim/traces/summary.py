@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from analysim.traces.base import Trace
+from analysim.core.job import JobSpec
+from analysim.traces import scan_trace
+from analysim.traces.base import Trace, gc_paused
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 
@@ -37,41 +42,110 @@ class TraceSummary:
 
 
 def summarize(trace: Trace) -> TraceSummary:
-    jobs = trace.jobs
-    durations = np.array([j.duration_s for j in jobs if j.duration_s is not None], dtype=float)
-    per_vc_jobs: Counter[str] = Counter()
-    per_vc_hours: Counter[str] = Counter()
-    gpu_counts: Counter[int] = Counter()
-    fractional = 0
-    for j in jobs:
-        per_vc_jobs[j.vc] += 1
-        if j.duration_s is not None:
-            per_vc_hours[j.vc] += j.gpu_demand * j.duration_s / 3600
+    tally = _Tally()
+    for j in trace.jobs:
+        tally.add(j)
+    return tally.summary(trace.source, trace.format, trace.filtered)
+
+
+def summarize_file(path: str | Path, fmt: str = "auto") -> TraceSummary:
+    """The summary of a trace file, made in one pass that keeps a few numbers a job and no job
+    (a 2.7 M-job file fits in a few hundred MB); the same figures as ``summarize(load_trace())``."""
+    scan = scan_trace(path, fmt)
+    tally = _Tally()
+    with gc_paused():
+        for j in scan:
+            tally.add(j)
+    return tally.summary(str(path), scan.fmt.name, scan.counts(), origin=scan.origin)
+
+
+class _Tally:
+    """Per job: submit time, duration, GPUs asked for and VC, as flat arrays, so that a summary of
+    millions of jobs holds no job object. The figures are made in submit-time order (ties in the
+    order jobs were added), the order of a loaded trace, so that sums come out the same to the bit
+    whichever way the jobs came."""
+
+    def __init__(self) -> None:
+        self.submit = array("d")
+        self.duration = array("d")  # NaN: unknown
+        self.demand = array("d")
+        self.vc = array("l")
+        self.vc_index: dict[str, int] = {}
+        self.gpu_counts: Counter[int] = Counter()
+        self.fractional = 0
+
+    def add(self, j: JobSpec) -> None:
+        self.submit.append(j.submit_s)
+        self.duration.append(math.nan if j.duration_s is None else j.duration_s)
+        self.demand.append(j.gpu_demand)
+        self.vc.append(self.vc_index.setdefault(j.vc, len(self.vc_index)))
         if j.is_fractional:
-            fractional += 1
+            self.fractional += 1
         else:
-            gpu_counts[j.num_gpus] += 1
-    known = durations.size > 0
-    return TraceSummary(
-        source=trace.source,
-        format=trace.format,
-        jobs=len(jobs),
-        first_submit_s=jobs[0].submit_s if jobs else 0.0,
-        last_submit_s=jobs[-1].submit_s if jobs else 0.0,
-        gpu_counts=dict(sorted(gpu_counts.items())),
-        fractional=fractional,
-        unknown_duration=len(jobs) - durations.size,
-        duration_quantiles=dict(zip(QUANTILES, np.quantile(durations, QUANTILES).tolist(), strict=True))
-        if known
-        else {},
-        duration_min=float(durations.min()) if known else None,
-        duration_max=float(durations.max()) if known else None,
-        duration_mean=float(durations.mean()) if known else None,
-        gpu_hours=sum(per_vc_hours.values()),
-        gpus_requested=sum(j.gpu_demand for j in jobs),
-        vcs=[(vc, n, per_vc_hours[vc]) for vc, n in per_vc_jobs.most_common()],
-        filtered=dict(trace.filtered),
-    )
+            self.gpu_counts[j.num_gpus] += 1
+
+    def summary(self, source: str, fmt: str, filtered: dict[str, int], origin: float = 0.0) -> TraceSummary:
+        """The figures (once: the tally's arrays are let go as they are used)."""
+        submit = np.frombuffer(self.submit, dtype=float)
+        n_jobs = len(submit)
+        order = np.argsort(submit, kind="stable")
+        first, last = (float(submit[order[0]]) - origin, float(submit[order[-1]]) - origin) if n_jobs else (0.0, 0.0)
+        del submit, self.submit
+        vc = np.frombuffer(self.vc, dtype=np.int_)[order]
+        del self.vc
+        duration = np.frombuffer(self.duration, dtype=float)[order]
+        del self.duration
+        demand = np.frombuffer(self.demand, dtype=float)[order]
+        del self.demand, order
+        # Summed one job after another in submit order, as sum() over the jobs of a loaded trace
+        # does (in slices, so that no list of millions of floats is made).
+        gpus_requested = 0
+        for i in range(0, n_jobs, 1 << 16):
+            gpus_requested = sum(demand[i : i + (1 << 16)].tolist(), gpus_requested)
+        known = ~np.isnan(duration)
+        durations = duration[known]
+        del duration
+        hours_of_job = demand[known] * durations / 3600
+        del demand
+        names = list(self.vc_index)
+        # Per VC, in order of first appearance (ties in most_common() keep it), summed job by job.
+        per_vc_jobs: Counter[str] = Counter()
+        for i in _first_seen(vc):
+            per_vc_jobs[names[i]] = 0
+        for i, n in enumerate(np.bincount(vc, minlength=len(names)).tolist()):
+            if n:
+                per_vc_jobs[names[i]] = n
+        hours = np.zeros(len(names))
+        np.add.at(hours, vc[known], hours_of_job)
+        per_vc_hours = {names[i]: float(hours[i]) for i in _first_seen(vc[known])}
+        del vc, known, hours_of_job
+        has = durations.size > 0
+        return TraceSummary(
+            source=source,
+            format=fmt,
+            jobs=n_jobs,
+            first_submit_s=first,
+            last_submit_s=last,
+            gpu_counts=dict(sorted(self.gpu_counts.items())),
+            fractional=self.fractional,
+            unknown_duration=n_jobs - durations.size,
+            duration_quantiles=dict(zip(QUANTILES, np.quantile(durations, QUANTILES).tolist(), strict=True))
+            if has
+            else {},
+            duration_min=float(durations.min()) if has else None,
+            duration_max=float(durations.max()) if has else None,
+            duration_mean=float(durations.mean()) if has else None,
+            gpu_hours=sum(per_vc_hours.values()),
+            gpus_requested=gpus_requested,
+            vcs=[(v, n, per_vc_hours.get(v, 0.0)) for v, n in per_vc_jobs.most_common()],
+            filtered=dict(filtered),
+        )
+
+
+def _first_seen(codes: np.ndarray) -> list[int]:
+    """The distinct values of ``codes`` in order of first appearance."""
+    values, first = np.unique(codes, return_index=True)
+    return values[np.argsort(first)].tolist()
 
 
 def human_seconds(s: float) -> str:

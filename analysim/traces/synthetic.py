@@ -115,12 +115,17 @@ def gpu_class(num_gpus: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.array(CLASS_BOUNDS), num_gpus, side="left")
 
 
-def generate(jobs: int, seed: int, *, rate_scale: float = 1.0) -> Trace:
-    """``jobs`` Philly-like jobs; the same (seed, rate_scale) always gives the same trace."""
+def generate(jobs: int, seed: int, *, rate_scale: float = 1.0, limit: int | None = None) -> Trace:
+    """``jobs`` Philly-like jobs; the same (seed, rate_scale) always gives the same trace. With
+    ``limit``, only its first ``limit`` jobs (by submit time) are made."""
     if jobs < 0:
         raise UserError(f"number of jobs must be at least 0, got {jobs}")
     if not 1e-3 <= rate_scale <= 1e3:
         raise UserError(f"rate scale must be between 0.001 and 1000, got {rate_scale}")
+    width = max(6, len(str(jobs - 1)))  # of the ids: those of the first jobs do not depend on limit
+    source = f"synthetic Philly-like trace (jobs={jobs}, seed={seed}, rate_scale={rate_scale:g})"
+    if limit is not None:
+        jobs = min(jobs, limit)  # a longer trace extends a shorter one (same seed and rate scale)
     rng = np.random.Generator(np.random.PCG64(seed))
     chunks: list[tuple[np.ndarray, ...]] = []
     made, first_day = 0, 0
@@ -134,7 +139,6 @@ def generate(jobs: int, seed: int, *, rate_scale: float = 1.0) -> Trace:
     else:
         submit = duration = np.zeros(0)
         gpus = vc = np.zeros(0, dtype=int)
-    width = max(6, len(str(jobs - 1)))
     with gc_paused():
         out = [
             JobSpec(
@@ -150,7 +154,6 @@ def generate(jobs: int, seed: int, *, rate_scale: float = 1.0) -> Trace:
                 zip(submit.tolist(), duration.tolist(), gpus.tolist(), vc.tolist(), strict=True)
             )
         ]
-    source = f"synthetic Philly-like trace (jobs={jobs}, seed={seed}, rate_scale={rate_scale:g})"
     return Trace(out, source, FORMAT, {})
 
 
