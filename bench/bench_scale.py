@@ -1,0 +1,79 @@
+"""Cost linear in work: ``analysim simulate`` on 10k, 100k and 1M synthetic Philly-like jobs, each
+run a child process measured on its own (wall, CPU, peak RSS from os.wait4), as a markdown table.
+
+    .venv/bin/python bench/bench_scale.py                      # 10k, 100k, 1M on 64x8
+    .venv/bin/python bench/bench_scale.py --jobs 10000 100000  # fewer sizes
+
+Every trace is ``analysim trace generate --rate-scale 1`` (Philly's load, ~374 busy GPUs) on the
+512-GPU cluster that load was fitted for (``--cluster``), so a longer trace is more of the same
+load and the queues stay comparable: jobs/s should stay roughly constant and the peak RSS grow
+far slower than the jobs. With ``--scale-cluster``, the arrival rate and the nodes grow with the
+jobs instead (the span stays ~13 days); a larger pool then queues far less, so the rows do
+different work per job. Traces are written to ``--work`` (default: a temporary folder) and kept
+there for a re-run. jobs/s is per CPU second (user + sys) of the run, the fairer figure on a
+shared machine; the load average is /proc/loadavg's 1-minute figure before and after each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE_JOBS = 10_000
+
+
+def child(argv: list[str]) -> tuple[float, float, float, int]:
+    """Run ``argv``; (wall s, user s, sys s, peak RSS KiB) of that process alone."""
+    started = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - started
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(argv)}")
+    return wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--cluster", default="64x8", help="cluster for every size (default 64x8: 512 GPUs)")
+    ap.add_argument("--scale-cluster", action="store_true",
+                    help="scale the arrival rate and the nodes of --cluster with jobs / 10k instead")
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--work", type=Path, help="folder for the traces (default: a temporary one)")
+    args = ap.parse_args()
+    exe = str(Path(sys.executable).parent / "analysim")
+    nodes, gpus = (int(x) for x in args.cluster.split("x"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="analysim-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{os.cpu_count()} cores; policy {args.policy}; traces in {work}", file=sys.stderr)
+    print("| jobs | cluster | wall s | user s | sys s | jobs/s (CPU) | peak RSS MB | load avg before → after |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
+    for n in args.jobs:
+        scale = n / BASE_JOBS if args.scale_cluster else 1.0
+        cluster = f"{round(nodes * scale)}x{gpus}" if args.scale_cluster else args.cluster
+        trace = work / f"synthetic-{n}-r{scale:g}.csv"
+        if not trace.exists():
+            subprocess.run([exe, "trace", "generate", "--jobs", str(n), "--seed", "0", "--rate-scale", f"{scale:g}",
+                            "--out", str(trace)], check=True, stdout=subprocess.DEVNULL)
+        with tempfile.TemporaryDirectory() as out:
+            before = os.getloadavg()[0]
+            wall, user, sys_s, rss = child([exe, "simulate", "--trace", str(trace), "--cluster", cluster, "--policy",
+                                            args.policy, "--no-plots", "--no-progress", "--out", out])
+            after = os.getloadavg()[0]
+            summary = json.loads((Path(out) / "summary.json").read_text())
+        done = summary["jobs_completed"]
+        print(f"| {n:,} | {cluster} | {wall:.1f} | {user:.1f} | {sys_s:.1f} | {done / (user + sys_s):,.0f} "
+              f"| {rss / 1024:.0f} | {before:.1f} → {after:.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
