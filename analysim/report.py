@@ -233,13 +233,13 @@ def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
     return [p]
 
 
-def plot_compare(results: Sequence[tuple[str, dict, Sequence[dict]]], out: Path) -> Path:
-    """One figure for ``analysim compare``: JCT CDFs, and average JCT and utilization per run."""
+def plot_compare(results: Sequence[tuple[str, dict, Sequence[float]]], out: Path) -> Path:
+    """One figure for ``analysim compare``: JCT CDFs (from each run's completed jobs' JCTs), and
+    average JCT and utilization per run."""
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-    for label, _, jobs in results:
-        done = [j["jct_s"] for j in jobs if j["status"] == "completed"]
-        if done:
+    for label, _, done in results:
+        if len(done):
             _cdf(a1, done, label)
     a1.set_xscale("log")
     a1.set_xlabel("job completion time (s)")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from analysim.cli.argtypes import positive_int
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.cli.simulate import run_and_write
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
-from analysim.report import can_plot, plot_compare, summary_table, write_csv, write_json, write_run
-from analysim.simulation import run
+from analysim.report import can_plot, plot_compare, summary_table, write_csv, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,20 +53,16 @@ def _label(pol: str, pl: str, pre: bool, mig: bool) -> str:
     return f"{pol}/{pl}" + ("+preempt" if pre else "") + ("+migrate" if mig else "")
 
 
-def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool]) -> tuple[str, dict, list[dict]]:
+def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool]) -> tuple[str, dict, list[float]]:
+    """One run, written to its folder: (label, summary, JCTs of the completed jobs)."""
     pol, pl, pre, mig = combo
     trace, cluster = load_inputs(args)
     ns = argparse.Namespace(**{**vars(args), "preemption": pre, "migration": mig,
                                "backfill": args.backfill and pol.startswith("fifo")})
     opts = run_options(ns, pol, pl)
-    t0 = time.perf_counter()
-    result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered)
-    result.summary["wall_s"] = time.perf_counter() - t0
-    result.summary["trace"] = trace.source
     label = _label(*combo)
-    write_run(args.out / label.replace("/", "_"), result.summary, result.jobs, result.timeseries, plots=False)
-    slim = [{"jct_s": j["jct_s"], "status": j["status"]} for j in result.jobs]
-    return label, result.summary, slim
+    result, _ = run_and_write(args.out / label.replace("/", "_"), trace, cluster, opts, plots=False)
+    return label, result.summary, result.completed_jct.tolist()
 
 
 def main(args: argparse.Namespace) -> int:

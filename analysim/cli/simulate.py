@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
+from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
 from analysim.report import JobsCsv, can_plot, summary_table, write_run
-from analysim.simulation import RunResult, run
+from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
 
 HELP = "replay a trace under one scheduling policy"
@@ -40,26 +42,35 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     already (``analysim sweep`` loads it once for all its cells)."""
     trace, cluster = load_inputs(args, trace)
     opts = run_options(args, args.policy, args.placement)
-    started = time.perf_counter()
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
-    # Replay streams jobs.csv: the run keeps no row of a finished job (inflate writes none).
-    sink = JobsCsv(args.out / "jobs.csv") if opts.mode == "replay" else None
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with sink if sink is not None else nullcontext():
-            result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered,
-                         on_job_end=bar.update if bar is not None else None, job_sink=sink)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    except OSError as e:
-        raise UserError(f"{args.out}: cannot write: {e.strerror}") from None
+        return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
+                             on_job_end=bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
+
+
+def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
+                  on_job_end: Callable[[], None] | None = None) -> tuple[RunResult, list[Path]]:
+    """Run and write summary.json, jobs.csv, timeseries.csv (and plots) to ``out``; a replay
+    streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none).
+    ``summary.json`` gets the run's ``wall_s`` and the trace's source."""
+    sink = JobsCsv(out / "jobs.csv") if opts.mode == "replay" else None
+    started = time.perf_counter()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with sink if sink is not None else nullcontext():
+            result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, on_job_end=on_job_end,
+                         job_sink=sink)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{out}: cannot write: {e.strerror}") from None
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
-    written = write_run(args.out, result.summary, None if sink is not None else result.jobs, result.timeseries,
-                        plots=not args.no_plots and can_plot(), completed_jct=result.completed_jct)
+    written = write_run(out, result.summary, None if sink is not None else result.jobs, result.timeseries,
+                        plots=plots, completed_jct=result.completed_jct)
     return result, written
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
-from typing import IO, NamedTuple
+from typing import IO, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from analysim.core.job import MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import InputFileError, UserError
 
 _EPOCH = datetime(1970, 1, 1)
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -199,7 +200,7 @@ class CsvInput:
         self._file: IO[str] | None = None
         self.header: list[str] = []
         self.index: dict[str, int] = {}
-        self._strings: dict[str, str] = {}
+        self._shared: dict = {}
 
     def __enter__(self) -> CsvInput:
         p = Path(self.path)
@@ -285,10 +286,11 @@ class CsvInput:
         except csv.Error as e:
             raise InputFileError(self.path, reader.line_num, None, f"bad CSV: {e}") from None
 
-    def shared(self, text: str) -> str:
-        """One string object for every row that has this text: for columns with few distinct
-        values (VC, user, QoS), so that a million jobs do not hold a million copies of a VC name."""
-        return self._strings.setdefault(text, text)
+    def shared(self, value: T) -> T:
+        """One object for every row that has this value: for columns with few distinct values (VC,
+        user, QoS, CPU milli, MiB), so that a million jobs do not hold a million copies of a VC
+        name or of the number 6000."""
+        return self._shared.setdefault(value, value)
 
     def error(self, line: int, column: str, problem: str) -> InputFileError:
         return InputFileError(self.path, line, column, problem)
