@@ -172,8 +172,11 @@ class Engine:
     def feed(self, jobs: Iterable[JobSpec]) -> None:
         """Submit these jobs, sorted by submit time, each only as the clock reaches its submit time
         (as ``run`` goes), not all at once: the engine then holds the jobs in flight, not the whole
-        trace. Same schedule as submitting them all first: arrivals at one time still come in this
-        order, and before anything else of their time is taken."""
+        trace. Same schedule as submitting them all first (arrivals at one time still come in this
+        order, before anything else of their time is taken) for a trace replay, where nothing
+        happens to a job before it arrives: a fed job is checked when submitted, against the nodes
+        up then (a job the engine refuses raises from ``run``), and a cancel before its submission
+        finds no job."""
         self._feed = iter(jobs)
         self._fed_next = next(self._feed, None)
 
