@@ -81,7 +81,6 @@ class JobsCsv:
         self._line = _Line()
         self._format = csv.writer(self._line, lineterminator="\n")
         self._file = None
-        self.rows_written = 0
 
     def __enter__(self) -> JobsCsv:
         self._file = self._partial.open("w", newline="")
@@ -107,14 +106,14 @@ class JobsCsv:
         self._horizon = max(self._horizon, spec.submit_s)
 
     def write(self, row: dict) -> None:
-        heapq.heappush(self._rows, ((row["submit_s"], row["job_id"]), self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])))
+        line = self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])
+        heapq.heappush(self._rows, ((row["submit_s"], row["job_id"]), line))
         rows, expected = self._rows, self._expected
         # A row goes out when no job in flight comes before it, and no job still to enter can
         # (those have a later submit time than every job entered, or the same).
         while rows and expected and rows[0][0] == expected[0] and rows[0][0][0] < self._horizon:
             self._file.write(heapq.heappop(rows)[1])
             heapq.heappop(expected)
-            self.rows_written += 1
 
     def waiting(self) -> int:
         """Rows held back in the reorder buffer."""

@@ -143,7 +143,7 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     check_unique_ids(kept)
     if all(a.submit_s <= b.submit_s for a, b in pairwise(kept)):
         engine.feed(_announced(kept, job_sink) if job_sink is not None else kept)
-    else:  # (a caller's own list, not a trace's) all at once, so that ties go by list order
+    else:  # a caller's own unsorted list (a trace is sorted): all at once, as the list orders them
         for j in _announced(kept, job_sink) if job_sink is not None else kept:
             engine.submit(j)
     engine.run()
