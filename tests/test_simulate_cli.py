@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.polling import wait_until
+from tests.procs import descendants
 from tests.shared import TRACES, needs_shared
 
 
@@ -101,6 +105,24 @@ def test_compare_runs_combinations_in_parallel(tmp_path):
     assert (tmp_path / "c" / "compare.png").exists()
     lines = r.stdout.splitlines()
     assert lines[0].startswith("run") and len([x for x in lines if x.startswith(("fifo", "srtf"))]) == 4
+
+
+def test_compare_run_killed_is_a_one_line_error_not_a_hang(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "analysim", "compare", "--jobs", "3000", "--cluster", "tiny",
+                          "--policies", "fifo,srtf", "--preemption", "--workers", "2",
+                          "--out", str(tmp_path / "c")],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def forked_run() -> int | None:
+        assert p.poll() is None, p.communicate()
+        return (descendants(p.pid) or [None])[0]
+
+    victim = wait_until(forked_run, 120, "a forked run")
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = p.communicate(timeout=300)
+    assert p.returncode == 2, stderr
+    assert "died (exit code -9)" in stderr and "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
 
 
 @needs_shared(TRACES / "openb_pod_list_default.csv", TRACES / "openb_node_list_gpu_node.csv")

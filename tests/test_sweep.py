@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import inspect
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -299,3 +301,23 @@ def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
     assert "a worker process died; running it again" in stderr
     assert "8 cells ran" in stdout and "0 lost" in stdout, stdout
     assert [t["status"] for t in rows(out)] == ["ok"] * 8
+
+
+
+def _die_halfway_through_sending() -> None:
+    """In the forked child: put the length of a 1 MiB result and 10 bytes of it on the pipe, then
+    die by SIGKILL, as a child killed in the middle of sending its result does."""
+    out = inspect.currentframe().f_back.f_locals["out"]  # the child's end of its result pipe
+    os.write(out.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_task_killed_in_the_middle_of_sending_is_a_death_not_a_crash():
+    from analysim.forked import ForkedTasks
+
+    tasks = ForkedTasks(2)
+    tasks.submit("halfway", _die_halfway_through_sending)
+    tasks.submit("fine", sum, (1, 2, 3))
+    done = {f.key: f for f in tasks.finished()}
+    assert done["halfway"].died and done["halfway"].exitcode == -signal.SIGKILL
+    assert not done["fine"].died and done["fine"].result == 6

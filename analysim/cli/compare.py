@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from analysim.cli.argtypes import positive_int
@@ -14,6 +13,7 @@ from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.cli.simulate import run_and_write
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
+from analysim.forked import ForkedTasks
 from analysim.report import can_plot, plot_compare, summary_table, write_csv, write_json
 
 
@@ -53,10 +53,9 @@ def _label(pol: str, pl: str, pre: bool, mig: bool) -> str:
     return f"{pol}/{pl}" + ("+preempt" if pre else "") + ("+migrate" if mig else "")
 
 
-def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool]) -> tuple[str, dict, list[float]]:
-    """One run, written to its folder: (label, summary, JCTs of the completed jobs)."""
+def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool], trace, cluster) -> tuple[str, dict, list[float]]:
+    """One run, written to its folder (jobs.csv as it goes): (label, summary, JCTs of the completed jobs)."""
     pol, pl, pre, mig = combo
-    trace, cluster = load_inputs(args)
     ns = argparse.Namespace(**{**vars(args), "preemption": pre, "migration": mig,
                                "backfill": args.backfill and pol.startswith("fifo")})
     opts = run_options(ns, pol, pl)
@@ -65,18 +64,39 @@ def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool]) -> tuple[
     return label, result.summary, result.completed_jct.tolist()
 
 
+def _run_forked(args: argparse.Namespace, combos: list, trace, cluster, workers: int) -> list:
+    tasks = ForkedTasks(workers)
+    for i, combo in enumerate(combos):
+        tasks.submit(i, _safe_one, args, combo, trace, cluster)
+    results: list = [None] * len(combos)
+    for done in tasks.finished():
+        if done.died:
+            raise UserError(f"the run {_label(*combos[done.key])} died (exit code {done.exitcode}); "
+                            "out of memory? try fewer --workers")
+        if isinstance(done.result, ValueError | UserError):
+            raise done.result
+        results[done.key] = done.result
+    return results
+
+
+def _safe_one(*a) -> tuple[str, dict, list[float]] | ValueError | UserError:
+    try:
+        return _one(*a)
+    except (ValueError, UserError) as e:  # raised again in the parent, as a one-line error
+        return e
+
+
 def main(args: argparse.Namespace) -> int:
     combos = _combos(args)
-    load_inputs(args)  # fail fast, in this process, on a bad trace or cluster
+    trace, cluster = load_inputs(args)  # once, here: forked runs inherit it, and a bad input fails fast
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     workers = max(1, min(args.workers, len(combos)))
     try:
         if workers == 1:
-            results = [_one(args, c) for c in combos]
+            results = [_one(args, c, trace, cluster) for c in combos]
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(_one, [args] * len(combos), combos))
+            results = _run_forked(args, combos, trace, cluster, workers)
     except ValueError as e:  # e.g. every job filtered out
         raise UserError(str(e)) from None
     table = summary_table([(label, s) for label, s, _ in results])

@@ -8,14 +8,12 @@ lost when it runs out of tries, so that a re-run of the sweep picks it up.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Sequence
-from multiprocessing.connection import Connection
-from multiprocessing.connection import wait as wait_ready
 from typing import Protocol
 
 from analysim.errors import UserError
+from analysim.forked import ForkedTasks
 from analysim.sweep.cell import LOST, Outcome, run_cell
 from analysim.sweep.spec import Cell
 from analysim.traces import Trace
@@ -39,55 +37,27 @@ def machine_cpus() -> int:
         return os.cpu_count() or 1
 
 
-# --- local: forked processes, as many at once as the machine has cores
-
-# Each cell runs in a process of its own, forked from the sweep: it inherits the loaded traces
-# (nothing pickled) and sends its outcome back over a pipe that only it writes. A process that
-# dies (the OOM killer, a signal) costs its own cell alone, which runs again. A shared pool does
-# not survive that: CPython's ProcessPoolExecutor hangs for good when a worker is killed while it
-# holds the result queue's lock (seen here: the other worker blocked on the lock, the pool's
-# manager thread in a read that never ends).
-_FORK = multiprocessing.get_context("fork")
-
-
-def _run_forked(out: Connection, cell: Cell, trace: Trace) -> None:
-    try:
-        out.send(run_cell(cell.args, trace))
-    finally:
-        out.close()
-
+# --- local: forked processes, as many at once as the machine has cores (see analysim.forked for
+# why each cell has a process of its own rather than a place in a shared pool)
 
 def run_local(work: Work, traces: dict[Hashable, Trace], tracker: Tracker, workers: int, retries: int) -> None:
-    queue = list(reversed(work))
     tracker.capacity = workers
+    cells = {cell.id: (cell, key) for cell, key in work}
     tries: dict[str, int] = {}
-    running: dict[Connection, tuple[multiprocessing.process.BaseProcess, Cell, Hashable]] = {}
-    while queue or running:
-        while queue and len(running) < workers:
-            cell, key = queue.pop()
-            reader, writer = _FORK.Pipe(duplex=False)
-            proc = _FORK.Process(target=_run_forked, args=(writer, cell, traces[key]), daemon=True)
-            proc.start()
-            writer.close()  # the child holds the only write end: its death is EOF here
-            running[reader] = (proc, cell, key)
-            tracker.started(cell)
-        for reader in wait_ready(list(running)):
-            proc, cell, key = running.pop(reader)  # type: ignore[index]
-            try:
-                outcome: Outcome | None = reader.recv()  # type: ignore[union-attr]
-            except EOFError:
-                outcome = None
-            reader.close()  # type: ignore[union-attr]
-            proc.join()
-            if outcome is not None:
-                tracker.finished(cell, outcome)
-                continue
-            tries[cell.id] = tries.get(cell.id, 0) + 1
-            if tries[cell.id] > retries:
-                tracker.finished(cell, Outcome(LOST, error=f"worker process died (exit code {proc.exitcode})"))
-            else:
-                tracker.retried(cell, "a worker process died")
-                queue.append((cell, key))
+    tasks = ForkedTasks(workers, on_start=lambda cell_id: tracker.started(cells[cell_id][0]))
+    for cell, key in work:
+        tasks.submit(cell.id, run_cell, cell.args, traces[key])
+    for done in tasks.finished():
+        cell, key = cells[done.key]
+        if not done.died:
+            tracker.finished(cell, done.result)
+            continue
+        tries[cell.id] = tries.get(cell.id, 0) + 1
+        if tries[cell.id] > retries:
+            tracker.finished(cell, Outcome(LOST, error=f"worker process died (exit code {done.exitcode})"))
+        else:
+            tracker.retried(cell, "a worker process died")
+            tasks.submit(cell.id, run_cell, cell.args, traces[key])
 
 
 # --- ray: tasks on a Ray cluster, the traces in its object store
