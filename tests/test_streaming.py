@@ -108,6 +108,9 @@ def test_duplicate_ids_are_found_with_their_lines(tmp_path):
     with pytest.raises(InputFileError, match=r"line 4, column 'job_id': duplicate job id 'a' \(first on line 2\)"):
         load_trace(p)
     assert len(load_trace(p, limit=2).jobs) == 2  # the repeat is past the limit
+    p.write_text("job_id,submit_s,duration_s,num_gpus\na,0,1,0\nb,1,1,1\na,2,1,1\n")  # a CPU-only 'a' first
+    with pytest.raises(InputFileError, match="duplicate job id 'a'"):
+        load_trace(p, drop_cpu_only=True)
 
 
 def test_synthetic_limit_makes_the_first_jobs_only():

@@ -90,6 +90,7 @@ class TraceScan:
         # Ids are checked by their 64-bit hashes (8 bytes a job, not a set of strings): a repeated
         # hash is then looked up in the file for the real duplicate, if any.
         hashes = array("q") if fmt.unique_ids else None
+        line = 0
         with fmt.open(self.path) as src:
             for line, t, item in fmt.rows(src):
                 if t is not None and t < origin:
@@ -97,6 +98,8 @@ class TraceScan:
                 if type(item) is str:
                     self.filtered[item] += 1
                     continue
+                if hashes is not None:
+                    hashes.append(hash(item.job_id))
                 if drop and item.num_gpus == 0:
                     self.filtered["cpu_only"] += 1
                     continue
@@ -105,19 +108,18 @@ class TraceScan:
                         self.unsorted_line = line
                         break
                     last = item.submit_s
-                if hashes is not None:
-                    hashes.append(hash(item.job_id))
                 self.jobs += 1
                 yield item
                 if self.jobs == limit:
                     break
         if fmt.rebase and origin != math.inf:
             self.origin = origin
-        if hashes is not None and len(hashes) > 1:
-            _check_unique_ids(fmt, self.path, hashes)
+        if hashes is not None and len(hashes) > 1 and self.unsorted_line is None:  # (else read again)
+            _check_unique_ids(fmt, self.path, hashes, line)
 
 
-def _check_unique_ids(fmt: TraceFormat, path: str | Path, hashes: array) -> None:
+def _check_unique_ids(fmt: TraceFormat, path: str | Path, hashes: array, last_line: int) -> None:
+    """Raise the error of the first repeated job id in the file up to ``last_line``, if any."""
     h = np.sort(np.frombuffer(hashes, dtype=np.int64))
     repeated = set(h[1:][h[1:] == h[:-1]].tolist())
     if not repeated:
@@ -125,6 +127,8 @@ def _check_unique_ids(fmt: TraceFormat, path: str | Path, hashes: array) -> None
     first: dict[str, int] = {}
     with fmt.open(path) as src:
         for line, _, item in fmt.rows(src):
+            if line > last_line:
+                break
             if type(item) is str or hash(item.job_id) not in repeated:
                 continue
             if item.job_id in first:
