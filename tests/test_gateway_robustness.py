@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysim.errors import UserError
 from mlaas_monitor.admin_key import load_admin_key
 from mlaas_monitor.auth import admin_key_problem
-from mlaas_monitor.monitor.service import monitor_extension
+from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import MAX_QUOTA_ROWS, Gateway, Limits
 from mlaas_monitor.store import Store
@@ -69,7 +69,7 @@ def test_a_model_that_fails_to_load_is_isolated(tmp_path: Path, monitored: bool)
     _corrupt(db, "future", json.dumps({"format": 99}))
     _corrupt(db, "garbled", "{not json")
     store = Store(db, background_checkpoint=True)
-    extensions = [monitor_extension()] if monitored else []
+    extensions = [local_monitor_extension()] if monitored else []
     try:
         with GatewayThread(Gateway(store, ADMIN_KEY), extensions=extensions) as t:  # starts: one bad model is no crash
             assert t.bound is not None

@@ -34,7 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--default-quota-rows", type=nonneg_int, help="per-user row quota (default: unlimited)")
     p.add_argument("--default-rate-limit", type=rate, help="per-user requests/s (default: unlimited)")
     p.add_argument("--no-monitor", action="store_true",
-                   help="serve without the in-process extraction monitor (it is on by default)")
+                   help="serve without the extraction monitor (by default the gateway runs one beside itself on its store)")
+    p.add_argument("--monitor-url", metavar="URL",
+                   help="subscribe to a shared monitor service (python -m mlaas_monitor.monitor serve) instead of running one")
+    p.add_argument("--monitor-key-file", help="file holding the key for --monitor-url (default: this gateway's admin key)")
     p.add_argument("--monitor-checkpoint-interval", type=float, default=1.0, metavar="S",
                    help="checkpoint the monitor's state at most every S seconds (default 1; "
                         "whatever is not checkpointed is replayed from the query log)")  # fmt: skip
@@ -69,10 +72,17 @@ def run(args: argparse.Namespace) -> int:
               f"{metrics} ({len(store.model_ids())} models, store {args.db})", flush=True)  # fmt: skip
 
     extensions = []
-    if not args.no_monitor:
-        from mlaas_monitor.monitor.service import monitor_extension
+    if args.no_monitor and args.monitor_url:
+        raise UserError("--no-monitor and --monitor-url contradict each other: pick one")
+    if args.monitor_url:
+        from mlaas_monitor.monitor.client import monitor_client_extension
 
-        extensions.append(monitor_extension(checkpoint_interval=args.monitor_checkpoint_interval))
+        key = load_admin_key({}, args.monitor_key_file) if args.monitor_key_file else admin_key
+        extensions.append(monitor_client_extension(args.monitor_url, key))
+    elif not args.no_monitor:
+        from mlaas_monitor.monitor.client import local_monitor_extension
+
+        extensions.append(local_monitor_extension(args.monitor_checkpoint_interval))
     try:
         metrics_at = None if args.metrics_port == -1 else (args.metrics_host, args.metrics_port)
         run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions, tls=tls,
