@@ -1,9 +1,10 @@
 """Group commit: every query answered during one event-loop tick is logged and charged in a
-single SQLite transaction, and each request awaits that commit before it responds.
+single transaction, and each request awaits that commit before it responds.
 
-The flush runs on the loop itself (a WAL commit with synchronous=NORMAL is a single write,
-tens of microseconds); a writer thread would hand the GIL back and forth and add latency
-spikes of up to the interpreter's switch interval.
+The flush runs on the loop itself (a SQLite WAL commit with synchronous=NORMAL is a single
+write, tens of microseconds; a PostgreSQL one a few round trips on a local socket); a writer
+thread would hand the GIL back and forth and add latency spikes of up to the interpreter's
+switch interval.
 """
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from mlaas_monitor.store import QueryRecord, Store
+from mlaas_monitor.store import QueryRecord, Refused, Store
 
 
 class GroupCommitter:
     def __init__(self, store: Store, on_batch: Callable[[int], None] | None = None) -> None:
         self._store = store
-        self._pending: list[tuple[QueryRecord, asyncio.Future[int]]] = []
+        self._pending: list[tuple[QueryRecord, asyncio.Future[int | Refused]]] = []
         self._scheduled = False
         self._on_batch = on_batch
 
-    async def commit(self, record: QueryRecord) -> int:
-        """Durably log and charge ``record``; returns its sequence number."""
+    async def commit(self, record: QueryRecord) -> int | Refused:
+        """Durably log and charge ``record``: its sequence number, or why the store refused it."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[int] = loop.create_future()
+        fut: asyncio.Future[int | Refused] = loop.create_future()
         self._pending.append((record, fut))
         if not self._scheduled:
             self._scheduled = True
@@ -39,7 +40,7 @@ class GroupCommitter:
         if not batch:
             return
         try:
-            ids = self._store.record_queries([r for r, _ in batch])
+            ids = self._store.commit_queries([r for r, _ in batch])
         except Exception as e:  # the transaction rolled back: nobody was charged
             for _, fut in batch:
                 if not fut.done():

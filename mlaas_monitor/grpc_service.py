@@ -362,9 +362,11 @@ class GrpcServer:
             await self.health.set(name, status)
 
 
-def build_grpc_server(gw: Gateway) -> GrpcServer:
+def build_grpc_server(gw: Gateway, reuse_port: bool = False) -> GrpcServer:
+    """``reuse_port``: share the port with the other workers of ``analysim gateway --workers``
+    (SO_REUSEPORT; off otherwise, so that a port taken by someone else is an error)."""
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", 0)],
+        options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", int(reuse_port))],
     )
     predictions = PredictionServicer(gw)
     pb_grpc.add_PredictionServiceServicer_to_server(predictions, server)
