@@ -68,10 +68,12 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1 and not postgres:
         raise UserError(f"--workers {args.workers} needs a PostgreSQL store (--db postgresql://...): a SQLite file is "
                         "one process's store (its writers would queue on one lock)")  # fmt: skip
-    if not args.no_monitor and (args.workers > 1 or postgres):
-        raise UserError("the in-process extraction monitor sees only its own process's queries and keeps its state in a "
-                        "SQLite store: with --workers or a PostgreSQL --db, pass --no-monitor and run the monitor "
-                        "service (python -m mlaas_monitor.monitor serve)")  # fmt: skip
+    if args.no_monitor and args.monitor_url:
+        raise UserError("--no-monitor and --monitor-url contradict each other: pick one")
+    if not args.no_monitor and not args.monitor_url and (args.workers > 1 or postgres):
+        raise UserError("with --workers or a PostgreSQL --db, the replicas share one extraction monitor: run it "
+                        "(python -m mlaas_monitor.monitor serve --db ... --state FILE) and pass --monitor-url, "
+                        "or pass --no-monitor")  # fmt: skip
     if args.workers > 1:
         return _run_workers(args)
     _serve(args)
@@ -100,8 +102,6 @@ def _serve(args: argparse.Namespace, worker: int | None = None) -> None:
                   f"{metrics} ({len(store.model_ids())} models, store {store.describe()})", flush=True)  # fmt: skip
 
     extensions = []
-    if args.no_monitor and args.monitor_url:
-        raise UserError("--no-monitor and --monitor-url contradict each other: pick one")
     if args.monitor_url:
         from mlaas_monitor.monitor.client import monitor_client_extension
 

@@ -35,6 +35,7 @@ from mlaas_monitor.monitor.persist import MonitorDB
 from mlaas_monitor.monitor.service import Monitor, add_routes
 from mlaas_monitor.service import ApiError
 from mlaas_monitor.store import Store
+from mlaas_monitor.store_backends import is_postgres_url
 
 log = logging.getLogger(__name__)
 POLL_S = 0.005  # an idle follower looks at the log this often (one indexed read)
@@ -120,14 +121,17 @@ def run_service(db: str, state: str | None, admin_key: str, host: str, port: int
                 checkpoint_interval: float, exit_with_stdin: bool = False) -> None:  # fmt: skip
     from mlaas_monitor.server import run_loop
 
-    if not Path(db).is_file():
+    postgres = is_postgres_url(db)
+    if not postgres and not Path(db).is_file():
         raise UserError(f"--db: no store at {db}")
+    if postgres and not state:
+        raise UserError("--state FILE is needed with a PostgreSQL --db (the monitor keeps its state in SQLite)")
     state = state or db
     lock = hold_lock(state)
     store = Store(db)
     # Sharing the store's file: its gateways checkpoint the WAL (a checkpoint here would be
     # an fsync in the monitor's loop, and fight theirs).
-    mdb = MonitorDB(state, autocheckpoint=Path(state).resolve() != Path(db).resolve())
+    mdb = MonitorDB(state, autocheckpoint=postgres or Path(state).resolve() != Path(db).resolve())
     mon: Monitor | None = None
 
     async def main() -> None:
@@ -153,7 +157,7 @@ def run_service(db: str, state: str | None, admin_key: str, host: str, port: int
             tasks[-1].add_done_callback(lambda _: stop.set())
         if port_file:
             write_port_file(port_file, {"host": host, "http": bound})
-        print(f"monitor: http://{host}:{bound} following {db} from seq {mon.cursor}", flush=True)
+        print(f"monitor: http://{host}:{bound} following {store.describe()} from seq {mon.cursor}", flush=True)
         try:
             await stop.wait()
         finally:
