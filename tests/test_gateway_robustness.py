@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,8 @@ from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import MAX_QUOTA_ROWS, Gateway, Limits
 from mlaas_monitor.store import Store
+from protos.analysim.v1 import prediction_pb2 as pb
+from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.polling import wait_until
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
@@ -131,6 +134,13 @@ def test_401_405_429_carry_their_headers(gw: Running) -> None:
     status, body = r.post(PREDICT, {"rows": credit_rows()[:1]})
     assert (status, body["error"]["code"]) == (429, "rate_limited")
     assert r.last_headers is not None and 1 <= int(r.last_headers["Retry-After"]) <= 1000
+    # gRPC: RESOURCE_EXHAUSTED with the same wait as trailing metadata.
+    row = pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in credit_rows()[0]])
+    with grpc.insecure_channel(f"127.0.0.1:{gw.thread.bound.grpc_port}") as ch, pytest.raises(grpc.RpcError) as e:  # type: ignore[union-attr]
+        pb_grpc.PredictionServiceStub(ch).Predict(pb.PredictRequest(model_id="credit", rows=[row]),
+                                                  metadata=(("authorization", f"Bearer {r.key}"),))  # fmt: skip
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert 1 <= int(dict(e.value.trailing_metadata())["retry-after"]) <= 1000
 
 
 def test_a_client_that_hangs_up_mid_body_is_not_a_500(gw: Running) -> None:
