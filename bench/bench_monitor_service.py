@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark the monitor service (``python -m mlaas_monitor.monitor serve``) behind a
 gateway under load: how far it lags behind the query stream (p99), what it costs per
-query in its own process, and how long it takes to catch up once the load stops.
+query in its own process, how long it takes to catch up once the load stops, and how long
+a restart takes over the log the run left (including the interpreter's start).
 
 A fresh store (a SQLite file, or ``--db postgresql://...`` for an empty database) holds a
 26-leaf German-credit tree; the monitor follows it and the gateway (``--workers N`` over
@@ -93,6 +94,8 @@ def main() -> int:
                 folded = sum(u["n_queries"] for u in admin_call(murl, admin, "GET", "/v1/admin/monitor/bench")["users"])  # type: ignore[index]
                 if folded >= answered:
                     break
+                if time.perf_counter() - stopped > 60:
+                    raise SystemExit(f"the monitor folded {folded} of {answered} rows in 60 s after the load")
                 time.sleep(0.01)
             catch_up = time.perf_counter() - stopped
             cpu = cpu_seconds(mproc.pid) - cpu0
@@ -107,6 +110,14 @@ def main() -> int:
                 "monitor_cpu_us_per_query": cpu / max(1, len(lat)) * 1e6, "catch_up_after_load_s": catch_up,
                 "load_average_at_end": os.getloadavg(),
             })  # fmt: skip
+            # A restart: stop (it checkpoints), start again, time until it listens (it has
+            # then loaded its state and read the log once for the raw queries).
+            mproc.send_signal(signal.SIGTERM)
+            mproc.wait(60)
+            t0 = time.perf_counter()
+            mproc, _ = start(["mlaas_monitor.monitor", "serve", "--db", db, "--state", str(t / "monitor.db"), "--port", "0"],
+                             t / "monitor2.port", admin)  # fmt: skip
+            report["restart_s"], report["logged_rows"] = time.perf_counter() - t0, answered
         finally:
             for p in (gproc, mproc):
                 if p is not None:

@@ -42,6 +42,7 @@ POLL_S = 0.005  # an idle follower looks at the log this often (one indexed read
 USERS_EVERY_S = 1.0  # and at the accounts (revocations) this often
 RETRY_S = 1.0
 LOCK_WAIT_S = 30.0
+SHUTDOWN_GRACE_S = 5.0
 
 
 def hold_lock(state: str) -> IO[bytes]:
@@ -147,7 +148,8 @@ def run_service(db: str, state: str | None, admin_key: str, host: str, port: int
         while mon.read():  # then the log up to now, before anyone is told we are ready
             await asyncio.sleep(0)
         log.info("monitor: caught up to seq %d in %.2f s", mon.cursor, time.perf_counter() - started)
-        runner = web.AppRunner(build_app(mon, admin_key), access_log=None, handle_signals=False)
+        runner = web.AppRunner(build_app(mon, admin_key), access_log=None, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_GRACE_S)  # fmt: skip
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
         bound = runner.addresses[0][1]
@@ -161,6 +163,7 @@ def run_service(db: str, state: str | None, admin_key: str, host: str, port: int
         try:
             await stop.wait()
         finally:
+            mon.decisions.close()  # the gateways' long polls answer now, not after their wait
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

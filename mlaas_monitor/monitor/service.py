@@ -62,6 +62,7 @@ class Decisions:
         self.version = 0
         self.by_model: dict[str, dict[str, str]] = {}
         self._changed = asyncio.Event()
+        self.closed = False
 
     @property
     def token(self) -> str:
@@ -81,9 +82,14 @@ class Decisions:
     def snapshot(self) -> dict[str, Any]:
         return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())}}
 
+    def close(self) -> None:
+        """Answer every waiting long poll now (the service is stopping) and any later one at once."""
+        self.closed = True
+        self._changed.set()
+
     async def wait(self, after: str | None, timeout: float) -> dict[str, Any]:
         """The snapshot once it differs from ``after``, or after ``timeout`` seconds."""
-        if after == self.token and timeout > 0:
+        if after == self.token and timeout > 0 and not self.closed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
         return self.snapshot()
