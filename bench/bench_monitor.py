@@ -6,8 +6,10 @@ monitor's amortised cost per query, and memory per tracked user.
    tree, ``python -m mlaas_monitor gateway`` (off) and ``python -m mlaas_monitor.monitor
    gateway`` (on), driven in alternating rounds (off, on, off, on, ...) by the same
    closed-loop single-row HTTP clients spreading requests over --users accounts. The ratio
-   is on/off requests per second. The on-gateway's own histogram
-   (analysim_monitor_update_duration_seconds) gives its amortised cost per query.
+   is on/off requests per second. Per request, the CPU of the gateway process, of the
+   monitor process it starts beside itself (when on) and of this client are reported; the
+   monitor's own histograms, read through the gateway's /metrics, give its update time
+   per query and its lag behind the log (p99).
 2. Amortised cost in process: the pure core (ModelMonitor) fed single-row events, for a
    few (users x queries) shapes.
 3. Memory: a fresh process tracks --memory-users users (default 10,000) with
