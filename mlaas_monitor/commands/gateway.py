@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_monitor and args.monitor_url:
         raise UserError("--no-monitor and --monitor-url contradict each other: pick one")
     if not args.no_monitor and not args.monitor_url and (args.workers > 1 or postgres):
-        raise UserError("with --workers or a PostgreSQL --db, the replicas share one extraction monitor: run it "
-                        "(python -m mlaas_monitor.monitor serve --db ... --state FILE) and pass --monitor-url, "
-                        "or pass --no-monitor")  # fmt: skip
+        raise UserError("the in-process extraction monitor a gateway starts sees one process's SQLite store: with "
+                        "--workers or a PostgreSQL --db, run the monitor service (python -m mlaas_monitor.monitor serve "
+                        "--db ... --state FILE) and pass --monitor-url, or pass --no-monitor")  # fmt: skip
     if args.workers > 1:
         return _run_workers(args)
     _serve(args)
@@ -110,7 +110,7 @@ def _serve(args: argparse.Namespace, worker: int | None = None) -> None:
     elif not args.no_monitor:
         from mlaas_monitor.monitor.client import local_monitor_extension
 
-        extensions.append(local_monitor_extension(args.monitor_checkpoint_interval))
+        extensions.append(local_monitor_extension(args.monitor_checkpoint_interval, args.log_format))
     try:
         metrics_at = None if args.metrics_port == -1 else (args.metrics_host, args.metrics_port)
         run_forever(gw, args.host, args.port, args.grpc_port, ready, extensions=extensions, tls=tls,

@@ -47,7 +47,7 @@ from mlaas_monitor.service import ApiError, Gateway
 log = logging.getLogger(__name__)
 POLL_WAIT_S = 20.0  # how long one long poll may be held by the monitor
 RETRY_S = 1.0  # back-off before resubscribing to a monitor that is down
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 600.0  # the monitor reads the whole log once before it listens
 SCRAPE_TIMEOUT_S = 2.0
 Extension = Callable[[Gateway, web.Application, grpc.aio.Server], None]
 
@@ -124,6 +124,12 @@ class MonitorClient:
         try:
             self.seed()
             self.up.set(1)
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):  # misconfigured, not down: say so now, in one line
+                raise UserError(f"the monitor at {self.url} refused the key (HTTP {e.code}): pass its admin key "
+                                "with --monitor-key-file") from e  # fmt: skip
+            log.warning("monitor %s answered %d at start; serving without decisions until it answers", self.url, e.code)
+            self.up.set(0)
         except (OSError, ValueError, KeyError) as e:  # fail open: serve, resubscribe in the background
             log.warning("monitor %s unreachable at start (%s); serving without decisions until it answers", self.url, e)
             self.up.set(0)
@@ -189,7 +195,7 @@ class _MonitorMetrics(Collector):
         yield from (f for f in text_string_to_metric_families(text) if not f.name.startswith(skip))
 
 
-def start_local_monitor(db: str, checkpoint_interval: float) -> MonitorClient:
+def start_local_monitor(db: str, checkpoint_interval: float, log_format: str = "text") -> MonitorClient:
     """Start ``python -m mlaas_monitor.monitor serve`` on this gateway's store, tied to it
     (it stops when our end of its stdin closes, e.g. when we are killed), with a key of
     its own; returns once it has caught up with the log and listens."""
@@ -201,7 +207,8 @@ def start_local_monitor(db: str, checkpoint_interval: float) -> MonitorClient:
         port_file = Path(tmp) / "monitor.port"
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlaas_monitor.monitor", "serve", "--db", db, "--port", "0", "--port-file",
-             str(port_file), "--checkpoint-interval", str(checkpoint_interval), "--exit-with-stdin"],
+             str(port_file), "--checkpoint-interval", str(checkpoint_interval), "--exit-with-stdin",
+             "--log-level", "WARNING", "--log-format", log_format],  # its warnings join the gateway's output
             stdin=subprocess.PIPE, env=env,
         )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -216,11 +223,12 @@ def start_local_monitor(db: str, checkpoint_interval: float) -> MonitorClient:
     return MonitorClient(f"http://127.0.0.1:{port}", key, proc)
 
 
-def local_monitor_extension(checkpoint_interval: float = 1.0, keep: list[MonitorClient] | None = None) -> Extension:
+def local_monitor_extension(checkpoint_interval: float = 1.0, log_format: str = "text",
+                            keep: list[MonitorClient] | None = None) -> Extension:  # fmt: skip
     """The default: a monitor process of this gateway's own, on its store."""
 
     def install(gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
-        client = start_local_monitor(gw.store.path, checkpoint_interval)
+        client = start_local_monitor(gw.store.path, checkpoint_interval, log_format)
         try:
             client.install(gw, app, server)
         except BaseException:

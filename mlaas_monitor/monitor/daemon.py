@@ -159,7 +159,8 @@ def run_service(db: str, state: str | None, admin_key: str, host: str, port: int
             tasks[-1].add_done_callback(lambda _: stop.set())
         if port_file:
             write_port_file(port_file, {"host": host, "http": bound})
-        print(f"monitor: http://{host}:{bound} following {store.describe()} from seq {mon.cursor}", flush=True)
+        if not exit_with_stdin:  # a gateway's own monitor: the gateway's first line is the gateway's
+            print(f"monitor: http://{host}:{bound} following {store.describe()} from seq {mon.cursor}", flush=True)
         try:
             await stop.wait()
         finally:

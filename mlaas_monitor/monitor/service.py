@@ -427,8 +427,11 @@ class Monitor(MonitorBase):
         return {"name": name, "members": list(mem)}
 
     def evaluate_now(self, model_id: str) -> dict[str, Any]:
-        """Refit and score every subject of a model now (e.g. at the end of an experiment)."""
+        """Refit and score every subject of a model now (e.g. at the end of an experiment),
+        after folding in the whole log as it stands."""
         mon = self.monitor(model_id)
+        while self.read():
+            pass
         evals, warns = mon.evaluate_due(set(mon.users), self.groups, time.time(), force=True)
         self._record(mon, evals, warns)
         self._decide(mon)
@@ -554,6 +557,7 @@ def add_routes(mon: Monitor, app: web.Application, authorize: Callable[[web.Requ
 
     async def metrics(request: web.Request) -> web.Response:
         authorize(request)
+        mon.refresh_users()  # a user revoked a moment ago has no series in this scrape
         return web.Response(body=generate_latest(mon.registry), content_type="text/plain", charset="utf-8")
 
     app.router.add_get(DECISIONS_PATH, decisions)
