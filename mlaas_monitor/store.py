@@ -240,6 +240,8 @@ class Store:
         self._sql = self._backend.sql
         self._lock = threading.Lock()
         self._db: Connection | None = None
+        self._retry_at: float = 0.0  # see _reconnect
+        self._last_error: Exception | None = None
         try:
             self._db = self._backend.connect()
             self._migrate()
@@ -312,7 +314,7 @@ class Store:
         with self._lock:
             try:
                 if self._db is None:
-                    self._db = self._backend.connect()
+                    self._db = self._reconnect()
                 yield self._db
             except self._backend.unavailable_errors as e:
                 if not isinstance(self._backend, SqliteBackend) and self._db is not None:
@@ -321,6 +323,19 @@ class Store:
                         self._db.close()
                     self._db = None
                 raise StoreUnavailable(doing, e) from e
+
+    def _reconnect(self) -> Connection:
+        """A new connection, tried at most once per RETRY_AFTER_S: connecting blocks the
+        caller (the gateway's event loop) for up to the connect timeout, and while the
+        database is down every request would otherwise pay for it."""
+        now = time.monotonic()
+        if now < self._retry_at and self._last_error is not None:
+            raise self._last_error
+        try:
+            return self._backend.connect()
+        except self._backend.unavailable_errors as e:
+            self._retry_at, self._last_error = now + RETRY_AFTER_S, e
+            raise
 
     @contextmanager
     def _write(self, doing: str = "written") -> Iterator[Connection]:

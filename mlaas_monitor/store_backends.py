@@ -103,7 +103,7 @@ class PostgresBackend(Backend):
     begin = "BEGIN"
     for_update = " FOR UPDATE"
 
-    def __init__(self, url: str, connect_timeout: float) -> None:
+    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
         try:
             import psycopg
         except ImportError as e:
@@ -137,7 +137,7 @@ class PostgresBackend(Backend):
 
 def backend_for(db: str, synchronous: str, busy_timeout: float) -> Backend:
     if is_postgres_url(db):
-        return PostgresBackend(db, busy_timeout)
+        return PostgresBackend(db)
     if "://" in db:
         raise UserError(f"--db {redacted(db)}: expected a SQLite file path or a postgresql:// URL")
     return SqliteBackend(db, synchronous, busy_timeout)
