@@ -120,13 +120,13 @@ class PostgresBackend(Backend):
     for_update = " FOR UPDATE"
     defers_durability = True
 
-    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
+    def __init__(self, url: str, lock_timeout: float, connect_timeout: float = 2.0) -> None:
         try:
             import psycopg
         except ImportError as e:
             raise UserError(f"{redacted(url)}: a PostgreSQL store needs psycopg: pip install 'analysim[postgres]'") from e
         self._psycopg = psycopg
-        self.url, self.connect_timeout = url, connect_timeout
+        self.url, self.lock_timeout, self.connect_timeout = url, lock_timeout, connect_timeout
         self.integrity_errors = (psycopg.IntegrityError,)
         # OperationalError: the server went away, restarts, refuses connections, or cancelled
         # the statement; InterfaceError: the connection is already closed.
@@ -138,7 +138,11 @@ class PostgresBackend(Backend):
 
     def connect(self) -> Connection:
         # autocommit: transactions are the store's explicit BEGIN ... COMMIT, as on SQLite.
-        return self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)))
+        db = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)))
+        # As SQLite's busy timeout: a lock held elsewhere (a stuck session) fails the request
+        # with 503 after this long instead of hanging it.
+        db.execute(f"SET lock_timeout = {round(self.lock_timeout * 1000)}")
+        return db
 
     def migration_lock(self, db: Connection) -> None:
         db.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY})")
@@ -169,7 +173,7 @@ class PostgresBackend(Backend):
 
 def backend_for(db: str, synchronous: str, busy_timeout: float) -> Backend:
     if is_postgres_url(db):
-        return PostgresBackend(db)
+        return PostgresBackend(db, busy_timeout)
     if "://" in db:
         raise UserError(f"--db {redacted(db)}: expected a SQLite file path or a postgresql:// URL")
     return SqliteBackend(db, synchronous, busy_timeout)
