@@ -13,6 +13,14 @@ until it commits: appends are serialised, so a transaction holding seq k commits
 holding k+1 starts, and a reader that has seen k+1 can never see k appear later. That is
 what lets the extraction monitor follow the log with a cursor (``events_after``) and no gaps.
 
+On PostgreSQL that lock would be held through each commit's WAL fsync (milliseconds), which
+would serialise every replica's commits on the disk. So an appending transaction commits
+without waiting for the fsync (synchronous_commit off, for it alone), releasing the lock at
+once, and its caller then waits, lock-free, until the WAL is flushed past it (replicas'
+waits share fsyncs) before anyone is answered; ``events_after`` waits the same way before it
+returns rows. Nothing not yet durable is ever handed out, so a server crash can only lose
+commits nobody saw (their sequence numbers are then used again, by commits nobody has seen).
+
 SQLite in WAL mode with ``synchronous=NORMAL`` survives a killed process (SIGKILL) without
 losing a committed transaction; ``FULL`` also survives power loss at the cost of an fsync
 per commit. On PostgreSQL durability is the server's (synchronous_commit).
@@ -25,7 +33,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,9 +232,57 @@ class _Account:
     touched: bool = False
 
 
+class _Link:
+    """One connection, used by one thread at a time, replaced on the next use after it failed
+    (PostgreSQL), and not retried more than once per RETRY_AFTER_S while the database is down."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.lock = threading.Lock()
+        self.db: Connection | None = None
+        self._retry_at = 0.0
+        self._last_error: Exception | None = None
+
+    @contextmanager
+    def use(self, doing: str) -> Iterator[Connection]:
+        """The connection, alone; the backend's "unavailable" errors become StoreUnavailable."""
+        with self.lock:
+            try:
+                if self.db is None:
+                    self.db = self._connect()
+                yield self.db
+            except self.backend.unavailable_errors as e:
+                if not isinstance(self.backend, SqliteBackend) and self.db is not None:
+                    # The server may have gone away mid-transaction: start afresh next time.
+                    with suppress(Exception):
+                        self.db.close()
+                    self.db = None
+                raise StoreUnavailable(doing, e) from e
+
+    def _connect(self) -> Connection:
+        # Connecting blocks the caller (the gateway's event loop) for up to the connect
+        # timeout; while the database is down every request would otherwise pay for it.
+        now = time.monotonic()
+        if now < self._retry_at and self._last_error is not None:
+            raise self._last_error
+        try:
+            return self.backend.connect()
+        except self.backend.unavailable_errors as e:
+            self._retry_at, self._last_error = now + RETRY_AFTER_S, e
+            raise
+
+    def close(self) -> None:
+        with self.lock:
+            if self.db is not None:
+                self.db.close()
+                self.db = None
+
+
 class Store:
-    """Thread-safe (one connection behind a lock): the gateway commits from its event loop.
-    On PostgreSQL a connection that failed is replaced on the next call."""
+    """Thread-safe: one connection for writes and one for reads, each behind its own lock, so
+    that a read (an idempotency key's lookup, a replica's refresh) never waits for a commit in
+    flight on another thread. On PostgreSQL a connection that failed is replaced on the next
+    call."""
 
     def __init__(
         self,
@@ -238,10 +294,10 @@ class Store:
         self.path = str(path)
         self._backend: Backend = backend_for(self.path, synchronous, busy_timeout)
         self._sql = self._backend.sql
-        self._lock = threading.Lock()
-        self._db: Connection | None = None
+        # The third connection waits for WAL flushes while the writer commits the next batch.
+        self._writer, self._reader, self._flusher = _Link(self._backend), _Link(self._backend), _Link(self._backend)
         try:
-            self._db = self._backend.connect()
+            self._writer.db = self._backend.connect()
             self._migrate()
         except UserError:
             raise
@@ -257,7 +313,7 @@ class Store:
             # A WAL checkpoint fsyncs the database file: milliseconds, at unpredictable
             # commits. Moving it off the serving connection into a thread (its own
             # connection; sqlite releases the GIL) keeps commit latency flat.
-            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._writer.db.execute("PRAGMA wal_autocheckpoint=0")
             self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpoint", daemon=True)
             self._checkpointer.start()
 
@@ -306,26 +362,22 @@ class Store:
         finally:
             db.close()
 
-    @contextmanager
-    def _conn(self, doing: str = "read") -> Iterator[Connection]:
-        """The connection, alone; the backend's "unavailable" errors become StoreUnavailable."""
-        with self._lock:
-            try:
-                if self._db is None:
-                    self._db = self._backend.connect()
-                yield self._db
-            except self._backend.unavailable_errors as e:
-                if not isinstance(self._backend, SqliteBackend) and self._db is not None:
-                    # The server may have gone away mid-transaction: start afresh next time.
-                    with suppress(Exception):
-                        self._db.close()
-                    self._db = None
-                raise StoreUnavailable(doing, e) from e
+    def _conn(self, doing: str = "read") -> AbstractContextManager[Connection]:
+        """The read connection (autocommit: each statement sees what is committed)."""
+        return self._reader.use(doing)
+
+    @property
+    def commits_off_loop(self) -> bool:
+        """Whether a commit should run in a thread rather than on the caller's event loop:
+        PostgreSQL's waits on the network and on the server's WAL flush (milliseconds, with
+        fsync), during which the loop can serve the requests that will make the next batch.
+        SQLite's is a local write of tens of microseconds: a thread hand-off costs more."""
+        return not isinstance(self._backend, SqliteBackend)
 
     @contextmanager
     def _write(self, doing: str = "written") -> Iterator[Connection]:
         """One transaction: committed if the block returns, rolled back if it raises."""
-        with self._conn(doing) as db:
+        with self._writer.use(doing) as db:
             db.execute(self._backend.begin)
             try:
                 yield db
@@ -339,10 +391,9 @@ class Store:
         if self._checkpointer is not None:
             self._stop_checkpoints.set()
             self._checkpointer.join()
-        with self._lock:
-            if self._db is not None:
-                self._db.close()  # SQLite: the last connection to close checkpoints the WAL
-                self._db = None
+        self._reader.close()
+        self._flusher.close()
+        self._writer.close()  # SQLite: the last connection to close checkpoints the WAL
 
     def _bump_config(self, db: Connection) -> None:
         db.execute("UPDATE sequences SET next = next + 1 WHERE name = 'config'")
@@ -455,15 +506,22 @@ class Store:
         " request_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
 
-    def commit_queries(self, records: list[QueryRecord], all_or_nothing: bool = False) -> list[int | Refused]:
+    def commit_queries(
+        self, records: list[QueryRecord], all_or_nothing: bool = False, durable: bool = True
+    ) -> list[int | Refused]:
         """Log and charge, in ONE transaction, every record the store admits; returns each
-        one's sequence number, or why it was refused (then nothing of it is written)."""
+        one's sequence number, or why it was refused (then nothing of it is written).
+        ``durable=False``: return once committed; the caller calls ``make_durable`` before it
+        tells anyone (the group committer overlaps one batch's flush with the next commit)."""
         if not records:
             return []
         with self._write() as db:
-            q, lock = self._sql, self._backend.for_update
+            self._backend.commit_early(db)
             # First: the sequence's row lock serialises appends (see the module's docstring).
-            first = next_id = int(db.execute(f"SELECT next FROM sequences WHERE name = 'query_log'{lock}").fetchone()[0])
+            # The users' rows are locked after it, so two commits never wait for each other
+            # in a cycle.
+            lock = self._backend.for_update
+            next_id = int(db.execute(f"SELECT next FROM sequences WHERE name = 'query_log'{lock}").fetchone()[0])
             accounts: dict[str, _Account] = {}
             keys: set[tuple[str, str]] = set()
             outcomes: list[int | Refused] = []
@@ -477,32 +535,48 @@ class Store:
                 elif all_or_nothing:
                     raise QueryRefused(f"query of {r.user!r} refused by the store: {outcome.reason}")
                 outcomes.append(outcome)
-            # One execute per record: for the one to a few records of a group commit, that
-            # is cheaper than executemany's per-call setup.
-            log, ledger = q(self._LOG_INSERT), q("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)")
-            for qid, r in admitted:
-                n, f = r.features.shape
-                db.execute(
-                    log,
-                    (qid, r.ts, r.user, r.model_id, n, f,
-                     r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
-                     None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
-                     None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
-                     r.request_key, r.request_digest),
-                )  # fmt: skip
-                db.execute(ledger, (qid, r.ts, r.user, r.model_id, n, r.amount_micros))
-            for name, a in accounts.items():
-                if a.touched:
-                    db.execute(q("UPDATE users SET rows_used=?, bucket_tokens=?, bucket_stamp=? WHERE name=?"),
-                               (a.rows_used, a.tokens, a.stamp, name))  # fmt: skip
-            # Records charged without admission keep their user's rows_used in step too
-            # (after the absolute updates above, which counted only the admitted ones).
-            for _, r in admitted:
-                if r.admission is None:
-                    db.execute(q("UPDATE users SET rows_used = rows_used + ? WHERE name=?"), (r.features.shape[0], r.user))
-            if next_id != first:
-                db.execute(q("UPDATE sequences SET next = ? WHERE name = 'query_log'"), (next_id,))
+            with self._backend.pipeline(db):
+                self._write_admitted(db, admitted, accounts, next_id)
+        if admitted and durable:
+            self.make_durable()
         return outcomes
+
+    def make_durable(self) -> None:
+        """Return once every commit made so far is on disk (at once where commits wait for
+        that themselves, as on SQLite)."""
+        if self._backend.defers_durability:
+            with self._flusher.use("made durable") as db:
+                self._backend.make_durable(db)
+
+    def _write_admitted(self, db: Connection, admitted: list[tuple[int, QueryRecord]], accounts: dict[str, _Account],
+                        next_id: int) -> None:  # fmt: skip
+        """The log entries, charges and counters of what a commit admitted."""
+        q = self._sql
+        # One execute per record: for the one to a few records of a group commit, that is
+        # cheaper than executemany's per-call setup (and on PostgreSQL they are pipelined).
+        log, ledger = q(self._LOG_INSERT), q("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)")
+        for qid, r in admitted:
+            n, f = r.features.shape
+            db.execute(
+                log,
+                (qid, r.ts, r.user, r.model_id, n, f,
+                 r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
+                 None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
+                 None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
+                 r.request_key, r.request_digest),
+            )  # fmt: skip
+            db.execute(ledger, (qid, r.ts, r.user, r.model_id, n, r.amount_micros))
+        for name, a in accounts.items():
+            if a.touched:
+                db.execute(q("UPDATE users SET rows_used=?, bucket_tokens=?, bucket_stamp=? WHERE name=?"),
+                           (a.rows_used, a.tokens, a.stamp, name))  # fmt: skip
+        # Records charged without admission keep their user's rows_used in step too (after
+        # the absolute updates above, which counted only the admitted ones).
+        for _, r in admitted:
+            if r.admission is None:
+                db.execute(q("UPDATE users SET rows_used = rows_used + ? WHERE name=?"), (r.features.shape[0], r.user))
+        if admitted:
+            db.execute(q("UPDATE sequences SET next = ? WHERE name = 'query_log'"), (next_id,))
 
     def _admit(self, db: Connection, r: QueryRecord, accounts: dict[str, _Account], keys: set[tuple[str, str]]) -> Refused | None:
         """Whether the commit may log and charge ``r`` (None) or not (why)."""
@@ -545,6 +619,8 @@ class Store:
                           ' FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q."user"=? AND q.request_key=?'),
                 (user, request_key),
             ).fetchone()  # fmt: skip
+            if row is not None:  # told to the client as answered: durable first
+                self._backend.make_durable(db)
         if row is None:
             return None
         qid, digest, labels, conf, leaves, amount = row
@@ -583,6 +659,8 @@ class Store:
         args.append(limit)
         with self._conn() as db:
             rows = db.execute(self._sql(sql), args).fetchall()
+            if rows:  # (see the module's docstring)
+                self._backend.make_durable(db)
         return [_event(r) for r in rows]
 
 

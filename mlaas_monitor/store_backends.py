@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 from analysim.errors import UserError
@@ -59,6 +60,21 @@ class Backend:
     def migration_lock(self, db: Connection) -> None:
         """Inside the schema transaction: wait for any other process migrating the store."""
 
+    def pipeline(self, db: Connection) -> AbstractContextManager[object]:
+        """Statements executed inside are sent without waiting for each one's result (one
+        round trip for all, on PostgreSQL); a result read inside waits for what came before."""
+        return nullcontext()
+
+    # Whether commit_early defers durability, so that make_durable has something to wait for.
+    defers_durability = False
+
+    def commit_early(self, db: Connection) -> None:
+        """Inside a log-appending transaction: let its COMMIT return (and release its locks)
+        before its WAL is on disk; ``make_durable`` then waits for that, lock-free."""
+
+    def make_durable(self, db: Connection) -> None:
+        """Outside a transaction: return once everything committed so far is durable."""
+
     def columns(self, db: Connection, table: str) -> set[str]:
         raise NotImplementedError
 
@@ -102,14 +118,15 @@ class PostgresBackend(Backend):
     types = {"INT": "BIGINT", "REAL": "DOUBLE PRECISION", "BLOB": "BYTEA"}
     begin = "BEGIN"
     for_update = " FOR UPDATE"
+    defers_durability = True
 
-    def __init__(self, url: str, connect_timeout: float) -> None:
+    def __init__(self, url: str, lock_timeout: float, connect_timeout: float = 2.0) -> None:
         try:
             import psycopg
         except ImportError as e:
             raise UserError(f"{redacted(url)}: a PostgreSQL store needs psycopg: pip install 'analysim[postgres]'") from e
         self._psycopg = psycopg
-        self.url, self.connect_timeout = url, connect_timeout
+        self.url, self.lock_timeout, self.connect_timeout = url, lock_timeout, connect_timeout
         self.integrity_errors = (psycopg.IntegrityError,)
         # OperationalError: the server went away, restarts, refuses connections, or cancelled
         # the statement; InterfaceError: the connection is already closed.
@@ -121,10 +138,29 @@ class PostgresBackend(Backend):
 
     def connect(self) -> Connection:
         # autocommit: transactions are the store's explicit BEGIN ... COMMIT, as on SQLite.
-        return self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)))
+        db = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)))
+        # As SQLite's busy timeout: a lock held elsewhere (a stuck session) fails the request
+        # with 503 after this long instead of hanging it.
+        db.execute(f"SET lock_timeout = {round(self.lock_timeout * 1000)}")
+        return db
 
     def migration_lock(self, db: Connection) -> None:
         db.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY})")
+
+    def pipeline(self, db: Connection) -> AbstractContextManager[object]:
+        return db.pipeline()  # type: ignore[attr-defined]
+
+    def commit_early(self, db: Connection) -> None:
+        db.execute("SET LOCAL synchronous_commit TO OFF")
+
+    def make_durable(self, db: Connection) -> None:
+        # A transaction of its own that writes WAL (a transactional logical-decoding
+        # message: no table, no row lock) commits synchronously (the session's default): it
+        # returns once the WAL up to its commit record, which follows every commit before
+        # it, is flushed. Concurrent callers share fsyncs. (A transaction that only takes an
+        # xid, e.g. SELECT pg_current_xact_id(), writes no WAL of its own and commits
+        # asynchronously: it would not wait.)
+        db.execute("SELECT pg_logical_emit_message(true, 'analysim', '')")
 
     def columns(self, db: Connection, table: str) -> set[str]:
         rows = db.execute("SELECT column_name FROM information_schema.columns"

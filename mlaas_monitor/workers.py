@@ -51,6 +51,19 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return s
 
 
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """In a worker: stop gracefully (SIGTERM to itself) once the supervisor is gone, even if
+    it was SIGKILLed and could not stop the workers: an orphan would hold the ports."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 @dataclass
 class Worker:
     index: int

@@ -50,7 +50,9 @@ class PgCluster:
 
     _names = itertools.count()
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        """``durable``: PostgreSQL's default fsync behaviour (benchmarks); else fsync off (tests)."""
+        self.durable = durable
         self.bin = pg_bin()
         self.user = _server_user()
         # Short: a unix socket's path must fit in 107 bytes.
@@ -71,12 +73,17 @@ class PgCluster:
     def start(self) -> PgCluster:
         # fsync off: a test cluster lives for one session; a clean stop still writes everything
         # (the restart drill stops with -m fast, which checkpoints).
-        opts = f"-k {self.root} -c listen_addresses='' -p 5432 -c fsync=off -c full_page_writes=off -c max_connections=200"
+        opts = f"-k {self.root} -c listen_addresses='' -p 5432 -c max_connections=200"
+        if not self.durable:
+            opts += " -c fsync=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", opts, "start")
         return self
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-m", mode, "stop")
+
+    def postmaster_pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@/{database}?host={self.root}&port=5432"

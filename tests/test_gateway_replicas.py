@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.errors import UserError
 from mlaas_monitor.store import SCHEMA_VERSION, QueryRecord, Store
-from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module
+from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_gateway_http import PREDICT
 
 pytestmark = pytest.mark.timeout(240)
@@ -211,7 +211,7 @@ def test_the_query_log_has_no_gaps_for_a_cursor_while_writers_append(pg_db: str)
 def test_workers_need_a_postgresql_store_and_the_monitor_service(tmp_path: Path) -> None:
     for args, problem in [(["--db", str(tmp_path / "s.db"), "--workers", "2", "--no-monitor"], "needs a PostgreSQL store"),
                           (["--db", str(tmp_path / "s.db"), "--workers", "2"], "needs a PostgreSQL store"),
-                          (["--db", "postgresql://u@/x?host=/nonexistent", "--workers", "2"], "in-process extraction monitor"),
+                          (["--db", "postgresql://u@/x?host=/nonexistent", "--workers", "2"], "--no-monitor"),
                           (["--db", "mysql://u@h/x"], "expected a SQLite file path or a postgresql:// URL")]:  # fmt: skip
         r = subprocess.run([sys.executable, "-m", "analysim", "gateway", *args], capture_output=True, text=True,
                            env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=60)  # fmt: skip
@@ -224,29 +224,55 @@ def test_an_unreachable_database_is_one_line_naming_it_without_its_password() ->
     assert "secret" not in str(e.value)
 
 
-def test_a_version_2_sqlite_store_is_upgraded_in_place(tmp_path: Path) -> None:
+def raw_connection(db: str) -> Any:
+    """A plain driver connection to a store (autocommit), to make it look older."""
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        return psycopg.connect(db, autocommit=True)
+    return sqlite3.connect(db, isolation_level=None)
+
+
+def test_a_version_2_store_is_upgraded_in_place(store_db: str) -> None:
     """Version 2 had no per-user counters: the upgrade fills rows_used from the ledger, so
-    that the quota counts what was charged before it."""
-    db = tmp_path / "v2.db"
-    s = Store(db)
+    that the quota counts what was charged before it. The same migration on both databases."""
+    s = Store(store_db)
     s.add_model(credit_model())
     s.add_user("old", "h" * 64, 10, None)
     x = np.zeros((7, 4))
     s.record_queries([QueryRecord(time.time(), "old", "credit", x, np.zeros(7, np.int64), None, None, 70)])
     s.close()
-    con = sqlite3.connect(db)  # back to version 2's layout
-    with con:
-        con.execute("DROP TABLE sequences")
-        for col in ("rows_used", "bucket_tokens", "bucket_stamp"):
-            con.execute(f"ALTER TABLE users DROP COLUMN {col}")
-        con.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    con = raw_connection(store_db)  # back to version 2's layout
+    con.execute("DROP TABLE sequences")
+    for col in ("rows_used", "bucket_tokens", "bucket_stamp"):
+        con.execute(f"ALTER TABLE users DROP COLUMN {col}")
+    con.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
     con.close()
-    s = Store(db)
+    s = Store(store_db)
     assert [u.rows_used for u in s.users()] == [7]
     assert s.record_queries([QueryRecord(time.time(), "old", "credit", np.zeros((1, 4)), np.zeros(1, np.int64),
                                          None, None, 10)]) == [2]  # fmt: skip
     assert [u.rows_used for u in s.users()] == [8]
     s.close()
-    con = sqlite3.connect(db)
+    con = raw_connection(store_db)
     assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     con.close()
+
+
+def test_workers_stop_when_their_supervisor_is_killed(store_with_model: str, tmp_path: Path) -> None:
+    """A SIGKILLed supervisor cannot stop its workers; they notice and stop themselves
+    (orphans would hold the ports)."""
+    proc, ports = gateway(store_with_model, tmp_path / "ports.json", "--workers", "2")
+    pids = [w["pid"] for w in ports["workers"]]
+    proc.kill()
+    proc.wait(30)
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # A zombie until its parent (now init) reaps it: stopped all the same.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_until(lambda: all(gone(p) for p in pids), what="the orphaned workers to stop")

@@ -126,8 +126,10 @@ def _serve(args: argparse.Namespace, worker: int | None = None) -> None:
 def _worker_main(args: argparse.Namespace, index: int, port_file: str) -> None:
     """A worker process of --workers (spawned: a fresh interpreter)."""
     from analysim.errors import run_command
+    from mlaas_monitor.workers import exit_with_parent
 
     setup_logging("gateway", args.log_level, args.log_format)
+    exit_with_parent()
     args.port_file = port_file
     if args.metrics_port > 0:
         args.metrics_port += index
