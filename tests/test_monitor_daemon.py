@@ -95,7 +95,8 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
     assert view["n_queries"] == 120 and sum(view["leaves"]["counts"]) == 120
     assert seen(gb, "ben", 120) == view  # a gateway forwards the monitor's admin routes
     assert metric(ga, "analysim_gateway_monitor_up") == 1
-    assert metric(gb, "analysim_monitor_cursor") >= 30  # the monitor's metrics, through a gateway
+    assert metric(monitor, "analysim_monitor_cursor") >= 30
+    assert metric(gb, "analysim_monitor_cursor") == 0  # a shared monitor is scraped on its own, not once per replica
 
     # Enforcement decided once, applied by both gateways (ben's next query may land on either).
     cfg = {"enforcement": {"action": "degrade", "method": "coverage_mass", "threshold": 0.3, "intent": False}}

@@ -5,8 +5,8 @@ default, ``local_monitor_extension``) or a shared service every replica subscrib
 
 The gateway long-polls the monitor's enforcement decisions and applies them before
 answering (a dict lookup on the event loop); the monitor's admin routes are forwarded to
-it, after the gateway's own admin check, and its metrics are part of the gateway's
-/metrics. The monitor does its work in its own process: none of it competes with this
+it, after the gateway's own admin check, and the metrics of the monitor a gateway starts
+are part of that gateway's /metrics (a shared monitor is scraped on its own). The monitor does its work in its own process: none of it competes with this
 event loop for the GIL. When the monitor is down the gateway keeps serving with the last
 decisions it received, says so in ``analysim_gateway_monitor_up``, and resubscribes.
 """
@@ -54,6 +54,9 @@ Extension = Callable[[Gateway, web.Application, grpc.aio.Server], None]
 
 class MonitorClient:
     def __init__(self, url: str, key: str, child: subprocess.Popen[bytes] | None = None) -> None:
+        """``child``: the monitor process this gateway started (its metrics then join the
+        gateway's; a shared monitor is its own scrape target, or every replica would
+        report its series once more)."""
         self.url, self.key, self.child = url.rstrip("/"), key, child
         self.auth = {"Authorization": f"Bearer {key}"}
         self.token: str | None = None
@@ -134,7 +137,8 @@ class MonitorClient:
             log.warning("monitor %s unreachable at start (%s); serving without decisions until it answers", self.url, e)
             self.up.set(0)
         gw.enforcement = self.enforce
-        gw.metrics.registry.register(_MonitorMetrics(self))
+        if self.child is not None:
+            gw.metrics.registry.register(_MonitorMetrics(self))
 
         async def handler(request: web.Request) -> web.StreamResponse:
             gw.require_admin(gw.authenticate(request.headers.get("Authorization")))
