@@ -6,6 +6,7 @@ cursor (nothing folded twice)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor import auth
 from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.service import Decisions
 from mlaas_monitor.store import Store
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 
@@ -144,3 +146,28 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
         wait_until(lambda: c.post("/v1/models/credit/predict", {"rows": rows[:1]})[0] == 403, what="ben refused")  # noqa: B023
     mproc.send_signal(signal.SIGTERM)
     assert mproc.wait(30) == 0
+
+
+def test_decisions_long_poll_answers_on_change_on_a_foreign_token_and_on_close() -> None:
+    async def scenario() -> None:
+        d = Decisions()
+        first = await d.wait(None, 10)  # no token: at once
+        assert first == {"token": d.token, "decisions": {}}
+        assert (await d.wait("0000.0", 10))["token"] == d.token  # another run's token: at once
+        assert (await d.wait(d.token, 0.01))["decisions"] == {}  # nothing changed: after the wait
+        waiting = asyncio.create_task(d.wait(first["token"], 30))
+        await asyncio.sleep(0)  # let it start waiting
+        d.set("m", {"ann": "refuse"})
+        changed = await asyncio.wait_for(waiting, 5)
+        assert changed["decisions"] == {"m": {"ann": "refuse"}} and changed["token"] != first["token"]
+        d.set("m", {"ann": "refuse"})  # the same decisions: no new version
+        assert d.token == changed["token"]
+        d.set("m", {})  # nothing left for the model: it leaves the snapshot
+        assert d.snapshot()["decisions"] == {}
+        waiting = asyncio.create_task(d.wait(d.token, 30))
+        await asyncio.sleep(0)
+        d.close()
+        assert (await asyncio.wait_for(waiting, 5))["token"] == d.token  # a stopping service answers every poll
+        assert (await asyncio.wait_for(d.wait(d.token, 30), 5))["token"] == d.token
+
+    asyncio.run(scenario())
