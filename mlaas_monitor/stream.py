@@ -1,4 +1,4 @@
-"""The internal query stream: every answered query, as the extraction monitor consumes it.
+"""The internal query stream: every answered query, for in-process consumers and gRPC subscribers.
 
 In-process by default: ``add_listener`` callbacks run on the gateway's event loop right
 after the query is committed (cheap, ordered, no copies), and ``subscribe`` gives an
