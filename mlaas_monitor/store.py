@@ -279,10 +279,10 @@ class _Link:
 
 
 class Store:
-    """Thread-safe: one connection for writes and one for reads, each behind its own lock, so
-    that a read (an idempotency key's lookup, a replica's refresh) never waits for a commit in
-    flight on another thread. On PostgreSQL a connection that failed is replaced on the next
-    call."""
+    """Thread-safe: a connection for writes, one for reads and one for durability waits, each
+    behind its own lock, so that a read (an idempotency key's lookup, a replica's refresh)
+    never waits for a commit in flight on another thread, nor a commit for a flush. On
+    PostgreSQL a connection that failed is replaced on the next call."""
 
     def __init__(
         self,
@@ -301,7 +301,7 @@ class Store:
             self._migrate()
         except UserError:
             raise
-        except (sqlite3.DatabaseError, *self._backend.unavailable_errors) as e:
+        except (sqlite3.DatabaseError, StoreUnavailable, *self._backend.unavailable_errors) as e:
             raise UserError(f"{self._backend.describe()}: not a usable store: {e}") from e
         except Exception as e:
             if type(e).__module__.startswith("psycopg"):  # e.g. permission denied on a table
