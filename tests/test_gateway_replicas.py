@@ -300,3 +300,28 @@ def test_model_commands_take_a_postgresql_url(pg_db: str) -> None:
     model = store.load_model("iris")
     store.close()
     assert model is not None and model.classes and model.tree.n_leaves <= 8
+
+
+def test_limits_and_prices_changed_through_one_replica_hold_on_the_other(
+    two_replicas: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    pa, pb = two_replicas
+    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
+    key = admin_a.post("/v1/admin/users", {"name": "l"})[1]["api_key"]
+    b = Client("127.0.0.1", pb["http"], key)
+    assert b.post(PREDICT, {"rows": credit_rows()[:3]})[0] == 200
+    # A quota set through A binds B's very next request (the commit reads the user's row).
+    assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": 4})[0] == 200
+    status, body = b.post(PREDICT, {"rows": credit_rows()[:2]})
+    assert (status, body["error"]["code"]) == (429, "quota_exceeded") and "quota of 4" in body["error"]["message"]
+    assert b.post(PREDICT, {"rows": credit_rows()[:1]})[0] == 200
+    # A price set through A is charged by B once it has looked at the store again (each second).
+    assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": None})[0] == 200
+    assert admin_a.request("PUT", "/v1/admin/models/credit/policy", {"price": 0.5})[0] == 200
+
+    def charged_at_new_price() -> bool:
+        status, body = b.post(PREDICT, {"rows": credit_rows()[:1]})
+        assert status == 200, body
+        return body["charged"] == 0.5
+
+    wait_until(charged_at_new_price, what="replica B to charge the price set through A", poll_s=0.2)
