@@ -330,10 +330,9 @@ class Gateway:
         # The log keeps what the user was told, so the monitor and a replay see exactly that.
         conf, leaves = served.revealed(ans)
         amount = n * model.policy.price_micros
-        rate = u.record.rate_limit if u.record.rate_limit is not None else self.limits.default_rate_limit
         # The quota and the rate limit are enforced by the commit, against the user's row in
-        # the store: replicas sharing it see one quota and one bucket.
-        admission = Admission(u.record.key_hash, quota, rate)
+        # the store: replicas sharing it see one quota, one bucket and the same limits.
+        admission = Admission(u.record.key_hash, self.limits.default_quota_rows, self.limits.default_rate_limit)
         record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount, request_key, digest,
                              admission)  # fmt: skip
         u.reserved_rows += n
@@ -346,15 +345,15 @@ class Gateway:
             if request_key is not None:
                 self._keys_in_flight.discard((name, request_key))
         if isinstance(seq, Refused):
-            return self._refused(seq, u, quota, rate, model, request_key, digest)
+            return self._refused(seq, u, model, request_key, digest)
         u.used_rows += n
         self.metrics.observe_answer(model_id, n, amount / MICROS)
         if self.stream.active:
             self.stream.publish(QueryEvent(seq, record.ts, name, model_id, X, ans.labels, conf, leaves))
         return PredictResult(served, ans, seq, amount / MICROS)
 
-    def _refused(self, r: Refused, u: _User, quota: int | None, rate: float | None, model: Model,
-                 request_key: str | None, digest: bytes | None) -> PredictResult:  # fmt: skip
+    def _refused(self, r: Refused, u: _User, model: Model, request_key: str | None,
+                 digest: bytes | None) -> PredictResult:  # fmt: skip
         """What to tell a client whose answered query the commit refused (nothing was charged)."""
         name = u.record.name
         if r.reason == "duplicate":  # the same key committed meanwhile, through another replica
@@ -366,9 +365,9 @@ class Gateway:
                            " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
         if r.reason == "quota_exceeded":
             u.used_rows = r.rows_used
-            raise ApiError(429, "quota_exceeded", f"row quota of {quota} would be exceeded ({r.rows_used} used)")
+            raise ApiError(429, "quota_exceeded", f"row quota of {r.limit:.0f} would be exceeded ({r.rows_used} used)")
         if r.reason == "rate_limited":
-            raise ApiError(429, "rate_limited", f"rate limit of {rate:g} requests/s exceeded",
+            raise ApiError(429, "rate_limited", f"rate limit of {r.limit:g} requests/s exceeded",
                            headers={"Retry-After": str(max(1, math.ceil(r.retry_after)))})  # fmt: skip
         self._reload_user(name)  # revoked or rotated by another replica
         raise ApiError(401, "unauthenticated", "invalid or revoked API key", "Authorization")

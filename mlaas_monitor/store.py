@@ -172,12 +172,13 @@ _USER_COLUMNS = "name, key_hash, created, revoked, quota_rows, rate_limit, rows_
 class Admission:
     """What the commit checks against the user's row, in the charge's transaction: the key
     the request authenticated with is still the user's and not revoked, the rows fit the
-    quota, the rate limit has a token. Limits are the effective ones (the gateway's
-    defaults applied); the rate limit's clock is the record's wall-clock ``ts``."""
+    quota, the rate limit has a token. The limits are the row's own, as they are now (set
+    through any replica), else the gateway's defaults given here; the rate limit's clock is
+    the record's wall-clock ``ts``."""
 
     key_hash: str
-    quota_rows: int | None
-    rate_limit: float | None
+    default_quota_rows: int | None = None
+    default_rate_limit: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +205,7 @@ class Refused:
     "rate_limited"."""
 
     reason: str
+    limit: float | None = None  # the quota (rows) or the rate limit (requests/s) refused by
     rows_used: int = 0  # the user's, for quota_exceeded
     retry_after: float = 0.0  # seconds until the bucket has a token, for rate_limited
 
@@ -226,6 +228,8 @@ class _Account:
 
     key_hash: str | None  # None: no such user
     revoked: float | None
+    quota_rows: int | None
+    rate_limit: float | None
     rows_used: int
     tokens: float | None
     stamp: float | None
@@ -279,10 +283,10 @@ class _Link:
 
 
 class Store:
-    """Thread-safe: one connection for writes and one for reads, each behind its own lock, so
-    that a read (an idempotency key's lookup, a replica's refresh) never waits for a commit in
-    flight on another thread. On PostgreSQL a connection that failed is replaced on the next
-    call."""
+    """Thread-safe: a connection for writes, one for reads and one for durability waits, each
+    behind its own lock, so that a read (an idempotency key's lookup, a replica's refresh)
+    never waits for a commit in flight on another thread, nor a commit for a flush. On
+    PostgreSQL a connection that failed is replaced on the next call."""
 
     def __init__(
         self,
@@ -301,7 +305,7 @@ class Store:
             self._migrate()
         except UserError:
             raise
-        except (sqlite3.DatabaseError, *self._backend.unavailable_errors) as e:
+        except (sqlite3.DatabaseError, StoreUnavailable, *self._backend.unavailable_errors) as e:
             raise UserError(f"{self._backend.describe()}: not a usable store: {e}") from e
         except Exception as e:
             if type(e).__module__.startswith("psycopg"):  # e.g. permission denied on a table
@@ -591,21 +595,23 @@ class Store:
             return None
         a = accounts.get(r.user)
         if a is None:
-            row = db.execute(q("SELECT key_hash, revoked, rows_used, bucket_tokens, bucket_stamp FROM users WHERE name=?"
-                               + self._backend.for_update), (r.user,)).fetchone()  # fmt: skip
-            a = accounts[r.user] = _Account(None, None, 0, None, None) if row is None else _Account(*row)
+            row = db.execute(q("SELECT key_hash, revoked, quota_rows, rate_limit, rows_used, bucket_tokens, bucket_stamp"
+                               " FROM users WHERE name=?" + self._backend.for_update), (r.user,)).fetchone()  # fmt: skip
+            a = accounts[r.user] = _Account(None, None, None, None, 0, None, None) if row is None else _Account(*row)
         if a.key_hash != adm.key_hash or a.revoked is not None:
             return Refused("revoked")
         n = r.features.shape[0]
-        if not quota_allows(a.rows_used, 0, adm.quota_rows, n):
-            return Refused("quota_exceeded", rows_used=a.rows_used)
-        if adm.rate_limit is not None:
-            burst = max(1.0, adm.rate_limit)
+        quota = a.quota_rows if a.quota_rows is not None else adm.default_quota_rows
+        if not quota_allows(a.rows_used, 0, quota, n):
+            return Refused("quota_exceeded", quota, rows_used=a.rows_used)
+        rate = a.rate_limit if a.rate_limit is not None else adm.default_rate_limit
+        if rate is not None:
+            burst = max(1.0, rate)
             # Replicas' clocks may differ a little: never let time run backwards.
             stamp = r.ts if a.stamp is None else min(a.stamp, r.ts)
-            bucket = TokenBucket(adm.rate_limit, burst, burst if a.tokens is None else a.tokens, stamp)
+            bucket = TokenBucket(rate, burst, burst if a.tokens is None else a.tokens, stamp)
             if not bucket.take(r.ts):
-                return Refused("rate_limited", retry_after=bucket.wait_seconds())
+                return Refused("rate_limited", rate, retry_after=bucket.wait_seconds())
             a.tokens, a.stamp = bucket.tokens, bucket.stamp
         a.rows_used += n
         a.touched = True

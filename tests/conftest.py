@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 import analysim  # noqa: F401  (sets GRPC_ENABLE_FORK_SUPPORT=false before grpc is imported; see there)
-from tests.pg import PgCluster, PostgresUnavailable
+from tests.pg import PgCluster, throwaway_cluster
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -15,14 +15,8 @@ BACKENDS = ["sqlite", "postgresql"]
 def pg_cluster() -> Iterator[PgCluster]:
     """One throwaway PostgreSQL per test process (each xdist worker has its own), skipped
     where PostgreSQL cannot be started."""
-    try:
-        cluster = PgCluster().start()
-    except PostgresUnavailable as e:
-        pytest.skip(f"no PostgreSQL: {e}")
-    try:
+    with throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.remove()
 
 
 def _db(backend: str, request: pytest.FixtureRequest, tmp: pytest.TempPathFactory) -> str:

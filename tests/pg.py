@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -74,8 +75,8 @@ class PgCluster:
         # fsync off: a test cluster lives for one session; a clean stop still writes everything
         # (the restart drill stops with -m fast, which checkpoints).
         opts = f"-k {self.root} -c listen_addresses='' -p 5432 -c max_connections=200"
-        if not self.durable:
-            opts += " -c fsync=off -c full_page_writes=off"
+        if not self.durable:  # and small: several run at once under xdist
+            opts += " -c fsync=off -c full_page_writes=off -c shared_buffers=16MB"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", opts, "start")
         return self
 
@@ -101,3 +102,18 @@ class PgCluster:
         with contextlib.suppress(PostgresUnavailable):  # not running
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def throwaway_cluster(**kw: bool) -> Iterator[PgCluster]:
+    """A started cluster, removed afterwards; the test is skipped where none can start."""
+    import pytest
+
+    try:
+        cluster = PgCluster(**kw).start()
+    except PostgresUnavailable as e:
+        pytest.skip(f"no PostgreSQL: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.remove()

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from mlaas_monitor.store import Store, StoreUnavailable
-from tests.pg import PgCluster, PostgresUnavailable
+from tests.pg import PgCluster, throwaway_cluster
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, wait_until
 from tests.test_gateway_http import PREDICT
 from tests.test_gateway_replicas import gateway, stop
@@ -129,14 +129,8 @@ def test_a_worker_sigkilled_under_load_loses_no_charge_and_charges_nothing_twice
 @pytest.fixture
 def own_cluster() -> Iterator[PgCluster]:
     """A cluster of this test's own: it is stopped and started mid-test."""
-    try:
-        cluster = PgCluster().start()
-    except PostgresUnavailable as e:
-        pytest.skip(f"no PostgreSQL: {e}")
-    try:
+    with throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.remove()
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

@@ -19,12 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.errors import UserError
 from mlaas_monitor.store import SCHEMA_VERSION, QueryRecord, Store
+from protos.analysim.v1 import prediction_pb2 as pb
+from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_gateway_http import PREDICT
 
@@ -106,6 +109,12 @@ def test_a_quota_hammered_through_two_workers_charges_at_most_the_quota(two_work
         answered = sum(pool.map(hammer, range(6)))
     usage = admin.get("/v1/usage?user=q")[1]
     assert usage["rows"] == answered <= 100
+    # gRPC shares the workers' other port: the same ledger, whichever worker answers.
+    for _ in range(4):  # a new channel (connection) each time
+        with grpc.insecure_channel(f"127.0.0.1:{two_workers['grpc']}") as ch:
+            got = pb_grpc.PredictionServiceStub(ch).GetUsage(pb.GetUsageRequest(user="q"),
+                                                             metadata=(("authorization", f"Bearer {ADMIN_KEY}"),))  # fmt: skip
+            assert got.rows == answered
     assert answered > 100 - 4  # refused only when the next batch would not fit
     # Both workers served (and each reports its own requests on its own metrics port).
     workers = two_workers["workers"]
@@ -276,3 +285,43 @@ def test_workers_stop_when_their_supervisor_is_killed(store_with_model: str, tmp
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
     wait_until(lambda: all(gone(p) for p in pids), what="the orphaned workers to stop")
+
+
+def test_model_commands_take_a_postgresql_url(pg_db: str) -> None:
+    def analysim(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "analysim", "model", *args, "--db", pg_db], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    analysim("train", "--dataset", "iris", "--max-depth", "3", "--name", "iris")
+    assert "iris" in analysim("list")
+    store = Store(pg_db)
+    model = store.load_model("iris")
+    store.close()
+    assert model is not None and model.classes and model.tree.n_leaves <= 8
+
+
+def test_limits_and_prices_changed_through_one_replica_hold_on_the_other(
+    two_replicas: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    pa, pb = two_replicas
+    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
+    key = admin_a.post("/v1/admin/users", {"name": "l"})[1]["api_key"]
+    b = Client("127.0.0.1", pb["http"], key)
+    assert b.post(PREDICT, {"rows": credit_rows()[:3]})[0] == 200
+    # A quota set through A binds B's very next request (the commit reads the user's row).
+    assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": 4})[0] == 200
+    status, body = b.post(PREDICT, {"rows": credit_rows()[:2]})
+    assert (status, body["error"]["code"]) == (429, "quota_exceeded") and "quota of 4" in body["error"]["message"]
+    assert b.post(PREDICT, {"rows": credit_rows()[:1]})[0] == 200
+    # A price set through A is charged by B once it has looked at the store again (each second).
+    assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": None})[0] == 200
+    assert admin_a.request("PUT", "/v1/admin/models/credit/policy", {"price": 0.5})[0] == 200
+
+    def charged_at_new_price() -> bool:
+        status, body = b.post(PREDICT, {"rows": credit_rows()[:1]})
+        assert status == 200, body
+        return body["charged"] == 0.5
+
+    wait_until(charged_at_new_price, what="replica B to charge the price set through A", poll_s=0.2)

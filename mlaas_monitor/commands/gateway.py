@@ -12,7 +12,7 @@ from analysim.errors import UserError
 from analysim.logs import add_logging_arguments, setup_logging
 from analysim.portfile import write_port_file
 from analysim.tls import add_tls_arguments, tls_from_args
-from mlaas_monitor.store_backends import redacted
+from mlaas_monitor.store_backends import is_postgres_url, redacted
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -57,8 +57,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlaas_monitor.store_backends import is_postgres_url
-
     setup_logging("gateway", args.log_level, args.log_format)
     tls = tls_from_args(args)
     tls.server_credentials()  # unreadable or mismatched files: one line before the store is opened
