@@ -15,6 +15,11 @@ grpcstream-1, grpcstream-100 (PredictStream: one stream per client, PackedRows),
 grpchealth-1 (the gRPC health check: grpc.aio's own floor, for reference). --pin pins the
 gateway to CPU 0 and the client to CPU 1; --profile FILE runs the gateway under cProfile.
 
+--workers N runs `analysim gateway --workers N` (N processes on the same ports; N > 1 needs a
+PostgreSQL store). --db postgresql://... puts the store in that (empty) database;
+--temp-postgres starts a throwaway PostgreSQL cluster (tests/pg.py, PostgreSQL's default
+durability: fsync on, synchronous_commit on) and also reports the database's CPU per request.
+
 --load h2load drives the same scenarios with nghttp2's h2load (C; HTTP/1.1 for REST, HTTP/2
 for gRPC; Debian package nghttp2-client) instead of the Python clients, which on 2 cores
 take CPU from the gateway they measure. h2load repeats one request body per scenario and
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -63,7 +69,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
     raise SystemExit("gateway did not start")
 
 
-def client_rows(dataset: str, model_id: str, db: Path) -> tuple[list[list], object]:
+def client_rows(dataset: str, model_id: str, db: str) -> tuple[list[list], object]:
     ds = load_dataset(dataset)
     model = train_model(ds, model_id, max_leaf_nodes=26, seed=0)
     store = Store(db)
@@ -78,6 +84,17 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """CPU seconds of these processes and all their descendants (those alive now)."""
+    from tests.procs import descendants
+
+    total = 0.0
+    for pid in {p for root in pids for p in (root, *descendants(root))}:
+        with contextlib.suppress(OSError, IndexError, ValueError):  # exited meanwhile
+            total += cpu_seconds(pid)
+    return total
 
 
 def children_cpu() -> float:
@@ -299,27 +316,50 @@ def main() -> int:
     ap.add_argument("--pin", action="store_true", help="pin the gateway to CPU 0 and this client to CPU 1")
     ap.add_argument("--profile", type=Path, help="run the gateway under cProfile, writing its stats here")
     ap.add_argument("--load", choices=["python", "h2load"], default="python", help="the load generator")
+    ap.add_argument("--workers", type=int, default=1, help="gateway worker processes (more than 1 needs PostgreSQL)")
+    store_arg = ap.add_mutually_exclusive_group()
+    store_arg.add_argument("--db", help="the store: an empty PostgreSQL database's URL (default: a SQLite file)")
+    store_arg.add_argument("--temp-postgres", action="store_true",
+                           help="the store in a throwaway PostgreSQL cluster (fsync on), whose CPU is measured too")
     args = ap.parse_args()
     if args.load == "h2load" and shutil.which("h2load") is None:
         raise SystemExit("--load h2load needs h2load on PATH (Debian: apt install nghttp2-client)")
 
+    cluster = None
+    if args.temp_postgres:
+        from tests.pg import PgCluster
+
+        cluster = PgCluster(durable=True).start()
+    try:
+        return run(args, cluster)
+    finally:
+        if cluster is not None:
+            cluster.remove()
+
+
+def run(args: argparse.Namespace, cluster: object) -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
+        db = cluster.new_database() if cluster is not None else (args.db or str(Path(tmp) / "bench.db"))
+        db_pids = [cluster.postmaster_pid()] if cluster is not None else []
         rows, _ = client_rows(args.dataset, "bench", db)
+        store = Store(db)
+        charged_before = store.ledger_totals()[1]
+        store.close()
         admin = secrets.token_urlsafe(24)
         env = {**os.environ, "ANALYSIM_ADMIN_KEY": admin}
         port_file = Path(tmp) / "ports.json"
         proc = subprocess.Popen(
             [sys.executable, *(["-m", "cProfile", "-o", str(args.profile.resolve())] if args.profile else []),
              "-m", "mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
-             "--port-file", str(port_file), "--no-monitor"],
+             "--port-file", str(port_file), "--no-monitor", "--workers", str(args.workers)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         if args.pin:
             os.sched_setaffinity(proc.pid, {0})
             os.sched_setaffinity(0, {1})
         try:
-            ports = wait_for(port_file, proc)
+            ports = wait_for(port_file, proc, timeout=120)
+            server_pids = [proc.pid]  # with its workers (and their supervisor) under --workers
             url, target = f"http://127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"
             import urllib.request
 
@@ -342,9 +382,10 @@ def main() -> int:
                     runner = functools.partial(run_h2load, base, key, proto, body, 0 if proto == "grpchealth" else n)
                     w = runner(100 * args.concurrency, args.concurrency)
                     requests = max(100, round(len(w[0]) / w[1] * args.duration))  # about --duration s
-                    server_cpu0, client_cpu0 = cpu_seconds(proc.pid), children_cpu()
+                    server_cpu0, client_cpu0, db_cpu0 = tree_cpu(server_pids), children_cpu(), tree_cpu(db_pids)
                     lat, elapsed, errors, answered = runner(requests, args.concurrency)
-                    server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, children_cpu() - client_cpu0
+                    server_cpu, client_cpu = tree_cpu(server_pids) - server_cpu0, children_cpu() - client_cpu0
+                    db_cpu = tree_cpu(db_pids) - db_cpu0
                 elif proto == "http":
                     runner = run_http
                 else:
@@ -354,37 +395,45 @@ def main() -> int:
                     runner = functools.partial(run_grpc, form=form)
                 if args.load == "python":
                     w = asyncio.run(runner(dest, key, "bench", batches, args.warmup, args.concurrency))
-                    server_cpu0, client_cpu0 = cpu_seconds(proc.pid), time.process_time()
+                    server_cpu0, client_cpu0, db_cpu0 = tree_cpu(server_pids), time.process_time(), tree_cpu(db_pids)
                     lat, elapsed, errors, answered = asyncio.run(
                         runner(dest, key, "bench", batches, args.duration, args.concurrency)
                     )
-                    server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu0, time.process_time() - client_cpu0
+                    server_cpu, client_cpu = tree_cpu(server_pids) - server_cpu0, time.process_time() - client_cpu0
+                    db_cpu = tree_cpu(db_pids) - db_cpu0
                 total_rows += w[3] + answered
                 res = summarise(scenario, lat, n, elapsed, errors)
                 # Which side is saturated: a core is 1.0.
                 res["server_cpu"] = server_cpu / elapsed
                 res["server_cpu_us_per_req"] = server_cpu / max(1, len(lat)) * 1e6
                 res["client_cpu"] = client_cpu / elapsed
+                if db_pids:
+                    res["db_cpu"] = db_cpu / elapsed
+                    res["db_cpu_us_per_req"] = db_cpu / max(1, len(lat)) * 1e6
                 results.append(res)
                 print(json.dumps(res), flush=True)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         store = Store(db)
-        _, charged_rows, _ = store.ledger_totals()
+        charged_rows = store.ledger_totals()[1] - charged_before
         store.close()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"\nledger rows {charged_rows} == rows answered {total_rows}: {charged_rows == total_rows}")
     pinned = "gateway pinned to CPU 0, client to CPU 1" if args.pin else "unpinned"
+    backend = "SQLite" if "://" not in db else "PostgreSQL"
     print(f"\nMachine: {machine}; load {args.load}, concurrency {args.concurrency}, {args.duration:g} s per scenario,"
-          f" {pinned}\n")  # fmt: skip
-    print("| scenario | requests/s | rows/s | p50 ms | p99 ms | errors | server CPU | client CPU |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          f" {pinned}; {args.workers} worker(s), {backend}; load average {os.getloadavg()[0]:.2f}\n")  # fmt: skip
+    print("| scenario | requests/s | rows/s | p50 ms | p99 ms | errors | server CPU | server µs/req | db µs/req | client CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
+        db_us = f"{r['db_cpu_us_per_req']:.0f}" if "db_cpu_us_per_req" in r else "–"
         print(f"| {r['scenario']} | {r['req_per_s']:,.0f} | {r['rows_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} "
-              f"| {r['server_cpu']:.2f} | {r['client_cpu']:.2f} |")
+              f"| {r['server_cpu']:.2f} | {r['server_cpu_us_per_req']:.0f} | {db_us} | {r['client_cpu']:.2f} |")
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "results": results, "ledger_ok": charged_rows == total_rows}, indent=2))
+        args.json.write_text(json.dumps({"machine": machine, "workers": args.workers, "backend": backend,
+                                         "loadavg": os.getloadavg(), "results": results,
+                                         "ledger_ok": charged_rows == total_rows}, indent=2))  # fmt: skip
     return 0 if charged_rows == total_rows else 1
 
 

@@ -6,8 +6,10 @@ monitor's amortised cost per query, and memory per tracked user.
    tree, ``python -m mlaas_monitor gateway`` (off) and ``python -m mlaas_monitor.monitor
    gateway`` (on), driven in alternating rounds (off, on, off, on, ...) by the same
    closed-loop single-row HTTP clients spreading requests over --users accounts. The ratio
-   is on/off requests per second. The on-gateway's own histogram
-   (analysim_monitor_update_duration_seconds) gives its amortised cost per query.
+   is on/off requests per second. Per request, the CPU of the gateway process, of the
+   monitor process it starts beside itself (when on) and of this client are reported; the
+   monitor's own histograms, read through the gateway's /metrics, give its update time
+   per query and its lag behind the log (p99).
 2. Amortised cost in process: the pure core (ModelMonitor) fed single-row events, for a
    few (users x queries) shapes.
 3. Memory: a fresh process tracks --memory-users users (default 10,000) with
@@ -99,13 +101,21 @@ class Server:
                      for i in range(users)]  # fmt: skip
         self.rounds: list[dict] = []
 
+    def children(self) -> list[int]:
+        """The gateway's child processes (its monitor, when on)."""
+        return [int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]
+
     def run(self, duration: float, conc: int) -> dict:
-        cpu0 = cpu_seconds(self.proc.pid)
+        kids = self.children()
+        cpu0, kid0, me0 = cpu_seconds(self.proc.pid), sum(map(cpu_seconds, kids)), time.process_time()
         lat, elapsed, errors = asyncio.run(drive(self.url, self.keys, "bench", self.rows, duration, conc))
-        cpu = cpu_seconds(self.proc.pid) - cpu0
+        cpu, kid = cpu_seconds(self.proc.pid) - cpu0, sum(map(cpu_seconds, kids)) - kid0
+        me = time.process_time() - me0
         a = np.array(lat) * 1000
         r = {"server": self.name, "req_per_s": len(lat) / elapsed, "p50_ms": float(np.percentile(a, 50)),
-             "p99_ms": float(np.percentile(a, 99)), "errors": errors, "server_cpu_us_per_req": cpu / max(1, len(lat)) * 1e6}  # fmt: skip
+             "p99_ms": float(np.percentile(a, 99)), "errors": errors, "server_cpu_us_per_req": cpu / max(1, len(lat)) * 1e6,
+             "monitor_process_cpu_us_per_req": kid / max(1, len(lat)) * 1e6,
+             "client_cpu_us_per_req": me / max(1, len(lat)) * 1e6, "load_average": os.getloadavg()[0]}  # fmt: skip
         self.rounds.append(r)
         return r
 
@@ -114,10 +124,12 @@ class Server:
         self.proc.wait(60)
 
 
-def monitor_histogram(server: Server) -> tuple[float, float, float]:
-    """(update seconds total, update batches, rows answered) from the gateway's /metrics."""
+def monitor_histogram(server: Server) -> tuple[float, float, float, float | None]:
+    """(update seconds total, update batches, rows answered, p99 lag in seconds) from the
+    gateway's /metrics (the monitor's own are part of it)."""
     text = admin_call(server.url, server.admin, "GET", "/metrics")
     total = count = rows = 0.0
+    lag: list[tuple[float, float]] = []
     for fam in text_string_to_metric_families(text):  # type: ignore[arg-type]
         for s in fam.samples:
             if s.name == "analysim_monitor_update_duration_seconds_sum":
@@ -126,7 +138,21 @@ def monitor_histogram(server: Server) -> tuple[float, float, float]:
                 count += s.value
             elif s.name == "analysim_gateway_rows_answered_total":
                 rows += s.value
-    return total, count, rows
+            elif s.name == "analysim_monitor_lag_seconds_bucket":
+                lag.append((float(s.labels["le"]), s.value))
+    return total, count, rows, histogram_quantile(lag, 0.99)
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """The upper bound of the first bucket holding the q-quantile (Prometheus buckets are
+    cumulative); None when empty."""
+    buckets.sort()
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    for le, n in buckets:
+        if n >= q * buckets[-1][1]:
+            return le
+    return None
 
 
 def in_process_cost(dataset: str, shapes: list[tuple[int, int]]) -> list[dict]:
@@ -225,7 +251,7 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for s in (off, on):
                         print(json.dumps(s.run(args.duration, args.concurrency)), flush=True)
-                upd_s, upd_n, rows = monitor_histogram(on)
+                upd_s, upd_n, rows, lag_p99 = monitor_histogram(on)
             finally:
                 off.stop()
                 on.stop()
@@ -241,7 +267,7 @@ def main() -> int:
             "median_server_cpu_ratio": float(np.median(cpu_ratios)),
             "rounds": {"off": off.rounds, "on": on.rounds},
             "monitor_update_seconds_total": upd_s, "monitor_update_batches": upd_n, "rows_answered": rows,
-            "monitor_us_per_query_in_gateway": upd_s / max(1.0, rows) * 1e6,
+            "monitor_us_per_query": upd_s / max(1.0, rows) * 1e6, "monitor_lag_p99_s_at_most": lag_p99,
         }  # fmt: skip
     if "cost" not in skip:
         report["in_process_cost"] = in_process_cost(args.dataset, [(1, 5000), (20, 500), (200, 25), (2000, 5)])

@@ -225,6 +225,9 @@ class LocalStack:
             config["global"].update(scrape_interval=scrape_interval, evaluation_interval=scrape_interval,
                                     scrape_timeout=scrape_interval)  # fmt: skip
         for job in config["scrape_configs"]:
+            # DNS discovery (a service's replicas) becomes the one local process's target.
+            for sd in job.pop("dns_sd_configs", []):
+                job.setdefault("static_configs", []).append({"targets": [f"{n}:{sd['port']}" for n in sd["names"]]})
             for sc in job.get("static_configs", []):
                 local = []
                 for t in sc["targets"]:

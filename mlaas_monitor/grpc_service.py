@@ -5,6 +5,7 @@ service), plus standard health checking and reflection."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import time
 import weakref
@@ -52,8 +53,18 @@ def error_status(e: ApiError, code: grpc.StatusCode | None = None) -> Any:
                                    domain=rpc_status.GATEWAY_DOMAIN, field=e.field)
 
 
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    pass
+
+
 async def _abort(context: grpc.aio.ServicerContext, e: ApiError, code: grpc.StatusCode | None = None) -> None:
-    await context.abort_with_status(grpc_rpc_status.to_status(error_status(e, code)))
+    """Abort with the refusal's google.rpc.Status; a ``Retry-After`` the REST answer would
+    carry (429, 503) travels as the trailing metadata ``retry-after`` (seconds)."""
+    status = grpc_rpc_status.to_status(error_status(e, code))
+    retry = e.headers.get("Retry-After")
+    if retry is not None:
+        status = _Status(status.code, status.details, (*status.trailing_metadata, ("retry-after", retry)))
+    await context.abort_with_status(status)
 
 
 def _metadata(context: grpc.aio.ServicerContext, name: str) -> str | None:
@@ -362,9 +373,11 @@ class GrpcServer:
             await self.health.set(name, status)
 
 
-def build_grpc_server(gw: Gateway) -> GrpcServer:
+def build_grpc_server(gw: Gateway, reuse_port: bool = False) -> GrpcServer:
+    """``reuse_port``: share the port with the other workers of ``analysim gateway --workers``
+    (SO_REUSEPORT; off otherwise, so that a port taken by someone else is an error)."""
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", 0)],
+        options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", int(reuse_port))],
     )
     predictions = PredictionServicer(gw)
     pb_grpc.add_PredictionServiceServicer_to_server(predictions, server)

@@ -6,6 +6,7 @@ in a background thread for tests and benchmarks."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -21,6 +22,7 @@ from mlaas_monitor.http_app import build_app
 from mlaas_monitor.service import Gateway
 
 SHUTDOWN_GRACE_S = 10.0
+log = logging.getLogger(__name__)
 
 
 def run_loop(main: Coroutine[object, object, None]) -> None:
@@ -78,13 +80,15 @@ async def serve(
     extensions: Sequence[Extension] = (),
     tls: TlsFiles | None = None,
     metrics_at: tuple[str, int] | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """``metrics_at`` (host, port): also serve /metrics (no key), /healthz and /readyz there, in
-    plain HTTP (Prometheus scrapes it; ``tls`` covers the API ports)."""
+    plain HTTP (Prometheus scrapes it; ``tls`` covers the API ports). ``reuse_port``: one of
+    several worker processes on the same API ports (SO_REUSEPORT)."""
     tls = tls or TlsFiles()
     ssl_context, creds = tls.server_ssl_context(), tls.server_credentials()  # both None: plaintext
     app = build_app(gw)
-    grpc_srv = build_grpc_server(gw)
+    grpc_srv = build_grpc_server(gw, reuse_port)
     for ext in extensions:
         ext(gw, app, grpc_srv.server)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
@@ -95,7 +99,7 @@ async def serve(
         metrics_port = None
         if metrics_at is not None:
             ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw))
-        site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context)
+        site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None)
         await site.start()
         bound_http = runner.addresses[0][1]
         address = f"{host}:{grpc_port}"
@@ -108,7 +112,9 @@ async def serve(
         await grpc_srv.set_serving(True)
         if on_ready is not None:
             on_ready(Bound(host, bound_http, bound_grpc, metrics_port))
+        refresher = asyncio.create_task(_refresh_loop(gw))
         await stop.wait()
+        refresher.cancel()
     finally:
         if started:
             await grpc_srv.set_serving(False)
@@ -120,6 +126,19 @@ async def serve(
         gw.shutdown()
 
 
+REFRESH_INTERVAL_S = 1.0
+
+
+async def _refresh_loop(gw: Gateway) -> None:
+    """Other processes (replicas, `analysim model train`) change the store: catch up."""
+    while True:
+        await asyncio.sleep(REFRESH_INTERVAL_S)
+        try:
+            gw.refresh()
+        except Exception as e:  # noqa: BLE001 — e.g. the database restarting: try again next time
+            log.warning("could not refresh users and policies from the store: %s", e)
+
+
 def run_forever(
     gw: Gateway,
     host: str,
@@ -129,6 +148,7 @@ def run_forever(
     extensions: Sequence[Extension] = (),
     tls: TlsFiles | None = None,
     metrics_at: tuple[str, int] | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
 
@@ -137,7 +157,8 @@ def run_forever(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions, tls=tls, metrics_at=metrics_at)
+        await serve(gw, host, http_port, grpc_port, stop, on_ready, extensions, tls=tls, metrics_at=metrics_at,
+                    reuse_port=reuse_port)
 
     run_loop(main())
 

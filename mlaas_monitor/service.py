@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,11 +19,20 @@ from typing import Any
 
 from mlaas_monitor import auth
 from mlaas_monitor.commit import GroupCommitter
-from mlaas_monitor.limits import TokenBucket, quota_allows
+from mlaas_monitor.limits import quota_allows
 from mlaas_monitor.metrics import Metrics
 from mlaas_monitor.model import MICROS, Answer, Model, PolicyError, render_predictions
+from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.schema import RowError
-from mlaas_monitor.store import AnsweredRequest, ModelUnavailable, QueryRecord, Store, UserRecord
+from mlaas_monitor.store import (
+    Admission,
+    AnsweredRequest,
+    ModelUnavailable,
+    QueryRecord,
+    Refused,
+    Store,
+    UserRecord,
+)
 from mlaas_monitor.stream import QueryEvent, QueryStream
 
 log = logging.getLogger(__name__)
@@ -39,23 +47,6 @@ Packed = tuple[int, Sequence[float], Sequence[str]]  # (n_rows, numbers, categor
 # Decides, before a query is answered, what its user may be told: (user, model id) ->
 # "none", "degrade" (label only) or "refuse". The extraction monitor installs one.
 Enforcement = Callable[[str, str], str]
-
-
-class ApiError(Exception):
-    """A refused request: HTTP-like status, a stable code, a message naming the problem."""
-
-    def __init__(
-        self, status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-        self.headers = headers or {}  # protocol headers the status calls for (Retry-After, Allow, ...)
-
-    def body(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.field is not None:
-            err["field"] = self.field
-        return {"error": err}
 
 
 def request_digest(model_id: str, X: Any) -> bytes:
@@ -123,10 +114,12 @@ class Principal:
 
 @dataclass
 class _User:
+    """A user as this process knows it: the store's row as last read (other replicas may
+    change it; the commit checks the row itself), and rows of its queries in flight here."""
+
     record: UserRecord
     used_rows: int = 0
     reserved_rows: int = 0  # answered but not yet committed
-    bucket: TokenBucket | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -138,7 +131,6 @@ class Gateway:
         limits: Limits | None = None,
         metrics: Metrics | None = None,
         stream: QueryStream | None = None,
-        clock: Any = time.monotonic,
     ) -> None:
         problem = auth.admin_key_problem(admin_key)
         if problem is not None:
@@ -148,7 +140,6 @@ class Gateway:
         self.metrics = metrics or Metrics()
         self.stream = stream or QueryStream()
         self._admin_hash = auth.hash_key(admin_key)
-        self._clock = clock
         self._models: dict[str, Model] = {}
         self._unavailable: dict[str, str] = {}  # model id -> why it cannot be loaded
         self._by_hash: dict[str, _User] = {}
@@ -158,9 +149,9 @@ class Gateway:
         self._degraded: dict[str, tuple[Model, Model]] = {}  # model id -> (model, label-only copy)
         self._keys_in_flight: set[tuple[str, str]] = set()  # (user, idempotency key)
         self.on_revoke: list[Callable[[str], None]] = []  # called with the user's name (e.g. the monitor forgets them)
-        used = store.rows_by_user()
+        self._config_generation = store.config_generation()
         for rec in store.users():
-            self._install(rec, used.get(rec.name, 0))
+            self._install(rec)
         self.metrics.watch_users(self._usage_by_user)
 
     def has_user(self, name: str) -> bool:
@@ -169,15 +160,11 @@ class Gateway:
 
     # ---- auth ----
 
-    def _install(self, rec: UserRecord, used_rows: int) -> _User:
+    def _install(self, rec: UserRecord) -> _User:
         old = self._by_name.get(rec.name)
         if old is not None:
             self._by_hash.pop(old.record.key_hash, None)
-            used_rows = old.used_rows
-        u = _User(rec, used_rows, old.reserved_rows if old else 0)
-        rate = rec.rate_limit if rec.rate_limit is not None else self.limits.default_rate_limit
-        if rate is not None:
-            u.bucket = TokenBucket.full(rate, self._clock())
+        u = _User(rec, rec.rows_used, old.reserved_rows if old else 0)
         self._by_name[rec.name] = u
         if rec.revoked is None:
             self._by_hash[rec.key_hash] = u
@@ -191,6 +178,11 @@ class Gateway:
         if auth.same_hash(h, self._admin_hash):
             return Principal(None, admin=True)
         u = self._by_hash.get(h)
+        if u is None:
+            # A key this process has not seen: another replica may have created or rotated it.
+            rec = self.store.user_by_key_hash(h)
+            if rec is not None and rec.revoked is None:
+                u = self._install(rec)
         if u is None or not auth.same_hash(h, u.record.key_hash):
             raise ApiError(401, "unauthenticated", "invalid or revoked API key", "Authorization")
         return Principal(u.record.name)
@@ -334,41 +326,58 @@ class Gateway:
             only_reserved = quota is not None and u.used_rows + n <= quota
             raise ApiError(429, "quota_exceeded", f"row quota of {quota} would be exceeded ({u.used_rows} used)",
                            headers={"Retry-After": "1"} if only_reserved else None)  # fmt: skip
-        if u.bucket is not None and not u.bucket.take(self._clock()):
-            wait = max(1, math.ceil(u.bucket.wait_seconds()))
-            raise ApiError(429, "rate_limited", f"rate limit of {u.bucket.rate:g} requests/s exceeded",
-                           headers={"Retry-After": str(wait)})  # fmt: skip
         ans = model.answer(X)
         # The log keeps what the user was told, so the monitor and a replay see exactly that.
         conf, leaves = served.revealed(ans)
         amount = n * model.policy.price_micros
-        record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount, request_key, digest)
+        # The quota and the rate limit are enforced by the commit, against the user's row in
+        # the store: replicas sharing it see one quota, one bucket and the same limits.
+        admission = Admission(u.record.key_hash, self.limits.default_quota_rows, self.limits.default_rate_limit)
+        record = QueryRecord(time.time(), name, model_id, X, ans.labels, conf, leaves, amount, request_key, digest,
+                             admission)  # fmt: skip
         u.reserved_rows += n
         if request_key is not None:
             self._keys_in_flight.add((name, request_key))
         try:
             seq = await self.committer.commit(record)
-        except sqlite3.Error as e:
-            raise ApiError(503, "store_unavailable", f"the ledger could not be written: {e}") from e
         finally:
             u.reserved_rows -= n
             if request_key is not None:
                 self._keys_in_flight.discard((name, request_key))
+        if isinstance(seq, Refused):
+            return self._refused(seq, u, model, request_key, digest)
         u.used_rows += n
         self.metrics.observe_answer(model_id, n, amount / MICROS)
         if self.stream.active:
             self.stream.publish(QueryEvent(seq, record.ts, name, model_id, X, ans.labels, conf, leaves))
         return PredictResult(served, ans, seq, amount / MICROS)
 
+    def _refused(self, r: Refused, u: _User, model: Model, request_key: str | None,
+                 digest: bytes | None) -> PredictResult:  # fmt: skip
+        """What to tell a client whose answered query the commit refused (nothing was charged)."""
+        name = u.record.name
+        if r.reason == "duplicate":  # the same key committed meanwhile, through another replica
+            assert request_key is not None and digest is not None
+            replay = self._replay(name, model, request_key, digest)
+            if replay is not None:
+                return replay
+            raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
+                           " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
+        if r.reason == "quota_exceeded":
+            u.used_rows = r.rows_used
+            raise ApiError(429, "quota_exceeded", f"row quota of {r.limit:.0f} would be exceeded ({r.rows_used} used)")
+        if r.reason == "rate_limited":
+            raise ApiError(429, "rate_limited", f"rate limit of {r.limit:g} requests/s exceeded",
+                           headers={"Retry-After": str(max(1, math.ceil(r.retry_after)))})  # fmt: skip
+        self._reload_user(name)  # revoked or rotated by another replica
+        raise ApiError(401, "unauthenticated", "invalid or revoked API key", "Authorization")
+
     def _replay(self, user: str, model: Model, request_key: str, digest: bytes) -> PredictResult | None:
         """The earlier answer to this user's request with this key, or None if there is none."""
         if (user, request_key) in self._keys_in_flight:
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
                            " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
-        try:
-            prior = self.store.answered_request(user, request_key)
-        except sqlite3.Error as e:
-            raise ApiError(503, "store_unavailable", f"the ledger could not be read: {e}") from e
+        prior = self.store.answered_request(user, request_key)  # StoreUnavailable: 503
         if prior is None:
             return None
         if prior.digest != digest:  # the digest covers the model too
@@ -413,7 +422,7 @@ class Gateway:
         if not self.store.add_user(name, auth.hash_key(key), quota, rate):
             raise ApiError(409, "user_exists", f"user {name!r} already exists", "name")
         rec = next(r for r in self.store.users() if r.name == name)
-        self._install(rec, 0)
+        self._install(rec)
         return {"user": name, "api_key": key, "quota_rows": quota, "rate_limit": rate}
 
     @staticmethod
@@ -477,7 +486,28 @@ class Gateway:
 
     def _reload_user(self, name: str) -> _User:
         rec = next(r for r in self.store.users() if r.name == name)
-        return self._install(rec, 0)
+        return self._install(rec)
+
+    def refresh(self) -> None:
+        """Catch up with changes other replicas made to the store: users, keys, limits and
+        policies when the store's config generation moved; rows used every time (for
+        /metrics and the quota's fast path; the commit enforces the quota regardless)."""
+        generation = self.store.config_generation()
+        users = self.store.users()
+        if generation != self._config_generation:
+            self._config_generation = generation
+            for rec in users:
+                old = self._by_name.get(rec.name)
+                if old is None or old.record != rec:
+                    self._install(rec)
+            for mid, policy in self.store.policies().items():
+                m = self._models.get(mid)
+                if m is not None and m.policy != policy:
+                    self._models[mid] = replace(m, policy=policy)
+        for rec in users:
+            u = self._by_name.get(rec.name)
+            if u is not None:
+                u.used_rows = rec.rows_used
 
     def shutdown(self) -> None:
         self.committer.flush_now()

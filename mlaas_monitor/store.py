@@ -1,11 +1,29 @@
-"""The durable store: SQLite in WAL mode holding models, users (hashed keys), the query log
-and the billing ledger.
+"""The durable store: models, users (hashed keys), the query log and the billing ledger, in
+SQLite (a file path, the embedded default) or PostgreSQL (a ``postgresql://`` URL, the
+shared store of gateway replicas). What differs between the two is in store_backends.
 
-A query's log entry and its ledger charge are written in one transaction, committed before
-the gateway answers; ``record_queries`` takes a whole batch so the gateway can group-commit
-everything answered in one event-loop tick. WAL with ``synchronous=NORMAL`` survives a
-killed process (SIGKILL) without losing a committed transaction; ``FULL`` also survives
-power loss at the cost of an fsync per commit.
+A query's log entry, its ledger charge and its user's quota and rate-limit accounting are
+written in one transaction, committed before the gateway answers; ``commit_queries`` takes a
+whole batch so the gateway can group-commit everything answered in one event-loop tick. The
+user's row is locked for that transaction (SELECT ... FOR UPDATE; SQLite locks the whole
+database), so that replicas sharing the store enforce one quota and one rate limit.
+
+Query-log sequence numbers come from a counter row locked by every appending transaction
+until it commits: appends are serialised, so a transaction holding seq k commits before any
+holding k+1 starts, and a reader that has seen k+1 can never see k appear later. That is
+what lets the extraction monitor follow the log with a cursor (``events_after``) and no gaps.
+
+On PostgreSQL that lock would be held through each commit's WAL fsync (milliseconds), which
+would serialise every replica's commits on the disk. So an appending transaction commits
+without waiting for the fsync (synchronous_commit off, for it alone), releasing the lock at
+once, and its caller then waits, lock-free, until the WAL is flushed past it (replicas'
+waits share fsyncs) before anyone is answered; ``events_after`` waits the same way before it
+returns rows. Nothing not yet durable is ever handed out, so a server crash can only lose
+commits nobody saw (their sequence numbers are then used again, by commits nobody has seen).
+
+SQLite in WAL mode with ``synchronous=NORMAL`` survives a killed process (SIGKILL) without
+losing a committed transaction; ``FULL`` also survives power loss at the cost of an fsync
+per commit. On PostgreSQL durability is the server's (synchronous_commit).
 """
 
 from __future__ import annotations
@@ -14,7 +32,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,64 +41,99 @@ from typing import Any
 import numpy as np
 
 from analysim.errors import UserError
+from mlaas_monitor.limits import TokenBucket, quota_allows
 from mlaas_monitor.model import Model, Policy
+from mlaas_monitor.refusal import ApiError
+from mlaas_monitor.store_backends import Backend, Connection, SqliteBackend, backend_for
 from mlaas_monitor.stream import QueryEvent
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHECKPOINT_INTERVAL_S = 0.5
+# How soon a client refused with 503 (the database unavailable) should retry.
+RETRY_AFTER_S = 1
 
+# {INT}, {REAL}, {BLOB}: the backend's types. "user" is quoted: a reserved word in PostgreSQL.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, next {INT} NOT NULL);
 CREATE TABLE IF NOT EXISTS models (
     id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
+    created {REAL} NOT NULL,
     spec TEXT NOT NULL,                -- JSON: schema, classes, tree arrays, card, validation set
-    reveal_confidence INTEGER NOT NULL,
-    confidence_decimals INTEGER NOT NULL,
-    reveal_leaf INTEGER NOT NULL,
-    price_micros INTEGER NOT NULL
+    reveal_confidence {INT} NOT NULL,
+    confidence_decimals {INT} NOT NULL,
+    reveal_leaf {INT} NOT NULL,
+    price_micros {INT} NOT NULL
 );
 CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY,
     key_hash TEXT NOT NULL UNIQUE,     -- sha256 of the API key (the key itself is never stored)
-    created REAL NOT NULL,
-    revoked REAL,
-    quota_rows INTEGER,
-    rate_limit REAL
+    created {REAL} NOT NULL,
+    revoked {REAL},
+    quota_rows {INT},
+    rate_limit {REAL},
+    rows_used {INT} NOT NULL DEFAULT 0, -- the ledger's rows for this user, kept in the charge's transaction
+    bucket_tokens {REAL},              -- the rate limit's token bucket (NULL: full)
+    bucket_stamp {REAL}                -- wall-clock time of its last update
 );
 CREATE TABLE IF NOT EXISTS query_log (
-    id INTEGER PRIMARY KEY,            -- assigned by record_queries, never reused (nothing is deleted)
-    ts REAL NOT NULL,
-    user TEXT NOT NULL,
+    id {INT} PRIMARY KEY,              -- from sequences 'query_log', never reused (nothing is deleted)
+    ts {REAL} NOT NULL,
+    "user" TEXT NOT NULL,
     model TEXT NOT NULL,
-    n_rows INTEGER NOT NULL,
-    n_features INTEGER NOT NULL,
-    features BLOB NOT NULL,            -- little-endian float64, row-major
-    labels BLOB NOT NULL,              -- little-endian int32 class indices
-    confidences BLOB,                  -- float64 as revealed, NULL when hidden
-    leaves BLOB,                       -- int32, NULL when hidden
+    n_rows {INT} NOT NULL,
+    n_features {INT} NOT NULL,
+    features {BLOB} NOT NULL,          -- little-endian float64, row-major
+    labels {BLOB} NOT NULL,            -- little-endian int32 class indices
+    confidences {BLOB},                -- float64 as revealed, NULL when hidden
+    leaves {BLOB},                     -- int32, NULL when hidden
     request_key TEXT,                  -- the client's Idempotency-Key, if it sent one
-    request_digest BLOB                -- sha256 of (model, encoded rows): a reused key must match
+    request_digest {BLOB}              -- sha256 of (model, encoded rows): a reused key must match
 );
 CREATE INDEX IF NOT EXISTS query_log_model ON query_log(model, id);
 CREATE TABLE IF NOT EXISTS ledger (
-    query_id INTEGER PRIMARY KEY REFERENCES query_log(id),
-    ts REAL NOT NULL,
-    user TEXT NOT NULL,
+    query_id {INT} PRIMARY KEY REFERENCES query_log(id),
+    ts {REAL} NOT NULL,
+    "user" TEXT NOT NULL,
     model TEXT NOT NULL,
-    rows INTEGER NOT NULL,
-    amount_micros INTEGER NOT NULL
+    rows {INT} NOT NULL,
+    amount_micros {INT} NOT NULL
 );
-CREATE INDEX IF NOT EXISTS ledger_user ON ledger(user, model);
+CREATE INDEX IF NOT EXISTS ledger_user ON ledger("user", model);
 """
-# After the tables exist (a version-1 store gains the columns first).
-_DDL_INDEXES = """
-CREATE UNIQUE INDEX IF NOT EXISTS query_log_request ON query_log(user, request_key) WHERE request_key IS NOT NULL;
-"""
-_MIGRATIONS = {
+# Version v -> v + 1, run in order inside the schema transaction (an older store's tables
+# already exist, so _DDL's CREATE ... IF NOT EXISTS left them as they were).
+_MIGRATIONS: dict[int, list[str | tuple[str, str, str]]] = {
     # 1 -> 2: idempotency keys on the query log.
-    1: ["ALTER TABLE query_log ADD COLUMN request_key TEXT", "ALTER TABLE query_log ADD COLUMN request_digest BLOB"],
+    1: [("query_log", "request_key", "TEXT"), ("query_log", "request_digest", "{BLOB}")],
+    # 2 -> 3: quota and rate-limit state in the users' rows (shared by replicas).
+    2: [
+        ("users", "rows_used", "{INT} NOT NULL DEFAULT 0"),
+        ("users", "bucket_tokens", "{REAL}"),
+        ("users", "bucket_stamp", "{REAL}"),
+        'UPDATE users SET rows_used = COALESCE((SELECT SUM(rows) FROM ledger WHERE ledger."user" = users.name), 0)',
+    ],
 }
+# After the migrations, on every open (each is idempotent).
+_DDL_AFTER = [
+    'CREATE UNIQUE INDEX IF NOT EXISTS query_log_request ON query_log("user", request_key) WHERE request_key IS NOT NULL',
+    "INSERT INTO sequences (name, next) SELECT 'query_log', (SELECT COALESCE(MAX(id), 0) + 1 FROM query_log)"
+    " WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'query_log')",
+    "INSERT INTO sequences (name, next) SELECT 'config', 1 WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'config')",
+]
+
+
+class StoreUnavailable(ApiError):
+    """The database cannot be read or written now (locked, restarting, unreachable): the
+    request is refused with 503 and Retry-After, nothing was charged by it."""
+
+    def __init__(self, doing: str, cause: BaseException) -> None:
+        super().__init__(503, "store_unavailable", f"the ledger could not be {doing}: {cause}".strip(),
+                         headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
+
+
+class QueryRefused(Exception):
+    """``record_queries`` of a record the store refused (e.g. its idempotency key was taken)."""
 
 
 class ModelUnavailable(Exception):
@@ -99,6 +153,7 @@ class UserRecord:
     revoked: float | None
     quota_rows: int | None
     rate_limit: float | None
+    rows_used: int = 0  # charged rows over the ledger's lifetime
 
     def public(self) -> dict[str, Any]:
         return {
@@ -108,6 +163,22 @@ class UserRecord:
             "quota_rows": self.quota_rows,
             "rate_limit": self.rate_limit,
         }
+
+
+_USER_COLUMNS = "name, key_hash, created, revoked, quota_rows, rate_limit, rows_used"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the commit checks against the user's row, in the charge's transaction: the key
+    the request authenticated with is still the user's and not revoked, the rows fit the
+    quota, the rate limit has a token. The limits are the row's own, as they are now (set
+    through any replica), else the gateway's defaults given here; the rate limit's clock is
+    the record's wall-clock ``ts``."""
+
+    key_hash: str
+    default_quota_rows: int | None = None
+    default_rate_limit: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +195,19 @@ class QueryRecord:
     amount_micros: int
     request_key: str | None = None
     request_digest: bytes | None = None
+    admission: Admission | None = None  # None: log and charge without checks
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A record the commit did not log or charge, and why: "revoked" (the key no longer
+    valid), "duplicate" (its idempotency key was taken meanwhile), "quota_exceeded",
+    "rate_limited"."""
+
+    reason: str
+    limit: float | None = None  # the quota (rows) or the rate limit (requests/s) refused by
+    rows_used: int = 0  # the user's, for quota_exceeded
+    retry_after: float = 0.0  # seconds until the bucket has a token, for rate_limited
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,8 +222,71 @@ class AnsweredRequest:
     amount_micros: int
 
 
+@dataclass
+class _Account:
+    """A user's row as read (and locked) by one commit, updated as its records are admitted."""
+
+    key_hash: str | None  # None: no such user
+    revoked: float | None
+    quota_rows: int | None
+    rate_limit: float | None
+    rows_used: int
+    tokens: float | None
+    stamp: float | None
+    touched: bool = False
+
+
+class _Link:
+    """One connection, used by one thread at a time, replaced on the next use after it failed
+    (PostgreSQL), and not retried more than once per RETRY_AFTER_S while the database is down."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.lock = threading.Lock()
+        self.db: Connection | None = None
+        self._retry_at = 0.0
+        self._last_error: Exception | None = None
+
+    @contextmanager
+    def use(self, doing: str) -> Iterator[Connection]:
+        """The connection, alone; the backend's "unavailable" errors become StoreUnavailable."""
+        with self.lock:
+            try:
+                if self.db is None:
+                    self.db = self._connect()
+                yield self.db
+            except self.backend.unavailable_errors as e:
+                if not isinstance(self.backend, SqliteBackend) and self.db is not None:
+                    # The server may have gone away mid-transaction: start afresh next time.
+                    with suppress(Exception):
+                        self.db.close()
+                    self.db = None
+                raise StoreUnavailable(doing, e) from e
+
+    def _connect(self) -> Connection:
+        # Connecting blocks the caller (the gateway's event loop) for up to the connect
+        # timeout; while the database is down every request would otherwise pay for it.
+        now = time.monotonic()
+        if now < self._retry_at and self._last_error is not None:
+            raise self._last_error
+        try:
+            return self.backend.connect()
+        except self.backend.unavailable_errors as e:
+            self._retry_at, self._last_error = now + RETRY_AFTER_S, e
+            raise
+
+    def close(self) -> None:
+        with self.lock:
+            if self.db is not None:
+                self.db.close()
+                self.db = None
+
+
 class Store:
-    """Thread-safe (one connection behind a lock): the gateway commits from its event loop."""
+    """Thread-safe: a connection for writes, one for reads and one for durability waits, each
+    behind its own lock, so that a read (an idempotency key's lookup, a replica's refresh)
+    never waits for a commit in flight on another thread, nor a commit for a flush. On
+    PostgreSQL a connection that failed is replaced on the next call."""
 
     def __init__(
         self,
@@ -148,42 +295,63 @@ class Store:
         background_checkpoint: bool = False,
         busy_timeout: float = 10.0,
     ) -> None:
-        if synchronous not in ("NORMAL", "FULL"):
-            raise UserError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self.path = str(path)
+        self._backend: Backend = backend_for(self.path, synchronous, busy_timeout)
+        self._sql = self._backend.sql
+        # The third connection waits for WAL flushes while the writer commits the next batch.
+        self._writer, self._reader, self._flusher = _Link(self._backend), _Link(self._backend), _Link(self._backend)
         try:
-            # busy_timeout: how long a write waits for another process's lock (e.g. `analysim
-            # model train` registering a model) before the request fails with 503.
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=busy_timeout)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            with self._tx():
-                for stmt in _DDL.split(";"):
-                    if stmt.strip():
-                        self._db.execute(stmt)
-                row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                version = SCHEMA_VERSION if row is None else int(row[0])
-                if version > SCHEMA_VERSION:
-                    raise UserError(f"{self.path}: store schema version {version} is newer than this AnalySIM ({SCHEMA_VERSION})")
-                for v in range(version, SCHEMA_VERSION):
-                    for stmt in _MIGRATIONS[v]:
-                        self._db.execute(stmt)
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                self._db.execute(_DDL_INDEXES)
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path}: not a usable store: {e}") from e
-        self._lock = threading.Lock()
-        self._next_id: int | None = None  # of the next query_log row; read once, then counted
+            self._writer.db = self._backend.connect()
+            self._migrate()
+        except UserError:
+            raise
+        except (sqlite3.DatabaseError, StoreUnavailable, *self._backend.unavailable_errors) as e:
+            raise UserError(f"{self._backend.describe()}: not a usable store: {e}") from e
+        except Exception as e:
+            if type(e).__module__.startswith("psycopg"):  # e.g. permission denied on a table
+                raise UserError(f"{self._backend.describe()}: not a usable store: {e}") from e
+            raise
         self._stop_checkpoints = threading.Event()
         self._checkpointer: threading.Thread | None = None
-        if background_checkpoint:
+        if background_checkpoint and isinstance(self._backend, SqliteBackend):
             # A WAL checkpoint fsyncs the database file: milliseconds, at unpredictable
             # commits. Moving it off the serving connection into a thread (its own
             # connection; sqlite releases the GIL) keeps commit latency flat.
-            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._writer.db.execute("PRAGMA wal_autocheckpoint=0")
             self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpoint", daemon=True)
             self._checkpointer.start()
+
+    @property
+    def backend(self) -> str:
+        """"sqlite" or "postgresql"."""
+        return self._backend.name
+
+    def describe(self) -> str:
+        """The store for messages: its path, or its URL without the password."""
+        return self._backend.describe()
+
+    def _migrate(self) -> None:
+        b = self._backend
+        with self._write("migrated") as db:
+            b.migration_lock(db)
+            for stmt in _DDL.split(";"):
+                if stmt.strip():
+                    db.execute(b.ddl(stmt))
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = SCHEMA_VERSION if row is None else int(row[0])
+            if version > SCHEMA_VERSION:
+                raise UserError(f"{b.describe()}: store schema version {version} is newer than this AnalySIM ({SCHEMA_VERSION})")
+            for v in range(version, SCHEMA_VERSION):
+                for step in _MIGRATIONS[v]:
+                    if isinstance(step, str):
+                        db.execute(b.ddl(step))
+                    elif step[1] not in b.columns(db, step[0]):  # (table, column, declaration)
+                        # (A table _DDL has just created has its columns already.)
+                        db.execute(b.ddl(f"ALTER TABLE {step[0]} ADD COLUMN {step[1]} {step[2]}"))
+            for stmt in _DDL_AFTER:
+                db.execute(stmt)
+            db.execute(self._sql("INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
+                                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value"), (str(SCHEMA_VERSION),))  # fmt: skip
 
     @property
     def checkpoints_in_background(self) -> bool:
@@ -198,39 +366,75 @@ class Store:
         finally:
             db.close()
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _conn(self, doing: str = "read") -> AbstractContextManager[Connection]:
+        """The read connection (autocommit: each statement sees what is committed)."""
+        return self._reader.use(doing)
+
+    @property
+    def commits_off_loop(self) -> bool:
+        """Whether a commit should run in a thread rather than on the caller's event loop:
+        PostgreSQL's waits on the network and on the server's WAL flush (milliseconds, with
+        fsync), during which the loop can serve the requests that will make the next batch.
+        SQLite's is a local write of tens of microseconds: a thread hand-off costs more."""
+        return not isinstance(self._backend, SqliteBackend)
+
+    @contextmanager
+    def _write(self, doing: str = "written") -> Iterator[Connection]:
+        """One transaction: committed if the block returns, rolled back if it raises."""
+        with self._writer.use(doing) as db:
+            db.execute(self._backend.begin)
+            try:
+                yield db
+            except BaseException:
+                with suppress(*self._backend.unavailable_errors):
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def close(self) -> None:
         if self._checkpointer is not None:
             self._stop_checkpoints.set()
             self._checkpointer.join()
-        with self._lock:
-            self._db.close()  # the last connection to close checkpoints the WAL
+        self._reader.close()
+        self._flusher.close()
+        self._writer.close()  # SQLite: the last connection to close checkpoints the WAL
+
+    def _bump_config(self, db: Connection) -> None:
+        db.execute("UPDATE sequences SET next = next + 1 WHERE name = 'config'")
+
+    def config_generation(self) -> int:
+        """Changes whenever a model, a policy or a user changes: replicas poll it to reload."""
+        with self._conn() as db:
+            return int(db.execute("SELECT next FROM sequences WHERE name = 'config'").fetchone()[0])
 
     # ---- models ----
 
     def add_model(self, model: Model, replace: bool = False) -> None:
         p = model.policy
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
-        with self._lock, self._tx():
-            try:
-                self._db.execute(
-                    f"{verb} INTO models VALUES (?, ?, ?, ?, ?, ?, ?)",
+        sql = "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?)"
+        if replace:
+            sql += (" ON CONFLICT (id) DO UPDATE SET created = excluded.created, spec = excluded.spec,"
+                    " reveal_confidence = excluded.reveal_confidence, confidence_decimals = excluded.confidence_decimals,"
+                    " reveal_leaf = excluded.reveal_leaf, price_micros = excluded.price_micros")  # fmt: skip
+        try:
+            with self._write() as db:
+                db.execute(
+                    self._sql(sql),
                     (model.id, time.time(), json.dumps(model.spec()), int(p.reveal_confidence),
                      p.confidence_decimals, int(p.reveal_leaf), p.price_micros),
                 )  # fmt: skip
-            except sqlite3.IntegrityError as e:
-                raise UserError(f"model {model.id!r} already exists (use --replace to overwrite)") from e
+                self._bump_config(db)
+        except self._backend.integrity_errors as e:
+            raise UserError(f"model {model.id!r} already exists (use --replace to overwrite)") from e
 
     def model_ids(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT id FROM models ORDER BY id")]
+        with self._conn() as db:
+            return [r[0] for r in db.execute("SELECT id FROM models ORDER BY id")]
 
     def load_model(self, model_id: str) -> Model | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT spec, reveal_confidence, confidence_decimals, reveal_leaf, price_micros FROM models WHERE id=?",
+        with self._conn() as db:
+            row = db.execute(
+                self._sql("SELECT spec, reveal_confidence, confidence_decimals, reveal_leaf, price_micros FROM models WHERE id=?"),
                 (model_id,),
             ).fetchone()
         if row is None:
@@ -243,126 +447,226 @@ class Store:
             # TreeFormatError are ValueErrors; a missing key or a wrong type the others).
             raise ModelUnavailable(model_id, f"{type(e).__name__}: {str(e)[:200]}") from e
 
+    def policies(self) -> dict[str, Policy]:
+        """Every stored model's policy (what a replica refreshes when the config changes)."""
+        with self._conn() as db:
+            rows = db.execute("SELECT id, reveal_confidence, confidence_decimals, reveal_leaf, price_micros FROM models")
+            return {r[0]: Policy(bool(r[1]), int(r[2]), bool(r[3]), int(r[4])) for r in rows}
+
     def set_policy(self, model_id: str, p: Policy) -> None:
-        with self._lock, self._tx():
-            self._db.execute(
-                "UPDATE models SET reveal_confidence=?, confidence_decimals=?, reveal_leaf=?, price_micros=? WHERE id=?",
+        with self._write() as db:
+            db.execute(
+                self._sql("UPDATE models SET reveal_confidence=?, confidence_decimals=?, reveal_leaf=?, price_micros=? WHERE id=?"),
                 (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, model_id),
             )
+            self._bump_config(db)
 
     # ---- users ----
 
     def add_user(self, name: str, key_hash: str, quota_rows: int | None, rate_limit: float | None) -> bool:
         """False if the name is taken."""
-        with self._lock, self._tx():
-            try:
-                self._db.execute(
-                    "INSERT INTO users VALUES (?, ?, ?, NULL, ?, ?)", (name, key_hash, time.time(), quota_rows, rate_limit)
-                )
-            except sqlite3.IntegrityError:
-                return False
+        try:
+            with self._write() as db:
+                db.execute(
+                    self._sql("INSERT INTO users (name, key_hash, created, revoked, quota_rows, rate_limit)"
+                              " VALUES (?, ?, ?, NULL, ?, ?)"),
+                    (name, key_hash, time.time(), quota_rows, rate_limit),
+                )  # fmt: skip
+                self._bump_config(db)
+        except self._backend.integrity_errors:
+            return False
         return True
 
     def update_user(self, name: str, **fields: Any) -> None:
         allowed = {"key_hash", "revoked", "quota_rows", "rate_limit"}
         assert set(fields) <= allowed, fields
         sets = ", ".join(f"{k}=?" for k in fields)
-        with self._lock, self._tx():
-            self._db.execute(f"UPDATE users SET {sets} WHERE name=?", (*fields.values(), name))
+        with self._write() as db:
+            db.execute(self._sql(f"UPDATE users SET {sets} WHERE name=?"), (*fields.values(), name))
+            self._bump_config(db)
 
     def users(self) -> list[UserRecord]:
-        with self._lock:
-            rows = self._db.execute("SELECT * FROM users ORDER BY name").fetchall()
+        with self._conn() as db:
+            rows = db.execute(f"SELECT {_USER_COLUMNS} FROM users ORDER BY name").fetchall()
         return [UserRecord(*r) for r in rows]
+
+    def user_by_key_hash(self, key_hash: str) -> UserRecord | None:
+        """The user whose key hashes to ``key_hash`` (revoked or not), e.g. one another
+        replica created."""
+        with self._conn() as db:
+            row = db.execute(self._sql(f"SELECT {_USER_COLUMNS} FROM users WHERE key_hash=?"), (key_hash,)).fetchone()
+        return None if row is None else UserRecord(*row)
 
     # ---- query log + ledger ----
 
     def record_queries(self, records: list[QueryRecord]) -> list[int]:
-        """Log and charge every record in ONE transaction; returns their sequence numbers."""
-        if not records:
-            return []
-        with self._lock:
-            try:
-                return self._record(records)
-            except sqlite3.IntegrityError:
-                # Another writer took the ids this connection expected (one gateway per
-                # store is the rule, but not one to lose a query over): ask SQLite again.
-                self._next_id = None
-                return self._record(records)
+        """Log and charge every record in ONE transaction; returns their sequence numbers.
+        Raises QueryRefused (and commits nothing) if the store refuses any of them."""
+        outcomes = self.commit_queries(records, all_or_nothing=True)
+        return [o for o in outcomes if isinstance(o, int)]
 
     _LOG_INSERT = (
-        "INSERT INTO query_log (id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves,"
+        'INSERT INTO query_log (id, ts, "user", model, n_rows, n_features, features, labels, confidences, leaves,'
         " request_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
 
-    def _record(self, records: list[QueryRecord]) -> list[int]:
-        db = self._db
-        with self._tx():
-            # Ids are assigned here rather than by SQLite: both tables are filled without
-            # reading any back. BEGIN IMMEDIATE holds the write lock, so the ids are ours.
-            if self._next_id is None:
-                self._next_id = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM query_log").fetchone()[0]
-            first = self._next_id
-            # One execute per record: for the one to a few records of a group commit, that
-            # is cheaper than executemany's per-call setup.
-            for qid, r in enumerate(records, first):
-                db.execute(
-                    self._LOG_INSERT,
-                    (qid, r.ts, r.user, r.model_id, r.features.shape[0], r.features.shape[1],
-                     r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
-                     None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
-                     None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
-                     r.request_key, r.request_digest),
-                )  # fmt: skip
-                db.execute(
-                    "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
-                    (qid, r.ts, r.user, r.model_id, r.features.shape[0], r.amount_micros),
-                )
-        self._next_id = first + len(records)  # only once committed: a rollback reuses them
-        return list(range(first, first + len(records)))
+    def commit_queries(
+        self, records: list[QueryRecord], all_or_nothing: bool = False, durable: bool = True
+    ) -> list[int | Refused]:
+        """Log and charge, in ONE transaction, every record the store admits; returns each
+        one's sequence number, or why it was refused (then nothing of it is written).
+        ``durable=False``: return once committed; the caller calls ``make_durable`` before it
+        tells anyone (the group committer overlaps one batch's flush with the next commit)."""
+        if not records:
+            return []
+        with self._write() as db:
+            self._backend.commit_early(db)
+            # First: the sequence's row lock serialises appends (see the module's docstring).
+            # The users' rows are locked after it, so two commits never wait for each other
+            # in a cycle.
+            lock = self._backend.for_update
+            next_id = int(db.execute(f"SELECT next FROM sequences WHERE name = 'query_log'{lock}").fetchone()[0])
+            accounts: dict[str, _Account] = {}
+            keys: set[tuple[str, str]] = set()
+            outcomes: list[int | Refused] = []
+            admitted: list[tuple[int, QueryRecord]] = []
+            for r in records:
+                outcome = self._admit(db, r, accounts, keys)
+                if outcome is None:
+                    outcome = next_id
+                    admitted.append((next_id, r))
+                    next_id += 1
+                elif all_or_nothing:
+                    raise QueryRefused(f"query of {r.user!r} refused by the store: {outcome.reason}")
+                outcomes.append(outcome)
+            with self._backend.pipeline(db):
+                self._write_admitted(db, admitted, accounts, next_id)
+        if admitted and durable:
+            self.make_durable()
+        return outcomes
+
+    def make_durable(self) -> None:
+        """Return once every commit made so far is on disk (at once where commits wait for
+        that themselves, as on SQLite)."""
+        if self._backend.defers_durability:
+            with self._flusher.use("made durable") as db:
+                self._backend.make_durable(db)
+
+    def _write_admitted(self, db: Connection, admitted: list[tuple[int, QueryRecord]], accounts: dict[str, _Account],
+                        next_id: int) -> None:  # fmt: skip
+        """The log entries, charges and counters of what a commit admitted."""
+        q = self._sql
+        # One execute per record: for the one to a few records of a group commit, that is
+        # cheaper than executemany's per-call setup (and on PostgreSQL they are pipelined).
+        log, ledger = q(self._LOG_INSERT), q("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)")
+        for qid, r in admitted:
+            n, f = r.features.shape
+            db.execute(
+                log,
+                (qid, r.ts, r.user, r.model_id, n, f,
+                 r.features.astype("<f8").tobytes(), r.labels.astype("<i4").tobytes(),
+                 None if r.confidences is None else r.confidences.astype("<f8").tobytes(),
+                 None if r.leaves is None else r.leaves.astype("<i4").tobytes(),
+                 r.request_key, r.request_digest),
+            )  # fmt: skip
+            db.execute(ledger, (qid, r.ts, r.user, r.model_id, n, r.amount_micros))
+        for name, a in accounts.items():
+            if a.touched:
+                db.execute(q("UPDATE users SET rows_used=?, bucket_tokens=?, bucket_stamp=? WHERE name=?"),
+                           (a.rows_used, a.tokens, a.stamp, name))  # fmt: skip
+        # Records charged without admission keep their user's rows_used in step too (after
+        # the absolute updates above, which counted only the admitted ones).
+        for _, r in admitted:
+            if r.admission is None:
+                db.execute(q("UPDATE users SET rows_used = rows_used + ? WHERE name=?"), (r.features.shape[0], r.user))
+        if admitted:
+            db.execute(q("UPDATE sequences SET next = ? WHERE name = 'query_log'"), (next_id,))
+
+    def _admit(self, db: Connection, r: QueryRecord, accounts: dict[str, _Account], keys: set[tuple[str, str]]) -> Refused | None:
+        """Whether the commit may log and charge ``r`` (None) or not (why)."""
+        q = self._sql
+        if r.request_key is not None:
+            key = (r.user, r.request_key)
+            if key in keys or db.execute(q('SELECT 1 FROM query_log WHERE "user"=? AND request_key=?'), key).fetchone():
+                return Refused("duplicate")
+            keys.add(key)
+        adm = r.admission
+        if adm is None:
+            return None
+        a = accounts.get(r.user)
+        if a is None:
+            row = db.execute(q("SELECT key_hash, revoked, quota_rows, rate_limit, rows_used, bucket_tokens, bucket_stamp"
+                               " FROM users WHERE name=?" + self._backend.for_update), (r.user,)).fetchone()  # fmt: skip
+            a = accounts[r.user] = _Account(None, None, None, None, 0, None, None) if row is None else _Account(*row)
+        if a.key_hash != adm.key_hash or a.revoked is not None:
+            return Refused("revoked")
+        n = r.features.shape[0]
+        quota = a.quota_rows if a.quota_rows is not None else adm.default_quota_rows
+        if not quota_allows(a.rows_used, 0, quota, n):
+            return Refused("quota_exceeded", quota, rows_used=a.rows_used)
+        rate = a.rate_limit if a.rate_limit is not None else adm.default_rate_limit
+        if rate is not None:
+            burst = max(1.0, rate)
+            # Replicas' clocks may differ a little: never let time run backwards.
+            stamp = r.ts if a.stamp is None else min(a.stamp, r.ts)
+            bucket = TokenBucket(rate, burst, burst if a.tokens is None else a.tokens, stamp)
+            if not bucket.take(r.ts):
+                return Refused("rate_limited", rate, retry_after=bucket.wait_seconds())
+            a.tokens, a.stamp = bucket.tokens, bucket.stamp
+        a.rows_used += n
+        a.touched = True
+        return None
 
     def answered_request(self, user: str, request_key: str) -> AnsweredRequest | None:
         """The query ``user`` sent with this idempotency key, if it was answered."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT q.id, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
-                " FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q.user=? AND q.request_key=?",
+        with self._conn() as db:
+            row = db.execute(
+                self._sql("SELECT q.id, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
+                          ' FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q."user"=? AND q.request_key=?'),
                 (user, request_key),
-            ).fetchone()
+            ).fetchone()  # fmt: skip
+            if row is not None:  # told to the client as answered: durable first
+                self._backend.make_durable(db)
         if row is None:
             return None
         qid, digest, labels, conf, leaves, amount = row
-        return AnsweredRequest(qid, digest, *_told(labels, conf, leaves), amount)
+        return AnsweredRequest(qid, bytes(digest), *_told(labels, conf, leaves), amount)
 
     def usage(self, user: str) -> list[tuple[str, int, int, int]]:
         """(model, queries, rows, amount_micros) per model for one user."""
-        with self._lock:
-            return self._db.execute(
-                "SELECT model, COUNT(*), SUM(rows), SUM(amount_micros) FROM ledger WHERE user=? GROUP BY model ORDER BY model",
+        with self._conn() as db:
+            rows = db.execute(
+                self._sql('SELECT model, COUNT(*), SUM(rows), SUM(amount_micros) FROM ledger WHERE "user"=?'
+                          " GROUP BY model ORDER BY model"),
                 (user,),
-            ).fetchall()
+            ).fetchall()  # fmt: skip
+        # int(): PostgreSQL's SUM of BIGINT is a NUMERIC (a Decimal to Python).
+        return [(m, int(c), int(r), int(a)) for m, c, r, a in rows]
 
     def rows_by_user(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._db.execute("SELECT user, SUM(rows) FROM ledger GROUP BY user").fetchall())
+        with self._conn() as db:
+            return {u: int(r) for u, r in db.execute('SELECT "user", SUM(rows) FROM ledger GROUP BY "user"')}
 
     def ledger_totals(self) -> tuple[int, int, int]:
         """(charged queries, charged rows, amount_micros) over the whole ledger."""
-        with self._lock:
-            q, r, a = self._db.execute("SELECT COUNT(*), SUM(rows), SUM(amount_micros) FROM ledger").fetchone()
+        with self._conn() as db:
+            q, r, a = db.execute("SELECT COUNT(*), SUM(rows), SUM(amount_micros) FROM ledger").fetchone()
         return int(q), int(r or 0), int(a or 0)
 
     def events_after(self, after_seq: int, model_id: str | None = None, limit: int = 1000) -> list[QueryEvent]:
-        """Logged queries with seq > after_seq, oldest first (the monitor's replay)."""
-        sql = "SELECT id, ts, user, model, n_rows, n_features, features, labels, confidences, leaves FROM query_log WHERE id > ?"
+        """Logged queries with seq > after_seq, oldest first (the monitor's replay). No gaps:
+        a query logged later always has a higher seq than every one already readable."""
+        sql = 'SELECT id, ts, "user", model, n_rows, n_features, features, labels, confidences, leaves FROM query_log WHERE id > ?'
         args: list[Any] = [after_seq]
         if model_id:
             sql += " AND model = ?"
             args.append(model_id)
         sql += " ORDER BY id LIMIT ?"
         args.append(limit)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        with self._conn() as db:
+            rows = db.execute(self._sql(sql), args).fetchall()
+            if rows:  # (see the module's docstring)
+                self._backend.make_durable(db)
         return [_event(r) for r in rows]
 
 
@@ -380,19 +684,3 @@ def _event(r: Iterable[Any]) -> QueryEvent:
     qid, ts, user, model, n, f, feats, labels, conf, leaves = r
     features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
     return QueryEvent(qid, ts, user, model, features, *_told(labels, conf, leaves))
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (autocommit connection)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")

@@ -1,9 +1,10 @@
-"""The internal query stream: every answered query, as the extraction monitor consumes it.
+"""The internal query stream: every answered query, for in-process consumers and gRPC subscribers.
 
 In-process by default: ``add_listener`` callbacks run on the gateway's event loop right
 after the query is committed (cheap, ordered, no copies), and ``subscribe`` gives an
-asyncio queue per consumer. The gRPC QueryStreamService exposes the same stream to a
-monitor deployed as its own service. Sequence numbers are the durable query-log ids, so a
+asyncio queue per consumer. The gRPC QueryStreamService exposes the same stream to other
+processes. (The extraction monitor reads neither: it follows the store's query log, which
+holds every replica's queries.) Sequence numbers are the durable query-log ids, so a
 consumer that restarts (or falls behind) resumes from the store with ``events_after``.
 """
 

@@ -69,9 +69,8 @@ raw_bodies = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Client]]:
-    db = tmp_path_factory.mktemp("fuzz") / "store.db"
-    with running_gateway(db, [credit_model()], Limits(max_body_bytes=20_000, max_batch_rows=25)) as r:
+def gw(module_db: str) -> Iterator[tuple[Running, Client]]:
+    with running_gateway(module_db, [credit_model()], Limits(max_body_bytes=20_000, max_batch_rows=25)) as r:
         yield r, r.new_user("fuzzer")
 
 

@@ -34,8 +34,8 @@ from tests.test_gateway_helpers import (
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    db = tmp_path_factory.mktemp("grpc") / "store.db"
+def gw(module_db: str) -> Iterator[Running]:
+    db = module_db
     policy = Policy(reveal_confidence=True, confidence_decimals=3, reveal_leaf=True)
     with running_gateway(db, [credit_model()], Limits(max_batch_rows=40), {"credit": policy}) as r:
         yield r

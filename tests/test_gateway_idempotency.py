@@ -15,7 +15,7 @@ import pytest
 
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import ApiError, Gateway, Principal
-from mlaas_monitor.store import Store
+from mlaas_monitor.store import SCHEMA_VERSION, Store
 from protos.analysim.v1 import prediction_pb2 as pb
 from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, Client, Running, credit_model, credit_rows, running_gateway
@@ -25,8 +25,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    db = tmp_path_factory.mktemp("idem") / "store.db"
+def gw(module_db: str) -> Iterator[Running]:
+    db = module_db
     policy = Policy(reveal_confidence=True, confidence_decimals=3, reveal_leaf=True)
     with running_gateway(db, [credit_model()], policies={"credit": policy}) as r:
         yield r
@@ -125,10 +125,10 @@ def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_a_duplicate_while_the_first_is_in_flight_is_409(tmp_path: Path) -> None:
+def test_a_duplicate_while_the_first_is_in_flight_is_409(store_db: str) -> None:
     """Both requests reach the gateway before the first one's commit: the second must not
     be answered (that would charge twice) and must not wait for an answer it can't replay."""
-    store = Store(tmp_path / "s.db")
+    store = Store(store_db)
     store.add_model(credit_model())
     gw = Gateway(store, ADMIN_KEY)
     gw.create_user({"name": "u"})
@@ -172,5 +172,5 @@ def test_a_version_1_store_is_migrated(tmp_path: Path) -> None:
     assert again.replayed and again.query_id == first.query_id
     store.close()
     con = sqlite3.connect(db)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     con.close()

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from aiohttp import web
 
-from mlaas_monitor.monitor.service import monitor_extension
+from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.openapi import merge, openapi_spec
 from mlaas_monitor.server import Extension, GatewayThread
 from mlaas_monitor.service import Gateway
@@ -35,7 +35,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     def capture(gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
         apps.append(app)  # runs after the other extensions: every route is in
 
-    extensions: list[Extension] = [monitor_extension()] if request.param else []
+    extensions: list[Extension] = [local_monitor_extension()] if request.param else []
     store = Store(tmp_path_factory.mktemp("openapi") / "store.db")
     store.add_model(credit_model())
     with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[*extensions, capture]) as t:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,10 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysim.errors import UserError
 from mlaas_monitor.admin_key import load_admin_key
 from mlaas_monitor.auth import admin_key_problem
-from mlaas_monitor.monitor.service import monitor_extension
+from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import MAX_QUOTA_ROWS, Gateway, Limits
 from mlaas_monitor.store import Store
+from protos.analysim.v1 import prediction_pb2 as pb
+from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.polling import wait_until
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
@@ -39,9 +42,8 @@ PREDICT = "/v1/models/credit/predict"
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    db = tmp_path_factory.mktemp("robust") / "store.db"
-    with running_gateway(db, [credit_model()], Limits(max_body_bytes=64_000)) as r:
+def gw(module_db: str) -> Iterator[Running]:
+    with running_gateway(module_db, [credit_model()], Limits(max_body_bytes=64_000)) as r:
         yield r
 
 
@@ -69,7 +71,7 @@ def test_a_model_that_fails_to_load_is_isolated(tmp_path: Path, monitored: bool)
     _corrupt(db, "future", json.dumps({"format": 99}))
     _corrupt(db, "garbled", "{not json")
     store = Store(db, background_checkpoint=True)
-    extensions = [monitor_extension()] if monitored else []
+    extensions = [local_monitor_extension()] if monitored else []
     try:
         with GatewayThread(Gateway(store, ADMIN_KEY), extensions=extensions) as t:  # starts: one bad model is no crash
             assert t.bound is not None
@@ -114,6 +116,7 @@ def test_quota_beyond_sqlite_integers_is_400_not_500(gw: Running) -> None:
     value=st.one_of(st.integers(min_value=-(2**80), max_value=2**80), st.floats(allow_nan=False, allow_infinity=False), st.booleans(), st.text(max_size=4)),
 )
 def test_admin_numbers_are_200_or_400_never_500(gw: Running, field: str, value: object) -> None:
+    gw.admin.post("/v1/admin/users", {"name": "big"})  # 409 once it exists (xdist may run this test first)
     status, body = gw.admin.request("PATCH", "/v1/admin/users/big", {field: value})
     assert status in (200, 400), body
     if status == 400:
@@ -131,6 +134,13 @@ def test_401_405_429_carry_their_headers(gw: Running) -> None:
     status, body = r.post(PREDICT, {"rows": credit_rows()[:1]})
     assert (status, body["error"]["code"]) == (429, "rate_limited")
     assert r.last_headers is not None and 1 <= int(r.last_headers["Retry-After"]) <= 1000
+    # gRPC: RESOURCE_EXHAUSTED with the same wait as trailing metadata.
+    row = pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in credit_rows()[0]])
+    with grpc.insecure_channel(f"127.0.0.1:{gw.thread.bound.grpc_port}") as ch, pytest.raises(grpc.RpcError) as e:  # type: ignore[union-attr]
+        pb_grpc.PredictionServiceStub(ch).Predict(pb.PredictRequest(model_id="credit", rows=[row]),
+                                                  metadata=(("authorization", f"Bearer {r.key}"),))  # fmt: skip
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert 1 <= int(dict(e.value.trailing_metadata())["retry-after"]) <= 1000
 
 
 def test_a_client_that_hangs_up_mid_body_is_not_a_500(gw: Running) -> None:

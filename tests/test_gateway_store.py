@@ -14,8 +14,8 @@ from mlaas_monitor.store import Store
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows
 
 
-def test_concurrent_queries_are_group_committed_and_charged_exactly(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db", background_checkpoint=True)
+def test_concurrent_queries_are_group_committed_and_charged_exactly(store_db: str) -> None:
+    store = Store(store_db, background_checkpoint=True)
     store.add_model(credit_model())
     gw = Gateway(store, ADMIN_KEY)
     with GatewayThread(gw) as t:
@@ -68,8 +68,8 @@ def test_unwritable_store_answers_503_and_charges_nothing(tmp_path: Path) -> Non
     store.close()
 
 
-def test_reopened_store_keeps_users_keys_and_ledger(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+def test_reopened_store_keeps_users_keys_and_ledger(store_db: str) -> None:
+    db = store_db
     store = Store(db)
     store.add_model(credit_model())
     with GatewayThread(Gateway(store, ADMIN_KEY)) as t:
@@ -89,9 +89,8 @@ def test_reopened_store_keeps_users_keys_and_ledger(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(tmp_path: Path) -> None:
-    """Query ids are counted in memory after the first; a store written by someone else
-    meanwhile (not how a gateway should be run, but possible) must still get fresh ids."""
+def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(store_db: str) -> None:
+    """Two connections (two gateways' stores) appending in turn get fresh, consecutive ids."""
     import time
 
     import numpy as np
@@ -103,10 +102,10 @@ def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(tmp_path: P
         r = QueryRecord(time.time(), "u", "credit", x, np.zeros(1, np.int64), None, None, 10)
         return store.record_queries([r])[0]
 
-    a, b = Store(tmp_path / "s.db"), Store(tmp_path / "s.db")
+    a, b = Store(store_db), Store(store_db)
     assert record(b) == 1
     assert record(a) == 2
-    assert record(b) == 3  # b expected 2: refused by the primary key, retried, not lost
+    assert record(b) == 3
     assert record(a) == 4
     assert a.ledger_totals() == (4, 4, 40)
     a.close()

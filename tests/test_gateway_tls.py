@@ -22,10 +22,10 @@ from tests.test_gateway_helpers import ADMIN_KEY, credit_model
 from tests.tlscerts import CA
 
 
-def test_gateway_serves_https_and_grpc_tls_only(tmp_path: Path) -> None:
+def test_gateway_serves_https_and_grpc_tls_only(tmp_path: Path, store_db: str) -> None:
     ca, stranger = CA(tmp_path, "ca"), CA(tmp_path, "stranger")
     cert = ca.issue("gateway")
-    store = Store(tmp_path / "s.db", background_checkpoint=True)
+    store = Store(store_db, background_checkpoint=True)
     store.add_model(credit_model())
     try:
         with GatewayThread(Gateway(store, ADMIN_KEY, Limits()), tls=TlsFiles(cert=cert.cert, key=cert.key)) as gw:

@@ -47,6 +47,14 @@ def caught_up(admin: Client, expected: dict[str, int]) -> bool:
     return all(seen.get(u, 0) == n for u, n in expected.items())
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie waiting for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def send(port: int, key: str, rows: list[list[Any]], batch: int) -> None:
     c = Client("127.0.0.1", port, key)
     for i in range(0, len(rows), batch):
@@ -84,9 +92,12 @@ def test_monitor_state_survives_sigkill_and_sigterm(tmp_path: Path) -> None:
         assert before["group:ring"]["n_queries"] == 160
         assert len(before["carol"]["history"]) >= 1 and before["warnings"]
 
-        # SIGKILL: whatever was not checkpointed is replayed from the query log.
+        # SIGKILL: whatever was not checkpointed is replayed from the query log. The
+        # monitor the gateway started goes with it (its stdin closes).
+        (monitor_pid,) = map(int, Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split())
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        wait_until(lambda: gone(monitor_pid), what="the gateway's monitor to exit with it")
         proc, admin = start(db, port_file)
         after = views(admin, subjects)
         assert after == before

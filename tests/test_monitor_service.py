@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS
-from mlaas_monitor.monitor.service import Monitor, monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -27,9 +27,9 @@ _names = itertools.count()
 
 
 class Env:
-    def __init__(self, t: GatewayThread, mon: Monitor) -> None:
+    def __init__(self, t: GatewayThread, store: Store) -> None:
         assert t.bound is not None
-        self.t, self.mon, self.port = t, mon, t.bound.http_port
+        self.t, self.store, self.port = t, store, t.bound.http_port
         self.admin = Client("127.0.0.1", self.port, ADMIN_KEY)
 
     def user(self, prefix: str = "u") -> tuple[str, Client]:
@@ -54,9 +54,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     store = Store(db)
     store.add_model(credit_model())
     store.set_policy("credit", Policy(reveal_leaf=True))
-    keep: list[Monitor] = []
-    with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[monitor_extension(keep=keep)]) as t:
-        yield Env(t, keep[0])
+    with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[local_monitor_extension()]) as t:
+        yield Env(t, store)
     store.close()
 
 
@@ -184,10 +183,15 @@ def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
             first = first or body
         assert "leaf" in first["predictions"][0]  # a fresh account (status 0) is answered in full
         env.settle(name, 150)
-        status, body = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
-        assert status == 200 and set(body["predictions"][0]) == {"label"}  # degraded: label only
+
+        def degraded() -> dict[str, Any] | None:  # once the monitor's decision has reached the gateway
+            status, body = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
+            assert status == 200
+            return body if set(body["predictions"][0]) == {"label"} else None  # degraded: label only
+
+        body = wait_until(degraded, what="the gateway to degrade the user")
         # The log (and so the monitor and a replay) holds what the user was told, not more.
-        logged = env.mon.gw.store.events_after(body["query_id"] - 1, "credit", 1)[0]
+        logged = env.store.events_after(body["query_id"] - 1, "credit", 1)[0]
         assert logged.seq == body["query_id"] and logged.confidences is None and logged.leaves is None
         with grpc.insecure_channel(env.t.grpc_target) as ch:
             stub = pb_grpc.PredictionServiceStub(ch)
@@ -197,6 +201,8 @@ def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
             assert not resp.predictions[0].HasField("confidence") and not resp.predictions[0].HasField("leaf")
             cfg["enforcement"]["action"] = "refuse"
             env.admin.request("PUT", "/v1/admin/monitor/credit/config", cfg)
+            wait_until(lambda: user.post("/v1/models/credit/predict", {"rows": rows[:2]})[0] == 403,
+                       what="the gateway to refuse the user")  # fmt: skip
             before = env.admin.get(f"/v1/usage?user={name}")[1]["rows"]
             status, err = user.post("/v1/models/credit/predict", {"rows": rows[:2]})
             assert status == 403 and err["error"]["code"] == "extraction_refused"
@@ -216,7 +222,7 @@ def test_enforcement_refuse_and_degrade_on_rest_and_grpc(env: Env) -> None:
 def test_store_tables_are_ours(tmp_path: Path, env: Env) -> None:
     import sqlite3
 
-    db = sqlite3.connect(env.mon.gw.store.path)
+    db = sqlite3.connect(env.store.path)
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     db.close()
     assert {"monitor_subjects", "monitor_history", "monitor_warnings", "monitor_groups", "monitor_checkpoint"} <= tables

@@ -212,7 +212,8 @@ def gateway() -> Dashboard:
             Panel("Rows answered by model", [
                 (f'sum by (model) (rate(analysim_gateway_rows_answered_total{{model=~"$model"}}[{RATE}]))', "{{model}}")],
                   unit="rowsps", stack=True),
-            Panel("Rows by user", [(f'sum by (user) (rate(analysim_gateway_user_rows_total{{user=~"$user"}}[{RATE}]))',
+            # max: every replica exports the shared ledger's per-user rows alike.
+            Panel("Rows by user", [(f'max by (user) (rate(analysim_gateway_user_rows_total{{user=~"$user"}}[{RATE}]))',
                                     "{{user}}")], unit="rowsps", stack=True),
             Panel("Latency", [
                 (f'histogram_quantile(0.5, sum by (le, route) (rate(analysim_gateway_request_duration_seconds_bucket{{route=~"$route"}}[{RATE}])))',
@@ -231,7 +232,7 @@ def gateway() -> Dashboard:
             Panel("Credits charged by model", [
                 (f'sum by (model) (rate(analysim_gateway_charged_credits_total{{model=~"$model"}}[{RATE}]))', "{{model}}")],
                   unit="short", width=8),
-            Panel("Rows charged by user", [('analysim_gateway_user_rows_total{user=~"$user"}', "{{user}}")],
+            Panel("Rows charged by user", [('max by (user) (analysim_gateway_user_rows_total{user=~"$user"})', "{{user}}")],
                   kind="bargauge", width=8, instant=True),
             Panel("Quota used by user", [('analysim:gateway_quota_used:ratio{user=~"$user"}', "{{user}}")],
                   kind="bargauge", unit="percentunit", width=8, max=1, instant=True),

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
 
     t = msub.add_parser("train", help="train a decision tree and register it in the store")
-    t.add_argument("--db", required=True, help="SQLite store (created if absent)")
+    t.add_argument("--db", required=True, help="the store: a SQLite file (created if absent) or a postgresql:// URL")
     t.add_argument("--dataset", required=True, help="iris, wine, breast_cancer, digits, or a CSV / german.data file")
     t.add_argument("--target", help="target column of a file (default: credit, income, else the last column)")
     t.add_argument("--max-depth", type=positive_int)
@@ -53,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _open(path: str, must_exist: bool = True) -> Store:
     # Imported here: `analysim --help` must not pay for numpy and the store.
     from mlaas_monitor.store import Store
+    from mlaas_monitor.store_backends import is_postgres_url
 
-    if must_exist and not Path(path).is_file():
+    if must_exist and not is_postgres_url(path) and not Path(path).is_file():
         raise UserError(f"no store at {path}")
     return Store(path)
 

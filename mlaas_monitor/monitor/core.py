@@ -286,6 +286,7 @@ class ModelMonitor:
         self.total_queries = 0
         self.next_auto = 0
         self.last_seq = 0
+        self.last_restored = 0  # after a restart: the last logged query restored (restore_queries)
 
     # ---- state ----
 

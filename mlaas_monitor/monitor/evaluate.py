@@ -47,9 +47,9 @@ from mlaas_monitor.monitor.attacks import (
     run_natural,
     run_random,
 )
+from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
 from mlaas_monitor.monitor.linkage import LINK_PREFIX
-from mlaas_monitor.monitor.service import monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -330,7 +330,7 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     }  # fmt: skip
     gw = Gateway(store, admin_key)
     try:
-        with GatewayThread(gw, extensions=[monitor_extension()]) as t:
+        with GatewayThread(gw, extensions=[local_monitor_extension()]) as t:
             admin = ApiClient(t.url, admin_key)
             config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
             method = config["default_method"]

@@ -1,11 +1,13 @@
-"""The monitor as a gateway extension: a query-stream listener feeding the pure core, its
-durable state in the gateway's store, admin routes under /v1/admin, Prometheus metrics and
-optional enforcement. ``monitor_extension()`` is an ``mlaas_monitor.server.Extension``.
+"""The extraction monitor's engine: the pure per-model cores fed with the query log, their
+durable state (``persist.MonitorDB``) and cursor, the admin views, Prometheus metrics and
+the enforcement decisions it publishes to the gateways.
 
-Events are queued by the listener and folded in by one worker thread, in the order they
-were published, so that neither a query's response nor the event loop waits for a refit
-(scikit-learn's fits, numpy and SQLite release the GIL) and a replay still sees the same
-sequence. The admin views take the same lock as the worker.
+It runs in one process of its own (``python -m mlaas_monitor.monitor serve``, see
+``daemon.py``), which every gateway either starts beside itself (the default) or subscribes
+to (``--monitor-url``). Events come from the store's query log, read in sequence order
+after a durable cursor: one reader, one order, so a replay reproduces every status, and no
+Python work of the monitor's competes with a gateway's event loop for its GIL. Everything
+here runs on the service's event loop (admin views see a state between two events).
 """
 
 from __future__ import annotations
@@ -13,20 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
+import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import grpc
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mlaas_monitor.http_app import add_openapi, json_response, read_json
+from mlaas_monitor.http_app import json_response, read_json
 from mlaas_monitor.monitor.core import (
     GROUP_PREFIX,
     METHODS,
@@ -37,9 +37,9 @@ from mlaas_monitor.monitor.core import (
     SubjectState,
 )
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
-from mlaas_monitor.monitor.openapi import monitor_openapi
 from mlaas_monitor.monitor.persist import MonitorDB
-from mlaas_monitor.service import USER_NAME, ApiError, Gateway, bad_field
+from mlaas_monitor.service import USER_NAME, ApiError, bad_field
+from mlaas_monitor.store import ModelUnavailable, Store
 from mlaas_monitor.stream import QueryEvent
 
 log = logging.getLogger(__name__)
@@ -47,12 +47,57 @@ CHECKPOINT_INTERVAL_S = 1.0
 MAX_GROUP_MEMBERS = 1000
 REPLAY_PAGE = 2000
 UPDATE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 GROUP_NAME = USER_NAME  # same alphabet: no ':' so that "group:NAME" is unambiguous
+MAX_WAIT_S = 30.0  # longest long-poll of /v1/monitor/decisions
+
+
+class Decisions:
+    """What enforcement does per model and user ('degrade' | 'refuse'; absent: nothing), as
+    a versioned snapshot the gateways long-poll. The token is ``EPOCH.VERSION``: a token of
+    another epoch (this service restarted) or an older version gets the snapshot at once."""
+
+    def __init__(self) -> None:
+        self.epoch = secrets.token_hex(4)
+        self.version = 0
+        self.by_model: dict[str, dict[str, str]] = {}
+        self._changed = asyncio.Event()
+        self.closed = False
+
+    @property
+    def token(self) -> str:
+        return f"{self.epoch}.{self.version}"
+
+    def set(self, model_id: str, decided: dict[str, str]) -> None:
+        if self.by_model.get(model_id, {}) == decided:
+            return
+        if decided:
+            self.by_model[model_id] = decided
+        else:
+            self.by_model.pop(model_id, None)
+        self.version += 1
+        self._changed.set()  # wakes every waiting long poll; later ones wait on a fresh event
+        self._changed = asyncio.Event()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())}}
+
+    def close(self) -> None:
+        """Answer every waiting long poll now (the service is stopping) and any later one at once."""
+        self.closed = True
+        self._changed.set()
+
+    async def wait(self, after: str | None, timeout: float) -> dict[str, Any]:
+        """The snapshot once it differs from ``after``, or after ``timeout`` seconds."""
+        if after == self.token and timeout > 0 and not self.closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+        return self.snapshot()
 
 
 class MonitorBase:
-    """What the in-gateway monitor and a remote one (``remote.RemoteMonitor``) share: the
-    per-model cores, folding events in, recording evaluations and warnings, checkpoints."""
+    """The per-model cores, folding events in, recording evaluations and warnings,
+    checkpoints (``Monitor`` adds the log, the users and the views)."""
 
     def __init__(self, db: MonitorDB, registry: CollectorRegistry, checkpoint_interval: float) -> None:
         self.db = db
@@ -63,7 +108,6 @@ class MonitorBase:
         self._dirty: dict[str, dict[str, SubjectState]] = defaultdict(dict)
         self._history: list[Evaluation] = []
         self._warnings: list[ExtractionWarning] = []
-        self._save_handle: asyncio.TimerHandle | None = None
         reg = registry
         self.m_status = Gauge(
             "analysim_extraction_status", "Extraction status per model, subject (user or group:NAME) and method.",
@@ -108,13 +152,6 @@ class MonitorBase:
             with contextlib.suppress(KeyError):
                 self.m_intent.remove(model_id, subject)
 
-    def _schedule_save(self) -> None:
-        if self._warnings:
-            self.flush()  # a warning is an event: durable at once
-        elif self._save_handle is None:
-            self._save_handle = asyncio.get_running_loop().call_later(self.checkpoint_interval, self.flush)
-
-
     def _fold(self, mon: ModelMonitor, e: QueryEvent) -> None:
         """One event, then whatever evaluation is due: evaluating per event (not per batch)
         makes the history a function of the event sequence alone, so a replay after a
@@ -143,9 +180,6 @@ class MonitorBase:
 
     def flush(self) -> None:
         """Checkpoint every model with changes (one transaction per model)."""
-        if self._save_handle is not None:
-            self._save_handle.cancel()
-            self._save_handle = None
         history, warnings = self._history, self._warnings
         self._history, self._warnings = [], []
         for model_id, mon in self.monitors.items():
@@ -157,140 +191,151 @@ class MonitorBase:
 
 
 class Monitor(MonitorBase):
-    def __init__(self, gw: Gateway, db_path: str | None = None, checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:
-        shared = db_path is None or db_path == gw.store.path
-        db = MonitorDB(db_path or gw.store.path, autocheckpoint=not (shared and gw.store.checkpoints_in_background))
-        super().__init__(db, gw.metrics.registry, checkpoint_interval)
-        self.gw = gw
-        self._pending: list[QueryEvent] = []
-        self._scheduled = False
-        self._unlisten: Callable[[], None] | None = None
-        # One worker: events are folded in publication order, off the event loop.
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="monitor")
-        self.lock = threading.RLock()  # the worker's state, also read by the admin views
-        self._queue_lock = threading.Lock()
+    """The engine over a store: models, users and the query log come from ``store``; its
+    own state (``db``) may live in the same file or its own."""
+
+    def __init__(self, store: Store, db: MonitorDB, registry: CollectorRegistry,
+                 checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:  # fmt: skip
+        super().__init__(db, registry, checkpoint_interval)
+        self.store, self.registry = store, registry
+        self.decisions = Decisions()
+        self.cursor = 0  # the last log seq read; each model's durable cursor is its checkpoint seq
+        self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
+        self._unavailable: dict[str, str] = {}
+        self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
         self._last_flush = time.monotonic()
-        # model -> user -> 'degrade' | 'refuse', decided by the worker after each batch and
-        # read by the gateway's hook on the event loop (a dict lookup, no lock).
-        self._decisions: dict[str, dict[str, str]] = {}
+        self.m_lag = Histogram(
+            "analysim_monitor_lag_seconds", "Time from a query's commit to the monitor folding it in.",
+            buckets=LAG_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.m_cursor = Gauge("analysim_monitor_cursor", "The last query-log seq the monitor has read.", registry=registry)
+
+    # ---- users (the store's) ----
+
+    def refresh_users(self) -> None:
+        """Re-read the accounts; forget the series of users revoked since (a dashboard or an
+        alert must not keep showing a subject that can no longer query)."""
+        now = {u.name: u.revoked is not None for u in self.store.users()}
+        for name, revoked in now.items():
+            if revoked and not self._revoked.get(name, False):
+                self.forget(name)
+        self._revoked = now
+
+    def has_user(self, name: str) -> bool:
+        if name not in self._revoked:
+            self.refresh_users()
+        return name in self._revoked
 
     def _current(self, subject: str) -> bool:
-        u = self.gw._by_name.get(subject)
-        return super()._current(subject) and (u is None or u.record.revoked is None)
+        return super()._current(subject) and not self._revoked.get(subject, False)
 
     # ---- models ----
+
+    def model_ids(self) -> list[str]:
+        """The store's models that load (the others are logged once and left out)."""
+        out = []
+        for mid in self.store.model_ids():
+            with contextlib.suppress(ApiError):
+                self.monitor(mid)
+                out.append(mid)
+        return out
 
     def monitor(self, model_id: str) -> ModelMonitor:
         mon = self.monitors.get(model_id)
         if mon is None:
-            model = self.gw.model(model_id)  # ApiError 404 for an unknown model
+            try:
+                model = self.store.load_model(model_id)
+            except ModelUnavailable as e:  # isolated, as the gateway does: the other models are watched
+                if self._unavailable.get(model_id) != e.reason:
+                    log.error("not monitoring %s: %s", model_id, e.reason)
+                    self._unavailable[model_id] = e.reason
+                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e
+            if model is None:
+                raise ApiError(404, "unknown_model", f"no such model {model_id!r}", "model_id")
+            self._unavailable.pop(model_id, None)
             mon = ModelMonitor(model, self.configs.get(model_id))
+            try:
+                cp = self.db.load(mon)
+            except ValueError:  # the model was replaced with a different tree: start over from the log
+                log.warning("monitor state of %s does not fit its tree; rebuilding from the query log", model_id)
+                mon, cp = ModelMonitor(model, self.configs.get(model_id)), None
             self.monitors[model_id] = mon  # registered first: flush() saves only known models
-            self._recover(mon)
+            self._restore_upto[model_id] = cp.seq if cp else 0
+            if self.cursor:  # found while following the log: catch this model up to the cursor
+                self._catch_up(mon)
+            self._publish_all(mon)
+            self._decide(mon)
         return mon
 
-    def _recover(self, mon: ModelMonitor) -> None:
-        """Load the checkpoint, then replay the query log: raw queries up to it, new events after."""
-        try:
-            cp = self.db.load(mon)
-        except ValueError:  # the model was replaced with a different tree: start over from the log
-            log.warning("monitor state of %s does not fit its tree; rebuilding from the query log", mon.model_id)
-            fresh = ModelMonitor(self.gw.model(mon.model_id), mon.config)
-            mon.__dict__.update(fresh.__dict__)  # same object: already registered
-            cp = None
-        upto = cp.seq if cp else 0
+    def _catch_up(self, mon: ModelMonitor) -> None:
         after = 0
-        while True:
-            page = self.gw.store.events_after(after, mon.model_id, REPLAY_PAGE)
+        while after < self.cursor:
+            page = [e for e in self.store.events_after(after, mon.model_id, REPLAY_PAGE) if e.seq <= self.cursor]
             for e in page:
-                if e.seq <= upto:
-                    mon.restore_queries(e.user, e.features, e.labels)
-                else:
-                    self._fold(mon, e)
-                after = e.seq
+                self._take(mon, e)
             if len(page) < REPLAY_PAGE:
                 break
-        self._publish_all(mon)
-        self._decide(mon)
-        self.flush()
+            after = page[-1].seq
 
-    # ---- the stream ----
+    # ---- the log ----
 
-    def on_event(self, event: QueryEvent) -> None:
-        with self._queue_lock:
-            self._pending.append(event)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._worker.submit(self._work)
+    def _take(self, mon: ModelMonitor, e: QueryEvent) -> bool:
+        """One logged query: rows up to the model's checkpoint give back only the raw
+        queries (T_u, the links and PRADA need them; the log is their one copy), rows after
+        it are folded in as new. True when folded."""
+        if e.seq <= self._restore_upto.get(mon.model_id, 0):
+            if e.seq > mon.last_restored:
+                mon.restore_queries(e.user, e.features, e.labels)
+                mon.last_restored = e.seq
+            return False
+        if e.seq > mon.last_seq:
+            self._fold(mon, e)
+            return True
+        return False
 
-    def _work(self) -> None:
-        try:
-            with self.lock:
-                self._process()
-                # Checkpoint at most every interval (at once on a warning); the worker is the
-                # only writer, so a timer would only add a thread.
-                if self._warnings or time.monotonic() - self._last_flush >= self.checkpoint_interval:
-                    self.flush()
-        except Exception:  # a bug must not stop the monitor: the log keeps the events for a replay
-            log.exception("monitor update failed")
+    def read(self, limit: int = REPLAY_PAGE) -> int:
+        """Read and fold the next page of the log after the cursor; the number of events."""
+        page = self.store.events_after(self.cursor, None, limit)
+        if not page:
+            return 0
+        start = time.perf_counter()
+        touched: dict[str, ModelMonitor] = {}
+        now = time.time()
+        for e in page:
+            self.cursor = e.seq
+            try:
+                mon = self.monitor(e.model_id)
+            except ApiError:
+                continue
+            if self._take(mon, e):
+                touched[mon.model_id] = mon
+                self.m_lag.observe(max(0.0, now - e.timestamp))
+        for mon in touched.values():
+            self._decide(mon)
+        self.m_cursor.set(self.cursor)
+        if touched:
+            self.m_update.observe(time.perf_counter() - start)
+        self.maybe_flush()
+        return len(page)
+
+    def maybe_flush(self) -> None:
+        """Checkpoint at most every interval, at once on a warning (a warning is an event)."""
+        if self._warnings or time.monotonic() - self._last_flush >= self.checkpoint_interval:
+            self.flush()
 
     def flush(self) -> None:
         self._last_flush = time.monotonic()
         super().flush()
 
-    def _process(self) -> None:
-        with self._queue_lock:
-            self._scheduled = False
-            events, self._pending = self._pending, []
-        if not events:
-            return
-        start = time.perf_counter()
-        by_model: dict[str, list[QueryEvent]] = defaultdict(list)
-        for e in events:
-            by_model[e.model_id].append(e)
-        for model_id, evs in by_model.items():
-            try:
-                mon = self.monitor(model_id)
-            except ApiError:
-                continue
-            for e in evs:
-                if e.seq > mon.last_seq:  # else already folded in (recovered from the log)
-                    self._fold(mon, e)
-            self._decide(mon)
-        self.m_update.observe(time.perf_counter() - start)
+    def close(self) -> None:
+        self.flush()
+        self.db.close()
 
     def _decide(self, mon: ModelMonitor) -> None:
         if mon.config.enforcement.action == "none":
-            self._decisions.pop(mon.model_id, None)
+            self.decisions.set(mon.model_id, {})
             return
-        decided = {u: a for u in mon.users if (a := mon.enforcement_for(u, self.groups)) != "none"}
-        self._decisions[mon.model_id] = decided  # replaced whole: readers see one or the other
-
-    def settle(self) -> None:
-        """Fold in every event published so far (waits for the worker)."""
-        with self.lock:
-            self._process()
-
-    def close(self) -> None:
-        # Stop listening first: a query committed during shutdown is in the log and is
-        # replayed at the next start; it must not reach a closed database now.
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
-        self._worker.shutdown(wait=True)
-        with self.lock:
-            self._process()
-            self.flush()
-            self.db.close()
-
-    # ---- enforcement ----
-
-    def enforce(self, user: str, model_id: str) -> str:
-        """The gateway's enforcement hook: 'none', 'degrade' or 'refuse' for this user's
-        next query on this model (the gateway applies it before answering and logs what
-        the user was told, so a degraded answer reaches the monitor as label-only)."""
-        return self._decisions.get(model_id, {}).get(user, "none")
+        self.decisions.set(mon.model_id, {u: a for u in mon.users if (a := mon.enforcement_for(u, self.groups)) != "none"})
 
     # ---- admin views ----
 
@@ -299,6 +344,7 @@ class Monitor(MonitorBase):
         return {
             "model": model_id,
             "last_seq": mon.last_seq,
+            "cursor": self.cursor,
             "total_queries": mon.total_queries,
             "config": mon.config.to_dict(),
             "default_method": mon.config.default_method,
@@ -313,7 +359,7 @@ class Monitor(MonitorBase):
         if s is None:
             if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
                 s = mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
-            elif self.gw.has_user(subject):
+            elif self.has_user(subject):
                 s = mon.user(subject)
             else:
                 raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
@@ -365,7 +411,7 @@ class Monitor(MonitorBase):
         if type(members) is not list or not 1 <= len(members) <= MAX_GROUP_MEMBERS:
             raise bad_field("members", f"expected a list of 1 to {MAX_GROUP_MEMBERS} user names")
         for i, m in enumerate(members):
-            if type(m) is not str or not self.gw.has_user(m):
+            if type(m) is not str or not self.has_user(m):
                 raise bad_field(f"members[{i}]", "no such user")
         if name in self.groups:
             raise ApiError(409, "group_exists", f"group {name!r} already exists", "name")
@@ -381,9 +427,11 @@ class Monitor(MonitorBase):
         return {"name": name, "members": list(mem)}
 
     def evaluate_now(self, model_id: str) -> dict[str, Any]:
-        """Refit and score every subject of a model now (e.g. at the end of an experiment)."""
+        """Refit and score every subject of a model now (e.g. at the end of an experiment),
+        after folding in the whole log as it stands."""
         mon = self.monitor(model_id)
-        self._process()  # fold in whatever is queued first
+        while self.read():
+            pass
         evals, warns = mon.evaluate_due(set(mon.users), self.groups, time.time(), force=True)
         self._record(mon, evals, warns)
         self._decide(mon)
@@ -405,23 +453,6 @@ class Monitor(MonitorBase):
         status = {m: mon.groups[subject].public() for m, mon in self.monitors.items() if subject in mon.groups}
         return {"name": name, "members": list(self.groups[name]), "models": status}
 
-    # ---- installation ----
-
-    def install(self, gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
-        import sklearn.tree  # noqa: F401  (imported now, not inside the first query's update)
-
-        for model_id in gw.available_model_ids():  # a model that fails to load is isolated by the gateway
-            self.monitor(model_id)  # recover before the servers accept anything
-        self._unlisten = gw.stream.add_listener(self.on_event)
-        gw.on_revoke.append(self.forget)
-        self.gw.enforcement = self.enforce
-        add_routes(self, app)
-
-        async def on_cleanup(app: web.Application) -> None:
-            self.close()
-
-        app.on_cleanup.append(on_cleanup)
-
 
 class _ThresholdCollector(Collector):
     """``analysim_extraction_threshold{model,method}``: each model's warning thresholds, so
@@ -442,96 +473,92 @@ class _ThresholdCollector(Collector):
         yield g
 
 
-def add_routes(mon: Monitor, app: web.Application) -> None:
-    gw = mon.gw
+# (method, path) of every admin route of the monitor: the service serves them, and a
+# gateway forwards them to its monitor (client.py) so that one admin API holds both.
+ADMIN_ROUTES = (
+    ("GET", "/v1/admin/monitor"), ("GET", "/v1/admin/monitor/{model}"), ("POST", "/v1/admin/monitor/{model}/evaluate"),
+    ("GET", "/v1/admin/monitor/{model}/config"), ("PUT", "/v1/admin/monitor/{model}/config"),
+    ("GET", "/v1/admin/monitor/{model}/users/{name}"), ("GET", "/v1/admin/monitor/{model}/groups/{name}"),
+    ("GET", "/v1/admin/monitor/{model}/subjects/{subject}"), ("GET", "/v1/admin/warnings"),
+    ("GET", "/v1/admin/groups"), ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/{name}"),
+    ("DELETE", "/v1/admin/groups/{name}"),
+)  # fmt: skip
+DECISIONS_PATH = "/v1/monitor/decisions"
 
-    def admin(fn: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+
+def add_routes(mon: Monitor, app: web.Application, authorize: Callable[[web.Request], None]) -> None:
+    """The admin API, the decisions feed and /metrics; ``authorize`` raises ApiError (401,
+    403) unless the request carries the admin key: every route is authorised."""
+
+    def admin(fn: Callable[[web.Request, Any], Any]) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.Response:
-            gw.require_admin(gw.authenticate(request.headers.get("Authorization")))
-            if asyncio.iscoroutinefunction(fn):
-                body = await fn(request)  # reads the body first, then locks (below)
-            else:
-                with mon.lock:  # a consistent view: not while the worker folds events in
-                    body = fn(request)
-            return json_response(body)
+            authorize(request)
+            body = await read_json(request) if fn in (put_config, create_group) else None
+            return json_response(fn(request, body))
 
         return handler
 
-    def models(request: web.Request) -> Any:
-        return {"models": [mon.model_view(m) for m in gw.available_model_ids()]}
+    def models(request: web.Request, body: Any) -> Any:
+        return {"models": [mon.model_view(m) for m in mon.model_ids()]}
 
-    def one_model(request: web.Request) -> Any:
+    def one_model(request: web.Request, body: Any) -> Any:
         return mon.model_view(request.match_info["model"])
 
-    def subject(request: web.Request) -> Any:
-        return mon.subject_view(request.match_info["model"], request.match_info["subject"])
-
-    def user(request: web.Request) -> Any:
+    def user(request: web.Request, body: Any) -> Any:
         return mon.subject_view(request.match_info["model"], request.match_info["name"])
 
-    def group(request: web.Request) -> Any:
+    def group(request: web.Request, body: Any) -> Any:
         return mon.subject_view(request.match_info["model"], GROUP_PREFIX + request.match_info["name"])
 
-    def evaluate(request: web.Request) -> Any:
+    def subject(request: web.Request, body: Any) -> Any:
+        return mon.subject_view(request.match_info["model"], request.match_info["subject"])
+
+    def evaluate(request: web.Request, body: Any) -> Any:
         return mon.evaluate_now(request.match_info["model"])
 
-    def get_config(request: web.Request) -> Any:
+    def get_config(request: web.Request, body: Any) -> Any:
         return mon.monitor(request.match_info["model"]).config.to_dict()
 
-    async def put_config(request: web.Request) -> Any:
-        body = await read_json(request)
-        with mon.lock:
-            return mon.set_config(request.match_info["model"], body)
+    def put_config(request: web.Request, body: Any) -> Any:
+        return mon.set_config(request.match_info["model"], body)
 
-    def warnings(request: web.Request) -> Any:
+    def warnings(request: web.Request, body: Any) -> Any:
         model = request.query.get("model")
         if model is not None:
-            gw.model(model)
+            mon.monitor(model)
         return {"warnings": mon.db.warnings(model, request.query.get("subject"))}
 
-    def list_groups(request: web.Request) -> Any:
+    def list_groups(request: web.Request, body: Any) -> Any:
         return {"groups": [{"name": n, "members": list(m)} for n, m in sorted(mon.groups.items())]}
 
-    async def create_group(request: web.Request) -> Any:
-        body = await read_json(request)
-        with mon.lock:
-            return mon.create_group(body)
+    def create_group(request: web.Request, body: Any) -> Any:
+        return mon.create_group(body)
 
-    def get_group(request: web.Request) -> Any:
+    def get_group(request: web.Request, body: Any) -> Any:
         return mon.group_view(request.match_info["name"])
 
-    def delete_group(request: web.Request) -> Any:
+    def delete_group(request: web.Request, body: Any) -> Any:
         return mon.delete_group(request.match_info["name"])
 
-    r = app.router
-    r.add_get("/v1/admin/monitor", admin(models))
-    r.add_get("/v1/admin/monitor/{model}", admin(one_model))
-    r.add_post("/v1/admin/monitor/{model}/evaluate", admin(evaluate))
-    r.add_get("/v1/admin/monitor/{model}/config", admin(get_config))
-    r.add_put("/v1/admin/monitor/{model}/config", admin(put_config))
-    r.add_get("/v1/admin/monitor/{model}/users/{name}", admin(user))
-    r.add_get("/v1/admin/monitor/{model}/groups/{name}", admin(group))
-    r.add_get("/v1/admin/monitor/{model}/subjects/{subject}", admin(subject))
-    r.add_get("/v1/admin/warnings", admin(warnings))
-    r.add_get("/v1/admin/groups", admin(list_groups))
-    r.add_post("/v1/admin/groups", admin(create_group))
-    r.add_get("/v1/admin/groups/{name}", admin(get_group))
-    r.add_delete("/v1/admin/groups/{name}", admin(delete_group))
-    add_openapi(app, monitor_openapi(MAX_GROUP_MEMBERS, GROUP_NAME.pattern))  # describe exactly these routes
+    handlers = dict(zip(ADMIN_ROUTES, (models, one_model, evaluate, get_config, put_config, user, group, subject,
+                                        warnings, list_groups, create_group, get_group, delete_group), strict=True))  # fmt: skip
+    for (method, path), fn in handlers.items():
+        app.router.add_route(method, path, admin(fn))
 
+    async def decisions(request: web.Request) -> web.Response:
+        """Long poll: ``?after=TOKEN&wait=S`` answers once the decisions differ from TOKEN's
+        (at once without a token, or with one of another epoch), else after S seconds."""
+        authorize(request)
+        try:
+            wait = min(MAX_WAIT_S, max(0.0, float(request.query.get("wait", "0"))))
+        except ValueError as e:
+            raise bad_field("wait", "expected a number of seconds") from e
+        return json_response(await mon.decisions.wait(request.query.get("after"), wait))
 
-def monitor_extension(
-    db_path: str | None = None, checkpoint_interval: float = CHECKPOINT_INTERVAL_S, keep: list[Monitor] | None = None
-) -> Callable[[Gateway, web.Application, grpc.aio.Server], None]:
-    """An Extension for ``serve``/``GatewayThread``; ``keep`` receives the Monitor (for tests
-    and benchmarks that look at it in process)."""
+    async def metrics(request: web.Request) -> web.Response:
+        authorize(request)
+        mon.refresh_users()  # a user revoked a moment ago has no series in this scrape
+        return web.Response(body=generate_latest(mon.registry), content_type="text/plain", charset="utf-8")
 
-    def install(gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
-        m = Monitor(gw, db_path, checkpoint_interval)
-        m.install(gw, app, server)
-        if keep is not None:
-            keep.append(m)
-
-    return install
-
-
+    app.router.add_get(DECISIONS_PATH, decisions)
+    app.router.add_get("/metrics", metrics)
