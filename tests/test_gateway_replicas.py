@@ -162,13 +162,19 @@ def test_idempotency_keys_hold_across_replicas(two_replicas: tuple[dict[str, Any
     assert usage["queries"] == 11 and usage["rows"] == 55
 
 
+def created_on_a_used_on_b(replicas: tuple[dict[str, Any], dict[str, Any]], name: str) -> tuple[Client, Client]:
+    """The admin on replica A, and a user it creates there, querying replica B."""
+    pa, pb = replicas
+    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
+    status, body = admin_a.post("/v1/admin/users", {"name": name})
+    assert status == 200, body
+    return admin_a, Client("127.0.0.1", pb["http"], body["api_key"])
+
+
 def test_a_key_created_rotated_or_revoked_on_one_replica_holds_on_the_other(
     two_replicas: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    pa, pb = two_replicas
-    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
-    key = admin_a.post("/v1/admin/users", {"name": "k"})[1]["api_key"]
-    b = Client("127.0.0.1", pb["http"], key)
+    admin_a, b = created_on_a_used_on_b(two_replicas, "k")
     assert b.post(PREDICT, {"rows": credit_rows()[:1]})[0] == 200  # created on A, served by B at once
     assert admin_a.post("/v1/admin/users/k/revoke")[0] == 200
     # B still has the key cached; the commit checks the user's row and refuses it.
@@ -305,10 +311,7 @@ def test_model_commands_take_a_postgresql_url(pg_db: str) -> None:
 def test_limits_and_prices_changed_through_one_replica_hold_on_the_other(
     two_replicas: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    pa, pb = two_replicas
-    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
-    key = admin_a.post("/v1/admin/users", {"name": "l"})[1]["api_key"]
-    b = Client("127.0.0.1", pb["http"], key)
+    admin_a, b = created_on_a_used_on_b(two_replicas, "l")
     assert b.post(PREDICT, {"rows": credit_rows()[:3]})[0] == 200
     # A quota set through A binds B's very next request (the commit reads the user's row).
     assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": 4})[0] == 200
