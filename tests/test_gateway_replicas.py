@@ -7,6 +7,7 @@ gaps while several writers append."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
@@ -22,10 +23,12 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.errors import UserError
-from mlaas_monitor.store import SCHEMA_VERSION, QueryRecord, Store
+from mlaas_monitor.store import SCHEMA_VERSION, Admission, QueryRecord, Refused, Store
 from protos.analysim.v1 import prediction_pb2 as pb
 from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
@@ -162,13 +165,19 @@ def test_idempotency_keys_hold_across_replicas(two_replicas: tuple[dict[str, Any
     assert usage["queries"] == 11 and usage["rows"] == 55
 
 
+def created_on_a_used_on_b(replicas: tuple[dict[str, Any], dict[str, Any]], name: str) -> tuple[Client, Client]:
+    """The admin on replica A, and a user it creates there, querying replica B."""
+    pa, pb = replicas
+    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
+    status, body = admin_a.post("/v1/admin/users", {"name": name})
+    assert status == 200, body
+    return admin_a, Client("127.0.0.1", pb["http"], body["api_key"])
+
+
 def test_a_key_created_rotated_or_revoked_on_one_replica_holds_on_the_other(
     two_replicas: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    pa, pb = two_replicas
-    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
-    key = admin_a.post("/v1/admin/users", {"name": "k"})[1]["api_key"]
-    b = Client("127.0.0.1", pb["http"], key)
+    admin_a, b = created_on_a_used_on_b(two_replicas, "k")
     assert b.post(PREDICT, {"rows": credit_rows()[:1]})[0] == 200  # created on A, served by B at once
     assert admin_a.post("/v1/admin/users/k/revoke")[0] == 200
     # B still has the key cached; the commit checks the user's row and refuses it.
@@ -305,10 +314,7 @@ def test_model_commands_take_a_postgresql_url(pg_db: str) -> None:
 def test_limits_and_prices_changed_through_one_replica_hold_on_the_other(
     two_replicas: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    pa, pb = two_replicas
-    admin_a = Client("127.0.0.1", pa["http"], ADMIN_KEY)
-    key = admin_a.post("/v1/admin/users", {"name": "l"})[1]["api_key"]
-    b = Client("127.0.0.1", pb["http"], key)
+    admin_a, b = created_on_a_used_on_b(two_replicas, "l")
     assert b.post(PREDICT, {"rows": credit_rows()[:3]})[0] == 200
     # A quota set through A binds B's very next request (the commit reads the user's row).
     assert admin_a.request("PATCH", "/v1/admin/users/l", {"quota_rows": 4})[0] == 200
@@ -325,3 +331,44 @@ def test_limits_and_prices_changed_through_one_replica_hold_on_the_other(
         return body["charged"] == 0.5
 
     wait_until(charged_at_new_price, what="replica B to charge the price set through A", poll_s=0.2)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    quota=st.integers(0, 30),
+    batches=st.lists(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 6)), min_size=1, max_size=5),
+                     min_size=1, max_size=8),  # fmt: skip
+)
+def test_commits_through_two_connections_never_exceed_the_quota(store_db: str, quota: int,
+                                                                 batches: list[list[tuple[int, int]]]) -> None:  # fmt: skip
+    """Batches of queries of one user, committed alternately through two stores (two
+    replicas' connections): what is admitted fits the quota, in full batches' order; the
+    row counter equals the ledger; ids stay dense."""
+    stores = [Store(store_db), Store(store_db)]
+    try:
+        user = f"u{next(_hypothesis_users)}"
+        stores[0].add_user(user, user * 4, quota, None)
+        first = stores[0].ledger_totals()[0] + 1
+        used, ids = 0, []
+        for batch in batches:
+            for which in (0, 1):
+                records = [QueryRecord(time.time(), user, "m", np.zeros((n, 2)), np.zeros(n, np.int64), None, None, n,
+                                       admission=Admission(user * 4)) for w, n in batch if w == which]  # fmt: skip
+                for r, outcome in zip(records, stores[which].commit_queries(records), strict=True):
+                    n = r.features.shape[0]
+                    if used + n <= quota:  # admitted exactly when it fits, in order
+                        assert isinstance(outcome, int)
+                        used += n
+                        ids.append(outcome)
+                    else:
+                        assert isinstance(outcome, Refused) and outcome.reason == "quota_exceeded"
+                        assert outcome.rows_used == used and outcome.limit == quota
+        assert [u.rows_used for u in stores[1].users() if u.name == user] == [used]
+        assert stores[1].rows_by_user().get(user, 0) == used
+        assert ids == list(range(first, first + len(ids)))
+    finally:
+        for s in stores:
+            s.close()
+
+
+_hypothesis_users = itertools.count()
