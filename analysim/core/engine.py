@@ -104,6 +104,11 @@ class Engine:
         self._stops = 0  # jobs taken off their GPUs so far
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
+        # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
+        # shadow time is found by walking the earliest ends, not by sorting every running job.
+        # Per dedicated VC as well, for a dedicated VC's head.
+        self._ends: SortedList | None = SortedList() if policy.backfill else None
+        self._ends_of_vc: dict[str, SortedList] = {}
         self.decisions: list[Decision] = []
         self.recorder = recorder
         self._seq = 0
@@ -228,7 +233,9 @@ class Engine:
         self._launch(job, pl)
         self.decisions.pop()
         job.last_start_s = job.first_start_s = started_s
+        self._forget_end(job)
         self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
+        self._note_end(job)
         self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
         return job
 
@@ -572,7 +579,7 @@ class Engine:
             # open to a job depends on its constraints (GPU model, VC), so any job wider than the
             # smallest node may be one, over at most ceil(g / smallest node) nodes.
             gangs = [g for g in self._pending_whole if g > st.smallest_node_gpus]
-            if not gangs:
+            if not gangs or min(gangs) > st.total_full_free:
                 return True
             if self.config.relaxed_locality:
                 return int(ff.sum()) < min(gangs)
@@ -683,6 +690,9 @@ class Engine:
         else:
             source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
+        # the same request again cannot while launches only take GPUs (without preemption or migration).
+        failed_gangs: set[tuple] = set()
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
@@ -726,7 +736,10 @@ class Engine:
                                          and req[3] >= worse[3]):  # fmt: skip
                     if blocking and held and not all(self._may_backfill(job, r) for r in held):
                         continue
-                    pl = placement.bind(self, job, self.static_mask(spec))
+                    if gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
+                        pass  # more whole GPUs than are free, or the same gang failed with more free
+                    else:
+                        pl = placement.bind(self, job, self.static_mask(spec))
                     if pl is None and can_migrate:
                         pl = self._try_migration(job)
                         if pl is not None:
@@ -746,8 +759,10 @@ class Engine:
                     if only_capacity and not q.blocking and self._hopeless():
                         break
                     continue
-                if not gang and (worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
-                                                   and req[2] <= worse[2] and req[3] <= worse[3])):  # fmt: skip
+                if gang:
+                    failed_gangs.add((sig, req))
+                elif worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
+                                       and req[2] <= worse[2] and req[3] <= worse[3]):  # fmt: skip
                     failed[sig] = req
             if blocking:
                 for sc in self.blocked_scopes(job):
@@ -794,12 +809,14 @@ class Engine:
             st = self.state
             own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
             free = float(st.free_total[own].sum()) / GPU_MILLI
-            running = self.running_by_vc.get(scope, {}).values()
+            ends = self._ends_of_vc.get(scope, ())
         else:
             free = self.state.free_gpus_total()
-            running = self.running.values()
+            ends = self._ends
         need = head.spec.gpu_demand
-        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in running):
+        # In (end, GPUs) order; jobs with equal end and GPUs add the same, so seq's order among
+        # them does not change a sum.
+        for end, gpus, _ in ends:
             free += gpus
             if free >= need:
                 return end, free - need
@@ -915,6 +932,8 @@ class Engine:
         self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
+        if self._ends is not None:
+            self._note_end(job)
         if self.config.predict_completions:
             self.events.push(ex.expected_end_s, COMPLETION, "complete", (job, job.completion_token))
         self.policy.queue.on_event("launch", job, self)
@@ -936,11 +955,29 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
+        if self._ends is not None:
+            self._forget_end(job)
         self._stops += 1
         job.completion_token += 1
         self.extra[spec.job_id].expected_end_s = math.inf
         self._dirty = True
         return tuple(self.node_names[n] for n in pl.nodes)
+
+    def _note_end(self, job: JobRun) -> None:
+        if self._ends is None:
+            return
+        entry = (self.extra[job.job_id].expected_end_s, job.spec.gpu_demand, job.seq)
+        self._ends.add(entry)
+        if job.spec.vc in self._vc_dedicated:
+            self._ends_of_vc.setdefault(job.spec.vc, SortedList()).add(entry)
+
+    def _forget_end(self, job: JobRun) -> None:
+        if self._ends is None:
+            return
+        entry = (self.extra[job.job_id].expected_end_s, job.spec.gpu_demand, job.seq)
+        self._ends.remove(entry)
+        if job.spec.vc in self._vc_dedicated:
+            self._ends_of_vc[job.spec.vc].remove(entry)
 
     def _preempt(self, job: JobRun) -> None:
         nodes = self._stop(job)
