@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,7 +94,10 @@ class Engine:
         self._pending = SortedList()  # (key, seq): for static queue orders
         # The same keys per VC, for a blocking queue: a pass skips a VC whose queue is blocked
         # without walking its jobs (a long queue of one tenant must not cost every pass).
-        self._pending_of_vc: dict[str, SortedList] | None = {} if policy.queue.blocking else None
+        # Kept too for a queue that orders each VC's jobs by its key and picks among the VCs
+        # (fair share): a pass then merges the VCs' lists instead of sorting every pending job.
+        by_vc = policy.queue.blocking or getattr(policy.queue, "per_vc_order", False)
+        self._pending_of_vc: dict[str, SortedList] | None = {} if by_vc else None
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -438,11 +441,30 @@ class Engine:
             if job is not None:  # placed earlier in this pass
                 yield job
 
+    def pending_by_vc(self) -> dict[str, Iterator[JobRun]]:
+        """Per VC, its pending jobs in queue-key order, lazily (jobs placed during a pass are
+        left out). Only for queues that keep per-VC lists (blocking, or ``per_vc_order``)."""
+        by_seq = self._pending_by_seq
+
+        def jobs(keys: SortedList) -> Iterator[JobRun]:
+            for _, seq in keys:
+                job = by_seq.get(seq)
+                if job is not None:
+                    yield job
+
+        return {vc: jobs(keys) for vc, keys in self._pending_of_vc.items()}
+
+    def _dynamic_source(self) -> Iterable[JobRun]:
+        # A queue that orders from the per-VC lists does not need a list of every pending job.
+        if getattr(self.policy.queue, "per_vc_order", False):
+            return self.pending_jobs()
+        return list(self._pending_by_seq.values())
+
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
             return None
         if self.policy.queue.dynamic:
-            return next(self.policy.queue.order(list(self._pending_by_seq.values()), self), None)
+            return next(self.policy.queue.order(self._dynamic_source(), self), None)
         return self._pending_by_seq[self._pending[0][1]]
 
     def _enqueue(self, job: JobRun) -> None:
@@ -688,7 +710,7 @@ class Engine:
         if blocking and not pol.backfill and self._pending_of_vc is not None:
             source = self._blocking_order(blocked)
         else:
-            source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
+            source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
         # the same request again cannot while launches only take GPUs (without preemption or migration).
