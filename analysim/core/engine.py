@@ -98,6 +98,10 @@ class Engine:
         # (fair share): a pass then merges the VCs' lists instead of sorting every pending job.
         by_vc = policy.queue.blocking or getattr(policy.queue, "per_vc_order", False)
         self._pending_of_vc: dict[str, SortedList] | None = {} if by_vc else None
+        # And per VC and GPU demand, for per-VC FIFO: when the shared queue is blocked, a pass
+        # jumps over a VC's jobs that would borrow to its next job within quota.
+        self._pending_of_vc_demand: dict[str, dict[float, SortedList]] | None = (
+            {} if policy.queue.blocking and not policy.backfill else None)
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -471,9 +475,9 @@ class Engine:
         key = (self.policy.queue.key(job, self), job.seq)
         self.extra[job.job_id].qkey = key
         if self._in_pass:
-            self._deferred_adds.append((key, job.spec.vc))  # the pass is iterating the sorted queue
+            self._deferred_adds.append((key, job.spec.vc, job.spec.gpu_demand))  # the pass is iterating the queue
         else:
-            self._add_key(key, job.spec.vc)
+            self._add_key(key, job.spec.vc, job.spec.gpu_demand)
         self._pending_by_seq[job.seq] = job
         self._pending_vcs[job.spec.vc] += 1
         self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
@@ -484,9 +488,9 @@ class Engine:
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
         if self._in_pass:
-            self._deferred_removals.append((ex.qkey, job.spec.vc))
+            self._deferred_removals.append((ex.qkey, job.spec.vc, job.spec.gpu_demand))
         else:
-            self._remove_key(ex.qkey, job.spec.vc)
+            self._remove_key(ex.qkey, job.spec.vc, job.spec.gpu_demand)
         del self._pending_by_seq[job.seq]
         vc = job.spec.vc
         left = self._pending_vcs[vc] - 1
@@ -502,23 +506,49 @@ class Engine:
         self.pending_demand -= job.spec.gpu_demand
         self._count_shape(job.spec, -1)
 
-    def _add_key(self, key: tuple, vc: str) -> None:
+    def _add_key(self, key: tuple, vc: str, demand: float) -> None:
         self._pending.add(key)
         if self._pending_of_vc is not None:
             mine = self._pending_of_vc.get(vc)
             if mine is None:
                 mine = self._pending_of_vc[vc] = SortedList()
             mine.add(key)
+        if self._pending_of_vc_demand is not None:
+            bucket = self._pending_of_vc_demand.setdefault(vc, {}).get(demand)
+            if bucket is None:
+                bucket = self._pending_of_vc_demand[vc][demand] = SortedList()
+            bucket.add(key)
 
-    def _remove_key(self, key: tuple, vc: str) -> None:
+    def _remove_key(self, key: tuple, vc: str, demand: float) -> None:
         self._pending.remove(key)
         if self._pending_of_vc is not None:
             mine = self._pending_of_vc[vc]
             mine.remove(key)
             if not mine:
                 del self._pending_of_vc[vc]
+        if self._pending_of_vc_demand is not None:
+            buckets = self._pending_of_vc_demand[vc]
+            buckets[demand].remove(key)
+            if not buckets[demand]:
+                del buckets[demand]
+                if not buckets:
+                    del self._pending_of_vc_demand[vc]
 
-    def _blocking_order(self, blocked: dict) -> Iterator[JobRun]:
+    def _next_within_quota(self, vc: str, after: tuple) -> tuple | None:
+        """The first key past ``after`` of a job of ``vc`` that its quota can hold now (the
+        within-quota test of queue_scopes), from the per-demand lists: under a blocked shared
+        queue the jobs between would only be passed over one by one."""
+        q = self._quota_by_vc.get(vc, self._quota_unknown_vc)
+        used = self.state.vc_used.get(vc, 0.0)
+        best = None
+        for demand, keys in self._pending_of_vc_demand[vc].items():
+            if used + demand <= q + 1e-9:
+                i = keys.bisect_right(after)
+                if i < len(keys) and (best is None or keys[i] < best):
+                    best = keys[i]
+        return best
+
+    def _blocking_order(self, blocked: dict, jump: bool) -> Iterator[JobRun]:
         """Pending jobs in queue order, as ``pending_jobs``, but leaving out, from the moment the
         pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
         is not changed during a pass (changes are deferred), so positions stay valid."""
@@ -540,6 +570,16 @@ class Engine:
                 dropped.append(vc)  # out of the merge
                 continue
             job = self._pending_by_seq.get(key[1])
+            if (jump and job is not None and None in blocked and vc not in self._vc_dedicated
+                    and self.state.vc_used.get(vc, 0.0) + job.spec.gpu_demand
+                    > self._quota_by_vc.get(vc, self._quota_unknown_vc) + 1e-9):
+                # It would borrow, and the shared queue is blocked: it and every job of its VC up
+                # to the next one within quota would be passed over (with no preemption or
+                # migration, nothing in this pass lowers the VC's usage). Resume the VC there.
+                nxt = self._next_within_quota(vc, key)
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt, vc, lists[vc].irange(minimum=nxt, inclusive=(False, True))))
+                continue
             if job is not None:
                 yield job
                 if self._stops != stops and dropped:
@@ -691,10 +731,10 @@ class Engine:
             self._pass()
         finally:
             self._in_pass = False
-            for key, vc in self._deferred_removals:
-                self._remove_key(key, vc)
-            for key, vc in self._deferred_adds:
-                self._add_key(key, vc)
+            for key, vc, demand in self._deferred_removals:
+                self._remove_key(key, vc, demand)
+            for key, vc, demand in self._deferred_adds:
+                self._add_key(key, vc, demand)
             self._deferred_removals.clear()
             self._deferred_adds.clear()
 
@@ -708,7 +748,7 @@ class Engine:
         blocked: dict[str | None, tuple[float, float] | None] = {}
         blocking = q.blocking
         if blocking and not pol.backfill and self._pending_of_vc is not None:
-            source = self._blocking_order(blocked)
+            source = self._blocking_order(blocked, jump=not (self.config.preemption or self.config.migration))
         else:
             source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
@@ -790,7 +830,9 @@ class Engine:
                 for sc in self.blocked_scopes(job):
                     if sc not in blocked:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
-                if not pol.backfill and self._every_queue_blocked(blocked):
+                # (Without preemption or migration the merge drops each blocked VC when it next
+                # comes up, at less cost than this sweep over every VC after each failure.)
+                if not pol.backfill and not only_capacity and self._every_queue_blocked(blocked):
                     break
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
