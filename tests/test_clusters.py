@@ -241,7 +241,7 @@ def test_node_list_errors(tmp_path, row, column):
     ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2)), max_size=120),
 )
 def test_max_full_free_follows_every_allocation_release_and_failure(gpus, ops):
-    """The kept maximum equals a scan of the arrays after any mix of whole-GPU allocations,
+    """The kept maximum (and total) equals a scan of the arrays after any mix of whole-GPU allocations,
     releases and nodes going down and up (a down node's free GPUs do not count)."""
     state = ClusterState(ClusterSpec("h", tuple(NodeSpec(f"n{i}", "r", "V100", g, 1, 1) for i, g in enumerate(gpus))))
     for node, slot, op in ops:
@@ -255,3 +255,4 @@ def test_max_full_free_follows_every_allocation_release_and_failure(gpus, ops):
             state.release(node, (slot,), GPU_MILLI, 0, 0)
         expected = int(state.full_free[state.up].max()) if state.up.any() else 0
         assert state.max_full_free() == expected
+        assert state.total_full_free == int(state.full_free[state.up].sum())

@@ -111,6 +111,7 @@ class CheckedEngine(Engine):
         assert (st_.free_milli[exists] == GPU_MILLI - used[exists]).all(), "free GPU share disagrees with jobs"
         assert (st_.full_free == (st_.free_milli == GPU_MILLI).sum(axis=1)).all()
         assert st_.max_full_free() == (int(st_.full_free[st_.up].max()) if st_.up.any() else 0)
+        assert st_.total_full_free == int(st_.full_free[st_.up].sum())
         assert abs(self.allocated_gpus - used.sum() / GPU_MILLI) < 1e-6
         assert (cpu <= [n.cpu_milli for n in spec.nodes]).all(), "CPU over-allocated"
         assert (mem <= [n.memory_mib for n in spec.nodes]).all(), "memory over-allocated"

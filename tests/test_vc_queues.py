@@ -4,6 +4,8 @@ another tenant's head of line only when both draw on the same GPUs (shared pool,
 from __future__ import annotations
 
 import contextlib
+import heapq
+from collections import deque
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
 from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.job import JobSpec
 from analysim.core.metrics import MetricsRecorder
+from analysim.core.plugins.queue import FairShare
 from analysim.core.policies import build_policy
 from tests.simhelpers import cluster, job, run_engine, times
 
@@ -138,7 +141,10 @@ def test_per_vc_queues_never_start_a_job_on_gpus_its_vc_may_not_use(sc):
 
 class _WalkEveryJob(Engine):
     """The reference reading of per-VC queues: every pass walks every waiting job and skips those
-    behind a blocked head one by one (the engine leaves out whole VCs instead, for speed)."""
+    behind a blocked head one by one (the engine leaves out whole VCs, and jumps over a VC's jobs
+    that would borrow while the shared queue is blocked, for speed)."""
+
+    _skip_ahead = False
 
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
         return False
@@ -167,6 +173,18 @@ def test_a_vc_left_out_as_borrowing_comes_back_when_reclaim_lowers_its_usage():
         (10.0, "preempt", "b1"), (10.0, "launch", "c1"), (10.0, "launch", "b3")]
 
 
+def test_a_vc_s_jobs_that_would_borrow_are_jumped_over_to_one_within_quota():
+    # Two 4-GPU nodes, quotas a 4, b 4; a0 holds n0, b0 half of n1. At 10, in FIFO order: a1 would
+    # borrow and cannot fit (blocks the shared queue); b1 (4) and b2 (3) would take b over its quota
+    # and wait behind it; b3 (2) is within b's quota and runs on n1's two free GPUs.
+    spec = cluster(2, 4, vcs=(VCSpec("a", 4), VCSpec("b", 4)))
+    trace = [job("a0", 0, 4, 1000, vc="a"), job("b0", 0, 2, 1000, vc="b"), job("a1", 10, 4, 10, vc="a"),
+             job("b1", 10, 4, 10, vc="b"), job("b2", 10, 3, 10, vc="b"), job("b3", 10, 2, 10, vc="b")]
+    ours = _decisions(Engine, spec, trace, "fifo", EngineConfig())
+    assert ours == _decisions(_WalkEveryJob, spec, trace, "fifo", EngineConfig())
+    assert [(d.time, d.kind, d.job_id) for d in ours if d.time == 10.0] == [(10.0, "launch", "b3")]
+
+
 @st.composite
 def fifo_scenario(draw):
     """FIFO on a busy shared pool with quotas (and maybe a dedicated node): heads block often."""
@@ -191,3 +209,38 @@ def fifo_scenario(draw):
 def test_leaving_out_blocked_vcs_changes_no_decision(sc):
     spec, jobs, policy, config = sc
     assert _decisions(Engine, spec, jobs, policy, config) == _decisions(_WalkEveryJob, spec, jobs, policy, config)
+
+
+class _FairSortingEveryPass(FairShare):
+    """The reference fair share: each pass groups every pending job by VC and sorts each group by
+    (submit time, seq), instead of reading the engine's per-VC lists."""
+
+    per_vc_order = False
+
+    def order(self, pending, ctx):
+        by_vc: dict[str, list] = {}
+        for j in pending:
+            by_vc.setdefault(j.spec.vc, []).append(j)
+        queues = {vc: deque(sorted(js, key=lambda j: (j.spec.submit_s, j.seq))) for vc, js in by_vc.items()}
+        heap = [(self._usage(vc, ctx), vc) for vc in sorted(queues)]
+        heapq.heapify(heap)
+        while heap:
+            _, vc = heapq.heappop(heap)
+            yield queues[vc].popleft()
+            if queues[vc]:
+                heapq.heappush(heap, (self._usage(vc, ctx), vc))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vc_scenario())
+def test_fair_share_from_per_vc_lists_changes_no_decision(sc):
+    spec, jobs, _, config = sc
+    reference = build_policy("fair")
+    reference.queue = _FairSortingEveryPass()
+    ours = _decisions(Engine, spec, jobs, "fair", config)
+    engine = Engine(spec, reference, config)
+    for j in jobs:
+        with contextlib.suppress(InfeasibleJob):
+            engine.submit(j)
+    engine.run()
+    assert ours == engine.decisions

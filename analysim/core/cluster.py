@@ -96,6 +96,9 @@ class ClusterState:
     # The largest k with a nonzero count, kept as the counts change: a scan of the counts from the
     # top costs O(GPUs per node) per question (6,500 steps on a one-node 6,500-GPU cluster).
     _max_full_free: int = field(init=False)
+    # Whole free GPUs over all up nodes: a gang asking for more cannot be placed, whatever its
+    # constraints, and is passed over without a placement attempt.
+    total_full_free: int = field(init=False)
 
     def __post_init__(self) -> None:
         nodes = self.spec.nodes
@@ -127,6 +130,7 @@ class ClusterState:
         for g in self.gpus.tolist():
             self._full_free_count[g] += 1
         self._max_full_free = self._highest_count_from(gmax)
+        self.total_full_free = int(self.gpus.sum())
 
     @property
     def num_nodes(self) -> int:
@@ -164,6 +168,7 @@ class ClusterState:
             counts = self._full_free_count
             counts[old] -= 1
             counts[new] += 1
+            self.total_full_free += delta
             # delta is +-1, so when the top bucket empties the node just moved one below it: O(1).
             if new > self._max_full_free or (old == self._max_full_free and not counts[old]):
                 self._max_full_free = new
@@ -175,6 +180,7 @@ class ClusterState:
         self.up[node] = up
         k = int(self.full_free[node])
         self._full_free_count[k] += 1 if up else -1
+        self.total_full_free += k if up else -k
         if up:
             self._max_full_free = max(self._max_full_free, k)
         elif k == self._max_full_free and not self._full_free_count[k]:

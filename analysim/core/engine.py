@@ -82,6 +82,10 @@ class _Extra:
 
 
 class Engine:
+    # Per-VC FIFO passes leave out blocked VCs and jump over jobs that would only be passed over
+    # (for speed; a test compares against an engine that turns this off and walks every job).
+    _skip_ahead = True
+
     def __init__(self, spec: ClusterSpec, policy: Policy, config: EngineConfig | None = None,
                  recorder: Recorder | None = None, workload: Sequence[JobSpec] | None = None) -> None:
         self.spec = spec
@@ -98,7 +102,14 @@ class Engine:
         self._pending = SortedList()  # (key, seq): for static queue orders
         # The same keys per VC, for a blocking queue: a pass skips a VC whose queue is blocked
         # without walking its jobs (a long queue of one tenant must not cost every pass).
-        self._pending_of_vc: dict[str, SortedList] | None = {} if policy.queue.blocking else None
+        # Kept too for a queue that orders each VC's jobs by its key and picks among the VCs
+        # (fair share): a pass then merges the VCs' lists instead of sorting every pending job.
+        by_vc = policy.queue.blocking or getattr(policy.queue, "per_vc_order", False)
+        self._pending_of_vc: dict[str, SortedList] | None = {} if by_vc else None
+        # And per VC and GPU demand, for per-VC FIFO: when the shared queue is blocked, a pass
+        # jumps over a VC's jobs that would borrow to its next job within quota.
+        self._pending_of_vc_demand: dict[str, dict[float, SortedList]] | None = (
+            {} if policy.queue.blocking and not policy.backfill else None)
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -108,6 +119,11 @@ class Engine:
         self._stops = 0  # jobs taken off their GPUs so far
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
+        # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
+        # shadow time is found by walking the earliest ends, not by sorting every running job.
+        # Per dedicated VC as well, for a dedicated VC's head.
+        self._ends: SortedList | None = SortedList() if policy.backfill else None
+        self._ends_of_vc: dict[str, SortedList] = {}
         self.decisions: list[Decision] = [] if self.config.keep_decisions else _Discarded()
         self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
         self._feed: Iterator[JobSpec] | None = None  # jobs submitted as the clock reaches them
@@ -266,7 +282,9 @@ class Engine:
         self._launch(job, pl)
         self.decisions.pop()
         job.last_start_s = job.first_start_s = started_s
+        self._forget_end(job)
         self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
+        self._note_end(job)
         self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
         return job
 
@@ -471,20 +489,39 @@ class Engine:
             if job is not None:  # placed earlier in this pass
                 yield job
 
+    def pending_by_vc(self) -> dict[str, Iterator[JobRun]]:
+        """Per VC, its pending jobs in queue-key order, lazily (jobs placed during a pass are
+        left out). Only for queues that keep per-VC lists (blocking, or ``per_vc_order``)."""
+        by_seq = self._pending_by_seq
+
+        def jobs(keys: SortedList) -> Iterator[JobRun]:
+            for _, seq in keys:
+                job = by_seq.get(seq)
+                if job is not None:
+                    yield job
+
+        return {vc: jobs(keys) for vc, keys in self._pending_of_vc.items()}
+
+    def _dynamic_source(self) -> Iterable[JobRun]:
+        # A queue that orders from the per-VC lists does not need a list of every pending job.
+        if getattr(self.policy.queue, "per_vc_order", False):
+            return self.pending_jobs()
+        return list(self._pending_by_seq.values())
+
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
             return None
         if self.policy.queue.dynamic:
-            return next(self.policy.queue.order(list(self._pending_by_seq.values()), self), None)
+            return next(self.policy.queue.order(self._dynamic_source(), self), None)
         return self._pending_by_seq[self._pending[0][1]]
 
     def _enqueue(self, job: JobRun) -> None:
         key = (self.policy.queue.key(job, self), job.seq)
         self.extra[job.job_id].qkey = key
         if self._in_pass:
-            self._deferred_adds.append((key, job.spec.vc))  # the pass is iterating the sorted queue
+            self._deferred_adds.append((key, job.spec.vc, job.spec.gpu_demand))  # the pass is iterating the queue
         else:
-            self._add_key(key, job.spec.vc)
+            self._add_key(key, job.spec.vc, job.spec.gpu_demand)
         self._pending_by_seq[job.seq] = job
         self._pending_vcs[job.spec.vc] += 1
         self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
@@ -495,9 +532,9 @@ class Engine:
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
         if self._in_pass:
-            self._deferred_removals.append((ex.qkey, job.spec.vc))
+            self._deferred_removals.append((ex.qkey, job.spec.vc, job.spec.gpu_demand))
         else:
-            self._remove_key(ex.qkey, job.spec.vc)
+            self._remove_key(ex.qkey, job.spec.vc, job.spec.gpu_demand)
         del self._pending_by_seq[job.seq]
         vc = job.spec.vc
         left = self._pending_vcs[vc] - 1
@@ -513,23 +550,49 @@ class Engine:
         self.pending_demand -= job.spec.gpu_demand
         self._count_shape(job.spec, -1)
 
-    def _add_key(self, key: tuple, vc: str) -> None:
+    def _add_key(self, key: tuple, vc: str, demand: float) -> None:
         self._pending.add(key)
         if self._pending_of_vc is not None:
             mine = self._pending_of_vc.get(vc)
             if mine is None:
                 mine = self._pending_of_vc[vc] = SortedList()
             mine.add(key)
+        if self._pending_of_vc_demand is not None:
+            bucket = self._pending_of_vc_demand.setdefault(vc, {}).get(demand)
+            if bucket is None:
+                bucket = self._pending_of_vc_demand[vc][demand] = SortedList()
+            bucket.add(key)
 
-    def _remove_key(self, key: tuple, vc: str) -> None:
+    def _remove_key(self, key: tuple, vc: str, demand: float) -> None:
         self._pending.remove(key)
         if self._pending_of_vc is not None:
             mine = self._pending_of_vc[vc]
             mine.remove(key)
             if not mine:
                 del self._pending_of_vc[vc]
+        if self._pending_of_vc_demand is not None:
+            buckets = self._pending_of_vc_demand[vc]
+            buckets[demand].remove(key)
+            if not buckets[demand]:
+                del buckets[demand]
+                if not buckets:
+                    del self._pending_of_vc_demand[vc]
 
-    def _blocking_order(self, blocked: dict) -> Iterator[JobRun]:
+    def _next_within_quota(self, vc: str, after: tuple) -> tuple | None:
+        """The first key past ``after`` of a job of ``vc`` that its quota can hold now (the
+        within-quota test of queue_scopes), from the per-demand lists: under a blocked shared
+        queue the jobs between would only be passed over one by one."""
+        q = self._quota_by_vc.get(vc, self._quota_unknown_vc)
+        used = self.state.vc_used.get(vc, 0.0)
+        best = None
+        for demand, keys in self._pending_of_vc_demand[vc].items():
+            if used + demand <= q + 1e-9:
+                i = keys.bisect_right(after)
+                if i < len(keys) and (best is None or keys[i] < best):
+                    best = keys[i]
+        return best
+
+    def _blocking_order(self, blocked: dict, jump: bool) -> Iterator[JobRun]:
         """Pending jobs in queue order, as ``pending_jobs``, but leaving out, from the moment the
         pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
         is not changed during a pass (changes are deferred), so positions stay valid."""
@@ -551,6 +614,16 @@ class Engine:
                 dropped.append(vc)  # out of the merge
                 continue
             job = self._pending_by_seq.get(key[1])
+            if (jump and job is not None and None in blocked and vc not in self._vc_dedicated
+                    and self.state.vc_used.get(vc, 0.0) + job.spec.gpu_demand
+                    > self._quota_by_vc.get(vc, self._quota_unknown_vc) + 1e-9):
+                # It would borrow, and the shared queue is blocked: it and every job of its VC up
+                # to the next one within quota would be passed over (with no preemption or
+                # migration, nothing in this pass lowers the VC's usage). Resume the VC there.
+                nxt = self._next_within_quota(vc, key)
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt, vc, lists[vc].irange(minimum=nxt, inclusive=(False, True))))
+                continue
             if job is not None:
                 yield job
                 if self._stops != stops and dropped:
@@ -612,7 +685,7 @@ class Engine:
             # open to a job depends on its constraints (GPU model, VC), so any job wider than the
             # smallest node may be one, over at most ceil(g / smallest node) nodes.
             gangs = [g for g in self._pending_whole if g > st.smallest_node_gpus]
-            if not gangs:
+            if not gangs or min(gangs) > st.total_full_free:
                 return True
             if self.config.relaxed_locality:
                 return int(ff.sum()) < min(gangs)
@@ -702,10 +775,10 @@ class Engine:
             self._pass()
         finally:
             self._in_pass = False
-            for key, vc in self._deferred_removals:
-                self._remove_key(key, vc)
-            for key, vc in self._deferred_adds:
-                self._add_key(key, vc)
+            for key, vc, demand in self._deferred_removals:
+                self._remove_key(key, vc, demand)
+            for key, vc, demand in self._deferred_adds:
+                self._add_key(key, vc, demand)
             self._deferred_removals.clear()
             self._deferred_adds.clear()
 
@@ -719,10 +792,14 @@ class Engine:
         blocked: dict[str | None, tuple[float, float] | None] = {}
         blocking = q.blocking
         if blocking and not pol.backfill and self._pending_of_vc is not None:
-            source = self._blocking_order(blocked)
+            source = self._blocking_order(
+                blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
         else:
-            source = list(self._pending_by_seq.values()) if q.dynamic else self.pending_jobs()
+            source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
+        # the same request again cannot while launches only take GPUs (without preemption or migration).
+        failed_gangs: set[tuple] = set()
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
@@ -766,7 +843,10 @@ class Engine:
                                          and req[3] >= worse[3]):  # fmt: skip
                     if blocking and held and not all(self._may_backfill(job, r) for r in held):
                         continue
-                    pl = placement.bind(self, job, self.static_mask(spec))
+                    if gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
+                        pass  # more whole GPUs than are free, or the same gang failed with more free
+                    else:
+                        pl = placement.bind(self, job, self.static_mask(spec))
                     if pl is None and can_migrate:
                         pl = self._try_migration(job)
                         if pl is not None:
@@ -786,14 +866,18 @@ class Engine:
                     if only_capacity and not q.blocking and self._hopeless():
                         break
                     continue
-                if not gang and (worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
-                                                   and req[2] <= worse[2] and req[3] <= worse[3])):  # fmt: skip
+                if gang:
+                    failed_gangs.add((sig, req))
+                elif worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
+                                       and req[2] <= worse[2] and req[3] <= worse[3]):  # fmt: skip
                     failed[sig] = req
             if blocking:
                 for sc in self.blocked_scopes(job):
                     if sc not in blocked:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
-                if not pol.backfill and self._every_queue_blocked(blocked):
+                # (Without preemption or migration the merge drops each blocked VC when it next
+                # comes up, at less cost than this sweep over every VC after each failure.)
+                if not pol.backfill and not (only_capacity and self._skip_ahead) and self._every_queue_blocked(blocked):
                     break
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
@@ -834,12 +918,14 @@ class Engine:
             st = self.state
             own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
             free = float(st.free_total[own].sum()) / GPU_MILLI
-            running = self.running_by_vc.get(scope, {}).values()
+            ends = self._ends_of_vc.get(scope, ())
         else:
             free = self.state.free_gpus_total()
-            running = self.running.values()
+            ends = self._ends
         need = head.spec.gpu_demand
-        for end, gpus in sorted((self.extra[j.job_id].expected_end_s, j.spec.gpu_demand) for j in running):
+        # In (end, GPUs) order; jobs with equal end and GPUs add the same, so seq's order among
+        # them does not change a sum.
+        for end, gpus, _ in ends:
             free += gpus
             if free >= need:
                 return end, free - need
@@ -955,6 +1041,8 @@ class Engine:
         self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
+        if self._ends is not None:
+            self._note_end(job)
         if self.config.predict_completions:
             self.events.push(ex.expected_end_s, COMPLETION, "complete", (job, job.completion_token))
         self.policy.queue.on_event("launch", job, self)
@@ -976,11 +1064,29 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
+        if self._ends is not None:
+            self._forget_end(job)
         self._stops += 1
         job.completion_token += 1
         self.extra[spec.job_id].expected_end_s = math.inf
         self._dirty = True
         return tuple(self.node_names[n] for n in pl.nodes)
+
+    def _note_end(self, job: JobRun) -> None:
+        if self._ends is None:
+            return
+        entry = (self.extra[job.job_id].expected_end_s, job.spec.gpu_demand, job.seq)
+        self._ends.add(entry)
+        if job.spec.vc in self._vc_dedicated:
+            self._ends_of_vc.setdefault(job.spec.vc, SortedList()).add(entry)
+
+    def _forget_end(self, job: JobRun) -> None:
+        if self._ends is None:
+            return
+        entry = (self.extra[job.job_id].expected_end_s, job.spec.gpu_demand, job.seq)
+        self._ends.remove(entry)
+        if job.spec.vc in self._vc_dedicated:
+            self._ends_of_vc[job.spec.vc].remove(entry)
 
     def _preempt(self, job: JobRun) -> None:
         nodes = self._stop(job)

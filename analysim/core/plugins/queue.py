@@ -18,6 +18,9 @@ class _QueueSort:
     blocking = False
     dynamic = False
     preemptive = False  # ranks running jobs below waiting ones, so a post-filter may evict them
+    # order() reads the engine's per-VC queues (ctx.pending_by_vc: each VC's jobs in key order)
+    # instead of its ``pending`` argument, which holds the same jobs.
+    per_vc_order = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         raise NotImplementedError
@@ -175,6 +178,7 @@ class FairShare(_QueueSort):
 
     name = "fair"
     dynamic = True
+    per_vc_order = True  # FIFO within a VC is the key's order: the engine keeps it per VC
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.spec.submit_s,)
@@ -184,17 +188,22 @@ class FairShare(_QueueSort):
         return ctx.state.vc_used.get(vc, 0.0) / max(share, 1e-9)
 
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
-        by_vc: dict[str, list[JobRun]] = defaultdict(list)
-        for job in pending:
-            by_vc[job.spec.vc].append(job)
-        queues = {vc: deque(sorted(jobs, key=lambda j: (j.spec.submit_s, j.seq))) for vc, jobs in by_vc.items()}
-        heap = [(self._usage(vc, ctx), vc) for vc in sorted(queues)]
+        # Each VC's jobs come in (submit time, seq) order from the engine's per-VC lists: a pass
+        # costs the jobs it looks at, not a sort of the whole queue.
+        heads: dict[str, tuple[JobRun, Iterator[JobRun]]] = {}
+        for vc, jobs in ctx.pending_by_vc().items():
+            first = next(jobs, None)
+            if first is not None:
+                heads[vc] = (first, jobs)
+        heap = [(self._usage(vc, ctx), vc) for vc in sorted(heads)]
         heapq.heapify(heap)
         while heap:
             _, vc = heapq.heappop(heap)
-            q = queues[vc]
-            yield q.popleft()
-            if q:
+            job, jobs = heads[vc]
+            yield job
+            nxt = next(jobs, None)
+            if nxt is not None:
+                heads[vc] = (nxt, jobs)
                 heapq.heappush(heap, (self._usage(vc, ctx), vc))
 
 
