@@ -164,6 +164,10 @@ def test_compose_runs_the_monitor_service_every_replica_subscribes_to() -> None:
     volumes = [v for v in mon["volumes"] if v["type"] == "volume"]
     assert under(flag(cmd, "--state"), [v["target"] for v in volumes]), mon["volumes"]
     assert all(v["source"] in config["volumes"] for v in volumes)
+    # ... a folder the image creates for its unprivileged user (a fresh named volume takes the
+    # owner of the folder it mounts on: a root-owned one would refuse the state file).
+    created = [line for line in (DEPLOY / "Dockerfile").read_text().splitlines() if "install -d -o analysim" in line]
+    assert all(any(v["target"] in line.split() for line in created) for v in volumes), created
     # The healthcheck asks the port it listens on, with the key it checks.
     check = mon["healthcheck"]["test"]
     assert check[0] == "CMD" and check[1:4] == ["python", "-m", "analysim.healthcheck"]
