@@ -278,6 +278,15 @@ def extraction() -> Dashboard:
                 (f"histogram_quantile(0.99, sum by (le) (rate(analysim_monitor_update_duration_seconds_bucket[{RATE}])))",
                  "update p99"),
                 (f'sum(rate(analysim_monitor_refits_total{{model=~"$model"}}[{RATE}]))', "evaluations/s")], width=8),
+        ]),
+         ("Monitor", [
+            Panel("Monitor lag behind the query log", [
+                ('analysim:monitor_lag_seconds:quantile_rate5m{quantile="0.5"}', "p50"),
+                ('analysim:monitor_lag_seconds:quantile_rate5m{quantile="0.99"}', "p99")], unit="s",
+                  description="From a query's commit to the monitor folding it in: enforcement comes this much later."),
+            Panel("Gateways subscribed to the monitor", [("analysim_gateway_monitor_up", "{{instance}}")], max=1,
+                  description="1 while a gateway's decisions feed from the monitor answers (0: it enforces the last "
+                              "decisions it received)."),
         ])],
         [Var("model", "Model", "label_values(analysim_extraction_status, model)"),
          Var("subject", "Subject", 'label_values(analysim_extraction_status{model=~"$model"}, subject)'),
