@@ -117,6 +117,13 @@ class Engine:
         self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._stops = 0  # jobs taken off their GPUs so far
+        # Preemption's per-pass caches (see ranked_running): valid while the pass and the set of
+        # running jobs are the ones they were built for; every launch and stop bumps the version.
+        self._pass_no = 0
+        self._running_version = 0
+        self._ranked_key: tuple[int, int] | None = None
+        self._ranked: dict[str | None, tuple[list[tuple], list[JobRun]]] = {}
+        self._preempt_failed: set[tuple] = set()
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
@@ -783,6 +790,7 @@ class Engine:
             self._deferred_adds.clear()
 
     def _pass(self) -> None:
+        self._pass_no += 1
         pol = self.policy
         q = pol.queue
         st = self.state
@@ -963,6 +971,35 @@ class Engine:
             self._migrate(mover, node, slots)
         return placement.bind(self, job, self.static_mask(job.spec))
 
+    def _preemption_caches_fresh(self) -> None:
+        key = (self._pass_no, self._running_version)
+        if self._ranked_key != key:
+            self._ranked_key = key
+            self._ranked.clear()
+            self._preempt_failed.clear()
+
+    def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
+        """The running jobs of ``vc`` (every running job for None), ascending by (preemption rank,
+        last start, seq), with their ranks alongside for bisecting. Ranks are taken at the current
+        time, so the list is built once per pass and rebuilt only after a launch or a stop,
+        instead of ranking every running job for every waiting job that does not fit."""
+        self._preemption_caches_fresh()
+        got = self._ranked.get(vc)
+        if got is None:
+            rank = self.policy.queue.preempt_rank
+            pool = self.running if vc is None else self.running_by_vc.get(vc, {})
+            rows = sorted(((rank(r, self), r.last_start_s, r.seq, r) for r in pool.values()),
+                          key=lambda t: (t[0], t[1], t[2]))
+            got = ([t[0] for t in rows], [t[3] for t in rows])
+            self._ranked[vc] = got
+        return got
+
+    def preemption_failed(self) -> set[tuple]:
+        """Waiting-job signatures that found no victims in this pass with the running jobs as they
+        are: a job with the same signature finds none either, and is not tried again."""
+        self._preemption_caches_fresh()
+        return self._preempt_failed
+
     def victims_that_fit(self, job: JobRun, candidates: list[JobRun]) -> list[JobRun] | None:
         """The shortest prefix of ``candidates`` (least important first) whose eviction lets
         ``job`` run; for a job that fits on one node, the node needing the fewest evictions."""
@@ -970,7 +1007,10 @@ class Engine:
             return None
         spec = job.spec
         static = self.static_mask(spec)
-        if placement.gang_size(self.state, spec, static) == 1:
+        k = placement.gang_size(self.state, spec, static)
+        if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, static, k, candidates):
+            return None
+        if k == 1:
             best: tuple[int, int, list[JobRun]] | None = None
             by_node: dict[int, list[JobRun]] = {}
             for v in candidates:
@@ -1012,6 +1052,28 @@ class Engine:
                 return chosen
         return None
 
+    def _eviction_hopeless(self, spec: JobSpec, static: np.ndarray, k: int, candidates: list[JobRun]) -> bool:
+        """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
+        ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
+        the GPUs the candidates hold per node, so a hopeless job skips the trials of every prefix.
+        (Placement is monotone in free capacity: no prefix fits where all of them do not.)"""
+        if k == 0:
+            return True
+        st = self.state
+        held: dict[int, int] = {}
+        for v in candidates:
+            for n, slots in v.placement.gpus:
+                if static[n]:
+                    held[n] = held.get(n, 0) + len(slots)
+        g = spec.num_gpus
+        if k > 1 and self.config.relaxed_locality:
+            return st.total_full_free + sum(held.values()) < g
+        # At most: a touched node's whole GPUs free plus those its candidates hold; any other
+        # node's, the largest free whole-GPU block.
+        most = sorted([int(st.full_free[n]) + h for n, h in held.items()] + [st.max_full_free()] * k,
+                      reverse=True)
+        return sum(most[:k]) < g
+
     @staticmethod
     def release_on(state: ClusterState, job: JobRun) -> None:
         spec = job.spec
@@ -1039,6 +1101,7 @@ class Engine:
         job.placements_seen.append(pl.nodes)
         self.running[spec.job_id] = job
         self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
+        self._running_version += 1
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self._ends is not None:
@@ -1064,6 +1127,7 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
+        self._running_version += 1
         if self._ends is not None:
             self._forget_end(job)
         self._stops += 1
