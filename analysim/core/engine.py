@@ -7,6 +7,7 @@ are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import Counter
@@ -117,12 +118,14 @@ class Engine:
         self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._stops = 0  # jobs taken off their GPUs so far
-        # Preemption's per-pass caches (see ranked_running): valid while the pass and the set of
-        # running jobs are the ones they were built for; every launch and stop bumps the version.
+        # Preemption's per-pass caches (see ranked_running): the ranked running jobs live for a
+        # pass (launches and stops update them in place); the failures, while the running jobs
+        # stay the same (every launch and stop bumps the version).
         self._pass_no = 0
         self._running_version = 0
-        self._ranked_key: tuple[int, int] | None = None
-        self._ranked: dict[str | None, tuple[list[tuple], list[JobRun]]] = {}
+        self._ranked_pass = -1
+        self._ranked: dict[str | None, _RankedRunning] = {}
+        self._failed_key: tuple[int, int] | None = None
         self._preempt_failed: set[tuple] = set()
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
@@ -971,34 +974,43 @@ class Engine:
             self._migrate(mover, node, slots)
         return placement.bind(self, job, self.static_mask(job.spec))
 
-    def _preemption_caches_fresh(self) -> None:
-        key = (self._pass_no, self._running_version)
-        if self._ranked_key != key:
-            self._ranked_key = key
-            self._ranked.clear()
-            self._preempt_failed.clear()
-
     def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
         """The running jobs of ``vc`` (every running job for None), ascending by (preemption rank,
         last start, seq), with their ranks alongside for bisecting. Ranks are taken at the current
-        time, so the list is built once per pass and rebuilt only after a launch or a stop,
-        instead of ranking every running job for every waiting job that does not fit."""
-        self._preemption_caches_fresh()
+        time (a preemption rank depends on the job and the time only), so the list is built once
+        per pass and kept up to date by launches and stops, instead of ranking every running job
+        for every waiting job that does not fit."""
+        if self._ranked_pass != self._pass_no:
+            self._ranked_pass = self._pass_no
+            self._ranked.clear()
         got = self._ranked.get(vc)
         if got is None:
-            rank = self.policy.queue.preempt_rank
             pool = self.running if vc is None else self.running_by_vc.get(vc, {})
-            rows = sorted(((rank(r, self), r.last_start_s, r.seq, r) for r in pool.values()),
-                          key=lambda t: (t[0], t[1], t[2]))
-            got = ([t[0] for t in rows], [t[3] for t in rows])
+            got = _RankedRunning(self, pool.values())
             self._ranked[vc] = got
-        return got
+        return got.ranks, got.jobs
 
     def preemption_failed(self) -> set[tuple]:
         """Waiting-job signatures that found no victims in this pass with the running jobs as they
         are: a job with the same signature finds none either, and is not tried again."""
-        self._preemption_caches_fresh()
+        key = (self._pass_no, self._running_version)
+        if self._failed_key != key:
+            self._failed_key = key
+            self._preempt_failed.clear()
         return self._preempt_failed
+
+    def _rerank(self, job: JobRun, running: bool) -> None:
+        """Keep this pass's ranked running jobs (if built) in step with a launch or a stop."""
+        self._running_version += 1
+        if self._ranked_pass != self._pass_no:
+            return
+        for scope in (None, job.spec.vc):
+            got = self._ranked.get(scope)
+            if got is not None:
+                if running:
+                    got.add(self, job)
+                else:
+                    got.discard(job)
 
     def victims_that_fit(self, job: JobRun, candidates: list[JobRun]) -> list[JobRun] | None:
         """The shortest prefix of ``candidates`` (least important first) whose eviction lets
@@ -1101,7 +1113,7 @@ class Engine:
         job.placements_seen.append(pl.nodes)
         self.running[spec.job_id] = job
         self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
-        self._running_version += 1
+        self._rerank(job, True)
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self._ends is not None:
@@ -1127,7 +1139,7 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
-        self._running_version += 1
+        self._rerank(job, False)
         if self._ends is not None:
             self._forget_end(job)
         self._stops += 1
@@ -1178,6 +1190,37 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+class _RankedRunning:
+    """Running jobs ascending by (preemption rank now, last start, seq), in parallel lists: the
+    keys (for inserting), the ranks (for bisecting) and the jobs; each job's key is remembered so
+    that it is found again when it stops (its rank then may differ from the one it was filed by)."""
+
+    __slots__ = ("keys", "ranks", "jobs", "key_of")
+
+    def __init__(self, ctx: Engine, running: Iterable[JobRun]) -> None:
+        rank = ctx.policy.queue.preempt_rank
+        rows = sorted(((rank(r, ctx), r.last_start_s, r.seq), r) for r in running)
+        self.keys = [k for k, _ in rows]
+        self.ranks = [k[0] for k in self.keys]
+        self.jobs = [r for _, r in rows]
+        self.key_of = {r.seq: k for k, r in rows}
+
+    def add(self, ctx: Engine, job: JobRun) -> None:
+        key = (ctx.policy.queue.preempt_rank(job, ctx), job.last_start_s, job.seq)
+        i = bisect.bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.ranks.insert(i, key[0])
+        self.jobs.insert(i, job)
+        self.key_of[job.seq] = key
+
+    def discard(self, job: JobRun) -> None:
+        key = self.key_of.pop(job.seq, None)
+        if key is None:
+            return
+        i = bisect.bisect_left(self.keys, key)
+        del self.keys[i], self.ranks[i], self.jobs[i]
 
 
 class _Discarded(list):
