@@ -7,6 +7,7 @@ are explicit decisions — launch, preempt, migrate, complete, requeue. No I/O a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import Counter
@@ -117,6 +118,15 @@ class Engine:
         self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._stops = 0  # jobs taken off their GPUs so far
+        # Preemption's per-pass caches (see ranked_running): the ranked running jobs live for a
+        # pass (launches and stops update them in place); the failures, while the running jobs
+        # stay the same (every launch and stop bumps the version).
+        self._pass_no = 0
+        self._running_version = 0
+        self._ranked_pass = -1
+        self._ranked: dict[str | None, _RankedRunning] = {}
+        self._failed_key: tuple[int, int] | None = None
+        self._preempt_failed: set[tuple] = set()
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
@@ -783,6 +793,7 @@ class Engine:
             self._deferred_adds.clear()
 
     def _pass(self) -> None:
+        self._pass_no += 1
         pol = self.policy
         q = pol.queue
         st = self.state
@@ -963,6 +974,44 @@ class Engine:
             self._migrate(mover, node, slots)
         return placement.bind(self, job, self.static_mask(job.spec))
 
+    def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
+        """The running jobs of ``vc`` (every running job for None), ascending by (preemption rank,
+        last start, seq), with their ranks alongside for bisecting. Ranks are taken at the current
+        time (a preemption rank depends on the job and the time only), so the list is built once
+        per pass and kept up to date by launches and stops, instead of ranking every running job
+        for every waiting job that does not fit."""
+        if self._ranked_pass != self._pass_no:
+            self._ranked_pass = self._pass_no
+            self._ranked.clear()
+        got = self._ranked.get(vc)
+        if got is None:
+            pool = self.running if vc is None else self.running_by_vc.get(vc, {})
+            got = _RankedRunning(self, pool.values())
+            self._ranked[vc] = got
+        return got.ranks, got.jobs
+
+    def preemption_failed(self) -> set[tuple]:
+        """Waiting-job signatures that found no victims in this pass with the running jobs as they
+        are: a job with the same signature finds none either, and is not tried again."""
+        key = (self._pass_no, self._running_version)
+        if self._failed_key != key:
+            self._failed_key = key
+            self._preempt_failed.clear()
+        return self._preempt_failed
+
+    def _rerank(self, job: JobRun, running: bool) -> None:
+        """Keep this pass's ranked running jobs (if built) in step with a launch or a stop."""
+        self._running_version += 1
+        if self._ranked_pass != self._pass_no:
+            return
+        for scope in (None, job.spec.vc):
+            got = self._ranked.get(scope)
+            if got is not None:
+                if running:
+                    got.add(self, job)
+                else:
+                    got.discard(job)
+
     def victims_that_fit(self, job: JobRun, candidates: list[JobRun]) -> list[JobRun] | None:
         """The shortest prefix of ``candidates`` (least important first) whose eviction lets
         ``job`` run; for a job that fits on one node, the node needing the fewest evictions."""
@@ -970,7 +1019,10 @@ class Engine:
             return None
         spec = job.spec
         static = self.static_mask(spec)
-        if placement.gang_size(self.state, spec, static) == 1:
+        k = placement.gang_size(self.state, spec, static)
+        if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, static, k, candidates):
+            return None
+        if k == 1:
             best: tuple[int, int, list[JobRun]] | None = None
             by_node: dict[int, list[JobRun]] = {}
             for v in candidates:
@@ -1012,6 +1064,28 @@ class Engine:
                 return chosen
         return None
 
+    def _eviction_hopeless(self, spec: JobSpec, static: np.ndarray, k: int, candidates: list[JobRun]) -> bool:
+        """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
+        ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
+        the GPUs the candidates hold per node, so a hopeless job skips the trials of every prefix.
+        (Placement is monotone in free capacity: no prefix fits where all of them do not.)"""
+        if k == 0:
+            return True
+        st = self.state
+        held: dict[int, int] = {}
+        for v in candidates:
+            for n, slots in v.placement.gpus:
+                if static[n]:
+                    held[n] = held.get(n, 0) + len(slots)
+        g = spec.num_gpus
+        if k > 1 and self.config.relaxed_locality:
+            return st.total_full_free + sum(held.values()) < g
+        # At most: a touched node's whole GPUs free plus those its candidates hold; any other
+        # node's, the largest free whole-GPU block.
+        most = sorted([int(st.full_free[n]) + h for n, h in held.items()] + [st.max_full_free()] * k,
+                      reverse=True)
+        return sum(most[:k]) < g
+
     @staticmethod
     def release_on(state: ClusterState, job: JobRun) -> None:
         spec = job.spec
@@ -1039,6 +1113,7 @@ class Engine:
         job.placements_seen.append(pl.nodes)
         self.running[spec.job_id] = job
         self.running_by_vc.setdefault(spec.vc, {})[spec.job_id] = job
+        self._rerank(job, True)
         job.completion_token += 1
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self._ends is not None:
@@ -1064,6 +1139,7 @@ class Engine:
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
+        self._rerank(job, False)
         if self._ends is not None:
             self._forget_end(job)
         self._stops += 1
@@ -1114,6 +1190,37 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+class _RankedRunning:
+    """Running jobs ascending by (preemption rank now, last start, seq), in parallel lists: the
+    keys (for inserting), the ranks (for bisecting) and the jobs; each job's key is remembered so
+    that it is found again when it stops (its rank then may differ from the one it was filed by)."""
+
+    __slots__ = ("keys", "ranks", "jobs", "key_of")
+
+    def __init__(self, ctx: Engine, running: Iterable[JobRun]) -> None:
+        rank = ctx.policy.queue.preempt_rank
+        rows = sorted(((rank(r, ctx), r.last_start_s, r.seq), r) for r in running)
+        self.keys = [k for k, _ in rows]
+        self.ranks = [k[0] for k in self.keys]
+        self.jobs = [r for _, r in rows]
+        self.key_of = {r.seq: k for k, r in rows}
+
+    def add(self, ctx: Engine, job: JobRun) -> None:
+        key = (ctx.policy.queue.preempt_rank(job, ctx), job.last_start_s, job.seq)
+        i = bisect.bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.ranks.insert(i, key[0])
+        self.jobs.insert(i, job)
+        self.key_of[job.seq] = key
+
+    def discard(self, job: JobRun) -> None:
+        key = self.key_of.pop(job.seq, None)
+        if key is None:
+            return
+        i = bisect.bisect_left(self.keys, key)
+        del self.keys[i], self.ranks[i], self.jobs[i]
 
 
 class _Discarded(list):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from analysim.core.job import JobRun
+from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -13,6 +14,10 @@ if TYPE_CHECKING:
 class PriorityPreemption:
     """Evict running jobs that the queue ranks strictly below the waiting job, least important
     (then most recently started) first, as few as possible.
+
+    The running jobs come ranked from the engine (``Engine.ranked_running``, once per pass and
+    running set), so the candidates are a bisected suffix rather than a re-ranking per waiting
+    job; a waiting job identical to one that found no victims in the same state is not retried.
 
     With VC quotas, only jobs of the waiting job's own VC, and only if the VC then stays within its
     quota: across tenants GPUs change hands by quota reclaim alone. (Otherwise the two rules undo
@@ -26,24 +31,37 @@ class PriorityPreemption:
         q = ctx.policy.queue
         if not getattr(q, "preemptive", False):
             return None
+        spec = job.spec
         mine = q.preempt_rank(job, ctx)
-        static = ctx.static_mask(job.spec)
-        same_vc_only = ctx.quota_of(job.spec.vc) is not None
-        ranked = []
-        pool = ctx.running_by_vc.get(job.spec.vc, {}) if same_vc_only else ctx.running
-        for r in pool.values():
-            p = q.preempt_rank(r, ctx)
-            if p > mine and any(static[n] for n in r.placement.nodes):
-                ranked.append((p, r.last_start_s, r.seq, r))
-        if not ranked:
+        same_vc_only = ctx.quota_of(spec.vc) is not None
+        ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
+        first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
+        if first == len(ranked):
             return None
-        ranked.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
-        victims = ctx.victims_that_fit(job, [t[3] for t in ranked])
-        if victims and same_vc_only:
-            after = ctx.state.vc_used.get(job.spec.vc, 0.0) - sum(v.spec.gpu_demand for v in victims)
-            if after + job.spec.gpu_demand > ctx.quota_of(job.spec.vc) + 1e-9:
-                return None
+        # Everything the answer depends on besides the running jobs (fixed for the cache's life).
+        sig = (spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
+               spec.is_fractional, spec.gpu_demand, mine)
+        failed = ctx.preemption_failed()
+        if sig in failed:
+            return None
+        static = ctx.static_mask(spec)
+        candidates = [r for r in reversed(ranked[first:]) if any(static[n] for n in r.placement.nodes)]
+        victims = None
+        if candidates and not (same_vc_only and self._over_quota(spec, candidates, ctx)):
+            victims = ctx.victims_that_fit(job, candidates)
+            if victims and same_vc_only and self._over_quota(spec, victims, ctx):
+                victims = None
+        if not victims:
+            failed.add(sig)
         return victims
+
+    @staticmethod
+    def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
+        """Whether the job's VC would still run over its quota with ``evicted`` gone. Asked first
+        of every candidate: if evicting them all does not bring the VC within quota, no prefix does
+        (the partial sums, in the same order, only grow), and the trials are skipped."""
+        after = ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
+        return after + spec.gpu_demand > ctx.quota_of(spec.vc) + 1e-9
 
 
 class QuotaReclaim:
