@@ -4,6 +4,7 @@ and group's summaries, status, history and warnings come back, and monitoring re
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -95,6 +96,8 @@ def test_monitor_state_survives_sigkill_and_sigterm(tmp_path: Path) -> None:
         # SIGKILL: whatever was not checkpointed is replayed from the query log. The
         # monitor the gateway started goes with it (its stdin closes).
         (monitor_pid,) = map(int, Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split())
+        # It runs below the gateway's CPU priority, so that it never takes the gateway's core.
+        assert os.getpriority(os.PRIO_PROCESS, monitor_pid) == os.getpriority(os.PRIO_PROCESS, proc.pid) + 10
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         wait_until(lambda: gone(monitor_pid), what="the gateway's monitor to exit with it")
