@@ -14,13 +14,11 @@ past ``--timeout`` is reported as such, not waited for. Skips cleanly when ../sh
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+from bench_simulate import run_one  # the same child-process measurement
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -47,31 +45,6 @@ def configs(only: str | None, policies: tuple[str, ...]) -> list[tuple[str, list
 
 def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def run_one(args: list[str], limit: int | None, timeout: float) -> dict:
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "analysim", "simulate", *args, "--out", out, "--no-plots", "--no-progress"]
-        if limit:
-            cmd += ["--limit", str(limit)]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-        deadline = t0 + timeout
-        while True:  # os.wait4 has no timeout: poll this one child
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                proc.wait()
-                return {"timeout": True}
-            time.sleep(0.2)
-        wall = time.perf_counter() - t0
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"failed: {' '.join(cmd)}")
-        summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"wall_s": wall, "user_s": usage.ru_utime, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "jobs": summary["jobs_total"], "timeout": False}
 
 
 def main() -> int:

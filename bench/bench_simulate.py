@@ -42,21 +42,32 @@ def configs(only: str | None) -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_one(args: list[str], limit: int | None) -> dict:
+def run_one(args: list[str], limit: int | None, timeout: float | None = None) -> dict:
+    """``analysim simulate ARGS`` in a child process: its wall time, its own CPU and peak RSS
+    (``os.wait4``), its summary; ``{"timeout": True}`` when it outlives ``timeout`` seconds."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "analysim", "simulate", *args, "--out", out, "--no-plots", "--no-progress"]
         if limit:
             cmd += ["--limit", str(limit)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, peak RSS included
+        while True:  # os.wait4 has no timeout: poll this one child when there is one
+            pid, status, usage = os.wait4(proc.pid, 0 if timeout is None else os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > t0 + timeout:  # type: ignore[operator]
+                proc.kill()
+                proc.wait()
+                return {"timeout": True}
+            time.sleep(0.2)
         wall = time.perf_counter() - t0
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"failed: {' '.join(cmd)}")
         summary = json.loads((Path(out) / "summary.json").read_text())
     return {
         "wall_s": wall, "sim_wall_s": summary["wall_s"], "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024, "summary": summary,
+        "user_s": usage.ru_utime, "peak_rss_mb": usage.ru_maxrss / 1024, "summary": summary,
+        "jobs": summary["jobs_total"], "timeout": False,
     }
 
 
