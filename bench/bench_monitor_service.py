@@ -89,10 +89,13 @@ def main() -> int:
             lag0 = {float(s.labels["le"]): s.value for s in samples(murl, admin)["analysim_monitor_lag_seconds_bucket"]}
             lat, elapsed, errors = asyncio.run(drive(gurl, keys, "bench", rows, args.duration, args.concurrency))
             stopped = time.perf_counter()
-            answered = sum(int(u["rows_used"]) for u in admin_call(gurl, admin, "GET", "/v1/admin/users")["users"])  # type: ignore[index]
             while True:  # catch-up once the load stops
+                # Read again each time: the gateway's rows_used is refreshed from the store every
+                # second, and a refresh that lands between a commit and its request's own count
+                # counts that commit twice until the next one (a known bug, see the session note).
+                answered = sum(int(u["rows_used"]) for u in admin_call(gurl, admin, "GET", "/v1/admin/users")["users"])  # type: ignore[index]
                 folded = sum(u["n_queries"] for u in admin_call(murl, admin, "GET", "/v1/admin/monitor/bench")["users"])  # type: ignore[index]
-                if folded >= answered:
+                if folded == answered:
                     break
                 if time.perf_counter() - stopped > 60:
                     raise SystemExit(f"the monitor folded {folded} of {answered} rows in 60 s after the load")
