@@ -90,9 +90,8 @@ def main() -> int:
             lat, elapsed, errors = asyncio.run(drive(gurl, keys, "bench", rows, args.duration, args.concurrency))
             stopped = time.perf_counter()
             while True:  # catch-up once the load stops
-                # Read again each time: the gateway's rows_used is refreshed from the store every
-                # second, and a refresh that lands between a commit and its request's own count
-                # counts that commit twice until the next one (a known bug, see the session note).
+                # Read again each time: a gateway's rows_used follows the store (other replicas
+                # charge too) at its next refresh, within a second.
                 answered = sum(int(u["rows_used"]) for u in admin_call(gurl, admin, "GET", "/v1/admin/users")["users"])  # type: ignore[index]
                 folded = sum(u["n_queries"] for u in admin_call(murl, admin, "GET", "/v1/admin/monitor/bench")["users"])  # type: ignore[index]
                 if folded == answered:

@@ -119,8 +119,18 @@ class _User:
 
     record: UserRecord
     used_rows: int = 0
-    reserved_rows: int = 0  # answered but not yet committed
+    reserved_rows: int = 0  # answered, and not yet counted in used_rows
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def saw_store_count(self, rows_used: int) -> None:
+        """Take the store's count of this user's rows (other replicas charge too). A query of
+        ours still reserved may already be in that count, and will add its rows when its
+        request resumes: so with queries in flight, take only what the count proves (it is
+        at least ``rows_used - reserved_rows`` without them), never less than we had."""
+        if self.reserved_rows == 0:
+            self.used_rows = rows_used
+        else:
+            self.used_rows = max(self.used_rows, rows_used - self.reserved_rows)
 
 
 class Gateway:
@@ -161,11 +171,13 @@ class Gateway:
     # ---- auth ----
 
     def _install(self, rec: UserRecord) -> _User:
-        old = self._by_name.get(rec.name)
-        if old is not None:
-            self._by_hash.pop(old.record.key_hash, None)
-        u = _User(rec, rec.rows_used, old.reserved_rows if old else 0)
-        self._by_name[rec.name] = u
+        u = self._by_name.get(rec.name)
+        if u is None:
+            u = self._by_name[rec.name] = _User(rec, rec.rows_used)
+        else:  # the same object: requests in flight hold it, and count their rows into it
+            self._by_hash.pop(u.record.key_hash, None)
+            u.record = rec
+            u.saw_store_count(rec.rows_used)
         if rec.revoked is None:
             self._by_hash[rec.key_hash] = u
         return u
@@ -364,7 +376,7 @@ class Gateway:
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
                            " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
         if r.reason == "quota_exceeded":
-            u.used_rows = r.rows_used
+            u.saw_store_count(r.rows_used)
             raise ApiError(429, "quota_exceeded", f"row quota of {r.limit:.0f} would be exceeded ({r.rows_used} used)")
         if r.reason == "rate_limited":
             raise ApiError(429, "rate_limited", f"rate limit of {r.limit:g} requests/s exceeded",
@@ -507,7 +519,7 @@ class Gateway:
         for rec in users:
             u = self._by_name.get(rec.name)
             if u is not None:
-                u.used_rows = rec.rows_used
+                u.saw_store_count(rec.rows_used)
 
     def shutdown(self) -> None:
         self.committer.flush_now()

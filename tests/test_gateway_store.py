@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mlaas_monitor.server import GatewayThread
-from mlaas_monitor.service import Gateway
+from mlaas_monitor.service import Gateway, Principal
 from mlaas_monitor.store import Store
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows
 
@@ -110,3 +110,56 @@ def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(store_db: s
     assert a.ledger_totals() == (4, 4, 40)
     a.close()
     b.close()
+
+
+def test_a_refresh_between_a_commit_and_its_request_counts_the_rows_once(store_db: str) -> None:
+    """The gateway refreshes every user's rows used from the store (other replicas charge
+    too). A refresh that runs after a query's commit reached the store but before the
+    request resumed must not count that query's rows twice: the store already has them."""
+    import asyncio
+
+    store = Store(store_db)
+    store.add_model(credit_model())
+    gw = Gateway(store, ADMIN_KEY)
+    gw.create_user({"name": "u"})
+    principal = Principal("u")
+    rows = credit_rows()[:3]
+
+    async def interleaved() -> None:
+        loop = asyncio.get_running_loop()
+        for i in range(3):
+            task = asyncio.create_task(gw.predict(principal, "credit", rows[: i + 1]))
+            await asyncio.sleep(0)  # the request runs up to its commit; the commit is queued
+            loop.call_soon(gw.refresh)  # after the commit, before the request resumes
+            await task
+
+    asyncio.run(interleaved())
+    by_name = {u["user"]: u["rows_used"] for u in gw.list_users()}
+    assert by_name["u"] == store.rows_by_user()["u"] == 1 + 2 + 3
+    store.close()
+
+
+def test_a_user_reloaded_while_its_query_is_in_flight_keeps_one_count(store_db: str) -> None:
+    """A user's row changed elsewhere (another replica, an admin) is reloaded while one of its
+    queries is being committed: that query must still count once, and its reservation end,
+    or the user is held below its quota from then on."""
+    import asyncio
+
+    store = Store(store_db)
+    store.add_model(credit_model())
+    gw = Gateway(store, ADMIN_KEY)
+    gw.create_user({"name": "u", "quota_rows": 10})
+    rows = credit_rows()[:5]
+
+    async def interleaved() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(gw.predict(Principal("u"), "credit", rows[:1]))
+        await asyncio.sleep(0)  # the query is reserved and its commit queued
+        Store(store_db).update_user("u", quota_rows=6)  # changed elsewhere: the config moves on
+        loop.call_soon(gw.refresh)
+        await task
+        await gw.predict(Principal("u"), "credit", rows)  # 1 + 5 = the new quota of 6, exactly
+
+    asyncio.run(interleaved())
+    assert {u["user"]: u["rows_used"] for u in gw.list_users()}["u"] == store.rows_by_user()["u"] == 6
+    store.close()
