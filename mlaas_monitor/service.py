@@ -14,7 +14,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mlaas_monitor import auth
@@ -120,7 +120,6 @@ class _User:
     record: UserRecord
     used_rows: int = 0
     reserved_rows: int = 0  # answered, and not yet counted in used_rows
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def saw_store_count(self, rows_used: int) -> None:
         """Take the store's count of this user's rows (other replicas charge too). A query of
