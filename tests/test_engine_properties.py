@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 import numpy as np
@@ -279,6 +280,36 @@ def test_same_inputs_same_decisions(sc):
     assert a.decisions == b.decisions
     assert a.recorder.jobs == b.recorder.jobs
     assert a.recorder.samples == b.recorder.samples
+
+
+class _NoShortcuts(Engine):
+    """The reference pass: it walks every waiting job (no widths or VCs left out, no jumps over a
+    VC's jobs), and every search for victims starts afresh (no memo of earlier failures)."""
+
+    _skip_ahead = False
+
+    def preemption_memo(self) -> dict:
+        return {}
+
+
+def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels):
+    engine = cls(spec, build_policy(policy, placement), config, workload=jobs)
+    for j in jobs:
+        with contextlib.suppress(InfeasibleJob):
+            engine.submit(j)
+    for node, down, up in failures:
+        engine.node_down(node, at=down)
+        engine.node_up(node, at=up)
+    for job_id, at in cancels:
+        engine.cancel(job_id, at=at)
+    engine.run()
+    return engine.decisions
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_the_pass_shortcuts_change_no_decision(sc):
+    assert _decisions_of(Engine, *sc) == _decisions_of(_NoShortcuts, *sc)
 
 
 # Two ways the pass's shortcuts left GPUs idle while a waiting job fit; random scenarios reach them

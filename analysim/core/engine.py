@@ -79,6 +79,7 @@ class _Extra:
     checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
     expected_end_s: float = math.inf
     qkey: tuple | None = None
+    qwork: float = 0.0  # overhead and work left when queued: a pending job ends this long after it starts
     promote_at: float | None = None
 
 
@@ -111,6 +112,21 @@ class Engine:
         # jumps over a VC's jobs that would borrow to its next job within quota.
         self._pending_of_vc_demand: dict[str, dict[float, SortedList]] | None = (
             {} if policy.queue.blocking and not policy.backfill else None)
+        # Under EASY backfilling, per VC, GPU demand and power-of-two bucket of queued work: a pass
+        # jumps over a VC's jobs that its reservations keep from backfilling to the next that
+        # they do not (see _next_may_backfill).
+        self._pending_of_vc_dw: dict[str, dict[tuple[float, int, int], SortedList]] | None = (
+            {} if policy.backfill else None)
+        # And by width (the whole GPUs a job asks for; 0 for fractional and CPU-only jobs),
+        # globally or per VC (``per_vc_order``, and EASY backfilling's per-VC queues): a pass
+        # without preemption or migration then leaves out the widths that cannot fit as capacity
+        # stands, instead of passing over their jobs one by one (see _width_keys).
+        self._pending_of_width: dict[int, SortedList] | None = None
+        self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
+        if policy.backfill or getattr(policy.queue, "per_vc_order", False):
+            self._pending_of_vc_width = {}
+        elif not policy.queue.blocking and not policy.queue.dynamic:
+            self._pending_of_width = {}
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -125,8 +141,8 @@ class Engine:
         self._running_version = 0
         self._ranked_pass = -1
         self._ranked: dict[str | None, _RankedRunning] = {}
-        self._failed_key: tuple[int, int] | None = None
-        self._preempt_failed: set[tuple] = set()
+        self._memo_key: tuple[int, int] | None = None
+        self._memo: dict = {}
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
@@ -512,11 +528,46 @@ class Engine:
 
         return {vc: jobs(keys) for vc, keys in self._pending_of_vc.items()}
 
-    def _dynamic_source(self) -> Iterable[JobRun]:
-        # A queue that orders from the per-VC lists does not need a list of every pending job.
+    def _dynamic_source(self) -> Iterable[JobRun] | dict[str, Iterator[JobRun]]:
+        # A queue that orders from the per-VC lists gets them, not a list of every pending job.
         if getattr(self.policy.queue, "per_vc_order", False):
-            return self.pending_jobs()
+            return self.pending_by_vc()
         return list(self._pending_by_seq.values())
+
+    def _merge_widths(self, lists: dict[int, SortedList]) -> Iterator[JobRun]:
+        """Pending jobs in queue-key order from per-width lists (see _width_keys)."""
+        by_seq = self._pending_by_seq
+        for key in self._width_keys(lists):
+            job = by_seq.get(key[1])
+            if job is not None:
+                yield job
+
+    def _width_keys(self, lists: dict[int, SortedList], start: tuple | None = None) -> Iterator[tuple]:
+        """Keys (from ``start`` on) in order from per-width lists, leaving out a width once no job
+        of it could fit, for the rest of a pass that only launches (free GPUs only shrink): a
+        width no larger than the smallest node, when no node has that many whole GPUs free; a
+        width larger than every node, when all nodes together do not. The pass would pass over
+        each such job as one that cannot fit (see the capacity checks in _pass)."""
+        st = self.state
+        small, gmax = st.smallest_node_gpus, self._gmax
+        heap = []
+        for w, keys in lists.items():
+            it = iter(keys) if start is None else keys.irange(minimum=start)
+            first = next(it, None)
+            if first is not None:
+                heap.append((first, w, it))
+        heapq.heapify(heap)  # keys are unique: iterators are never compared
+        while heap:
+            key, w, it = heap[0]
+            if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax):
+                heapq.heappop(heap)
+                continue
+            yield key
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, w, it))
 
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
@@ -527,11 +578,13 @@ class Engine:
 
     def _enqueue(self, job: JobRun) -> None:
         key = (self.policy.queue.key(job, self), job.seq)
-        self.extra[job.job_id].qkey = key
+        ex = self.extra[job.job_id]
+        ex.qkey = key
+        ex.qwork = job.overhead_s + job.remaining_s
         if self._in_pass:
-            self._deferred_adds.append((key, job.spec.vc, job.spec.gpu_demand))  # the pass is iterating the queue
+            self._deferred_adds.append((key, job.spec, ex.qwork))  # the pass is iterating the queue
         else:
-            self._add_key(key, job.spec.vc, job.spec.gpu_demand)
+            self._add_key(key, job.spec, ex.qwork)
         self._pending_by_seq[job.seq] = job
         self._pending_vcs[job.spec.vc] += 1
         self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
@@ -542,9 +595,9 @@ class Engine:
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
         if self._in_pass:
-            self._deferred_removals.append((ex.qkey, job.spec.vc, job.spec.gpu_demand))
+            self._deferred_removals.append((ex.qkey, job.spec, ex.qwork))
         else:
-            self._remove_key(ex.qkey, job.spec.vc, job.spec.gpu_demand)
+            self._remove_key(ex.qkey, job.spec, ex.qwork)
         del self._pending_by_seq[job.seq]
         vc = job.spec.vc
         left = self._pending_vcs[vc] - 1
@@ -560,33 +613,36 @@ class Engine:
         self.pending_demand -= job.spec.gpu_demand
         self._count_shape(job.spec, -1)
 
-    def _add_key(self, key: tuple, vc: str, demand: float) -> None:
+    def _add_key(self, key: tuple, spec: JobSpec, work: float) -> None:
+        vc = spec.vc
         self._pending.add(key)
         if self._pending_of_vc is not None:
-            mine = self._pending_of_vc.get(vc)
-            if mine is None:
-                mine = self._pending_of_vc[vc] = SortedList()
-            mine.add(key)
-        if self._pending_of_vc_demand is not None:
-            bucket = self._pending_of_vc_demand.setdefault(vc, {}).get(demand)
-            if bucket is None:
-                bucket = self._pending_of_vc_demand[vc][demand] = SortedList()
-            bucket.add(key)
+            _file(self._pending_of_vc, vc, key)
+        if self._pending_of_width is not None:
+            _file(self._pending_of_width, _width(spec), key)
+        for nested, bucket in self._nested_lists(spec, work):
+            _file(nested.setdefault(vc, {}), bucket, key)
 
-    def _remove_key(self, key: tuple, vc: str, demand: float) -> None:
+    def _remove_key(self, key: tuple, spec: JobSpec, work: float) -> None:
+        vc = spec.vc
         self._pending.remove(key)
         if self._pending_of_vc is not None:
-            mine = self._pending_of_vc[vc]
-            mine.remove(key)
-            if not mine:
-                del self._pending_of_vc[vc]
+            _unfile(self._pending_of_vc, vc, key)
+        if self._pending_of_width is not None:
+            _unfile(self._pending_of_width, _width(spec), key)
+        for nested, bucket in self._nested_lists(spec, work):
+            _unfile(nested[vc], bucket, key)
+            if not nested[vc]:
+                del nested[vc]
+
+    def _nested_lists(self, spec: JobSpec, work: float) -> Iterator[tuple[dict, object]]:
+        """The per-VC-and-bucket key lists this engine keeps, each with the job's bucket."""
+        if self._pending_of_vc_width is not None:
+            yield self._pending_of_vc_width, _width(spec)
         if self._pending_of_vc_demand is not None:
-            buckets = self._pending_of_vc_demand[vc]
-            buckets[demand].remove(key)
-            if not buckets[demand]:
-                del buckets[demand]
-                if not buckets:
-                    del self._pending_of_vc_demand[vc]
+            yield self._pending_of_vc_demand, spec.gpu_demand
+        if self._pending_of_vc_dw is not None:
+            yield self._pending_of_vc_dw, (spec.gpu_demand, _width(spec), int(work).bit_length())
 
     def _next_within_quota(self, vc: str, after: tuple) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that its quota can hold now (the
@@ -650,6 +706,134 @@ class Engine:
             if nxt is not None:
                 heapq.heappush(heap, (nxt, vc, it))
 
+    def _backfill_order(self, blocked: dict, failed: dict) -> Iterator[JobRun]:
+        """Pending jobs in queue order, as ``pending_jobs``, but in a pass that only launches,
+        leaving out jobs the pass would pass over with no effect:
+        - once every queue a VC's jobs block is blocked (until then, a job that is not placed
+          blocks its queues), its jobs of widths that cannot fit (see _width_keys), and those its
+          reservations keep from backfilling: the merge jumps to the VC's next job that they let
+          backfill (they only lose spare GPUs during a pass);
+        - before that, with the shared queue blocked and nothing failed yet in the pass, a VC's
+          jobs that would borrow, could fit, and the shared reservation keeps out: the merge
+          jumps to the VC's next job that is within quota, cannot fit (it blocks) or may
+          backfill. A launch or a failure can turn a job jumped over into one that blocks, so
+          such jumps are taken again from each job the pass looks at."""
+        lists, widths = self._pending_of_vc, self._pending_of_vc_width
+        by_seq = self._pending_by_seq
+        heap: list = []
+        gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
+        for vc, keys in lists.items():
+            self._push_from(heap, vc, iter(keys), 0)
+        narrowed: set[str] = set()
+        jumped: set[str] = set()  # VCs (not narrowed) with a jump of the second kind ahead
+        while heap:
+            key, vc, g, it = heapq.heappop(heap)
+            if g != gen[vc]:
+                continue
+            jumped.discard(vc)
+            scopes = self._scopes_blocked_by(vc)
+            job = by_seq.get(key[1])
+            if vc not in narrowed:
+                if all(sc in blocked for sc in scopes):
+                    narrowed.add(vc)
+                    self._push_from(heap, vc, self._width_keys(widths[vc], start=key), g)
+                    continue
+                if (job is not None and not failed and len(scopes) == 2 and None in blocked
+                        and not self._has_effect_unblocked(job, blocked[None])):
+                    self._jump(heap, vc, self._next_may_backfill(vc, key, blocked, narrowed=False), gen)
+                    jumped.add(vc)
+                    continue
+            elif job is not None and not all(self._may_backfill(job, r) for r in self._held(vc, job.spec.gpu_demand,
+                                                                                           blocked)):
+                self._jump(heap, vc, self._next_may_backfill(vc, key, blocked, narrowed=True), gen)
+                continue
+            if job is not None:
+                yield job
+                for v in jumped:  # taken again from here (see above)
+                    gen[v] += 1
+                    self._push_from(heap, v, lists[v].irange(minimum=key, inclusive=(False, False)), gen[v])
+                jumped.clear()
+            self._push_from(heap, vc, it, g)
+
+    def _jump(self, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
+        gen[vc] += 1
+        if to is not None:
+            keys = self._pending_of_vc[vc].irange(minimum=to)
+            self._push_from(heap, vc, keys, gen[vc])
+
+    @staticmethod
+    def _push_from(heap: list, vc: str, keys: Iterator[tuple], gen: int) -> None:
+        key = next(keys, None)
+        if key is not None:
+            heapq.heappush(heap, (key, vc, gen, keys))  # (a stale entry may share key and VC, not gen)
+
+    def _has_effect_unblocked(self, job: JobRun, shared: tuple[float, float]) -> bool:
+        """For a job of a VC with a quota whose own queue is not blocked, the shared one being
+        blocked, in a pass with no failures yet: whether the pass would do anything with it (try
+        it, or block its queues as one that cannot fit), rather than pass over it as one the
+        shared reservation keeps out."""
+        spec = job.spec
+        if self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand <= self._quota_by_vc[spec.vc] + 1e-9:
+            return True  # within quota: not held by the shared queue
+        return not self._width_may_fit(spec.num_gpus if not spec.is_fractional else 0) or self._may_backfill(job, shared)
+
+    def _width_may_fit(self, w: int) -> bool:
+        """False for a width the pass takes as one that cannot fit (the capacity test in _pass);
+        True for any other, including those whose answer depends on the job (heterogeneous nodes)."""
+        st = self.state
+        return not (0 < w <= st.smallest_node_gpus and w > st.max_full_free())
+
+    def _held(self, vc: str, demand: float, blocked: dict) -> list[tuple[float, float]]:
+        """The reservations a job of ``vc`` asking for ``demand`` GPUs must let it pass, when
+        every queue the VC's jobs block is blocked (the blocked ones of its queue_scopes)."""
+        scopes = self._scopes_blocked_by(vc)
+        if len(scopes) == 1 or self.state.vc_used.get(vc, 0.0) + demand <= self._quota_by_vc[vc] + 1e-9:
+            return [blocked[scopes[0]]]
+        return [blocked[sc] for sc in scopes]
+
+    def _next_may_backfill(self, vc: str, after: tuple, blocked: dict, narrowed: bool) -> tuple | None:
+        """The first key past ``after`` of a job of ``vc`` that _backfill_order does not jump
+        over: one the reservations holding it let backfill (end by the shadow time, or fit in the
+        spare GPUs, for each), or (not ``narrowed``) one within quota or of a width that cannot
+        fit. From the per-demand, width and work-bucket lists: a list whose jobs all fail some
+        reservation is left out, one whose jobs all pass gives its first key past ``after``, and
+        the few on a shadow time's boundary are walked with the exact test."""
+        best = None
+        by_seq = self._pending_by_seq
+        now = self.now
+        for (demand, width, b), keys in self._pending_of_vc_dw[vc].items():
+            if narrowed:
+                held = self._held(vc, demand, blocked)
+            elif (self.state.vc_used.get(vc, 0.0) + demand <= self._quota_by_vc[vc] + 1e-9
+                  or not self._width_may_fit(width)):
+                held = []  # every job here is looked at
+            else:
+                held = [blocked[None]]
+            # Bucket b holds work in [2^(b-1), 2^b) (b = 0: under 1 s); a second either side
+            # covers rounding in now + overhead + work.
+            low, high = (2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0
+            sure = True
+            for shadow, spare in held:
+                if demand <= spare or now + high <= shadow:
+                    continue
+                if now + low > shadow:
+                    break  # every job here ends past this shadow time and does not fit in its spare
+                sure = False
+            else:
+                if sure:
+                    i = keys.bisect_right(after)
+                    if i < len(keys) and (best is None or keys[i] < best):
+                        best = keys[i]
+                    continue
+                for k in keys.irange(minimum=after, inclusive=(False, False)):
+                    if best is not None and k >= best:
+                        break
+                    job = by_seq.get(k[1])
+                    if job is not None and all(self._may_backfill(job, r) for r in held):
+                        best = k
+                        break
+        return best
+
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
         """Whether every waiting job of ``vc`` is behind a blocked head (never wrongly True)."""
         if vc in blocked:
@@ -703,7 +887,7 @@ class Engine:
             return all(int(desc[: math.ceil(g / max(st.smallest_node_gpus, 1))].sum()) < g for g in gangs)
         return True
 
-    def _one_node(self, spec: JobSpec) -> bool:
+    def one_node(self, spec: JobSpec) -> bool:
         """Whether the job must fit on one node: some node open to it (up) has enough GPUs."""
         key = (spec.num_gpus, spec.gpu_models, spec.vc if spec.vc in self._vc_dedicated else None)
         one = self._one_node_cache.get(key)
@@ -785,10 +969,10 @@ class Engine:
             self._pass()
         finally:
             self._in_pass = False
-            for key, vc, demand in self._deferred_removals:
-                self._remove_key(key, vc, demand)
-            for key, vc, demand in self._deferred_adds:
-                self._add_key(key, vc, demand)
+            for key, spec, work in self._deferred_removals:
+                self._remove_key(key, spec, work)
+            for key, spec, work in self._deferred_adds:
+                self._add_key(key, spec, work)
             self._deferred_removals.clear()
             self._deferred_adds.clear()
 
@@ -802,18 +986,24 @@ class Engine:
         # (scope -> (shadow time, spare GPUs then)).
         blocked: dict[str | None, tuple[float, float] | None] = {}
         blocking = q.blocking
-        if blocking and not pol.backfill and self._pending_of_vc is not None:
-            source = self._blocking_order(
-                blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
-        else:
-            source = self._dynamic_source() if q.dynamic else self.pending_jobs()
-        failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
-        # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
-        # the same request again cannot while launches only take GPUs (without preemption or migration).
-        failed_gangs: set[tuple] = set()
         can_preempt = self.config.preemption and bool(pol.post_filters)
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
+        failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        if blocking and not pol.backfill and self._pending_of_vc is not None:
+            source = self._blocking_order(
+                blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
+        elif blocking and only_capacity and self._skip_ahead:
+            source = self._backfill_order(blocked, failed)
+        elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
+            source = self._merge_widths(self._pending_of_width)
+        elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
+            source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
+        else:
+            source = self._dynamic_source() if q.dynamic else self.pending_jobs()
+        # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
+        # the same request again cannot while launches only take GPUs (without preemption or migration).
+        failed_gangs: set[tuple] = set()
         if only_capacity and self._hopeless():
             return
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
@@ -833,7 +1023,7 @@ class Engine:
                 if held and not pol.backfill:
                     continue  # behind a blocked head of its own queue
             if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional and (
-                    g <= st.smallest_node_gpus or self._one_node(spec)):
+                    g <= st.smallest_node_gpus or self.one_node(spec)):
                 pass  # cannot fit: a failure, as below
             elif not self.spec.allow_borrowing and not self.within_quota(job):
                 continue  # over its VC's quota: waits without blocking other tenants
@@ -846,7 +1036,7 @@ class Engine:
                 sig = (spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
                        spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
-                gang = g > st.smallest_node_gpus and not self._one_node(spec)
+                gang = g > st.smallest_node_gpus and not self.one_node(spec)
                 worse = None if gang else failed.get(sig)
                 # (Written out: a generator over the four fields cost more than the rest of the
                 # check for the long queues of LAS-like policies.)
@@ -912,7 +1102,10 @@ class Engine:
         """The queues a job that cannot be placed blocks: its own, and in the shared pool also
         the shared queue, even when it is within its quota: a job that would borrow takes the
         free GPUs a guaranteed head is waiting for."""
-        vc = job.spec.vc
+        return self._scopes_blocked_by(job.spec.vc)
+
+    def _scopes_blocked_by(self, vc: str) -> tuple[str | None, ...]:
+        """blocked_scopes of any job of ``vc``; the first is the queue its every job waits in."""
         if vc in self._vc_dedicated:
             return (vc,)
         if self.quota_of(vc) is None:
@@ -990,14 +1183,15 @@ class Engine:
             self._ranked[vc] = got
         return got.ranks, got.jobs
 
-    def preemption_failed(self) -> set[tuple]:
-        """Waiting-job signatures that found no victims in this pass with the running jobs as they
-        are: a job with the same signature finds none either, and is not tried again."""
+    def preemption_memo(self) -> dict:
+        """For post-filters: a memo that lives while the pass and the running jobs stay the same
+        (every launch and stop starts a new one), for what a waiting job's search for victims
+        found out about the ones after it (e.g. that none of the same shape finds victims)."""
         key = (self._pass_no, self._running_version)
-        if self._failed_key != key:
-            self._failed_key = key
-            self._preempt_failed.clear()
-        return self._preempt_failed
+        if self._memo_key != key:
+            self._memo_key = key
+            self._memo.clear()
+        return self._memo
 
     def _rerank(self, job: JobRun, running: bool) -> None:
         """Keep this pass's ranked running jobs (if built) in step with a launch or a stop."""
@@ -1190,6 +1384,25 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+def _file(lists: dict, bucket: object, key: tuple) -> None:
+    mine = lists.get(bucket)
+    if mine is None:
+        mine = lists[bucket] = SortedList()
+    mine.add(key)
+
+
+def _unfile(lists: dict, bucket: object, key: tuple) -> None:
+    mine = lists[bucket]
+    mine.remove(key)
+    if not mine:
+        del lists[bucket]
+
+
+def _width(spec: JobSpec) -> int:
+    """The whole GPUs a job asks for; 0 for a fractional or CPU-only job."""
+    return 0 if spec.is_fractional else spec.num_gpus
 
 
 class _RankedRunning:

@@ -85,26 +85,43 @@ def can_place(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterS
         return False
     if k_min == 1:
         return bool((static_ok & single_node_fit(state, spec)).any())
-    return _bind_gang(ctx, spec, static_ok, state, k_min) is not None
+    return _gang_fits(gang_capacity(state, spec, static_ok), spec.num_gpus, k_min, ctx.config.relaxed_locality)
+
+
+def gang_capacity(state: ClusterState, spec: JobSpec, static_ok: np.ndarray) -> np.ndarray:
+    """GPUs each node can give a whole-GPU gang: its whole free GPUs, fewer if CPU or memory run
+    out first; 0 on nodes the job may not use."""
+    g = spec.num_gpus
+    per_gpu_cpu = spec.cpu_milli / g
+    per_gpu_mem = spec.memory_mib / g
+    cap = state.full_free
+    if per_gpu_cpu:
+        cap = np.minimum(cap, np.floor_divide(state.cpu_free, per_gpu_cpu).astype(np.int64))
+    if per_gpu_mem:
+        cap = np.minimum(cap, np.floor_divide(state.mem_free, per_gpu_mem).astype(np.int64))
+    return np.where(static_ok, cap, 0)
+
+
+def _gang_fits(cap: np.ndarray, g: int, k_min: int, relaxed: bool) -> bool:
+    """Whether ``_bind_gang`` finds a placement, without finding it. It succeeds exactly when
+    filling the nodes with the most capacity first, over the whole cluster, reaches ``g`` GPUs
+    within ``k_min`` nodes (any number, relaxed): a rack that takes the gang alone does so with
+    nodes of at most the same capacities, so racks never succeed where the whole cluster fails.
+    So: the ``k_min`` largest capacities hold ``g``."""
+    if relaxed or k_min >= len(cap):
+        return int(cap.sum()) >= g
+    return int(np.partition(cap, -k_min)[-k_min:].sum()) >= g
 
 
 def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterState, k_min: int) -> Placement | None:
     """Whole GPUs over several nodes: fill the emptiest nodes first so the job spans as few as
     possible, inside one rack when one rack can take it (best-fit across racks)."""
     g = spec.num_gpus
-    per_gpu_cpu = spec.cpu_milli / g
-    per_gpu_mem = spec.memory_mib / g
-    # GPUs each node can give the job: whole free GPUs, fewer if CPU or memory run out first.
-    cap = state.full_free
-    if per_gpu_cpu:
-        cap = np.minimum(cap, np.floor_divide(state.cpu_free, per_gpu_cpu).astype(np.int64))
-    if per_gpu_mem:
-        cap = np.minimum(cap, np.floor_divide(state.mem_free, per_gpu_mem).astype(np.int64))
-    cap = np.where(static_ok, cap, 0)
-    rack_cap = np.bincount(state.rack_id, weights=cap)
-    if rack_cap.sum() < g:
-        return None
+    cap = gang_capacity(state, spec, static_ok)
     relaxed = ctx.config.relaxed_locality
+    if not _gang_fits(cap, g, k_min, relaxed):
+        return None  # (most attempts on a busy cluster fail: the racks are not walked for them)
+    rack_cap = np.bincount(state.rack_id, weights=cap)
 
     def take(nodes: np.ndarray) -> list[tuple[int, int]] | None:
         order = nodes[np.lexsort((nodes, -cap[nodes]))]  # emptiest first, then lowest index

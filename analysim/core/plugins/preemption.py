@@ -5,6 +5,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
@@ -17,7 +19,8 @@ class PriorityPreemption:
 
     The running jobs come ranked from the engine (``Engine.ranked_running``, once per pass and
     running set), so the candidates are a bisected suffix rather than a re-ranking per waiting
-    job; a waiting job identical to one that found no victims in the same state is not retried.
+    job; a waiting job that a search for a job of its shape and VC shows to find no victims
+    (the same rank, or for most failures any rank at least as low) is not searched for.
 
     With VC quotas, only jobs of the waiting job's own VC, and only if the VC then stays within its
     quota: across tenants GPUs change hands by quota reclaim alone. (Otherwise the two rules undo
@@ -38,30 +41,78 @@ class PriorityPreemption:
         first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
         if first == len(ranked):
             return None
-        # Everything the answer depends on besides the running jobs (fixed for the cache's life).
-        sig = (spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
-               spec.is_fractional, spec.gpu_demand, mine)
-        failed = ctx.preemption_failed()
-        if sig in failed:
+        # Everything the answer depends on besides the rank and the running jobs (fixed for the
+        # memo's life).
+        shape = (spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
+                 spec.is_fractional, spec.gpu_demand)
+        memo = ctx.preemption_memo()
+        known = memo.get(shape)
+        if known is None:
+            known = memo[shape] = _Failures()
+        if known.hopeless_from is not None and mine >= known.hopeless_from or mine in known.ranks:
             return None
         static = ctx.static_mask(spec)
+        # A job ranked lower has fewer candidates, a prefix of these (least important first): a
+        # failure that comes from too few candidates holds for it too (see _Failures).
         candidates = [r for r in reversed(ranked[first:]) if any(static[n] for n in r.placement.nodes)]
-        victims = None
-        if candidates and not (same_vc_only and self._over_quota(spec, candidates, ctx)):
-            victims = ctx.victims_that_fit(job, candidates)
-            if victims and same_vc_only and self._over_quota(spec, victims, ctx):
-                victims = None
-        if not victims:
-            failed.add(sig)
+        one_node = ctx.one_node(spec)
+        if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
+            known.fail_from(mine)
+            return None
+        victims = ctx.victims_that_fit(job, candidates)
+        if victims is None:
+            known.fail_from(mine)
+        elif same_vc_only and self._over_quota(spec, victims, ctx):
+            # A gang's victims are the shortest prefix that fits, which a lower-ranked job finds
+            # too or not at all; a one-node job's are the fewest on one node, and on another node
+            # for fewer candidates.
+            if one_node:
+                known.ranks.add(mine)
+            else:
+                known.fail_from(mine)
+            victims = None
         return victims
 
     @staticmethod
     def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
-        """Whether the job's VC would still run over its quota with ``evicted`` gone. Asked first
-        of every candidate: if evicting them all does not bring the VC within quota, no prefix does
-        (the partial sums, in the same order, only grow), and the trials are skipped."""
+        """Whether the job's VC would still run over its quota with ``evicted`` gone."""
         after = ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
         return after + spec.gpu_demand > ctx.quota_of(spec.vc) + 1e-9
+
+    @classmethod
+    def _quota_hopeless(cls, spec: JobSpec, candidates: list[JobRun], one_node: bool, static: np.ndarray,
+                        ctx: Engine) -> bool:
+        """Whether no set of victims among the candidates could bring the job's VC within its
+        quota, asked before any eviction is tried: the victims are a prefix of the candidates, or
+        for a job that fits on one node, a prefix of the candidates on one node (each counted
+        whole). The float partial sums of a prefix, in the same order, are at most the full sum,
+        so this never says so wrongly."""
+        if not one_node:
+            return cls._over_quota(spec, candidates, ctx)
+        on_node: dict[int, float] = {}
+        for v in candidates:
+            d = v.spec.gpu_demand
+            for n in v.placement.nodes:
+                if static[n]:
+                    on_node[n] = on_node.get(n, 0.0) + d
+        after = ctx.state.vc_used.get(spec.vc, 0.0) - max(on_node.values(), default=0.0)
+        return after + spec.gpu_demand > ctx.quota_of(spec.vc) + 1e-9
+
+
+class _Failures:
+    """What the memo knows of the waiting jobs of one shape and VC that found no victims, by rank:
+    from ``hopeless_from`` on, none does (too few candidates: a job ranked at least as low has a
+    prefix of them); at ``ranks``, exactly those."""
+
+    __slots__ = ("hopeless_from", "ranks")
+
+    def __init__(self) -> None:
+        self.hopeless_from: tuple | None = None
+        self.ranks: set[tuple] = set()
+
+    def fail_from(self, rank: tuple) -> None:
+        if self.hopeless_from is None or rank < self.hopeless_from:
+            self.hopeless_from = rank
 
 
 class QuotaReclaim:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from analysim.core.job import JobRun, JobStatus
@@ -18,8 +18,8 @@ class _QueueSort:
     blocking = False
     dynamic = False
     preemptive = False  # ranks running jobs below waiting ones, so a post-filter may evict them
-    # order() reads the engine's per-VC queues (ctx.pending_by_vc: each VC's jobs in key order)
-    # instead of its ``pending`` argument, which holds the same jobs.
+    # order() gets ``pending`` per VC, each VC's jobs in key order (the engine keeps those lists),
+    # as a dict VC -> iterator, instead of one iterable of every pending job.
     per_vc_order = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
@@ -187,11 +187,11 @@ class FairShare(_QueueSort):
         share = ctx.quota_of(vc) or 1.0
         return ctx.state.vc_used.get(vc, 0.0) / max(share, 1e-9)
 
-    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+    def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Engine) -> Iterator[JobRun]:  # type: ignore[override]
         # Each VC's jobs come in (submit time, seq) order from the engine's per-VC lists: a pass
         # costs the jobs it looks at, not a sort of the whole queue.
         heads: dict[str, tuple[JobRun, Iterator[JobRun]]] = {}
-        for vc, jobs in ctx.pending_by_vc().items():
+        for vc, jobs in pending.items():
             first = next(jobs, None)
             if first is not None:
                 heads[vc] = (first, jobs)
