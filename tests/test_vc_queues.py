@@ -211,6 +211,31 @@ def test_leaving_out_blocked_vcs_changes_no_decision(sc):
     assert _decisions(Engine, spec, jobs, policy, config) == _decisions(_WalkEveryJob, spec, jobs, policy, config)
 
 
+@st.composite
+def backfill_scenario(draw):
+    """EASY backfilling under load, with nothing but capacity in the way (no preemption or
+    migration, no CPU asks, borrowing on): long queues, where a pass jumps over many jobs."""
+    gpus = draw(st.sampled_from([4, 8]))
+    n_nodes = draw(st.integers(2, 4))
+    nodes = tuple(NodeSpec(f"n{i}", "r0", "V100", gpus, 32000, 64000) for i in range(n_nodes))
+    quotas = draw(st.lists(st.integers(1, 3), min_size=3, max_size=3))
+    vcs = tuple(VCSpec(f"q{i}", n_nodes * gpus * q / sum(quotas)) for i, q in enumerate(quotas))
+    spec = ClusterSpec("b", nodes, vcs)
+    jobs = [JobSpec(job_id=f"j{i}", submit_s=float(draw(st.integers(0, 200))),
+                    duration_s=float(draw(st.sampled_from([5, 30, 100, 400, 2000]))),
+                    num_gpus=draw(st.sampled_from([1, 1, 1, 2, gpus, gpus + 1])),
+                    vc=draw(st.sampled_from([v.name for v in vcs])))
+            for i in range(draw(st.integers(10, 60)))]
+    return spec, jobs, "fifo-backfill", EngineConfig()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(backfill_scenario())
+def test_backfill_jumps_change_no_decision(sc):
+    spec, jobs, policy, config = sc
+    assert _decisions(Engine, spec, jobs, policy, config) == _decisions(_WalkEveryJob, spec, jobs, policy, config)
+
+
 class _FairSortingEveryPass(FairShare):
     """The reference fair share: each pass groups every pending job by VC and sorts each group by
     (submit time, seq), instead of reading the engine's per-VC lists."""
