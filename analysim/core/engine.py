@@ -114,7 +114,7 @@ class Engine:
             {} if policy.queue.blocking and not policy.backfill else None)
         # Under EASY backfilling, per VC, GPU demand and power-of-two bucket of queued work: a pass
         # jumps over a VC's jobs that its reservations keep from backfilling to the next that
-        # they do not (see _next_may_backfill).
+        # they do not (see _backfill_order).
         self._pending_of_vc_dw: dict[str, dict[tuple[float, int, int], SortedList]] | None = (
             {} if policy.backfill else None)
         # And by width (the whole GPUs a job asks for; 0 for fractional and CPU-only jobs),
@@ -710,16 +710,17 @@ class Engine:
         """Pending jobs in queue order, as ``pending_jobs``, but in a pass that only launches,
         leaving out jobs the pass would pass over with no effect:
         - once every queue a VC's jobs block is blocked (until then, a job that is not placed
-          blocks its queues), its jobs of widths that cannot fit (see _width_keys), and those its
-          reservations keep from backfilling: the merge jumps to the VC's next job that they let
-          backfill (they only lose spare GPUs during a pass);
+          blocks its queues), those of widths that cannot fit as capacity stands (it only
+          shrinks), and those its reservations keep from backfilling (they only lose spare GPUs):
+          the merge jumps to the VC's next job that is neither;
         - before that, with the shared queue blocked and nothing failed yet in the pass, a VC's
           jobs that would borrow, could fit, and the shared reservation keeps out: the merge
           jumps to the VC's next job that is within quota, cannot fit (it blocks) or may
           backfill. A launch or a failure can turn a job jumped over into one that blocks, so
           such jumps are taken again from each job the pass looks at."""
-        lists, widths = self._pending_of_vc, self._pending_of_vc_width
+        lists = self._pending_of_vc
         by_seq = self._pending_by_seq
+        scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
         heap: list = []
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
         for vc, keys in lists.items():
@@ -731,23 +732,19 @@ class Engine:
             if g != gen[vc]:
                 continue
             jumped.discard(vc)
-            scopes = self._scopes_blocked_by(vc)
             job = by_seq.get(key[1])
-            if vc not in narrowed:
-                if all(sc in blocked for sc in scopes):
+            if job is not None:
+                scopes = scopes_of[vc]
+                if vc in narrowed or all(sc in blocked for sc in scopes):
                     narrowed.add(vc)
-                    self._push_from(heap, vc, self._width_keys(widths[vc], start=key), g)
-                    continue
-                if (job is not None and not failed and len(scopes) == 2 and None in blocked
-                        and not self._has_effect_unblocked(job, blocked[None])):
-                    self._jump(heap, vc, self._next_may_backfill(vc, key, blocked, narrowed=False), gen)
+                    if not self._backfill_effect(job, blocked, scopes, True):
+                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True), gen)
+                        continue
+                elif (not failed and len(scopes) == 2 and None in blocked
+                      and not self._backfill_effect(job, blocked, scopes, False)):
+                    self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False), gen)
                     jumped.add(vc)
                     continue
-            elif job is not None and not all(self._may_backfill(job, r) for r in self._held(vc, job.spec.gpu_demand,
-                                                                                           blocked)):
-                self._jump(heap, vc, self._next_may_backfill(vc, key, blocked, narrowed=True), gen)
-                continue
-            if job is not None:
                 yield job
                 for v in jumped:  # taken again from here (see above)
                     gen[v] += 1
@@ -758,8 +755,7 @@ class Engine:
     def _jump(self, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
         gen[vc] += 1
         if to is not None:
-            keys = self._pending_of_vc[vc].irange(minimum=to)
-            self._push_from(heap, vc, keys, gen[vc])
+            self._push_from(heap, vc, self._pending_of_vc[vc].irange(minimum=to), gen[vc])
 
     @staticmethod
     def _push_from(heap: list, vc: str, keys: Iterator[tuple], gen: int) -> None:
@@ -767,48 +763,58 @@ class Engine:
         if key is not None:
             heapq.heappush(heap, (key, vc, gen, keys))  # (a stale entry may share key and VC, not gen)
 
-    def _has_effect_unblocked(self, job: JobRun, shared: tuple[float, float]) -> bool:
-        """For a job of a VC with a quota whose own queue is not blocked, the shared one being
-        blocked, in a pass with no failures yet: whether the pass would do anything with it (try
-        it, or block its queues as one that cannot fit), rather than pass over it as one the
-        shared reservation keeps out."""
+    def _backfill_effect(self, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool) -> bool:
+        """Whether the pass would do anything with this pending job (see _backfill_order)."""
         spec = job.spec
+        cannot, gang_cannot = self._width_cannot_fit(0 if spec.is_fractional else spec.num_gpus)
+        if narrowed:
+            return not (cannot or gang_cannot) and all(
+                self._may_backfill(job, r) for r in self._held(spec.vc, spec.gpu_demand, blocked, scopes))
         if self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand <= self._quota_by_vc[spec.vc] + 1e-9:
             return True  # within quota: not held by the shared queue
-        return not self._width_may_fit(spec.num_gpus if not spec.is_fractional else 0) or self._may_backfill(job, shared)
+        return cannot or self._may_backfill(job, blocked[None])
 
-    def _width_may_fit(self, w: int) -> bool:
-        """False for a width the pass takes as one that cannot fit (the capacity test in _pass);
-        True for any other, including those whose answer depends on the job (heterogeneous nodes)."""
+    def _width_cannot_fit(self, w: int) -> tuple[bool, bool]:
+        """(a job of this width takes the pass's "cannot fit" path, which blocks its queues;
+        it is a gang the pass passes over as larger than all free GPUs). Both False for widths
+        whose answer depends on the job (nodes of several sizes)."""
         st = self.state
-        return not (0 < w <= st.smallest_node_gpus and w > st.max_full_free())
+        return (0 < w <= st.smallest_node_gpus and w > st.max_full_free(),
+                w > self._gmax and w > st.total_full_free)
 
-    def _held(self, vc: str, demand: float, blocked: dict) -> list[tuple[float, float]]:
+    def _held(self, vc: str, demand: float, blocked: dict, scopes: tuple) -> list[tuple[float, float]]:
         """The reservations a job of ``vc`` asking for ``demand`` GPUs must let it pass, when
-        every queue the VC's jobs block is blocked (the blocked ones of its queue_scopes)."""
-        scopes = self._scopes_blocked_by(vc)
+        every queue the VC's jobs block (``scopes``) is blocked (the blocked of its queue_scopes)."""
         if len(scopes) == 1 or self.state.vc_used.get(vc, 0.0) + demand <= self._quota_by_vc[vc] + 1e-9:
             return [blocked[scopes[0]]]
         return [blocked[sc] for sc in scopes]
 
-    def _next_may_backfill(self, vc: str, after: tuple, blocked: dict, narrowed: bool) -> tuple | None:
+    def _next_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
+                              narrowed: bool) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that _backfill_order does not jump
-        over: one the reservations holding it let backfill (end by the shadow time, or fit in the
-        spare GPUs, for each), or (not ``narrowed``) one within quota or of a width that cannot
-        fit. From the per-demand, width and work-bucket lists: a list whose jobs all fail some
-        reservation is left out, one whose jobs all pass gives its first key past ``after``, and
-        the few on a shadow time's boundary are walked with the exact test."""
+        over (see _backfill_effect), from the per-demand, width and work-bucket lists: a list
+        whose jobs all fail some reservation holding them is left out, one whose jobs all pass
+        every one (or need none) gives its first key past ``after``, and the few on a shadow
+        time's boundary are walked with the exact test."""
         best = None
         by_seq = self._pending_by_seq
         now = self.now
+        used = self.state.vc_used.get(vc, 0.0)
+        quota = self._quota_by_vc.get(vc)
+        held_of: dict[tuple[float, int], list | None] = {}  # (demand, width) -> reservations; None: leave out
         for (demand, width, b), keys in self._pending_of_vc_dw[vc].items():
-            if narrowed:
-                held = self._held(vc, demand, blocked)
-            elif (self.state.vc_used.get(vc, 0.0) + demand <= self._quota_by_vc[vc] + 1e-9
-                  or not self._width_may_fit(width)):
-                held = []  # every job here is looked at
-            else:
-                held = [blocked[None]]
+            held = held_of.get((demand, width), ())
+            if held == ():
+                cannot, gang_cannot = self._width_cannot_fit(width)
+                if narrowed:
+                    held = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
+                elif len(scopes) == 1 or used + demand <= quota + 1e-9 or cannot:
+                    held = []  # every job here has an effect
+                else:
+                    held = [blocked[None]]
+                held_of[demand, width] = held
+            if held is None:
+                continue
             # Bucket b holds work in [2^(b-1), 2^b) (b = 0: under 1 s); a second either side
             # covers rounding in now + overhead + work.
             low, high = (2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0
