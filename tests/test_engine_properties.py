@@ -288,7 +288,7 @@ class _NoShortcuts(Engine):
 
     _skip_ahead = False
 
-    def preemption_memo(self) -> dict:
+    def plugin_memo(self) -> dict:
         return {}
 
 

@@ -117,16 +117,21 @@ class Engine:
         # they do not (see _backfill_order).
         self._pending_of_vc_dw: dict[str, dict[tuple[float, int, int], SortedList]] | None = (
             {} if policy.backfill else None)
-        # And by width (the whole GPUs a job asks for; 0 for fractional and CPU-only jobs),
-        # globally or per VC (``per_vc_order``, and EASY backfilling's per-VC queues): a pass
-        # without preemption or migration then leaves out the widths that cannot fit as capacity
-        # stands, instead of passing over their jobs one by one (see _width_keys).
+        # For a queue that does not block, by width (the whole GPUs a job asks for; 0 for
+        # fractional and CPU-only jobs), globally or per VC (``per_vc_order``): a pass without
+        # preemption or migration then leaves out the widths that cannot fit as capacity stands,
+        # instead of passing over their jobs one by one (see _width_keys). And for one with a
+        # static order, per VC and request shape: a pass with them leaves out the shapes whose
+        # every request is at least one that failed in the pass (see _shape_order).
         self._pending_of_width: dict[int, SortedList] | None = None
         self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
-        if policy.backfill or getattr(policy.queue, "per_vc_order", False):
-            self._pending_of_vc_width = {}
-        elif not policy.queue.blocking and not policy.queue.dynamic:
-            self._pending_of_width = {}
+        self._pending_of_vc_shape: dict[str, dict[tuple, SortedList]] | None = None
+        if not policy.queue.blocking:
+            if getattr(policy.queue, "per_vc_order", False):
+                self._pending_of_vc_width = {}
+            elif not policy.queue.dynamic:
+                self._pending_of_width = {}
+                self._pending_of_vc_shape = {}
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -141,7 +146,7 @@ class Engine:
         self._running_version = 0
         self._ranked_pass = -1
         self._ranked: dict[str | None, _RankedRunning] = {}
-        self._memo_key: tuple[int, int] | None = None
+        self._memo_key: tuple[int, int, float] | None = None
         self._memo: dict = {}
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
@@ -542,8 +547,8 @@ class Engine:
             if job is not None:
                 yield job
 
-    def _width_keys(self, lists: dict[int, SortedList], start: tuple | None = None) -> Iterator[tuple]:
-        """Keys (from ``start`` on) in order from per-width lists, leaving out a width once no job
+    def _width_keys(self, lists: dict[int, SortedList]) -> Iterator[tuple]:
+        """Keys in order from per-width lists, leaving out a width once no job
         of it could fit, for the rest of a pass that only launches (free GPUs only shrink): a
         width no larger than the smallest node, when no node has that many whole GPUs free; a
         width larger than every node, when all nodes together do not. The pass would pass over
@@ -552,7 +557,7 @@ class Engine:
         small, gmax = st.smallest_node_gpus, self._gmax
         heap = []
         for w, keys in lists.items():
-            it = iter(keys) if start is None else keys.irange(minimum=start)
+            it = iter(keys)
             first = next(it, None)
             if first is not None:
                 heap.append((first, w, it))
@@ -568,6 +573,49 @@ class Engine:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (nxt, w, it))
+
+    def _shape_order(self, failed: dict, quotas_matter: bool) -> Iterator[JobRun]:
+        """Pending jobs in queue-key order from the per-VC, per-shape lists, for a pass that may
+        preempt or migrate: a shape whose requests are all at least as large as a failed one of
+        the same signature is left out (the pass passes over each such job: see ``worse`` in
+        _pass; gangs are always tried), until a preemption or migration succeeds, which clears
+        the failures: then the shapes left out come back from the job after it on."""
+        by_seq = self._pending_by_seq
+        dedicated = self._vc_dedicated
+        heap = []
+        for vc, shapes in self._pending_of_vc_shape.items():
+            for shape, keys in shapes.items():
+                it = iter(keys)
+                heap.append((next(it), vc, shape, it))
+        heapq.heapify(heap)  # keys are unique: the rest is never compared
+        dropped: list[tuple[str, tuple]] = []
+        stops, last = self._stops, None
+        while heap:
+            key, vc, shape, it = heap[0]
+            job = by_seq.get(key[1])
+            if job is not None:
+                models, frac, g, milli, cpu, mem = shape
+                worse = failed.get((models, vc if quotas_matter or vc in dedicated else None, frac))
+                if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
+                        and not (g > self.state.smallest_node_gpus and not self.one_node(job.spec))):
+                    heapq.heappop(heap)
+                    dropped.append((vc, shape))
+                    continue
+                last = key
+                yield job
+                if self._stops != stops and dropped:
+                    stops = self._stops
+                    for d_vc, d_shape in dropped:
+                        rest = self._pending_of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
+                        nxt = next(rest, None)
+                        if nxt is not None:
+                            heapq.heappush(heap, (nxt, d_vc, d_shape, rest))
+                    dropped.clear()
+            nxt = next(it, None)  # (shapes brought back start past this key: this entry is still the top)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, vc, shape, it))
 
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
@@ -639,6 +687,9 @@ class Engine:
         """The per-VC-and-bucket key lists this engine keeps, each with the job's bucket."""
         if self._pending_of_vc_width is not None:
             yield self._pending_of_vc_width, _width(spec)
+        if self._pending_of_vc_shape is not None:
+            yield self._pending_of_vc_shape, (spec.gpu_models, spec.is_fractional, spec.num_gpus, spec.gpu_milli,
+                                              spec.cpu_milli, spec.memory_mib)
         if self._pending_of_vc_demand is not None:
             yield self._pending_of_vc_demand, spec.gpu_demand
         if self._pending_of_vc_dw is not None:
@@ -996,6 +1047,7 @@ class Engine:
         can_migrate = self.config.migration and pol.rebalance is not None
         only_capacity = not (can_preempt or can_migrate)
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
         if blocking and not pol.backfill and self._pending_of_vc is not None:
             source = self._blocking_order(
                 blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
@@ -1003,6 +1055,8 @@ class Engine:
             source = self._backfill_order(blocked, failed)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
             source = self._merge_widths(self._pending_of_width)
+        elif self._skip_ahead and self._pending_of_vc_shape is not None:
+            source = self._shape_order(failed, quotas_matter)
         elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
             source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
         else:
@@ -1012,7 +1066,6 @@ class Engine:
         failed_gangs: set[tuple] = set()
         if only_capacity and self._hopeless():
             return
-        quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
         gmax = self._gmax
         # The most whole GPUs free on one node: a job that fits on one node but asks for more
         # cannot be placed, and is passed over without the cost of a placement attempt.
@@ -1189,11 +1242,12 @@ class Engine:
             self._ranked[vc] = got
         return got.ranks, got.jobs
 
-    def preemption_memo(self) -> dict:
-        """For post-filters: a memo that lives while the pass and the running jobs stay the same
-        (every launch and stop starts a new one), for what a waiting job's search for victims
-        found out about the ones after it (e.g. that none of the same shape finds victims)."""
-        key = (self._pass_no, self._running_version)
+    def plugin_memo(self) -> dict:
+        """For plugins: a memo that lives while the pass and the running jobs stay the same
+        (every launch and stop starts a new one), for what one waiting job's search found out
+        about the others (e.g. that none of the same shape finds victims). Each plugin keys its
+        entries with its own name."""
+        key = (self._pass_no, self._running_version, self.now)  # (now: a rebalance outside a pass)
         if self._memo_key != key:
             self._memo_key = key
             self._memo.clear()

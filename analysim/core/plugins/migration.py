@@ -39,6 +39,21 @@ class DefragMigration:
             return None
         if int(st.full_free[static].sum()) < spec.num_gpus:
             return None  # moving jobs around cannot create whole GPUs
+        # The answer depends on the job's shape, the allocation, the running jobs and the time,
+        # the last three fixed for the memo's life: identical requests are searched once.
+        memo = ctx.plugin_memo()
+        shape = (self.name, spec.num_gpus, spec.gpu_models, spec.cpu_milli, spec.memory_mib, static.tobytes())
+        if shape in memo:
+            return memo[shape]
+        movable = memo.get((self.name, "movable"))
+        if movable is None:
+            movable = memo[self.name, "movable"] = self._movable(ctx)
+        memo[shape] = moves = self._unblock(job, static, movable, ctx)
+        return moves
+
+    @staticmethod
+    def _movable(ctx: Engine) -> dict[int, list[JobRun]]:
+        """Running whole-GPU jobs on one node, by node, that are not about to finish."""
         min_left = ctx.config.migration_overhead_s
         movable: dict[int, list[JobRun]] = {}
         for r in ctx.running.values():
@@ -46,6 +61,12 @@ class DefragMigration:
             if (len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
                     and ctx.expected_end(r) - ctx.now > min_left):
                 movable.setdefault(r.placement.gpus[0][0], []).append(r)
+        return movable
+
+    def _unblock(self, job: JobRun, static: np.ndarray, movable: dict[int, list[JobRun]],
+                 ctx: Engine) -> list[Move] | None:
+        spec = job.spec
+        st = ctx.state
         deficit = spec.num_gpus - st.full_free
         cands = np.flatnonzero(static & (st.gpus >= spec.num_gpus) & (deficit > 0)
                                & (st.cpu_free >= 0) & (st.mem_free >= 0))

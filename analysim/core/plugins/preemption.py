@@ -43,9 +43,9 @@ class PriorityPreemption:
             return None
         # Everything the answer depends on besides the rank and the running jobs (fixed for the
         # memo's life).
-        shape = (spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
+        shape = (self.name, spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
                  spec.is_fractional, spec.gpu_demand)
-        memo = ctx.preemption_memo()
+        memo = ctx.plugin_memo()
         known = memo.get(shape)
         if known is None:
             known = memo[shape] = _Failures()

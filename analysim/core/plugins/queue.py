@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -93,8 +94,8 @@ class Tiresias(_QueueSort):
         self._base: dict[str, float] = {}  # attained service at the last promotion
 
     def level(self, job: JobRun, attained_gpu_s: float) -> int:
-        a = attained_gpu_s - self._base.get(job.job_id, 0.0)
-        return sum(a >= t for t in self.thresholds)
+        # The thresholds it has reached: they are sorted.
+        return bisect_right(self.thresholds, attained_gpu_s - self._base.get(job.job_id, 0.0))
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         promote = self._promote_at.get(job.job_id)
@@ -111,7 +112,11 @@ class Tiresias(_QueueSort):
 
     def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
         # Only a lower level evicts: FIFO within a level must not make jobs evict each other.
-        return self.priority(job, ctx)[:1]
+        # (priority's level, written out: every running job is ranked on every pass that preempts.)
+        if job.status is JobStatus.RUNNING:
+            attained = job.attained_gpu_s + (ctx.now - job.last_start_s) * job.spec.gpu_demand  # attained_now
+            return (bisect_right(self.thresholds, attained - self._base.get(job.job_id, 0.0)),)
+        return (job.queue_level,)
 
     def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
         if kind == "launch":
