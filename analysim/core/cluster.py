@@ -99,6 +99,7 @@ class ClusterState:
     # Whole free GPUs over all up nodes: a gang asking for more cannot be placed, whatever its
     # constraints, and is passed over without a placement attempt.
     total_full_free: int = field(init=False)
+    gang_sizes: dict = field(init=False)  # placement.gang_size's answers (topology only)
 
     def __post_init__(self) -> None:
         nodes = self.spec.nodes
@@ -131,6 +132,7 @@ class ClusterState:
             self._full_free_count[g] += 1
         self._max_full_free = self._highest_count_from(gmax)
         self.total_full_free = int(self.gpus.sum())
+        self.gang_sizes = {}
 
     @property
     def num_nodes(self) -> int:

@@ -52,10 +52,14 @@ def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int
     """The fewest nodes a job can span: 1 when some candidate node is big enough."""
     if spec.num_gpus <= 1 or spec.num_gpus <= state.smallest_node_gpus:
         return 1
-    biggest = int(state.gpus[candidates].max()) if candidates.any() else 0
-    if biggest <= 0:
-        return 0
-    return math.ceil(spec.num_gpus / biggest)
+    # The answer depends on the topology alone: remembered (on the state, shared by its clones),
+    # as it is asked for every gang a pass looks at.
+    key = (spec.num_gpus, candidates.tobytes())
+    k = state.gang_sizes.get(key)
+    if k is None:
+        biggest = int(state.gpus[candidates].max()) if candidates.any() else 0
+        k = state.gang_sizes[key] = math.ceil(spec.num_gpus / biggest) if biggest > 0 else 0
+    return k
 
 
 def bind(ctx: Engine, job: JobRun, static_ok: np.ndarray) -> Placement | None:
@@ -117,6 +121,8 @@ def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: Cluster
     """Whole GPUs over several nodes: fill the emptiest nodes first so the job spans as few as
     possible, inside one rack when one rack can take it (best-fit across racks)."""
     g = spec.num_gpus
+    if g > state.total_full_free:
+        return None  # (the nodes it may use have no more whole GPUs free than all up nodes)
     cap = gang_capacity(state, spec, static_ok)
     relaxed = ctx.config.relaxed_locality
     if not _gang_fits(cap, g, k_min, relaxed):

@@ -36,11 +36,6 @@ class PriorityPreemption:
             return None
         spec = job.spec
         mine = q.preempt_rank(job, ctx)
-        same_vc_only = ctx.quota_of(spec.vc) is not None
-        ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
-        first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
-        if first == len(ranked):
-            return None
         # Everything the answer depends on besides the rank and the running jobs (fixed for the
         # memo's life).
         shape = (self.name, spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
@@ -50,6 +45,12 @@ class PriorityPreemption:
         if known is None:
             known = memo[shape] = _Failures()
         if known.hopeless_from is not None and mine >= known.hopeless_from or mine in known.ranks:
+            return None
+        same_vc_only = ctx.quota_of(spec.vc) is not None
+        ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
+        first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
+        if first == len(ranked):
+            known.fail_from(mine)  # (a lower rank has none either)
             return None
         static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
