@@ -1473,8 +1473,9 @@ class _RankedRunning:
     __slots__ = ("keys", "ranks", "jobs", "key_of")
 
     def __init__(self, ctx: Engine, running: Iterable[JobRun]) -> None:
-        rank = ctx.policy.queue.preempt_rank
-        rows = sorted(((rank(r, ctx), r.last_start_s, r.seq), r) for r in running)
+        jobs = list(running)
+        ranks = ctx.policy.queue.preempt_ranks(jobs, ctx)
+        rows = sorted(((rank, r.last_start_s, r.seq), r) for rank, r in zip(ranks, jobs, strict=True))
         self.keys = [k for k, _ in rows]
         self.ranks = [k[0] for k in self.keys]
         self.jobs = [r for _, r in rows]

@@ -41,6 +41,14 @@ class QueueSort(Protocol):
         """Comparable across pending and running jobs; lower is more important. Preemption only
         ever evicts jobs whose priority is strictly greater than the preemptor's."""
 
+    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+        """What preemption compares (by default the priority): a waiting job may evict a running
+        one ranked strictly lower."""
+
+    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+        """preempt_rank of each running job, in one go (the engine ranks a VC's running jobs once
+        per pass that looks for victims)."""
+
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
         """The order of one scheduling pass. May be lazy and consult ``ctx`` as jobs get placed."""
 

@@ -33,6 +33,11 @@ class _QueueSort:
         """What preemption compares: a waiting job may evict a running one ranked strictly lower."""
         return self.priority(job, ctx)
 
+    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+        """preempt_rank of each of these running jobs (a queue may compute them in one go: every
+        running job of a VC is ranked on each pass that looks for victims)."""
+        return [self.preempt_rank(j, ctx) for j in running]
+
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
         return iter(pending)
 
@@ -72,6 +77,12 @@ class ShortestRemainingTimeFirst(_QueueSort):
     def priority(self, job: JobRun, ctx: Engine) -> tuple:
         return (ctx.remaining_now(job) + (job.overhead_s if job.status is JobStatus.PENDING else 0.0),
                 job.spec.submit_s)
+
+    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+        now = ctx.now
+        # priority of a running job, with Engine.remaining_now written out (same operations)
+        return [(max(0.0, j.remaining_s - max(0.0, (now - j.last_start_s) - j.overhead_s) / j.placement.slowdown) + 0.0,
+                 j.spec.submit_s) for j in running]
 
 
 class Tiresias(_QueueSort):
@@ -117,6 +128,11 @@ class Tiresias(_QueueSort):
             attained = job.attained_gpu_s + (ctx.now - job.last_start_s) * job.spec.gpu_demand  # attained_now
             return (bisect_right(self.thresholds, attained - self._base.get(job.job_id, 0.0)),)
         return (job.queue_level,)
+
+    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+        now, base, thresholds = ctx.now, self._base, self.thresholds
+        return [(bisect_right(thresholds, j.attained_gpu_s + (now - j.last_start_s) * j.spec.gpu_demand
+                              - base.get(j.job_id, 0.0)),) for j in running]
 
     def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
         if kind == "launch":
