@@ -144,7 +144,6 @@ class Engine:
         # stay the same (every launch and stop bumps the version).
         self._pass_no = 0
         self._running_version = 0
-        self._ranked_pass = -1
         self._ranked: dict[str | None, _RankedRunning] = {}
         self._memo_key: tuple[int, int, float] | None = None
         self._memo: dict = {}
@@ -1229,17 +1228,24 @@ class Engine:
     def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
         """The running jobs of ``vc`` (every running job for None), ascending by (preemption rank,
         last start, seq), with their ranks alongside for bisecting. Ranks are taken at the current
-        time (a preemption rank depends on the job and the time only), so the list is built once
+        time (a preemption rank depends on the job and the time only), so the list is ranked once
         per pass and kept up to date by launches and stops, instead of ranking every running job
-        for every waiting job that does not fit."""
-        if self._ranked_pass != self._pass_no:
-            self._ranked_pass = self._pass_no
-            self._ranked.clear()
+        for every waiting job that does not fit; and sorted again only when some rank moved."""
         got = self._ranked.get(vc)
-        if got is None:
-            pool = self.running if vc is None else self.running_by_vc.get(vc, {})
-            got = _RankedRunning(self, pool.values())
-            self._ranked[vc] = got
+        if got is not None and got.pass_no == self._pass_no:
+            return got.ranks, got.jobs
+        # A list from an earlier pass (kept up to date with launches and stops) stands if every
+        # job's rank is what it was filed by: then its order is still the order of the keys.
+        if got is not None:
+            jobs = got.jobs
+            ranks = self.policy.queue.preempt_ranks(jobs, self)
+            if ranks == got.ranks:
+                got.pass_no = self._pass_no
+                return got.ranks, got.jobs
+        else:
+            jobs = list((self.running if vc is None else self.running_by_vc.get(vc, {})).values())
+            ranks = self.policy.queue.preempt_ranks(jobs, self)
+        got = self._ranked[vc] = _RankedRunning(jobs, ranks, self._pass_no)
         return got.ranks, got.jobs
 
     def plugin_memo(self) -> dict:
@@ -1254,10 +1260,8 @@ class Engine:
         return self._memo
 
     def _rerank(self, job: JobRun, running: bool) -> None:
-        """Keep this pass's ranked running jobs (if built) in step with a launch or a stop."""
+        """Keep the ranked running jobs (those built) in step with a launch or a stop."""
         self._running_version += 1
-        if self._ranked_pass != self._pass_no:
-            return
         for scope in (None, job.spec.vc):
             got = self._ranked.get(scope)
             if got is not None:
@@ -1470,16 +1474,15 @@ class _RankedRunning:
     keys (for inserting), the ranks (for bisecting) and the jobs; each job's key is remembered so
     that it is found again when it stops (its rank then may differ from the one it was filed by)."""
 
-    __slots__ = ("keys", "ranks", "jobs", "key_of")
+    __slots__ = ("keys", "ranks", "jobs", "key_of", "pass_no")
 
-    def __init__(self, ctx: Engine, running: Iterable[JobRun]) -> None:
-        jobs = list(running)
-        ranks = ctx.policy.queue.preempt_ranks(jobs, ctx)
+    def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int) -> None:
         rows = sorted(((rank, r.last_start_s, r.seq), r) for rank, r in zip(ranks, jobs, strict=True))
         self.keys = [k for k, _ in rows]
         self.ranks = [k[0] for k in self.keys]
         self.jobs = [r for _, r in rows]
         self.key_of = {r.seq: k for k, r in rows}
+        self.pass_no = pass_no  # the last pass whose ranks it holds
 
     def add(self, ctx: Engine, job: JobRun) -> None:
         key = (ctx.policy.queue.preempt_rank(job, ctx), job.last_start_s, job.seq)
