@@ -120,15 +120,16 @@ class Engine:
         # For a queue that does not block, by width (the whole GPUs a job asks for; 0 for
         # fractional and CPU-only jobs), globally or per VC (``per_vc_order``): a pass without
         # preemption or migration then leaves out the widths that cannot fit as capacity stands,
-        # instead of passing over their jobs one by one (see _width_keys). And for one with a
-        # static order, per VC and request shape: a pass with them leaves out the shapes whose
-        # every request is at least one that failed in the pass (see _shape_order).
+        # instead of passing over their jobs one by one (see _width_keys). And per VC and
+        # request shape: a pass with them leaves out the shapes whose every request is at least
+        # one that failed in the pass (see _shape_order).
         self._pending_of_width: dict[int, SortedList] | None = None
         self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
         self._pending_of_vc_shape: dict[str, dict[tuple, SortedList]] | None = None
         if not policy.queue.blocking:
             if getattr(policy.queue, "per_vc_order", False):
                 self._pending_of_vc_width = {}
+                self._pending_of_vc_shape = {}
             elif not policy.queue.dynamic:
                 self._pending_of_width = {}
                 self._pending_of_vc_shape = {}
@@ -573,17 +574,18 @@ class Engine:
             else:
                 heapq.heapreplace(heap, (nxt, w, it))
 
-    def _shape_order(self, failed: dict, quotas_matter: bool) -> Iterator[JobRun]:
-        """Pending jobs in queue-key order from the per-VC, per-shape lists, for a pass that may
-        preempt or migrate: a shape whose requests are all at least as large as a failed one of
-        the same signature is left out (the pass passes over each such job: see ``worse`` in
-        _pass; gangs are always tried), until a preemption or migration succeeds, which clears
-        the failures: then the shapes left out come back from the job after it on."""
+    def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str]) -> Iterator[JobRun]:
+        """The pending jobs of ``vcs`` in queue-key order from the per-VC, per-shape lists, for a
+        pass that may preempt or migrate: a shape whose requests are all at least as large as a
+        failed one of the same signature is left out (the pass passes over each such job: see
+        ``worse`` in _pass; gangs are always tried), until a preemption or migration succeeds,
+        which clears the failures: then the shapes left out come back from the job after the
+        last one this gave. Each next job is chosen when asked for."""
         by_seq = self._pending_by_seq
         dedicated = self._vc_dedicated
         heap = []
-        for vc, shapes in self._pending_of_vc_shape.items():
-            for shape, keys in shapes.items():
+        for vc in vcs:
+            for shape, keys in self._pending_of_vc_shape[vc].items():
                 it = iter(keys)
                 heap.append((next(it), vc, shape, it))
         heapq.heapify(heap)  # keys are unique: the rest is never compared
@@ -602,7 +604,7 @@ class Engine:
                     continue
                 last = key
                 yield job
-                if self._stops != stops and dropped:
+                if self._stops != stops:
                     stops = self._stops
                     for d_vc, d_shape in dropped:
                         rest = self._pending_of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
@@ -1054,8 +1056,10 @@ class Engine:
             source = self._backfill_order(blocked, failed)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
             source = self._merge_widths(self._pending_of_width)
+        elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
+            source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
         elif self._skip_ahead and self._pending_of_vc_shape is not None:
-            source = self._shape_order(failed, quotas_matter)
+            source = {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
         elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
             source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
         else:

@@ -210,22 +210,24 @@ class FairShare(_QueueSort):
 
     def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Engine) -> Iterator[JobRun]:  # type: ignore[override]
         # Each VC's jobs come in (submit time, seq) order from the engine's per-VC lists: a pass
-        # costs the jobs it looks at, not a sort of the whole queue.
-        heads: dict[str, tuple[JobRun, Iterator[JobRun]]] = {}
-        for vc, jobs in pending.items():
-            first = next(jobs, None)
-            if first is not None:
-                heads[vc] = (first, jobs)
-        heap = [(self._usage(vc, ctx), vc) for vc in sorted(heads)]
-        heapq.heapify(heap)
+        # costs the jobs it looks at, not a sort of the whole queue. A VC's next job is taken
+        # only when it is its turn (the engine may leave out jobs as the pass goes).
+        used = ctx.state.vc_used
+        shares = {vc: max(ctx.quota_of(vc) or 1.0, 1e-9) for vc in pending}  # (what _usage divides by)
+        heap = [(used.get(vc, 0.0) / shares[vc], vc) for vc in pending]
+        heapq.heapify(heap)  # VC names are unique: no ties
         while heap:
             _, vc = heapq.heappop(heap)
-            job, jobs = heads[vc]
-            yield job
-            nxt = next(jobs, None)
-            if nxt is not None:
-                heads[vc] = (nxt, jobs)
-                heapq.heappush(heap, (self._usage(vc, ctx), vc))
+            jobs = pending[vc]
+            for job in jobs:
+                yield job
+                entry = (used.get(vc, 0.0) / shares[vc], vc)
+                # Pushed back and popped again at once, unless another VC now uses less of its
+                # share. (While it waits in the heap its usage can only fall, by other VCs
+                # reclaiming its GPUs: it would still come first.)
+                if heap and heap[0] < entry:
+                    heapq.heappush(heap, entry)
+                    break
 
 
 QUEUE_SORTS: dict[str, type[_QueueSort]] = {
