@@ -283,13 +283,20 @@ def test_same_inputs_same_decisions(sc):
 
 
 class _NoShortcuts(Engine):
-    """The reference pass: it walks every waiting job (no widths or VCs left out, no jumps over a
-    VC's jobs), and every search for victims starts afresh (no memo of earlier failures)."""
+    """The reference pass: it walks every waiting job (no widths, shapes or VCs left out, no jumps
+    over a VC's jobs), every search for victims starts afresh (no memo of earlier failures), and
+    the running jobs are ranked anew, one by one, whenever they are asked for."""
 
     _skip_ahead = False
 
     def plugin_memo(self) -> dict:
         return {}
+
+    def ranked_running(self, vc):
+        q = self.policy.queue
+        pool = self.running if vc is None else self.running_by_vc.get(vc, {})
+        rows = sorted(((q.preempt_rank(r, self), r.last_start_s, r.seq), r) for r in pool.values())
+        return [k[0] for k, _ in rows], [r for _, r in rows]
 
 
 def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels):
@@ -310,6 +317,35 @@ def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels)
 @given(scenario())
 def test_the_pass_shortcuts_change_no_decision(sc):
     assert _decisions_of(Engine, *sc) == _decisions_of(_NoShortcuts, *sc)
+
+
+@st.composite
+def tiresias_scenario(draw):
+    """Tiresias with preemption and thresholds low enough that running jobs change level while
+    others wait: the ranked running jobs outlive a pass only while no level can have moved."""
+    nodes = tuple(NodeSpec(f"n{i}", "r0", "V100", 4, 32000, 64000) for i in range(draw(st.integers(1, 3))))
+    vcs = (VCSpec("a", 2.0 * len(nodes)), VCSpec("b", 2.0 * len(nodes))) if draw(st.booleans()) else ()
+    jobs = [JobSpec(job_id=f"j{i}", submit_s=float(draw(st.integers(0, 300))),
+                    duration_s=float(draw(st.integers(1, 400))), num_gpus=draw(st.sampled_from([1, 1, 2, 4])),
+                    vc=draw(st.sampled_from(["a", "b"])))
+            for i in range(draw(st.integers(4, 30)))]
+    thresholds = tuple(sorted(draw(st.lists(st.integers(10, 800), min_size=1, max_size=3, unique=True))))
+    return ClusterSpec("t", nodes, vcs), jobs, tuple(float(t) for t in thresholds)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiresias_scenario())
+def test_tiresias_ranks_kept_across_passes_change_no_decision(sc):
+    spec, jobs, thresholds = sc
+    decisions = []
+    for cls in (Engine, _NoShortcuts):
+        policy = build_policy("tiresias", queue_options={"thresholds_gpu_s": thresholds})
+        engine = cls(spec, policy, EngineConfig(preemption=True))
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        decisions.append(engine.decisions)
+    assert decisions[0] == decisions[1]
 
 
 # Two ways the pass's shortcuts left GPUs idle while a waiting job fit; random scenarios reach them

@@ -1238,18 +1238,24 @@ class Engine:
         got = self._ranked.get(vc)
         if got is not None and got.pass_no == self._pass_no:
             return got.ranks, got.jobs
-        # A list from an earlier pass (kept up to date with launches and stops) stands if every
-        # job's rank is what it was filed by: then its order is still the order of the keys.
+        # A list from an earlier pass (kept up to date with launches and stops) stands while no
+        # rank can have moved (the queue says until when), or if every job's rank is what it was
+        # filed by: then its order is still the order of the keys.
+        q = self.policy.queue
         if got is not None:
+            if self.now < got.hold_until:
+                got.pass_no = self._pass_no
+                return got.ranks, got.jobs
             jobs = got.jobs
-            ranks = self.policy.queue.preempt_ranks(jobs, self)
+            ranks = q.preempt_ranks(jobs, self)
             if ranks == got.ranks:
                 got.pass_no = self._pass_no
+                got.hold_until = q.preempt_ranks_hold_until(jobs, self)
                 return got.ranks, got.jobs
         else:
             jobs = list((self.running if vc is None else self.running_by_vc.get(vc, {})).values())
-            ranks = self.policy.queue.preempt_ranks(jobs, self)
-        got = self._ranked[vc] = _RankedRunning(jobs, ranks, self._pass_no)
+            ranks = q.preempt_ranks(jobs, self)
+        got = self._ranked[vc] = _RankedRunning(jobs, ranks, self._pass_no, q.preempt_ranks_hold_until(jobs, self))
         return got.ranks, got.jobs
 
     def plugin_memo(self) -> dict:
@@ -1478,18 +1484,21 @@ class _RankedRunning:
     keys (for inserting), the ranks (for bisecting) and the jobs; each job's key is remembered so
     that it is found again when it stops (its rank then may differ from the one it was filed by)."""
 
-    __slots__ = ("keys", "ranks", "jobs", "key_of", "pass_no")
+    __slots__ = ("keys", "ranks", "jobs", "key_of", "pass_no", "hold_until")
 
-    def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int) -> None:
+    def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int, hold_until: float) -> None:
         rows = sorted(((rank, r.last_start_s, r.seq), r) for rank, r in zip(ranks, jobs, strict=True))
         self.keys = [k for k, _ in rows]
         self.ranks = [k[0] for k in self.keys]
         self.jobs = [r for _, r in rows]
         self.key_of = {r.seq: k for k, r in rows}
         self.pass_no = pass_no  # the last pass whose ranks it holds
+        self.hold_until = hold_until  # no rank moves before (QueueSort.preempt_ranks_hold_until)
 
     def add(self, ctx: Engine, job: JobRun) -> None:
-        key = (ctx.policy.queue.preempt_rank(job, ctx), job.last_start_s, job.seq)
+        q = ctx.policy.queue
+        key = (q.preempt_rank(job, ctx), job.last_start_s, job.seq)
+        self.hold_until = min(self.hold_until, q.preempt_ranks_hold_until([job], ctx))
         i = bisect.bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.ranks.insert(i, key[0])

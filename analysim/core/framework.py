@@ -49,6 +49,10 @@ class QueueSort(Protocol):
         """preempt_rank of each running job, in one go (the engine ranks a VC's running jobs once
         per pass that looks for victims)."""
 
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+        """A time before which none of these running jobs' preempt_rank can change while they keep
+        running (``ctx.now``: it may change at once); the engine does not rank them again before."""
+
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
         """The order of one scheduling pass. May be lazy and consult ``ctx`` as jobs get placed."""
 

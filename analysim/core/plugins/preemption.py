@@ -55,7 +55,9 @@ class PriorityPreemption:
         static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
         # failure that comes from too few candidates holds for it too (see _Failures).
-        candidates = [r for r in reversed(ranked[first:]) if any(static[n] for n in r.placement.nodes)]
+        candidates = ranked[first:][::-1]
+        if not static.all():  # (most jobs may use every node)
+            candidates = [r for r in candidates if any(static[n] for n in r.placement.nodes)]
         one_node = ctx.one_node(spec)
         if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
             known.fail_from(mine)

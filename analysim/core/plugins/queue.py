@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,6 +38,11 @@ class _QueueSort:
         """preempt_rank of each of these running jobs (a queue may compute them in one go: every
         running job of a VC is ranked on each pass that looks for victims)."""
         return [self.preempt_rank(j, ctx) for j in running]
+
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+        """A time before which none of these running jobs' preempt_rank can change while they keep
+        running (the engine then does not rank them again); ``ctx.now``: it may change at once."""
+        return ctx.now
 
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
         return iter(pending)
@@ -133,6 +139,28 @@ class Tiresias(_QueueSort):
         now, base, thresholds = ctx.now, self._base, self.thresholds
         return [(bisect_right(thresholds, j.attained_gpu_s + (now - j.last_start_s) * j.spec.gpu_demand
                               - base.get(j.job_id, 0.0)),) for j in running]
+
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+        # A running job's level changes when its attained service reaches the next threshold.
+        # The time that happens is computed with a margin (a billionth of the magnitudes involved,
+        # far above the rounding of the level's own arithmetic) so that the level surely has
+        # not changed before it.
+        now, base, thresholds = ctx.now, self._base, self.thresholds
+        until = math.inf
+        for j in running:
+            d = j.spec.gpu_demand
+            if d <= 0:
+                continue
+            b = base.get(j.job_id, 0.0)
+            attained = j.attained_gpu_s + (now - j.last_start_s) * d - b
+            i = bisect_right(thresholds, attained)
+            if i == len(thresholds):
+                continue  # past the last threshold: its level no longer changes
+            gap = thresholds[i] + b - j.attained_gpu_s
+            at = j.last_start_s + gap / d
+            margin = 1e-9 * (abs(at) + (abs(thresholds[i]) + abs(b) + abs(j.attained_gpu_s)) / d) + 1e-6
+            until = min(until, at - margin)
+        return until
 
     def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
         if kind == "launch":
