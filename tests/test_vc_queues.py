@@ -213,8 +213,8 @@ def test_leaving_out_blocked_vcs_changes_no_decision(sc):
 
 @st.composite
 def backfill_scenario(draw):
-    """EASY backfilling under load, with nothing but capacity in the way (no preemption or
-    migration, no CPU asks, borrowing on): long queues, where a pass jumps over many jobs."""
+    """EASY backfilling under load (no CPU asks, borrowing on; maybe preemption and migration):
+    long queues, where a pass jumps over many jobs."""
     gpus = draw(st.sampled_from([4, 8]))
     n_nodes = draw(st.integers(2, 4))
     nodes = tuple(NodeSpec(f"n{i}", "r0", "V100", gpus, 32000, 64000) for i in range(n_nodes))
@@ -226,7 +226,7 @@ def backfill_scenario(draw):
                     num_gpus=draw(st.sampled_from([1, 1, 1, 2, gpus, gpus + 1])),
                     vc=draw(st.sampled_from([v.name for v in vcs])))
             for i in range(draw(st.integers(10, 60)))]
-    return spec, jobs, "fifo-backfill", EngineConfig()
+    return spec, jobs, "fifo-backfill", EngineConfig(preemption=draw(st.booleans()), migration=draw(st.booleans()))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -758,13 +758,15 @@ class Engine:
             if nxt is not None:
                 heapq.heappush(heap, (nxt, vc, it))
 
-    def _backfill_order(self, blocked: dict, failed: dict) -> Iterator[JobRun]:
-        """Pending jobs in queue order, as ``pending_jobs``, but in a pass that only launches,
-        leaving out jobs the pass would pass over with no effect:
+    def _backfill_order(self, blocked: dict, failed: dict, only_capacity: bool) -> Iterator[JobRun]:
+        """Pending jobs in queue order, as ``pending_jobs``, but leaving out jobs the pass would
+        pass over with no effect:
         - once every queue a VC's jobs block is blocked (until then, a job that is not placed
-          blocks its queues), those of widths that cannot fit as capacity stands (it only
-          shrinks), and those its reservations keep from backfilling (they only lose spare GPUs):
-          the merge jumps to the VC's next job that is neither;
+          blocks its queues), those its reservations keep from backfilling (they only lose spare
+          GPUs during a pass) and, in a pass that only launches, those of widths that cannot fit
+          as capacity stands (it only shrinks): the merge jumps to the VC's next job that is
+          neither. With preemption or migration, a job taken off its GPUs may bring a VC back
+          within quota, out of the shared queue: such jumps are taken again after one;
         - before that, with the shared queue blocked and nothing failed yet in the pass, a VC's
           jobs that would borrow, could fit, and the shared reservation keeps out: the merge
           jumps to the VC's next job that is within quota, cannot fit (it blocks) or may
@@ -779,25 +781,36 @@ class Engine:
             self._push_from(heap, vc, iter(keys), 0)
         narrowed: set[str] = set()
         jumped: set[str] = set()  # VCs (not narrowed) with a jump of the second kind ahead
+        jumped_narrowed: set[str] = set()  # with preemption or migration, narrowed VCs with a jump ahead
+        stops = self._stops
         while heap:
             key, vc, g, it = heapq.heappop(heap)
             if g != gen[vc]:
                 continue
             jumped.discard(vc)
+            jumped_narrowed.discard(vc)
             job = by_seq.get(key[1])
             if job is not None:
                 scopes = scopes_of[vc]
                 if vc in narrowed or all(sc in blocked for sc in scopes):
                     narrowed.add(vc)
-                    if not self._backfill_effect(job, blocked, scopes, True):
-                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True), gen)
+                    if not self._backfill_effect(job, blocked, scopes, True, only_capacity):
+                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True, only_capacity),
+                                   gen)
+                        if not only_capacity:
+                            jumped_narrowed.add(vc)
                         continue
                 elif (not failed and len(scopes) == 2 and None in blocked
-                      and not self._backfill_effect(job, blocked, scopes, False)):
-                    self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False), gen)
+                      and not self._backfill_effect(job, blocked, scopes, False, only_capacity)):
+                    self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity),
+                               gen)
                     jumped.add(vc)
                     continue
                 yield job
+                if self._stops != stops:
+                    stops = self._stops
+                    jumped |= jumped_narrowed
+                    jumped_narrowed.clear()
                 for v in jumped:  # taken again from here (see above)
                     gen[v] += 1
                     self._push_from(heap, v, lists[v].irange(minimum=key, inclusive=(False, False)), gen[v])
@@ -815,10 +828,12 @@ class Engine:
         if key is not None:
             heapq.heappush(heap, (key, vc, gen, keys))  # (a stale entry may share key and VC, not gen)
 
-    def _backfill_effect(self, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool) -> bool:
+    def _backfill_effect(self, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool,
+                         only_capacity: bool) -> bool:
         """Whether the pass would do anything with this pending job (see _backfill_order)."""
         spec = job.spec
-        cannot, gang_cannot = self._width_cannot_fit(0 if spec.is_fractional else spec.num_gpus)
+        cannot, gang_cannot = (self._width_cannot_fit(0 if spec.is_fractional else spec.num_gpus) if only_capacity
+                               else (False, False))
         if narrowed:
             return not (cannot or gang_cannot) and all(
                 self._may_backfill(job, r) for r in self._held(spec.vc, spec.gpu_demand, blocked, scopes))
@@ -842,7 +857,7 @@ class Engine:
         return [blocked[sc] for sc in scopes]
 
     def _next_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
-                              narrowed: bool) -> tuple | None:
+                              narrowed: bool, only_capacity: bool) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that _backfill_order does not jump
         over (see _backfill_effect), from the per-demand, width and work-bucket lists: a list
         whose jobs all fail some reservation holding them is left out, one whose jobs all pass
@@ -857,7 +872,7 @@ class Engine:
         for (demand, width, b), keys in self._pending_of_vc_dw[vc].items():
             held = held_of.get((demand, width), ())
             if held == ():
-                cannot, gang_cannot = self._width_cannot_fit(width)
+                cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
                 if narrowed:
                     held = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
                 elif len(scopes) == 1 or used + demand <= quota + 1e-9 or cannot:
@@ -1052,8 +1067,8 @@ class Engine:
         if blocking and not pol.backfill and self._pending_of_vc is not None:
             source = self._blocking_order(
                 blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
-        elif blocking and only_capacity and self._skip_ahead:
-            source = self._backfill_order(blocked, failed)
+        elif blocking and self._skip_ahead:
+            source = self._backfill_order(blocked, failed, only_capacity)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
             source = self._merge_widths(self._pending_of_width)
         elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
