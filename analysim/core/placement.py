@@ -70,6 +70,8 @@ def bind(ctx: Engine, job: JobRun, static_ok: np.ndarray) -> Placement | None:
         return None
     if k_min > 1:
         return _bind_gang(ctx, spec, static_ok, state, k_min)
+    if spec.num_gpus > state.max_full_free() and not spec.is_fractional:
+        return None  # no up node has that many whole GPUs free
     feasible = static_ok & single_node_fit(state, spec)
     if not feasible.any():
         return None

@@ -37,7 +37,7 @@ class DefragMigration:
         static = ctx.static_mask(spec)
         if placement.gang_size(st, spec, static) != 1:
             return None
-        if int(st.full_free[static].sum()) < spec.num_gpus:
+        if st.total_full_free < spec.num_gpus or int(st.full_free[static].sum()) < spec.num_gpus:
             return None  # moving jobs around cannot create whole GPUs
         # The answer depends on the job's shape, the allocation, the running jobs and the time,
         # the last three fixed for the memo's life: identical requests are searched once.

@@ -127,13 +127,21 @@ class QuotaReclaim:
     name = "reclaim"
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
-        if ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job):
+        spec = job.spec
+        if ctx.quota_of(spec.vc) is None or not ctx.within_quota(job):
             return None
-        static = ctx.static_mask(job.spec)
-        lenders = [vc for vc in ctx.running_by_vc if vc != job.spec.vc and ctx.vc_over_quota(vc)]
+        # The answer depends on the request and VC, the allocation and the running jobs (the
+        # last two fixed for the memo's life): identical requests are searched once.
+        memo = ctx.plugin_memo()
+        request = (self.name, spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli,
+                   spec.memory_mib)
+        if request in memo:
+            return memo[request]
+        static = ctx.static_mask(spec)
+        lenders = [vc for vc in ctx.running_by_vc if vc != spec.vc and ctx.vc_over_quota(vc)]
         loans = [r for vc in lenders for r in ctx.running_by_vc[vc].values()
                  if any(static[n] for n in r.placement.nodes)]
-        if not loans:
-            return None
-        loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
-        return ctx.victims_that_fit(job, loans)
+        if loans:
+            loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
+        memo[request] = victims = ctx.victims_that_fit(job, loans) if loans else None
+        return victims
