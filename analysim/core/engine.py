@@ -1071,12 +1071,12 @@ class Engine:
             source = self._backfill_order(blocked, failed, only_capacity)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
             source = self._merge_widths(self._pending_of_width)
+        elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
+            source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
         elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
             source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
         elif self._skip_ahead and self._pending_of_vc_shape is not None:
             source = {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
-        elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
-            source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
         else:
             source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
