@@ -223,13 +223,18 @@ def simulate(spec, jobs, policy, placement, config, failures, cancels):
         event("every job accepted" if len(accepted) == len(jobs) else
               "some accepted" if accepted else "none accepted")
         assume(accepted)
+    _run_with(engine, failures, cancels)
+    return engine, accepted
+
+
+def _run_with(engine: Engine, failures, cancels) -> None:
+    """Inject the node failures and cancellations, then run to the end."""
     for node, down, up in failures:
         engine.node_down(node, at=down)
         engine.node_up(node, at=up)
     for job_id, at in cancels:
         engine.cancel(job_id, at=at)
     engine.run()
-    return engine, accepted
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -304,12 +309,7 @@ def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels)
     for j in jobs:
         with contextlib.suppress(InfeasibleJob):
             engine.submit(j)
-    for node, down, up in failures:
-        engine.node_down(node, at=down)
-        engine.node_up(node, at=up)
-    for job_id, at in cancels:
-        engine.cancel(job_id, at=at)
-    engine.run()
+    _run_with(engine, failures, cancels)
     return engine.decisions
 
 

@@ -555,13 +555,7 @@ class Engine:
         each such job as one that cannot fit (see the capacity checks in _pass)."""
         st = self.state
         small, gmax = st.smallest_node_gpus, self._gmax
-        heap = []
-        for w, keys in lists.items():
-            it = iter(keys)
-            first = next(it, None)
-            if first is not None:
-                heap.append((first, w, it))
-        heapq.heapify(heap)  # keys are unique: iterators are never compared
+        heap = _merge_heap(lists)
         while heap:
             key, w, it = heap[0]
             if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax):
@@ -716,14 +710,8 @@ class Engine:
         is not changed during a pass (changes are deferred), so positions stay valid."""
         lists = self._pending_of_vc
         # Each VC's list is walked by an iterator (a SortedList's positional lookup costs a
-        # Python-level index search per step). Keys are unique, so the heap never compares iterators.
-        heap = []
-        for vc, sl in lists.items():
-            it = iter(sl)
-            first = next(it, None)
-            if first is not None:
-                heap.append((first, vc, it))
-        heapq.heapify(heap)
+        # Python-level index search per step).
+        heap = _merge_heap(lists)
         dropped: list[str] = []
         stops = self._stops
         while heap:
@@ -1473,6 +1461,19 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+def _merge_heap(lists: dict) -> list:
+    """(first key, bucket, iterator) for each non-empty sorted list, as a heap: the start of a
+    k-way merge (keys are unique, so iterators are never compared)."""
+    heap = []
+    for bucket, keys in lists.items():
+        it = iter(keys)
+        first = next(it, None)
+        if first is not None:
+            heap.append((first, bucket, it))
+    heapq.heapify(heap)
+    return heap
 
 
 def _file(lists: dict, bucket: object, key: tuple) -> None:
