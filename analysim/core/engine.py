@@ -589,7 +589,7 @@ class Engine:
             key, vc, shape, it = heap[0]
             job = by_seq.get(key[1])
             if job is not None:
-                models, frac, g, milli, cpu, mem = shape
+                models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
                 worse = failed.get((models, vc if quotas_matter or vc in dedicated else None, frac))
                 if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
                         and not (g > self.state.smallest_node_gpus and not self.one_node(job.spec))):
@@ -683,8 +683,7 @@ class Engine:
         if self._pending_of_vc_width is not None:
             yield self._pending_of_vc_width, _width(spec)
         if self._pending_of_vc_shape is not None:
-            yield self._pending_of_vc_shape, (spec.gpu_models, spec.is_fractional, spec.num_gpus, spec.gpu_milli,
-                                              spec.cpu_milli, spec.memory_mib)
+            yield self._pending_of_vc_shape, spec.request
         if self._pending_of_vc_demand is not None:
             yield self._pending_of_vc_demand, spec.gpu_demand
         if self._pending_of_vc_dw is not None:
@@ -820,13 +819,12 @@ class Engine:
                          only_capacity: bool) -> bool:
         """Whether the pass would do anything with this pending job (see _backfill_order)."""
         spec = job.spec
-        cannot, gang_cannot = (self._width_cannot_fit(0 if spec.is_fractional else spec.num_gpus) if only_capacity
-                               else (False, False))
+        cannot, gang_cannot = self._width_cannot_fit(_width(spec)) if only_capacity else (False, False)
         if narrowed:
             return not (cannot or gang_cannot) and all(
                 self._may_backfill(job, r) for r in self._held(spec.vc, spec.gpu_demand, blocked, scopes))
-        if self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand <= self._quota_by_vc[spec.vc] + 1e-9:
-            return True  # within quota: not held by the shared queue
+        if self._within_quota_of(spec.vc, spec.gpu_demand):
+            return True  # not held by the shared queue
         return cannot or self._may_backfill(job, blocked[None])
 
     def _width_cannot_fit(self, w: int) -> tuple[bool, bool]:
@@ -840,7 +838,7 @@ class Engine:
     def _held(self, vc: str, demand: float, blocked: dict, scopes: tuple) -> list[tuple[float, float]]:
         """The reservations a job of ``vc`` asking for ``demand`` GPUs must let it pass, when
         every queue the VC's jobs block (``scopes``) is blocked (the blocked of its queue_scopes)."""
-        if len(scopes) == 1 or self.state.vc_used.get(vc, 0.0) + demand <= self._quota_by_vc[vc] + 1e-9:
+        if self._within_quota_of(vc, demand):  # (a VC with one queue has no quota to exceed)
             return [blocked[scopes[0]]]
         return [blocked[sc] for sc in scopes]
 
@@ -854,8 +852,6 @@ class Engine:
         best = None
         by_seq = self._pending_by_seq
         now = self.now
-        used = self.state.vc_used.get(vc, 0.0)
-        quota = self._quota_by_vc.get(vc)
         held_of: dict[tuple[float, int], list | None] = {}  # (demand, width) -> reservations; None: leave out
         for (demand, width, b), keys in self._pending_of_vc_dw[vc].items():
             held = held_of.get((demand, width), ())
@@ -863,7 +859,7 @@ class Engine:
                 cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
                 if narrowed:
                     held = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
-                elif len(scopes) == 1 or used + demand <= quota + 1e-9 or cannot:
+                elif cannot or self._within_quota_of(vc, demand):
                     held = []  # every job here has an effect
                 else:
                     held = [blocked[None]]
@@ -997,8 +993,12 @@ class Engine:
         return self.quota_of(vc)
 
     def within_quota(self, job: JobRun) -> bool:
-        q = self.quota_of(job.spec.vc)
-        return q is None or self.state.vc_used.get(job.spec.vc, 0.0) + job.spec.gpu_demand <= q + 1e-9
+        return self._within_quota_of(job.spec.vc, job.spec.gpu_demand)
+
+    def _within_quota_of(self, vc: str, demand: float) -> bool:
+        """Whether a job of ``vc`` asking for ``demand`` GPUs keeps its VC within its quota now."""
+        q = self.quota_of(vc)
+        return q is None or self.state.vc_used.get(vc, 0.0) + demand <= q + 1e-9
 
     def vc_over_quota(self, vc: str) -> bool:
         """Whether the VC holds more GPUs than its quota: it is borrowing, and can be reclaimed from."""

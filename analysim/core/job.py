@@ -45,6 +45,13 @@ class JobSpec:
         """GPUs asked for, fractional jobs counting their share."""
         return self.num_gpus * self.gpu_milli / GPU_MILLI
 
+    @property
+    def request(self) -> tuple:
+        """Everything of the job that placement reads, besides its VC: jobs with the same request
+        and VC fit, or fail to, in the same places (a key for the engine's per-shape lists and
+        the plugins' memos)."""
+        return (self.gpu_models, self.is_fractional, self.num_gpus, self.gpu_milli, self.cpu_milli, self.memory_mib)
+
 
 class JobStatus(enum.Enum):
     PENDING = "pending"

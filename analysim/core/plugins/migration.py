@@ -42,7 +42,7 @@ class DefragMigration:
         # The answer depends on the job's shape, the allocation, the running jobs and the time,
         # the last three fixed for the memo's life: identical requests are searched once.
         memo = ctx.plugin_memo()
-        shape = (self.name, spec.num_gpus, spec.gpu_models, spec.cpu_milli, spec.memory_mib, static.tobytes())
+        shape = (self.name, spec.request, static.tobytes())  # (the nodes open to it stand for its VC)
         if shape in memo:
             return memo[shape]
         movable = memo.get((self.name, "movable"))

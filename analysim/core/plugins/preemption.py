@@ -38,8 +38,7 @@ class PriorityPreemption:
         mine = q.preempt_rank(job, ctx)
         # Everything the answer depends on besides the rank and the running jobs (fixed for the
         # memo's life).
-        shape = (self.name, spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib,
-                 spec.is_fractional, spec.gpu_demand)
+        shape = (self.name, spec.vc, spec.request)
         memo = ctx.plugin_memo()
         known = memo.get(shape)
         if known is None:
@@ -133,8 +132,7 @@ class QuotaReclaim:
         # The answer depends on the request and VC, the allocation and the running jobs (the
         # last two fixed for the memo's life): identical requests are searched once.
         memo = ctx.plugin_memo()
-        request = (self.name, spec.vc, spec.gpu_models, spec.num_gpus, spec.gpu_milli, spec.cpu_milli,
-                   spec.memory_mib)
+        request = (self.name, spec.vc, spec.request)
         if request in memo:
             return memo[request]
         static = ctx.static_mask(spec)
