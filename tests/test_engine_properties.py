@@ -348,6 +348,25 @@ def test_tiresias_ranks_kept_across_passes_change_no_decision(sc):
     assert decisions[0] == decisions[1]
 
 
+def test_a_failed_migration_is_tried_again_once_a_resident_is_about_to_finish():
+    # n0 (V100) runs X (ends at 100), Y and P, one GPU each, X and P on V100 only; n1 (A100)
+    # runs W on 3 of its 4 GPUs. B (2 GPUs) arrives at 20: the plan for n0 moves X, its first
+    # resident, which has nowhere else to go; W cannot move either. Nothing starts or stops
+    # until 100, but at 50 (Z arrives and fits nowhere) X is within the migration overhead of
+    # its end and no longer movable: the plan moves Y to n1 instead, and B starts at 50. A
+    # failure remembered across passes must end when the movable jobs change
+    # (DefragMigration.holds_until).
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 4, 32000, 64000), NodeSpec("n1", "r0", "A100", 4, 32000, 64000)))
+    jobs = [JobSpec("X", 0, 100, 1, gpu_models=("V100",)), JobSpec("Y", 0, 4000, 1),
+            JobSpec("P", 0, 5000, 1, gpu_models=("V100",)), JobSpec("W", 0, 6000, 3, gpu_models=("A100",)),
+            JobSpec("B", 20, 30, 2), JobSpec("Z", 50, 500, 4, gpu_models=("V100",))]
+    config = EngineConfig(migration=True, migration_overhead_s=60.0)
+    decisions = [_decisions_of(cls, spec, jobs, "sjf", "consolidate", config, [], []) for cls in (Engine, _NoShortcuts)]
+    assert decisions[0] == decisions[1]
+    done = [(d.kind, d.job_id, d.time) for d in decisions[0]]
+    assert ("migrate", "Y", 50.0) in done and ("launch", "B", 50.0) in done
+
+
 # Two ways the pass's shortcuts left GPUs idle while a waiting job fit; random scenarios reach them
 # rarely, so they are spelled out (the checker asserts work conservation after every pass).
 

@@ -81,6 +81,10 @@ class _Extra:
     qkey: tuple | None = None
     qwork: float = 0.0  # overhead and work left when queued: a pending job ends this long after it starts
     promote_at: float | None = None
+    # The last attempt to place it failed in this world (Engine._running_version), and would fail
+    # the same way until this time (see Engine._answers_hold_until).
+    failed_world: int = -1
+    failed_until: float = -math.inf
 
 
 class Engine:
@@ -450,6 +454,7 @@ class Engine:
     def _on_node_down(self, node: int) -> None:
         if not self.state.up[node]:
             return
+        self._running_version += 1  # (what the nodes offer changes: see _answers_hold_until)
         self.state.set_up(node, False)
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
@@ -472,6 +477,7 @@ class Engine:
     def _on_node_up(self, node: int) -> None:
         if self.state.up[node]:
             return
+        self._running_version += 1  # (what the nodes offer changes: see _answers_hold_until)
         self.state.set_up(node, True)
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
@@ -623,6 +629,7 @@ class Engine:
         key = (self.policy.queue.key(job, self), job.seq)
         ex = self.extra[job.job_id]
         ex.qkey = key
+        ex.failed_world = -1  # (queued again: its own key and rank may have changed)
         ex.qwork = job.overhead_s + job.remaining_s
         if self._in_pass:
             self._deferred_adds.append((key, job.spec, ex.qwork))  # the pass is iterating the queue
@@ -1076,6 +1083,7 @@ class Engine:
         # The most whole GPUs free on one node: a job that fits on one node but asks for more
         # cannot be placed, and is passed over without the cost of a placement attempt.
         ffmax = st.max_full_free()
+        extra = self.extra
         for job in q.order(source, self):
             if job.status is not JobStatus.PENDING:
                 continue
@@ -1109,18 +1117,24 @@ class Engine:
                                          and req[3] >= worse[3]):  # fmt: skip
                     if blocking and held and not all(self._may_backfill(job, r) for r in held):
                         continue
-                    if gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
+                    ex = extra[spec.job_id]
+                    if ex.failed_world == self._running_version and self.now < ex.failed_until:
+                        pass  # failed in an earlier pass, and nothing its attempt reads has changed
+                    elif gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
                         pass  # more whole GPUs than are free, or the same gang failed with more free
                     else:
                         pl = placement.bind(self, job, self.static_mask(spec))
-                    if pl is None and can_migrate:
-                        pl = self._try_migration(job)
-                        if pl is not None:
-                            failed.clear()
-                    if pl is None and can_preempt:
-                        pl = self._try_preemption(job)
-                        if pl is not None:
-                            failed.clear()
+                        if pl is None and can_migrate:
+                            pl = self._try_migration(job)
+                            if pl is not None:
+                                failed.clear()
+                        if pl is None and can_preempt:
+                            pl = self._try_preemption(job)
+                            if pl is not None:
+                                failed.clear()
+                        if pl is None and self._skip_ahead:
+                            ex.failed_world = self._running_version
+                            ex.failed_until = self._answers_hold_until(job, can_migrate, can_preempt)
                 if pl is not None:
                     if blocking and held:
                         for sc in scopes:
@@ -1210,6 +1224,26 @@ class Engine:
         if self.now + job.overhead_s + job.remaining_s <= shadow:
             return reservation
         return shadow, spare - job.spec.gpu_demand
+
+    def _answers_hold_until(self, job: JobRun, can_migrate: bool, can_preempt: bool) -> float:
+        """Until when a failed attempt to place ``job`` fails again, as long as the running jobs and
+        the nodes stay the same (a launch, a stop or a node going up or down bumps
+        ``_running_version``): placement reads only those, and each plugin says how long its
+        answer holds (``holds_until``: e.g. until a running job's preemption rank may move).
+        The waiting job's own rank may change only when it is queued again (``_enqueue``)."""
+        until = math.inf
+        if can_migrate:
+            until = self.policy.rebalance.holds_until(job, self)
+        if can_preempt:
+            for pf in self.policy.post_filters:
+                until = min(until, pf.holds_until(job, self))
+        return until
+
+    def ranks_hold_until(self, vc: str | None) -> float:
+        """For plugins: a time before which no preemption rank of ``vc``'s running jobs (every
+        running job's for None) can move while they keep running."""
+        self.ranked_running(vc)
+        return self._ranked[vc].hold_until
 
     def _try_preemption(self, job: JobRun) -> Placement | None:
         for pf in self.policy.post_filters:

@@ -81,6 +81,11 @@ class PostFilter(Protocol):
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         ...
 
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """A time before which the answer for ``job`` (waiting, with the same key) stays the same
+        while the running jobs and the nodes do (``ctx.now``: it may change at once). The engine
+        does not ask again, for a job whose attempt failed, before then."""
+
 
 class Rebalance(Protocol):
     """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
@@ -92,6 +97,9 @@ class Rebalance(Protocol):
 
     def rebalance(self, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]]:
         ...
+
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """As PostFilter.holds_until, for ``unblock``."""
 
 
 @dataclass

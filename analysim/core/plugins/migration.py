@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,36 +32,55 @@ class DefragMigration:
 
     def unblock(self, job: JobRun, ctx: Engine) -> list[Move] | None:
         spec = job.spec
-        if spec.num_gpus < 1 or spec.is_fractional:
-            return None
-        st = ctx.state
         static = ctx.static_mask(spec)
-        if placement.gang_size(st, spec, static) != 1:
+        if not self._may_move_for(job, static, ctx):
             return None
-        if st.total_full_free < spec.num_gpus or int(st.full_free[static].sum()) < spec.num_gpus:
-            return None  # moving jobs around cannot create whole GPUs
         # The answer depends on the job's shape, the allocation, the running jobs and the time,
         # the last three fixed for the memo's life: identical requests are searched once.
         memo = ctx.plugin_memo()
         shape = (self.name, spec.request, static.tobytes())  # (the nodes open to it stand for its VC)
         if shape in memo:
             return memo[shape]
-        movable = memo.get((self.name, "movable"))
-        if movable is None:
-            movable = memo[self.name, "movable"] = self._movable(ctx)
+        movable = self._movable_now(memo, ctx)
         memo[shape] = moves = self._unblock(job, static, movable, ctx)
         return moves
 
     @staticmethod
-    def _movable(ctx: Engine) -> dict[int, list[JobRun]]:
-        """Running whole-GPU jobs on one node, by node, that are not about to finish."""
+    def _may_move_for(job: JobRun, static: np.ndarray, ctx: Engine) -> bool:
+        """Whether moves could let the job run: a whole-GPU job that fits on one node, with
+        enough whole GPUs free on its nodes, summed (moving jobs around cannot create any)."""
+        spec, st = job.spec, ctx.state
+        return (spec.num_gpus >= 1 and not spec.is_fractional and placement.gang_size(st, spec, static) == 1
+                and st.total_full_free >= spec.num_gpus and int(st.full_free[static].sum()) >= spec.num_gpus)
+
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """The answer reads the running jobs, and the time only through which of them are about
+        to finish: it holds until the first movable job's end comes within the overhead."""
+        if not self._may_move_for(job, ctx.static_mask(job.spec), ctx):
+            return math.inf
+        memo = ctx.plugin_memo()
+        self._movable_now(memo, ctx)
+        return memo[self.name, "movable until"]
+
+    def _movable_now(self, memo: dict, ctx: Engine) -> dict[int, list[JobRun]]:
+        """Running whole-GPU jobs on one node, by node, that are not about to finish (kept in
+        the memo, with the time before which none of them is)."""
+        movable = memo.get((self.name, "movable"))
+        if movable is not None:
+            return movable
         min_left = ctx.config.migration_overhead_s
-        movable: dict[int, list[JobRun]] = {}
+        movable = memo[self.name, "movable"] = {}
+        first_end = math.inf
         for r in ctx.running.values():
             rs = r.spec
-            if (len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
-                    and ctx.expected_end(r) - ctx.now > min_left):
-                movable.setdefault(r.placement.gpus[0][0], []).append(r)
+            if len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1:
+                end = ctx.expected_end(r)
+                if end - ctx.now > min_left:
+                    movable.setdefault(r.placement.gpus[0][0], []).append(r)
+                    first_end = min(first_end, end)
+        # (With a margin far above the rounding of ``end - now``, as Tiresias' levels have.)
+        memo[self.name, "movable until"] = (
+            first_end - min_left - (1e-9 * (abs(first_end) + min_left) + 1e-6) if first_end < math.inf else math.inf)
         return movable
 
     def _unblock(self, job: JobRun, static: np.ndarray, movable: dict[int, list[JobRun]],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,16 @@ class PriorityPreemption:
             victims = None
         return victims
 
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """The answer for a waiting job reads its rank (fixed while it waits, unless the queue's
+        keys are dynamic), the running jobs and their ranks, which the queue may say stand."""
+        q = ctx.policy.queue
+        if not getattr(q, "preemptive", False):
+            return math.inf
+        if q.dynamic:
+            return ctx.now
+        return ctx.ranks_hold_until(job.spec.vc if ctx.quota_of(job.spec.vc) is not None else None)
+
     @staticmethod
     def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
         """Whether the job's VC would still run over its quota with ``evicted`` gone."""
@@ -143,3 +154,8 @@ class QuotaReclaim:
             loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
         memo[request] = victims = ctx.victims_that_fit(job, loans) if loans else None
         return victims
+
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """The answer reads the quotas, the running jobs and their start times only: it holds
+        while they stay the same."""
+        return math.inf
