@@ -583,6 +583,7 @@ class Engine:
         last one this gave. Each next job is chosen when asked for."""
         by_seq = self._pending_by_seq
         dedicated = self._vc_dedicated
+        extra = self.extra
         heap = []
         for vc in vcs:
             for shape, keys in self._pending_of_vc_shape[vc].items():
@@ -596,14 +597,26 @@ class Engine:
             job = by_seq.get(key[1])
             if job is not None:
                 models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
-                worse = failed.get((models, vc if quotas_matter or vc in dedicated else None, frac))
+                sig = (models, vc if quotas_matter or vc in dedicated else None, frac)
+                worse = failed.get(sig)
+                gang = g > self.state.smallest_node_gpus and not self.one_node(job.spec)
                 if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
-                        and not (g > self.state.smallest_node_gpus and not self.one_node(job.spec))):
+                        and not gang):
                     heapq.heappop(heap)
                     dropped.append((vc, shape))
                     continue
-                last = key
-                yield job
+                ex = extra[job.job_id]
+                if ex.failed_world == self._running_version and self.now < ex.failed_until:
+                    # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
+                    # failure, without the visit.
+                    if not gang:
+                        _note_failure(failed, sig, (g, milli, cpu, mem))
+                        heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
+                        dropped.append((vc, shape))
+                        continue
+                else:
+                    last = key
+                    yield job
                 if self._stops != stops:
                     stops = self._stops
                     for d_vc, d_shape in dropped:
@@ -1148,9 +1161,8 @@ class Engine:
                     continue
                 if gang:
                     failed_gangs.add((sig, req))
-                elif worse is None or (req[0] <= worse[0] and req[1] <= worse[1]
-                                       and req[2] <= worse[2] and req[3] <= worse[3]):  # fmt: skip
-                    failed[sig] = req
+                else:
+                    _note_failure(failed, sig, req)
             if blocking:
                 for sc in self.blocked_scopes(job):
                     if sc not in blocked:
@@ -1495,6 +1507,14 @@ class Engine:
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+
+
+def _note_failure(failed: dict, sig: tuple, req: tuple) -> None:
+    """A pass's memory of the smallest request of each signature that failed (see ``worse`` in
+    Engine._pass): kept when no smaller one failed before."""
+    worse = failed.get(sig)
+    if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2] and req[3] <= worse[3]):
+        failed[sig] = req
 
 
 def _merge_heap(lists: dict) -> list:
