@@ -1244,11 +1244,13 @@ class Engine:
         answer holds (``holds_until``: e.g. until a running job's preemption rank may move).
         The waiting job's own rank may change only when it is queued again (``_enqueue``)."""
         until = math.inf
-        if can_migrate:
-            until = self.policy.rebalance.holds_until(job, self)
         if can_preempt:
             for pf in self.policy.post_filters:
                 until = min(until, pf.holds_until(job, self))
+                if until <= self.now:
+                    return until
+        if can_migrate:
+            until = min(until, self.policy.rebalance.holds_until(job, self))
         return until
 
     def ranks_hold_until(self, vc: str | None) -> float:

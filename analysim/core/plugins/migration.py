@@ -35,15 +35,17 @@ class DefragMigration:
         static = ctx.static_mask(spec)
         if not self._may_move_for(job, static, ctx):
             return None
-        # The answer depends on the job's shape, the allocation, the running jobs and the time,
-        # the last three fixed for the memo's life: identical requests are searched once.
-        memo = ctx.plugin_memo()
-        shape = (self.name, spec.request, static.tobytes())  # (the nodes open to it stand for its VC)
-        if shape in memo:
-            return memo[shape]
-        movable = self._movable_now(memo, ctx)
-        memo[shape] = moves = self._unblock(job, static, movable, ctx)
-        return moves
+        return self._search(job, static, ctx)[0]
+
+    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+        """The answer reads the running jobs, and the time only through which of them are about
+        to finish: it holds until a movable job on a node the search looked at comes within the
+        overhead of its end (a node it did not look at may lose its movable jobs: it only drops
+        out of the candidates behind those looked at)."""
+        static = ctx.static_mask(job.spec)
+        if not self._may_move_for(job, static, ctx):
+            return math.inf
+        return self._search(job, static, ctx)[1]
 
     @staticmethod
     def _may_move_for(job: JobRun, static: np.ndarray, ctx: Engine) -> bool:
@@ -53,38 +55,34 @@ class DefragMigration:
         return (spec.num_gpus >= 1 and not spec.is_fractional and placement.gang_size(st, spec, static) == 1
                 and st.total_full_free >= spec.num_gpus and int(st.full_free[static].sum()) >= spec.num_gpus)
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
-        """The answer reads the running jobs, and the time only through which of them are about
-        to finish: it holds until the first movable job's end comes within the overhead."""
-        if not self._may_move_for(job, ctx.static_mask(job.spec), ctx):
-            return math.inf
+    def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
+        """The moves, and until when they hold. They depend on the job's shape, the allocation, the
+        running jobs and the time, the last three fixed for the memo's life: identical requests
+        are searched once."""
         memo = ctx.plugin_memo()
-        self._movable_now(memo, ctx)
-        return memo[self.name, "movable until"]
+        shape = (self.name, job.spec.request, static.tobytes())  # (the nodes open to it stand for its VC)
+        found = memo.get(shape)
+        if found is None:
+            movable = memo.get((self.name, "movable"))
+            if movable is None:
+                movable = memo[self.name, "movable"] = self._movable(ctx)
+            found = memo[shape] = self._unblock(job, static, movable, ctx)
+        return found
 
-    def _movable_now(self, memo: dict, ctx: Engine) -> dict[int, list[JobRun]]:
-        """Running whole-GPU jobs on one node, by node, that are not about to finish (kept in
-        the memo, with the time before which none of them is)."""
-        movable = memo.get((self.name, "movable"))
-        if movable is not None:
-            return movable
+    @staticmethod
+    def _movable(ctx: Engine) -> dict[int, list[JobRun]]:
+        """Running whole-GPU jobs on one node, by node, that are not about to finish."""
         min_left = ctx.config.migration_overhead_s
-        movable = memo[self.name, "movable"] = {}
-        first_end = math.inf
+        movable: dict[int, list[JobRun]] = {}
         for r in ctx.running.values():
             rs = r.spec
-            if len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1:
-                end = ctx.expected_end(r)
-                if end - ctx.now > min_left:
-                    movable.setdefault(r.placement.gpus[0][0], []).append(r)
-                    first_end = min(first_end, end)
-        # (With a margin far above the rounding of ``end - now``, as Tiresias' levels have.)
-        memo[self.name, "movable until"] = (
-            first_end - min_left - (1e-9 * (abs(first_end) + min_left) + 1e-6) if first_end < math.inf else math.inf)
+            if (len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
+                    and ctx.expected_end(r) - ctx.now > min_left):
+                movable.setdefault(r.placement.gpus[0][0], []).append(r)
         return movable
 
     def _unblock(self, job: JobRun, static: np.ndarray, movable: dict[int, list[JobRun]],
-                 ctx: Engine) -> list[Move] | None:
+                 ctx: Engine) -> tuple[list[Move] | None, float]:
         spec = job.spec
         st = ctx.state
         deficit = spec.num_gpus - st.full_free
@@ -93,13 +91,20 @@ class DefragMigration:
         cands = [int(n) for n in cands if n in movable]
         cands.sort(key=lambda n: (deficit[n], n))
         best: tuple[tuple[int, int, int], list[Move]] | None = None
+        first_end = math.inf
         for n in cands[: self.max_candidates]:
+            first_end = min(first_end, min(ctx.expected_end(r) for r in movable[n]))
             plan = self._plan(job, n, int(deficit[n]), movable[n], ctx)
             if plan is not None:
                 cost = (len(plan), sum(m[0].spec.num_gpus for m in plan), n)
                 if best is None or cost < best[0]:
                     best = (cost, plan)
-        return best[1] if best else None
+        # The first of those jobs to come within the overhead of its end (with a margin far above
+        # the rounding of ``end - now``, as Tiresias' levels have).
+        min_left = ctx.config.migration_overhead_s
+        until = (first_end - min_left - (1e-9 * (abs(first_end) + min_left) + 1e-6)
+                 if first_end < math.inf else math.inf)
+        return (best[1] if best else None), until
 
     def _plan(self, job: JobRun, node: int, deficit: int, residents: list[JobRun], ctx: Engine) -> list[Move] | None:
         # One job big enough, the smallest such, moves the fewest GPUs; failing that, the biggest
