@@ -285,14 +285,24 @@ def test_confidence_interval_is_students_t():
 
 def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text("jobs: 1500\ncluster: tiny\npolicy: [fifo, srtf]\npreemption: [false, true]\nseed: [1, 2]\n")
+    spec.write_text("jobs: 3000\ncluster: tiny\npolicy: [fifo, srtf]\npreemption: [false, true]\nseed: [1, 2]\n")
     out = tmp_path / "sweep"
     p = subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "2"],
                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def pool_worker() -> int | None:  # a forked child of the sweep, once the first cell is in
+    def started(pid: int) -> int:  # clock ticks after boot (field 22 of /proc/PID/stat)
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+    def pool_worker() -> int | None:
+        # The child forked last, once the first cell is in: it has just begun its cell (the
+        # oldest one may already have handed its result over, and its death would go unseen).
         kids = descendants(p.pid)
-        return kids[0] if kids and (out / "cells").exists() else None
+        if not kids or not (out / "cells").exists():
+            return None
+        try:
+            return max(kids, key=started)
+        except (OSError, ValueError):
+            return None  # one exited while we looked: look again
 
     victim = wait_until(pool_worker, 120, "the pool's workers at work")
     os.kill(victim, signal.SIGKILL)
