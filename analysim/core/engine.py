@@ -608,7 +608,8 @@ class Engine:
                 ex = extra[job.job_id]
                 if ex.failed_world == self._running_version and self.now < ex.failed_until:
                     # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
-                    # failure, without the visit.
+                    # failure, without the visit. (A gang's is failed_gangs, which a pass that may
+                    # preempt or migrate does not read: it is only passed over.)
                     if not gang:
                         _note_failure(failed, sig, (g, milli, cpu, mem))
                         heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
