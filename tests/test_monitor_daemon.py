@@ -104,14 +104,18 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
     cfg = {"enforcement": {"action": "degrade", "method": "coverage_mass", "threshold": 0.3, "intent": False}}
     assert gb.request("PUT", "/v1/admin/monitor/credit/config", cfg)[0] == 200
 
+    sent = 120  # ben's rows so far; each probe below sends one more, however many it takes
+
     def degraded(client: Client) -> bool:
+        nonlocal sent
         status, body = client.post("/v1/models/credit/predict", {"rows": rows[:1]})
         assert status == 200, body
+        sent += 1
         return set(body["predictions"][0]) == {"label"}
 
     wait_until(lambda: degraded(ben_a), what="gateway a to degrade ben")
     wait_until(lambda: degraded(ben_b), what="gateway b to degrade ben")
-    sent = wait_until(lambda: seen(monitor, "ben", 122), what="the degraded rows")["n_queries"]
+    wait_until(lambda: seen(monitor, "ben", sent), what="the degraded rows")
     history = monitor.get("/v1/admin/monitor/credit/users/ben")[1]["history"]
 
     # The monitor SIGKILLed: both gateways keep serving, with the last decisions.
@@ -121,7 +125,6 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
     for g in (ga, gb):
         wait_until(lambda: metric(g, "analysim_gateway_monitor_up") == 0, what="the gateways to notice")  # noqa: B023
     assert degraded(ben_a) and degraded(ben_b)
-    sent += 2
     cat = Client("127.0.0.1", gb.port, keys["cat"])
     for i in range(0, 60, 3):
         assert cat.post("/v1/models/credit/predict", {"rows": rows[i : i + 3]})[0] == 200
