@@ -766,7 +766,8 @@ class Engine:
             if nxt is not None:
                 heapq.heappush(heap, (nxt, vc, it))
 
-    def _backfill_order(self, blocked: dict, failed: dict, only_capacity: bool) -> Iterator[JobRun]:
+    def _backfill_order(self, blocked: dict, failed: dict, only_capacity: bool,
+                        quotas_matter: bool) -> Iterator[JobRun]:
         """Pending jobs in queue order, as ``pending_jobs``, but leaving out jobs the pass would
         pass over with no effect:
         - once every queue a VC's jobs block is blocked (until then, a job that is not placed
@@ -808,12 +809,18 @@ class Engine:
                         if not only_capacity:
                             jumped_narrowed.add(vc)
                         continue
-                elif (not failed and len(scopes) == 2 and None in blocked
+                elif (len(scopes) == 2 and None in blocked
                       and not self._backfill_effect(job, blocked, scopes, False, only_capacity)):
-                    self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity),
-                               gen)
-                    jumped.add(vc)
-                    continue
+                    if not failed:
+                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False,
+                                                                        only_capacity), gen)
+                        jumped.add(vc)
+                        continue
+                    if not self._fails_as_worse(job, failed, quotas_matter):
+                        # Held by the shared reservation, and the pass would pass it over. (No
+                        # jump: a later job at least as large as a failed request blocks instead.)
+                        self._push_from(heap, vc, it, g)
+                        continue
                 yield job
                 if self._stops != stops:
                     stops = self._stops
@@ -824,6 +831,16 @@ class Engine:
                     self._push_from(heap, v, lists[v].irange(minimum=key, inclusive=(False, False)), gen[v])
                 jumped.clear()
             self._push_from(heap, vc, it, g)
+
+    def _fails_as_worse(self, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
+        """Whether the pass takes the job as failed without an attempt: a one-node request at
+        least as large as one that failed in the pass, with the same constraints (``worse``)."""
+        spec = job.spec
+        worse = failed.get((spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
+                            spec.is_fractional))
+        return (worse is not None and spec.num_gpus >= worse[0] and spec.gpu_milli >= worse[1]
+                and spec.cpu_milli >= worse[2] and spec.memory_mib >= worse[3]
+                and not (spec.num_gpus > self.state.smallest_node_gpus and not self.one_node(spec)))
 
     def _jump(self, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
         gen[vc] += 1
@@ -1077,7 +1094,7 @@ class Engine:
             source = self._blocking_order(
                 blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
         elif blocking and self._skip_ahead:
-            source = self._backfill_order(blocked, failed, only_capacity)
+            source = self._backfill_order(blocked, failed, only_capacity, quotas_matter)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
             source = self._merge_widths(self._pending_of_width)
         elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
