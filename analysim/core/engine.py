@@ -601,7 +601,7 @@ class Engine:
                 worse = failed.get(sig)
                 gang = g > self.state.smallest_node_gpus and not self.one_node(job.spec)
                 if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
-                        and not gang):
+                        and not gang):  # (_no_smaller, written out as in _pass)
                     heapq.heappop(heap)
                     dropped.append((vc, shape))
                     continue
@@ -838,8 +838,7 @@ class Engine:
         spec = job.spec
         worse = failed.get((spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
                             spec.is_fractional))
-        return (worse is not None and spec.num_gpus >= worse[0] and spec.gpu_milli >= worse[1]
-                and spec.cpu_milli >= worse[2] and spec.memory_mib >= worse[3]
+        return (worse is not None and _no_smaller((spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
                 and not (spec.num_gpus > self.state.smallest_node_gpus and not self.one_node(spec)))
 
     def _jump(self, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
@@ -1142,8 +1141,8 @@ class Engine:
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
                 gang = g > st.smallest_node_gpus and not self.one_node(spec)
                 worse = None if gang else failed.get(sig)
-                # (Written out: a generator over the four fields cost more than the rest of the
-                # check for the long queues of LAS-like policies.)
+                # (_no_smaller's test, written out: a generator over the four fields cost more
+                # than the rest of the check for the long queues of LAS-like policies.)
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
                                          and req[3] >= worse[3]):  # fmt: skip
                     if blocking and held and not all(self._may_backfill(job, r) for r in held):
@@ -1533,8 +1532,14 @@ def _note_failure(failed: dict, sig: tuple, req: tuple) -> None:
     """A pass's memory of the smallest request of each signature that failed (see ``worse`` in
     Engine._pass): kept when no smaller one failed before."""
     worse = failed.get(sig)
-    if worse is None or (req[0] <= worse[0] and req[1] <= worse[1] and req[2] <= worse[2] and req[3] <= worse[3]):
+    if worse is None or _no_smaller(worse, req):
         failed[sig] = req
+
+
+def _no_smaller(req: tuple, than: tuple) -> bool:
+    """Whether a request (GPUs, GPU share, CPU, memory) asks for at least as much as ``than`` of
+    each: where ``than`` failed, so does it (see ``worse`` in Engine._pass, which writes this out)."""
+    return req[0] >= than[0] and req[1] >= than[1] and req[2] >= than[2] and req[3] >= than[3]
 
 
 def _merge_heap(lists: dict) -> list:
