@@ -90,37 +90,48 @@ class DefragMigration:
                                & (st.cpu_free >= 0) & (st.mem_free >= 0))
         cands = [int(n) for n in cands if n in movable]
         cands.sort(key=lambda n: (deficit[n], n))
-        best: tuple[tuple[int, int, int], list[Move]] | None = None
+        # A plan's cost (moves, GPUs moved, node) is known from its movers alone: the trial
+        # placement of the movers, which clones the allocation, is made in order of cost and
+        # stops at the first that works, instead of for every candidate node.
+        plans: list[tuple[tuple[int, int, int], list[JobRun]]] = []
         first_end = math.inf
         for n in cands[: self.max_candidates]:
             first_end = min(first_end, min(ctx.expected_end(r) for r in movable[n]))
-            plan = self._plan(job, n, int(deficit[n]), movable[n], ctx)
-            if plan is not None:
-                cost = (len(plan), sum(m[0].spec.num_gpus for m in plan), n)
-                if best is None or cost < best[0]:
-                    best = (cost, plan)
+            movers = self._movers(int(deficit[n]), movable[n])
+            if movers is not None:
+                plans.append(((len(movers), sum(r.spec.num_gpus for r in movers), n), movers))
+        plans.sort(key=lambda p: p[0])
         # The first of those jobs to come within the overhead of its end (with a margin far above
         # the rounding of ``end - now``, as Tiresias' levels have).
         min_left = ctx.config.migration_overhead_s
         until = (first_end - min_left - (1e-9 * (abs(first_end) + min_left) + 1e-6)
                  if first_end < math.inf else math.inf)
-        return (best[1] if best else None), until
+        for (_, _, n), movers in plans:
+            moves = self._place(job, n, movers, ctx)
+            if moves is not None:
+                return moves, until
+        return None, until
 
-    def _plan(self, job: JobRun, node: int, deficit: int, residents: list[JobRun], ctx: Engine) -> list[Move] | None:
-        # One job big enough, the smallest such, moves the fewest GPUs; failing that, the biggest
-        # residents first make the fewest moves.
-        single = sorted((r for r in residents if r.spec.num_gpus >= deficit), key=lambda r: (r.spec.num_gpus, r.seq))
+    @staticmethod
+    def _movers(deficit: int, residents: list[JobRun]) -> list[JobRun] | None:
+        """The residents to move off a node to free ``deficit`` GPUs, None if they cannot. One
+        job big enough, the smallest such, moves the fewest GPUs; failing that, the biggest
+        residents first make the fewest moves."""
+        single = [r for r in residents if r.spec.num_gpus >= deficit]
         if single:
-            movers = [single[0]]
-        else:
-            movers, freed = [], 0
-            for r in sorted(residents, key=lambda r: (-r.spec.num_gpus, r.seq)):
-                movers.append(r)
-                freed += r.spec.num_gpus
-                if freed >= deficit:
-                    break
-            if freed < deficit:
-                return None
+            return [min(single, key=lambda r: (r.spec.num_gpus, r.seq))]
+        movers, freed = [], 0
+        for r in sorted(residents, key=lambda r: (-r.spec.num_gpus, r.seq)):
+            movers.append(r)
+            freed += r.spec.num_gpus
+            if freed >= deficit:
+                return movers
+        return None
+
+    @staticmethod
+    def _place(job: JobRun, node: int, movers: list[JobRun], ctx: Engine) -> list[Move] | None:
+        """Where the movers go (best fit, on a trial copy of the allocation), None if the job
+        still does not fit on ``node`` or some mover fits nowhere else."""
         trial = ctx.state.clone()
         for r in movers:
             ctx.release_on(trial, r)
