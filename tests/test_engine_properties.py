@@ -390,3 +390,42 @@ def test_a_job_restricted_to_smaller_nodes_spans_them():
     for policy in ("sjf", "fifo"):
         engine, _ = simulate(spec, jobs, policy, "consolidate", EngineConfig(), [], [])
         assert engine.jobs["Y"].first_start_s == 1
+
+
+class _EvictVcA:
+    """A post-filter unlike the built-in ones: from time 30 on, for a job of VC c, it evicts every
+    running job of VC a, over its quota or not (quota reclaim takes only from VCs over quota)."""
+
+    name = "evict-a"
+
+    def victims(self, job, ctx):
+        if job.spec.vc != "c" or ctx.now < 30:
+            return None
+        return [r for r in ctx.running.values() if r.spec.vc == "a"] or None
+
+    def holds_until(self, job, ctx):
+        return 30.0 if ctx.now < 30 else float("inf")
+
+
+def test_a_vc_jumped_over_as_borrowing_comes_back_once_an_eviction_lowers_its_usage():
+    # FIFO, quotas a 4, b 2, c 2. A0 (a) holds all of n1 (A100), a at its quota; X (b, 8 GPUs)
+    # cannot fit and blocks the shared queue. In the pass at 30, A1 (a, 2) would borrow, and the
+    # merge jumps a's jobs to the next one within quota, A2 (CPU only); C1 (c, A100, waiting since
+    # 20) then evicts A0 and a's usage drops to 0: A3 (a, 2), jumped over, is now within quota and
+    # starts in the same pass.
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 4, 32000, 64000), NodeSpec("n1", "r0", "A100", 4, 32000, 64000)),
+                       vcs=(VCSpec("a", 4), VCSpec("b", 2), VCSpec("c", 2)), allow_borrowing=True)
+    jobs = [JobSpec("A0", 0, 1000, 4, gpu_models=("A100",), vc="a"), JobSpec("X", 1, 10, 8, vc="b"),
+            JobSpec("A1", 10, 10, 2, vc="a"), JobSpec("C1", 20, 10, 1, gpu_models=("A100",), vc="c"),
+            JobSpec("A3", 25, 10, 2, vc="a"), JobSpec("A2", 30, 10, 0, vc="a")]
+    decided = []
+    for cls in (Engine, _NoShortcuts):
+        policy = build_policy("fifo")
+        policy.post_filters = [_EvictVcA()]
+        engine = cls(spec, policy, EngineConfig(preemption=True), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        decided.append([(d.kind, d.job_id, d.time) for d in engine.decisions])
+    assert decided[0] == decided[1]
+    assert ("launch", "A3", 30.0) in decided[0]

@@ -726,16 +726,27 @@ class Engine:
 
     def _blocking_order(self, blocked: dict, jump: bool) -> Iterator[JobRun]:
         """Pending jobs in queue order, as ``pending_jobs``, but leaving out, from the moment the
-        pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``). The queue
-        is not changed during a pass (changes are deferred), so positions stay valid."""
+        pass blocks them, the VCs none of whose jobs could pass (see ``_vc_blocked``), and, with
+        ``jump``, the jobs that would borrow while the shared queue is blocked. The queue is not
+        changed during a pass (changes are deferred), so positions stay valid."""
         lists = self._pending_of_vc
         # Each VC's list is walked by an iterator (a SortedList's positional lookup costs a
         # Python-level index search per step).
-        heap = _merge_heap(lists)
+        heap = []
+        for vc, keys in lists.items():  # (no list is empty: _unfile)
+            it = iter(keys)
+            heap.append((next(it), vc, 0, it))
+        heapq.heapify(heap)
+        gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from undone jumps are stale
         dropped: list[str] = []
+        jumped: set[str] = set()  # VCs with a jump ahead of the merge
         stops = self._stops
         while heap:
-            key, vc, it = heapq.heappop(heap)
+            key, vc, g, it = heapq.heappop(heap)
+            if g != gen[vc]:
+                continue
+            if jumped:
+                jumped.discard(vc)
             if blocked and self._vc_blocked(vc, blocked):
                 dropped.append(vc)  # out of the merge
                 continue
@@ -744,27 +755,28 @@ class Engine:
                     and self.state.vc_used.get(vc, 0.0) + job.spec.gpu_demand
                     > self._quota_by_vc.get(vc, self._quota_unknown_vc) + 1e-9):
                 # It would borrow, and the shared queue is blocked: it and every job of its VC up
-                # to the next one within quota would be passed over (with no preemption or
-                # migration, nothing in this pass lowers the VC's usage). Resume the VC there.
-                nxt = self._next_within_quota(vc, key)
-                if nxt is not None:
-                    heapq.heappush(heap, (nxt, vc, lists[vc].irange(minimum=nxt, inclusive=(False, True))))
+                # to the next one within quota would be passed over (launches only raise the VC's
+                # usage). Resume the VC there.
+                self._jump(heap, vc, self._next_within_quota(vc, key), gen)
+                jumped.add(vc)
                 continue
             if job is not None:
                 yield job
-                if self._stops != stops and dropped:
-                    # Preemption took GPUs from some VC: one left out as borrowing may be within
-                    # its quota again; its jobs after this one come back into the merge.
+                if self._stops != stops:
+                    # A job was taken off its GPUs (preemption, migration), and its VC's usage
+                    # may be lower: a VC left out or jumped over as borrowing may have jobs within
+                    # its quota again. From here on, their jobs come back into the merge. (With
+                    # the built-in post-filters a VC jumped over is within its quota and keeps its
+                    # GPUs, as reclaim takes from VCs over theirs; another post-filter may not.)
                     stops = self._stops
-                    for d in dropped:
-                        rest = lists[d].islice(lists[d].bisect_right(key))
-                        nxt = next(rest, None)
-                        if nxt is not None:
-                            heapq.heappush(heap, (nxt, d, rest))
+                    for d in dropped + list(jumped):
+                        gen[d] += 1
+                        self._push_from(heap, d, lists[d].irange(minimum=key, inclusive=(False, False)), gen[d])
                     dropped.clear()
-            nxt = next(it, None)
+                    jumped.clear()
+            nxt = next(it, None)  # (_push_from, written out: once per job the merge passes)
             if nxt is not None:
-                heapq.heappush(heap, (nxt, vc, it))
+                heapq.heappush(heap, (nxt, vc, g, it))
 
     def _backfill_order(self, blocked: dict, failed: dict, only_capacity: bool,
                         quotas_matter: bool) -> Iterator[JobRun]:
@@ -1090,8 +1102,7 @@ class Engine:
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
         if blocking and not pol.backfill and self._pending_of_vc is not None:
-            source = self._blocking_order(
-                blocked, jump=self._skip_ahead and not (self.config.preemption or self.config.migration))
+            source = self._blocking_order(blocked, jump=self._skip_ahead)
         elif blocking and self._skip_ahead:
             source = self._backfill_order(blocked, failed, only_capacity, quotas_matter)
         elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
