@@ -1195,10 +1195,8 @@ class Engine:
                 for sc in self.blocked_scopes(job):
                     if sc not in blocked:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
-                # (Without preemption or migration the merge drops each blocked VC when it next
-                # comes up, at less cost than this sweep over every VC after each failure.)
-                if not pol.backfill and not (only_capacity and self._skip_ahead) and self._every_queue_blocked(blocked):
-                    break
+                # (Once no job still waiting can pass a blocked head, the merge drops each VC as
+                # it next comes up, at less cost than a sweep over every VC after each failure.)
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
     # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
@@ -1230,10 +1228,6 @@ class Engine:
         if self.quota_of(vc) is None:
             return (None,)
         return (vc, None)
-
-    def _every_queue_blocked(self, blocked: dict) -> bool:
-        """Whether no job still waiting can pass a blocked head."""
-        return all(self._vc_blocked(vc, blocked) for vc in self._pending_vcs)
 
     def _reserve(self, head: JobRun, scope: str | None = None) -> tuple[float, float]:
         if scope is not None and scope in self._vc_dedicated:
