@@ -11,7 +11,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,6 +85,17 @@ class _Extra:
     # the same way until this time (see Engine._answers_hold_until).
     failed_world: int = -1
     failed_until: float = -math.inf
+
+
+@dataclass(slots=True)
+class _QuietPass:
+    """What a pass that changed nothing left (see Engine._resumed_order)."""
+
+    world: int  # Engine._running_version during it
+    hold: float  # until when its failures hold (the earliest failed_until it met)
+    blocked: dict  # blocking queues: the heads blocked at its end, with their reservations
+    last_key: tuple | None  # the queue's last key then
+    new: list[tuple]  # keys queued since, each by an arrival
 
 
 class Engine:
@@ -185,6 +196,8 @@ class Engine:
         self._frag_index = None
         self._empty_state: ClusterState | None = None
         self._in_pass = False
+        self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
+        self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
         self._handlers = {k: getattr(self, "_on_" + k) for k in
                           ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
@@ -499,6 +512,7 @@ class Engine:
         if job is not None and job.status is JobStatus.PENDING and self.extra[job.job_id].qkey is not None:
             self._dequeue(job)
             self._enqueue(job)
+        self._quiet = None  # (a plugin asks for a pass: something it reads has changed)
         self._dirty = True
 
     def _on_rebalance(self, _payload: object) -> None:
@@ -610,6 +624,8 @@ class Engine:
                     # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
                     # failure, without the visit. (A gang's is failed_gangs, which a pass that may
                     # preempt or migrate does not read: it is only passed over.)
+                    if ex.failed_until < self._pass_hold:
+                        self._pass_hold = ex.failed_until
                     if not gang:
                         _note_failure(failed, sig, (g, milli, cpu, mem))
                         heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
@@ -649,6 +665,8 @@ class Engine:
             self._deferred_adds.append((key, job.spec, ex.qwork))  # the pass is iterating the queue
         else:
             self._add_key(key, job.spec, ex.qwork)
+            if self._quiet is not None:
+                self._quiet.new.append(key)
         self._pending_by_seq[job.seq] = job
         self._pending_vcs[job.spec.vc] += 1
         self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
@@ -662,6 +680,7 @@ class Engine:
             self._deferred_removals.append((ex.qkey, job.spec, ex.qwork))
         else:
             self._remove_key(ex.qkey, job.spec, ex.qwork)
+            self._quiet = None  # (a head leaving may unblock a queue)
         del self._pending_by_seq[job.seq]
         vc = job.spec.vc
         left = self._pending_vcs[vc] - 1
@@ -1101,20 +1120,39 @@ class Engine:
         only_capacity = not (can_preempt or can_migrate)
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
-        if blocking and not pol.backfill and self._pending_of_vc is not None:
-            source = self._blocking_order(blocked, jump=self._skip_ahead)
-        elif blocking and self._skip_ahead:
-            source = self._backfill_order(blocked, failed, only_capacity, quotas_matter)
-        elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
-            source = self._merge_widths(self._pending_of_width)
-        elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
-            source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
-        elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
-            source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
-        elif self._skip_ahead and self._pending_of_vc_shape is not None:
-            source = {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
+
+        def full_order():  # every waiting job, in the queue's order, less those passed over
+            if blocking and not pol.backfill and self._pending_of_vc is not None:
+                return self._blocking_order(blocked, jump=self._skip_ahead)
+            if blocking and self._skip_ahead:
+                return self._backfill_order(blocked, failed, only_capacity, quotas_matter)
+            if only_capacity and self._skip_ahead and self._pending_of_width is not None:
+                return self._merge_widths(self._pending_of_width)
+            if only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
+                return {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
+            if self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
+                return self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
+            if self._skip_ahead and self._pending_of_vc_shape is not None:
+                return {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
+            return self._dynamic_source() if q.dynamic else self.pending_jobs()
+
+        # A pass after one that changed nothing, with nothing changed since but arrivals, and
+        # before any failure of that pass may turn: see _resumed_order.
+        quiet, self._quiet = self._quiet, None
+        world = self._running_version
+        resumed = (quiet is not None and self._skip_ahead and quiet.world == world and self.now < quiet.hold
+                   and not pol.backfill and not q.dynamic
+                   and (not blocking or not quiet.new or min(quiet.new) > quiet.last_key))
+        if resumed:
+            if not quiet.new:
+                self._quiet = quiet  # it would be that pass again
+                return
+            blocked.update(quiet.blocked)
+            self._pass_hold = quiet.hold
+            source = self._resumed_order(sorted(quiet.new), None if only_capacity or blocking else full_order)
         else:
-            source = self._dynamic_source() if q.dynamic else self.pending_jobs()
+            self._pass_hold = math.inf
+            source = full_order()
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
         # the same request again cannot while launches only take GPUs (without preemption or migration).
         failed_gangs: set[tuple] = set()
@@ -1160,7 +1198,9 @@ class Engine:
                         continue
                     ex = extra[spec.job_id]
                     if ex.failed_world == self._running_version and self.now < ex.failed_until:
-                        pass  # failed in an earlier pass, and nothing its attempt reads has changed
+                        # Failed in an earlier pass, and nothing its attempt reads has changed.
+                        if ex.failed_until < self._pass_hold:
+                            self._pass_hold = ex.failed_until
                     elif gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
                         pass  # more whole GPUs than are free, or the same gang failed with more free
                     else:
@@ -1176,6 +1216,8 @@ class Engine:
                         if pl is None and self._skip_ahead:
                             ex.failed_world = self._running_version
                             ex.failed_until = self._answers_hold_until(job, can_migrate, can_preempt)
+                            if ex.failed_until < self._pass_hold:
+                                self._pass_hold = ex.failed_until
                 if pl is not None:
                     if blocking and held:
                         for sc in scopes:
@@ -1197,6 +1239,33 @@ class Engine:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
                 # (Once no job still waiting can pass a blocked head, the merge drops each VC as
                 # it next comes up, at less cost than a sweep over every VC after each failure.)
+        if self._skip_ahead and self._running_version == world and not pol.backfill and not q.dynamic:
+            self._quiet = _QuietPass(world, self._pass_hold, dict(blocked), self._pending[-1], [])
+
+    def _resumed_order(self, new: list[tuple], rest: Callable[[], Iterable[JobRun]] | None) -> Iterator[JobRun]:
+        """The order of a pass after a pass that changed nothing (it launched, evicted and moved
+        nothing), with nothing changed since but arrivals (keys ``new``, in order), and before any
+        failure of that pass may turn into a success (``failed_until``). Such a pass would do
+        again what that one did, every job failing the same way, up to the first arrival that
+        does something. So only the arrivals are visited, and, for a blocking queue, from the heads
+        that pass left blocked (its arrivals queue behind every job that pass saw).
+
+        Once an arrival has launched, evicted or moved something, the jobs queued after it may
+        fare differently from that pass: with preemption or migration (``rest``: every waiting
+        job in order), they are visited too. Without, launches only take GPUs and they fail again;
+        a blocking queue's are all arrivals."""
+        world = self._running_version
+        by_seq = self._pending_by_seq
+        extra = self.extra
+        for key in new:
+            job = by_seq.get(key[1])
+            if job is not None:
+                yield job
+            if rest is not None and self._running_version != world:
+                for job in rest():
+                    if extra[job.job_id].qkey > key:
+                        yield job
+                return
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
     # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
