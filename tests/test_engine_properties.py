@@ -429,3 +429,60 @@ def test_a_vc_jumped_over_as_borrowing_comes_back_once_an_eviction_lowers_its_us
         decided.append([(d.kind, d.job_id, d.time) for d in engine.decisions])
     assert decided[0] == decided[1]
     assert ("launch", "A3", 30.0) in decided[0]
+
+
+def _fifo_backfill_arrivals_at(t: float) -> dict[str, float | None]:
+    # One 8-GPU node; R (VC v) runs on 2 GPUs until 1000. H (v, 7 GPUs) cannot fit and holds the
+    # reservation: 1 spare GPU at 1000. J (v, 2 GPUs, 100 s, all the node's CPU) may backfill while
+    # it would end by 1000, that is until 900, but R's CPU keeps it out: a failed request. Z
+    # arrives at 899 (a pass that changes nothing). N (w, 6 GPUs, all the CPU, borrowing) and
+    # M (w, 3 GPUs, within quota) arrive at t. Before 900, N is as large as J's failed request and
+    # blocks w's queue, and its reservation holds M back (2 spare GPUs at 1000); from 900 on, J
+    # and N are held, and M starts at once. K (v, 2 GPUs) arriving at t fits, but H's reservation
+    # holds it back. A pass that visits only the arrivals must start from the heads the last pass
+    # left blocked and the requests that failed in it, and not outlive its answers.
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 8, 32000, 64000),),
+                       vcs=(VCSpec("v", 5), VCSpec("w", 3)), allow_borrowing=True)
+    jobs = [JobSpec("R", 0, 1000, 2, cpu_milli=4000, vc="v"), JobSpec("H", 1, 10, 7, vc="v"),
+            JobSpec("J", 2, 100, 2, cpu_milli=32000, vc="v"), JobSpec("Z", 899, 10, 8, vc="v"),
+            JobSpec("N", t, 500, 6, cpu_milli=32000, vc="w"), JobSpec("M", t, 500, 3, vc="w"),
+            JobSpec("K", t, 500, 2, vc="v")]
+    starts = []
+    for cls in (Engine, _NoShortcuts):
+        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        starts.append({j.job_id: engine.jobs[j.job_id].first_start_s for j in jobs})
+    assert starts[0] == starts[1]
+    return starts[0]
+
+
+def test_a_pass_over_arrivals_only_starts_from_the_last_pass_failures():
+    starts = _fifo_backfill_arrivals_at(850.0)
+    assert starts["M"] > 850.0 and starts["K"] > 850.0
+
+
+def test_a_pass_over_arrivals_only_ends_when_a_job_may_no_longer_backfill():
+    starts = _fifo_backfill_arrivals_at(950.0)
+    assert starts["M"] == 950.0 and starts["K"] > 950.0
+
+
+def test_a_job_queued_ahead_of_what_the_last_pass_saw_gets_a_whole_pass():
+    # R runs on 2 of 8 GPUs until 1000; H (7 GPUs) blocks the queue from 1, and its reservation
+    # holds Q (2 GPUs, 2000 s) back. P (2 GPUs, submitted at 850 with a submission time of 0.5)
+    # queues ahead of H, and starts at once: a pass over the arrivals only, from the heads the
+    # last pass left blocked, would hold it back too.
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 8, 32000, 64000),))
+    jobs = [JobSpec("R", 0, 1000, 2), JobSpec("H", 1, 10, 7), JobSpec("Q", 2, 2000, 2)]
+    late = JobSpec("P", 0.5, 500, 2)
+    starts = []
+    for cls in (Engine, _NoShortcuts):
+        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run(until=850.0)
+        engine.submit(late)
+        engine.run()
+        starts.append(engine.jobs["P"].first_start_s)
+    assert starts == [850.0, 850.0]

@@ -11,7 +11,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -92,8 +92,10 @@ class _QuietPass:
     """What a pass that changed nothing left (see Engine._resumed_order)."""
 
     world: int  # Engine._running_version during it
-    hold: float  # until when its failures hold (the earliest failed_until it met)
+    hold: float  # until when its failures hold (the earliest failed_until it met), and EASY's
+    # answers (a job that may backfill by ending before a shadow time may not once time moves on)
     blocked: dict  # blocking queues: the heads blocked at its end, with their reservations
+    failed: dict  # the smallest failed request per signature at its end (see Engine._pass)
     last_key: tuple | None  # the queue's last key then
     new: list[tuple]  # keys queued since, each by an arrival
 
@@ -666,7 +668,7 @@ class Engine:
         else:
             self._add_key(key, job.spec, ex.qwork)
             if self._quiet is not None:
-                self._quiet.new.append(key)
+                self._quiet.new.append(key)  # (an arrival: a job queued again comes with a stop)
         self._pending_by_seq[job.seq] = job
         self._pending_vcs[job.spec.vc] += 1
         self._pending_demands.setdefault(job.spec.vc, Counter())[job.spec.gpu_demand] += 1
@@ -1121,38 +1123,35 @@ class Engine:
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
 
-        def full_order():  # every waiting job, in the queue's order, less those passed over
-            if blocking and not pol.backfill and self._pending_of_vc is not None:
-                return self._blocking_order(blocked, jump=self._skip_ahead)
-            if blocking and self._skip_ahead:
-                return self._backfill_order(blocked, failed, only_capacity, quotas_matter)
-            if only_capacity and self._skip_ahead and self._pending_of_width is not None:
-                return self._merge_widths(self._pending_of_width)
-            if only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
-                return {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
-            if self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
-                return self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
-            if self._skip_ahead and self._pending_of_vc_shape is not None:
-                return {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
-            return self._dynamic_source() if q.dynamic else self.pending_jobs()
-
-        # A pass after one that changed nothing, with nothing changed since but arrivals, and
-        # before any failure of that pass may turn: see _resumed_order.
+        # A blocking queue's pass after one that changed nothing, with nothing changed since but
+        # arrivals, and before any answer of that pass may turn: see _resumed_order.
         quiet, self._quiet = self._quiet, None
         world = self._running_version
-        resumed = (quiet is not None and self._skip_ahead and quiet.world == world and self.now < quiet.hold
-                   and not pol.backfill and not q.dynamic
-                   and (not blocking or not quiet.new or min(quiet.new) > quiet.last_key))
-        if resumed:
+        if (quiet is not None and quiet.world == world and self.now < quiet.hold
+                and (not quiet.new or min(quiet.new) > quiet.last_key)):
             if not quiet.new:
                 self._quiet = quiet  # it would be that pass again
                 return
             blocked.update(quiet.blocked)
+            failed.update(quiet.failed)
             self._pass_hold = quiet.hold
-            source = self._resumed_order(sorted(quiet.new), None if only_capacity or blocking else full_order)
+            source = self._resumed_order(sorted(quiet.new))
         else:
             self._pass_hold = math.inf
-            source = full_order()
+            if blocking and not pol.backfill and self._pending_of_vc is not None:
+                source = self._blocking_order(blocked, jump=self._skip_ahead)
+            elif blocking and self._skip_ahead:
+                source = self._backfill_order(blocked, failed, only_capacity, quotas_matter)
+            elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
+                source = self._merge_widths(self._pending_of_width)
+            elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
+                source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
+            elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
+                source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
+            elif self._skip_ahead and self._pending_of_vc_shape is not None:
+                source = {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
+            else:
+                source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
         # the same request again cannot while launches only take GPUs (without preemption or migration).
         failed_gangs: set[tuple] = set()
@@ -1194,8 +1193,10 @@ class Engine:
                 # than the rest of the check for the long queues of LAS-like policies.)
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
                                          and req[3] >= worse[3]):  # fmt: skip
-                    if blocking and held and not all(self._may_backfill(job, r) for r in held):
-                        continue
+                    if blocking and held:
+                        if not all(self._may_backfill(job, r) for r in held):
+                            continue
+                        self._note_backfill_hold(job, held)
                     ex = extra[spec.job_id]
                     if ex.failed_world == self._running_version and self.now < ex.failed_until:
                         # Failed in an earlier pass, and nothing its attempt reads has changed.
@@ -1239,33 +1240,26 @@ class Engine:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
                 # (Once no job still waiting can pass a blocked head, the merge drops each VC as
                 # it next comes up, at less cost than a sweep over every VC after each failure.)
-        if self._skip_ahead and self._running_version == world and not pol.backfill and not q.dynamic:
-            self._quiet = _QuietPass(world, self._pass_hold, dict(blocked), self._pending[-1], [])
+        if blocking and self._skip_ahead and self._running_version == world:
+            self._quiet = _QuietPass(world, self._pass_hold, dict(blocked), dict(failed), self._pending[-1], [])
 
-    def _resumed_order(self, new: list[tuple], rest: Callable[[], Iterable[JobRun]] | None) -> Iterator[JobRun]:
-        """The order of a pass after a pass that changed nothing (it launched, evicted and moved
-        nothing), with nothing changed since but arrivals (keys ``new``, in order), and before any
-        failure of that pass may turn into a success (``failed_until``). Such a pass would do
-        again what that one did, every job failing the same way, up to the first arrival that
-        does something. So only the arrivals are visited, and, for a blocking queue, from the heads
-        that pass left blocked (its arrivals queue behind every job that pass saw).
+    def _resumed_order(self, new: list[tuple]) -> Iterator[JobRun]:
+        """The order of a blocking queue's pass after a pass that changed nothing (it launched,
+        evicted and moved nothing), with nothing changed since but arrivals (keys ``new``, in
+        order, each after every key that pass saw), and before any answer of that pass may turn
+        (``_QuietPass.hold``). Such a pass would do again what that one did, every job failing or
+        passed over the same way, and end with the same heads blocked and requests failed: only
+        the arrivals are visited, from there.
 
-        Once an arrival has launched, evicted or moved something, the jobs queued after it may
-        fare differently from that pass: with preemption or migration (``rest``: every waiting
-        job in order), they are visited too. Without, launches only take GPUs and they fail again;
-        a blocking queue's are all arrivals."""
-        world = self._running_version
+        (A queue that does not block is left out: its arrivals fall among the jobs that pass saw,
+        each of which it would visit with the failures before it in hand, and those failures
+        decide: ``worse`` passes over a request as large as a failed one, which with preemption
+        may find victims where the smaller did not.)"""
         by_seq = self._pending_by_seq
-        extra = self.extra
         for key in new:
             job = by_seq.get(key[1])
             if job is not None:
                 yield job
-            if rest is not None and self._running_version != world:
-                for job in rest():
-                    if extra[job.job_id].qkey > key:
-                        yield job
-                return
 
     # EASY backfilling: the blocked head gets a reservation at the earliest time enough GPUs free
     # up (the shadow time); a later job may jump ahead if it ends by then or uses only spare GPUs.
@@ -1321,6 +1315,17 @@ class Engine:
         shadow, spare = reservation
         ends = self.now + job.overhead_s + job.remaining_s
         return ends <= shadow or job.spec.gpu_demand <= spare
+
+    def _note_backfill_hold(self, job: JobRun, held: list[tuple[float, float]]) -> None:
+        """A job that may backfill only because it ends by a shadow time may not a little later:
+        the pass's answer for it holds until then (see _QuietPass), less a margin far above the
+        rounding of ``now + work``."""
+        work = job.overhead_s + job.remaining_s
+        for shadow, spare in held:
+            if job.spec.gpu_demand > spare:
+                until = shadow - work - (1e-9 * (abs(shadow) + work) + 1e-6)
+                if until < self._pass_hold:
+                    self._pass_hold = until
 
     def _consume_reservation(self, job: JobRun, reservation: tuple[float, float]) -> tuple[float, float]:
         shadow, spare = reservation
