@@ -99,6 +99,8 @@ class ClusterState:
     # Whole free GPUs over all up nodes: a gang asking for more cannot be placed, whatever its
     # constraints, and is passed over without a placement attempt.
     total_full_free: int = field(init=False)
+    # free_total summed over up nodes: EASY backfilling's reservations start from it.
+    _free_up_milli: int = field(init=False)
     gang_sizes: dict = field(init=False)  # placement.gang_size's answers (topology only)
 
     def __post_init__(self) -> None:
@@ -132,6 +134,7 @@ class ClusterState:
             self._full_free_count[g] += 1
         self._max_full_free = self._highest_count_from(gmax)
         self.total_full_free = int(self.gpus.sum())
+        self._free_up_milli = int(self.free_total.sum())
         self.gang_sizes = {}
 
     @property
@@ -148,6 +151,8 @@ class ClusterState:
             if row[g] < 0:
                 raise AssertionError(f"GPU {g} of node {node} over-allocated")
         self.free_total[node] -= milli * len(gpu_slots)
+        if self.up[node]:
+            self._free_up_milli -= milli * len(gpu_slots)
         self.cpu_free[node] -= cpu
         self.mem_free[node] -= mem
 
@@ -159,6 +164,8 @@ class ClusterState:
             if row[g] == GPU_MILLI:
                 self._count_full_free(node, +1)
         self.free_total[node] += milli * len(gpu_slots)
+        if self.up[node]:
+            self._free_up_milli += milli * len(gpu_slots)
         self.cpu_free[node] += cpu
         self.mem_free[node] += mem
 
@@ -180,6 +187,7 @@ class ClusterState:
         if bool(self.up[node]) == up:
             return
         self.up[node] = up
+        self._free_up_milli += int(self.free_total[node]) * (1 if up else -1)
         k = int(self.full_free[node])
         self._full_free_count[k] += 1 if up else -1
         self.total_full_free += k if up else -k
@@ -201,7 +209,7 @@ class ClusterState:
 
     def free_gpus_total(self) -> float:
         """Free GPU capacity on nodes that are up, fractional shares included."""
-        return float(self.free_total[self.up].sum()) / GPU_MILLI
+        return self._free_up_milli / GPU_MILLI
 
     def clone(self) -> ClusterState:
         """A copy whose allocation can be changed freely (to test a what-if), sharing the topology."""
