@@ -486,3 +486,25 @@ def test_a_job_queued_ahead_of_what_the_last_pass_saw_gets_a_whole_pass():
         engine.run()
         starts.append(engine.jobs["P"].first_start_s)
     assert starts == [850.0, 850.0]
+
+
+def test_a_backfill_jump_stops_at_a_request_as_large_as_a_failed_one():
+    # One 8-GPU node: u runs a CPU-only job (until 1000) and R2 on 6 GPUs, over its quota. At 1,
+    # H (u, 2 GPUs, all the CPU) fails and reserves the shared queue (no spare GPU at 1000). In
+    # v (quota 1), J1 would borrow and is held by that reservation; J2, as large as H's failed
+    # request, takes the failure path and blocks v's queue; J3 (within quota, long) is then held
+    # by J2's reservation. A jump from J1 over the held jobs must stop at J2.
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 8, 32000, 64000),),
+                       vcs=(VCSpec("u", 4), VCSpec("v", 1)), allow_borrowing=True)
+    jobs = [JobSpec("R", 0, 1000, 0, cpu_milli=4000, vc="u"), JobSpec("R2", 0, 5000, 6, vc="u"),
+            JobSpec("H", 1, 10, 2, cpu_milli=32000, vc="u"), JobSpec("J1", 1, 2000, 2, vc="v"),
+            JobSpec("J2", 1, 2000, 2, cpu_milli=32000, vc="v"), JobSpec("J3", 1, 2000, 1, vc="v")]
+    starts = []
+    for cls in (Engine, _NoShortcuts):
+        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        starts.append({j.job_id: engine.jobs[j.job_id].first_start_s for j in jobs})
+    assert starts[0] == starts[1]
+    assert starts[0]["J3"] > 1

@@ -200,6 +200,7 @@ class Engine:
         self._in_pass = False
         self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
+        self._backfill_walks: dict[tuple, list[tuple]] = {}
         self._handlers = {k: getattr(self, "_on_" + k) for k in
                           ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
@@ -809,14 +810,16 @@ class Engine:
           as capacity stands (it only shrinks): the merge jumps to the VC's next job that is
           neither. With preemption or migration, a job taken off its GPUs may bring a VC back
           within quota, out of the shared queue: such jumps are taken again after one;
-        - before that, with the shared queue blocked and nothing failed yet in the pass, a VC's
-          jobs that would borrow, could fit, and the shared reservation keeps out: the merge
-          jumps to the VC's next job that is within quota, cannot fit (it blocks) or may
-          backfill. A launch or a failure can turn a job jumped over into one that blocks, so
-          such jumps are taken again from each job the pass looks at."""
+        - before that, with the shared queue blocked, a VC's jobs that would borrow, could fit,
+          and the shared reservation keeps out: the merge jumps to the VC's next job that is
+          within quota, cannot fit (it blocks) or may backfill, or, once a request has failed in
+          the pass, may ask for as many GPUs (as large a request takes the failure path and
+          blocks). A launch or a failure can turn a job jumped over into one that blocks, so such
+          jumps are taken again from each job the pass looks at."""
         lists = self._pending_of_vc
         by_seq = self._pending_by_seq
         scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
+        self._backfill_walks = {}  # (see _next_backfill_effect)
         heap: list = []
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
         for vc, keys in lists.items():
@@ -843,17 +846,19 @@ class Engine:
                             jumped_narrowed.add(vc)
                         continue
                 elif (len(scopes) == 2 and None in blocked
-                      and not self._backfill_effect(job, blocked, scopes, False, only_capacity)):
-                    if not failed:
-                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, False,
-                                                                        only_capacity), gen)
-                        jumped.add(vc)
-                        continue
-                    if not self._fails_as_worse(job, failed, quotas_matter):
-                        # Held by the shared reservation, and the pass would pass it over. (No
-                        # jump: a later job at least as large as a failed request blocks instead.)
-                        self._push_from(heap, vc, it, g)
-                        continue
+                      and not self._backfill_effect(job, blocked, scopes, False, only_capacity)
+                      and not (failed and self._fails_as_worse(job, failed, quotas_matter))):
+                    # Held by the shared reservation, and the pass would pass it over. Once a
+                    # request has failed, a later job as large takes the failure path and blocks
+                    # its VC's queue instead: the jump stops at any that may be.
+                    to = self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity)
+                    if failed:
+                        wide = self._next_as_wide(vc, key, min(w[0] for w in failed.values()))
+                        if wide is not None and (to is None or wide < to):
+                            to = wide
+                    self._jump(heap, vc, to, gen)
+                    jumped.add(vc)
+                    continue
                 yield job
                 if self._stops != stops:
                     stops = self._stops
@@ -864,6 +869,18 @@ class Engine:
                     self._push_from(heap, v, lists[v].irange(minimum=key, inclusive=(False, False)), gen[v])
                 jumped.clear()
             self._push_from(heap, vc, it, g)
+
+    def _next_as_wide(self, vc: str, after: tuple, gpus: int) -> tuple | None:
+        """The first key past ``after`` of a job of ``vc`` that may ask for ``gpus`` GPUs or more
+        (fractional and CPU-only jobs, width 0, ask for at most one), from the per-demand, width
+        and work-bucket lists."""
+        best = None
+        for (_, width, _), keys in self._pending_of_vc_dw[vc].items():
+            if width >= gpus or (width == 0 and gpus <= 1):
+                i = keys.bisect_right(after)
+                if i < len(keys) and (best is None or keys[i] < best):
+                    best = keys[i]
+        return best
 
     def _fails_as_worse(self, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
         """Whether the pass takes the job as failed without an attempt: a one-node request at
@@ -952,13 +969,17 @@ class Engine:
                     if i < len(keys) and (best is None or keys[i] < best):
                         best = keys[i]
                     continue
-                for k in keys.irange(minimum=after, inclusive=(False, False)):
-                    if best is not None and k >= best:
-                        break
-                    job = by_seq.get(k[1])
-                    if job is not None and all(self._may_backfill(job, r) for r in held):
-                        best = k
-                        break
+                # The jobs here that pass every reservation, found once per pass and reservations
+                # (the merge asks again from later keys after each job it gives).
+                walk = (vc, demand, width, b, tuple(held))
+                passing = self._backfill_walks.get(walk)
+                if passing is None:
+                    passing = self._backfill_walks[walk] = [
+                        k for k in keys if (job := by_seq.get(k[1])) is not None
+                        and all(self._may_backfill(job, r) for r in held)]
+                i = bisect.bisect_right(passing, after)
+                if i < len(passing) and (best is None or passing[i] < best):
+                    best = passing[i]
         return best
 
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
