@@ -627,8 +627,6 @@ class Engine:
                     # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
                     # failure, without the visit. (A gang's is failed_gangs, which a pass that may
                     # preempt or migrate does not read: it is only passed over.)
-                    if ex.failed_until < self._pass_hold:
-                        self._pass_hold = ex.failed_until
                     if not gang:
                         _note_failure(failed, sig, (g, milli, cpu, mem))
                         heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
@@ -1057,10 +1055,14 @@ class Engine:
 
     # --------------------------------------------------------------- masks and quota
 
+    def static_key(self, spec: JobSpec) -> tuple:
+        """What ``static_mask`` reads of a job: jobs with the same key may use the same nodes."""
+        return (spec.gpu_models, spec.vc if spec.vc in self._vc_dedicated else None)
+
     def static_mask(self, spec: JobSpec) -> np.ndarray:
         """Nodes the job may ever use right now: up, of an allowed GPU model, open to its VC."""
         dedicated = spec.vc if spec.vc in self._vc_dedicated else None
-        key = (spec.gpu_models, dedicated)
+        key = (spec.gpu_models, dedicated)  # (static_key, written out: asked for every attempt)
         mask = self._static_cache.get(key)
         if mask is None:
             st = self.state

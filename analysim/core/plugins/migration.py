@@ -31,40 +31,42 @@ class DefragMigration:
         self.max_candidates = max_candidates
 
     def unblock(self, job: JobRun, ctx: Engine) -> list[Move] | None:
-        return self._search(job, ctx)[0]
+        static = ctx.static_mask(job.spec)
+        if not self._may_move_for(job, static, ctx):
+            return None
+        return self._search(job, static, ctx)[0]
 
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
         """The answer reads the running jobs, and the time only through which of them are about
         to finish: it holds until a movable job on a node the search looked at comes within the
         overhead of its end (a node it did not look at may lose its movable jobs: it only drops
         out of the candidates behind those looked at)."""
-        return self._search(job, ctx)[1]
+        static = ctx.static_mask(job.spec)
+        if not self._may_move_for(job, static, ctx):
+            return math.inf
+        return self._search(job, static, ctx)[1]
 
     @staticmethod
     def _may_move_for(job: JobRun, static: np.ndarray, ctx: Engine) -> bool:
         """Whether moves could let the job run: a whole-GPU job that fits on one node, with
-        enough whole GPUs free on its nodes, summed (moving jobs around cannot create any)."""
+        enough whole GPUs free on its nodes, summed (moving jobs around cannot create any).
+        Asked before the search's memo: most jobs that wait on a busy cluster are not such."""
         spec, st = job.spec, ctx.state
         return (spec.num_gpus >= 1 and not spec.is_fractional and placement.gang_size(st, spec, static) == 1
                 and st.total_full_free >= spec.num_gpus and int(st.full_free[static].sum()) >= spec.num_gpus)
 
-    def _search(self, job: JobRun, ctx: Engine) -> tuple[list[Move] | None, float]:
+    def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
         """The moves, and until when they hold. They depend on the job's shape, the allocation, the
         running jobs and the time, the last three fixed for the memo's life: identical requests
         are searched once."""
-        static = ctx.static_mask(job.spec)
         memo = ctx.plugin_memo()
-        shape = (self.name, job.spec.request, static.tobytes())  # (the nodes open to it stand for its VC)
+        shape = (self.name, job.spec.request, ctx.static_key(job.spec))  # (the nodes open to it stand for its VC)
         found = memo.get(shape)
         if found is None:
-            if not self._may_move_for(job, static, ctx):
-                found = None, math.inf
-            else:
-                movable = memo.get((self.name, "movable"))
-                if movable is None:
-                    movable = memo[self.name, "movable"] = self._movable(ctx)
-                found = self._unblock(job, static, movable, ctx)
-            memo[shape] = found
+            movable = memo.get((self.name, "movable"))
+            if movable is None:
+                movable = memo[self.name, "movable"] = self._movable(ctx)
+            found = memo[shape] = self._unblock(job, static, movable, ctx)
         return found
 
     @staticmethod
