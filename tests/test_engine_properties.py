@@ -431,6 +431,19 @@ def test_a_vc_jumped_over_as_borrowing_comes_back_once_an_eviction_lowers_its_us
     assert ("launch", "A3", 30.0) in decided[0]
 
 
+def _fifo_backfill_starts(spec: ClusterSpec, jobs: list[JobSpec]) -> dict[str, float | None]:
+    """Each job's first start under fifo-backfill, the same with and without the pass's shortcuts."""
+    starts = []
+    for cls in (Engine, _NoShortcuts):
+        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        starts.append({j.job_id: engine.jobs[j.job_id].first_start_s for j in jobs})
+    assert starts[0] == starts[1]
+    return starts[0]
+
+
 def _fifo_backfill_arrivals_at(t: float) -> dict[str, float | None]:
     # One 8-GPU node; R (VC v) runs on 2 GPUs until 1000. H (v, 7 GPUs) cannot fit and holds the
     # reservation: 1 spare GPU at 1000. J (v, 2 GPUs, 100 s, all the node's CPU) may backfill while
@@ -447,15 +460,7 @@ def _fifo_backfill_arrivals_at(t: float) -> dict[str, float | None]:
             JobSpec("J", 2, 100, 2, cpu_milli=32000, vc="v"), JobSpec("Z", 899, 10, 8, vc="v"),
             JobSpec("N", t, 500, 6, cpu_milli=32000, vc="w"), JobSpec("M", t, 500, 3, vc="w"),
             JobSpec("K", t, 500, 2, vc="v")]
-    starts = []
-    for cls in (Engine, _NoShortcuts):
-        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
-        for j in jobs:
-            engine.submit(j)
-        engine.run()
-        starts.append({j.job_id: engine.jobs[j.job_id].first_start_s for j in jobs})
-    assert starts[0] == starts[1]
-    return starts[0]
+    return _fifo_backfill_starts(spec, jobs)
 
 
 def test_a_pass_over_arrivals_only_starts_from_the_last_pass_failures():
@@ -499,12 +504,4 @@ def test_a_backfill_jump_stops_at_a_request_as_large_as_a_failed_one():
     jobs = [JobSpec("R", 0, 1000, 0, cpu_milli=4000, vc="u"), JobSpec("R2", 0, 5000, 6, vc="u"),
             JobSpec("H", 1, 10, 2, cpu_milli=32000, vc="u"), JobSpec("J1", 1, 2000, 2, vc="v"),
             JobSpec("J2", 1, 2000, 2, cpu_milli=32000, vc="v"), JobSpec("J3", 1, 2000, 1, vc="v")]
-    starts = []
-    for cls in (Engine, _NoShortcuts):
-        engine = cls(spec, build_policy("fifo-backfill"), EngineConfig(), workload=jobs)
-        for j in jobs:
-            engine.submit(j)
-        engine.run()
-        starts.append({j.job_id: engine.jobs[j.job_id].first_start_s for j in jobs})
-    assert starts[0] == starts[1]
-    assert starts[0]["J3"] > 1
+    assert _fifo_backfill_starts(spec, jobs)["J3"] > 1
