@@ -580,7 +580,7 @@ class Engine:
         small, gmax = st.smallest_node_gpus, self._gmax
         heap = _merge_heap(lists)
         while heap:
-            key, w, it = heap[0]
+            key, w, _, it = heap[0]
             if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax):
                 heapq.heappop(heap)
                 continue
@@ -589,7 +589,7 @@ class Engine:
             if nxt is None:
                 heapq.heappop(heap)
             else:
-                heapq.heapreplace(heap, (nxt, w, it))
+                heapq.heapreplace(heap, (nxt, w, 0, it))
 
     def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str]) -> Iterator[JobRun]:
         """The pending jobs of ``vcs`` in queue-key order from the per-VC, per-shape lists, for a
@@ -752,11 +752,7 @@ class Engine:
         lists = self._pending_of_vc
         # Each VC's list is walked by an iterator (a SortedList's positional lookup costs a
         # Python-level index search per step).
-        heap = []
-        for vc, keys in lists.items():  # (no list is empty: _unfile)
-            it = iter(keys)
-            heap.append((next(it), vc, 0, it))
-        heapq.heapify(heap)
+        heap = _merge_heap(lists)
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from undone jumps are stale
         dropped: list[str] = []
         jumped: set[str] = set()  # VCs with a jump ahead of the merge
@@ -818,10 +814,8 @@ class Engine:
         by_seq = self._pending_by_seq
         scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
         self._backfill_walks = {}  # (see _next_backfill_effect)
-        heap: list = []
+        heap = _merge_heap(lists)
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
-        for vc, keys in lists.items():
-            self._push_from(heap, vc, iter(keys), 0)
         narrowed: set[str] = set()
         jumped: set[str] = set()  # VCs (not narrowed) with a jump of the second kind ahead
         jumped_narrowed: set[str] = set()  # with preemption or migration, narrowed VCs with a jump ahead
@@ -1645,14 +1639,16 @@ def _no_smaller(req: tuple, than: tuple) -> bool:
 
 
 def _merge_heap(lists: dict) -> list:
-    """(first key, bucket, iterator) for each non-empty sorted list, as a heap: the start of a
-    k-way merge (keys are unique, so iterators are never compared)."""
+    """(first key, bucket, generation 0, iterator) for each non-empty sorted list, as a heap: the
+    start of a k-way merge. Keys are unique: two entries tie on key and bucket only across the
+    generations of a jump (see _jump), which the generation settles, so iterators are never
+    compared."""
     heap = []
     for bucket, keys in lists.items():
         it = iter(keys)
         first = next(it, None)
         if first is not None:
-            heap.append((first, bucket, it))
+            heap.append((first, bucket, 0, it))
     heapq.heapify(heap)
     return heap
 
