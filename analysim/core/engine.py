@@ -96,7 +96,7 @@ class _QuietPass:
     # answers (a job that may backfill by ending before a shadow time may not once time moves on)
     blocked: dict  # blocking queues: the heads blocked at its end, with their reservations
     failed: dict  # the smallest failed request per signature at its end (see Engine._pass)
-    last_key: tuple | None  # the queue's last key then
+    last_key: tuple  # the queue's last key then (a pass runs only with jobs waiting)
     new: list[tuple]  # keys queued since, each by an arrival
 
 
