@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint bench clean stack
 
-$(STAMP): pyproject.toml
+# The core is compiled into the source tree (setup.py): a change to it rebuilds.
+CORE := $(wildcard analysim/core/*.py analysim/core/plugins/*.py)
+
+$(STAMP): pyproject.toml setup.py $(CORE)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -34,7 +37,7 @@ golden: $(STAMP)
 	$(BIN)/python -m tests.golden_runs
 
 clean:
-	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache *.so analysim/core/*.so analysim/core/plugins/*.so
 
 # Regenerate the Python gRPC code for every protos/**/*.proto (committed; a test fails when stale).
 .PHONY: protos protos-baseline

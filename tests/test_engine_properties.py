@@ -292,7 +292,9 @@ class _NoShortcuts(Engine):
     over a VC's jobs), every search for victims starts afresh (no memo of earlier failures), and
     the running jobs are ranked anew, one by one, whenever they are asked for."""
 
-    _skip_ahead = False
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._skip_ahead = False
 
     def plugin_memo(self) -> dict:
         return {}

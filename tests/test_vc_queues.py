@@ -144,7 +144,9 @@ class _WalkEveryJob(Engine):
     behind a blocked head one by one (the engine leaves out whole VCs, and jumps over a VC's jobs
     that would borrow while the shared queue is blocked, for speed)."""
 
-    _skip_ahead = False
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._skip_ahead = False
 
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
         return False

@@ -3,11 +3,12 @@ and the mutable allocation state the engine keeps over it."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysim.core.job import GPU_MILLI
+from analysim.core.job import GPU_MILLI, by_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,9 @@ class NodeSpec:
     cpu_milli: int
     memory_mib: int
 
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class VCSpec:
@@ -28,6 +32,9 @@ class VCSpec:
     name: str
     quota_gpus: float | None = None
     nodes: tuple[str, ...] = ()
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,9 @@ class ClusterSpec:
             if v.name == name:
                 return v
         return None
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 @dataclass(slots=True)
@@ -213,9 +223,7 @@ class ClusterState:
 
     def clone(self) -> ClusterState:
         """A copy whose allocation can be changed freely (to test a what-if), sharing the topology."""
-        new = object.__new__(ClusterState)
-        for name in self.__dataclass_fields__:
-            object.__setattr__(new, name, getattr(self, name))
+        new = copy.copy(self)
         new.free_milli = self.free_milli.copy()
         new.full_free = self.full_free.copy()
         new.free_total = self.free_total.copy()

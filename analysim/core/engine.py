@@ -13,16 +13,17 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
-from sortedcontainers import SortedList
+from mypy_extensions import mypyc_attr
+from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
 from analysim.core import placement
 from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.events import ARRIVAL, COMPLETION, NODE, TIMER, EventQueue
 from analysim.core.framework import Policy
-from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement
+from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement, by_fields
 
 if TYPE_CHECKING:
     from analysim.core.fragmentation import FragmentationIndex
@@ -53,6 +54,9 @@ class EngineConfig:
     keep_ended: bool = True
     keep_decisions: bool = True
 
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -62,6 +66,9 @@ class Decision:
     kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
     job_id: str
     nodes: tuple[str, ...] = ()
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 class InfeasibleJob(ValueError):
@@ -100,16 +107,17 @@ class _QuietPass:
     new: list[tuple]  # keys queued since, each by an arrival
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (tests subclass it to check it)
 class Engine:
-    # Per-VC FIFO passes leave out blocked VCs and jump over jobs that would only be passed over
-    # (for speed; a test compares against an engine that turns this off and walks every job).
-    _skip_ahead = True
-
     def __init__(self, spec: ClusterSpec, policy: Policy, config: EngineConfig | None = None,
                  recorder: Recorder | None = None, workload: Sequence[JobSpec] | None = None) -> None:
         self.spec = spec
         self.policy = policy
         self.config = config or EngineConfig()
+        # Passes leave out what would only be passed over (blocked VCs, widths and shapes that
+        # cannot fit, jobs a jump goes over) and remember failures: for speed. Tests turn this
+        # off to compare against an engine that walks every job.
+        self._skip_ahead = True
         self.state = ClusterState(spec)
         self.rng = np.random.default_rng(self.config.seed)
         self.now = 0.0
@@ -172,7 +180,8 @@ class Engine:
         # Per dedicated VC as well, for a dedicated VC's head.
         self._ends: SortedList | None = SortedList() if policy.backfill else None
         self._ends_of_vc: dict[str, SortedList] = {}
-        self.decisions: list[Decision] = [] if self.config.keep_decisions else _Discarded()
+        self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
+        self._keep_decisions = self.config.keep_decisions
         self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
         self._feed: Iterator[JobSpec] | None = None  # jobs submitted as the clock reaches them
         self._fed_next: JobSpec | None = None
@@ -195,7 +204,7 @@ class Engine:
         self.pending_demand = 0.0
         self._dirty = False  # something changed since the last scheduling pass
         self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
-        self._frag_index = None
+        self._frag_index: FragmentationIndex | None = None
         self._empty_state: ClusterState | None = None
         self._in_pass = False
         self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
@@ -249,10 +258,11 @@ class Engine:
 
     def _submit_fed(self) -> None:
         """Submit every fed job due no later than the first event queued (or the next fed job)."""
-        events, spec = self.events, self._fed_next
-        while spec is not None and (not events or spec.submit_s <= events.peek_time()):
+        events, spec, feed = self.events, self._fed_next, self._feed
+        assert feed is not None
+        while spec is not None and (not events or spec.submit_s <= events.next_time()):
             self.submit(spec)
-            spec = next(self._feed, None)
+            spec = next(feed, None)
         self._fed_next = spec
 
     @property
@@ -330,13 +340,13 @@ class Engine:
         self.extra[spec.job_id] = _Extra()
         job.enqueued_s = started_s
         self.policy.queue.on_event("arrival", job, self)
-        self._launch(job, pl)
-        self.decisions.pop()
+        self._launch(job, pl, record=False)
         job.last_start_s = job.first_start_s = started_s
         self._forget_end(job)
         self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
         self._note_end(job)
-        self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
+        if self._keep_decisions:
+            self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
         return job
 
     def _at(self, at: float | None) -> float:
@@ -387,11 +397,11 @@ class Engine:
         while True:
             if self._fed_next is not None:
                 self._submit_fed()
-            if not events or events.peek_time() > until:
+            if not events or events.next_time() > until:
                 break
-            t = events.peek_time()
+            t = events.next_time()
             self._advance_clock(t)
-            while events and events.peek_time() == t:
+            while events and events.next_time() == t:
                 ev = events.pop()
                 handlers[ev.kind](ev.payload)
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
@@ -422,9 +432,10 @@ class Engine:
 
         if self._frag_index is None:
             jobs = self.workload if self.workload else [j.spec for j in self.jobs.values()]
-            self._frag_index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(jobs))
+            index = self._frag_index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(jobs))
             self.state.touched.clear()
-        elif self.state.touched:
+            return index
+        if self.state.touched:
             self._frag_index.refresh(sorted(self.state.touched))
             self.state.touched.clear()
         return self._frag_index
@@ -464,7 +475,8 @@ class Engine:
         job.status = JobStatus.COMPLETED
         job.end_s = self.now
         self.policy.queue.on_event("complete", job, self)
-        self.decisions.append(Decision(self.now, "complete", job.job_id, nodes))
+        if self._keep_decisions:
+            self.decisions.append(Decision(self.now, "complete", job.job_id, nodes))
         self._ended(job)
 
     def _on_node_down(self, node: int) -> None:
@@ -477,7 +489,7 @@ class Engine:
         self._static_cache.clear()
         self._one_node_cache.clear()
         self._fits_empty.clear()
-        for job in [j for j in self.running.values() if node in j.placement.nodes]:
+        for job in [j for j in self.running.values() if j.placement is not None and node in j.placement.nodes]:
             self._stop(job)
             ex = self.extra[job.job_id]
             done = (job.spec.duration_s or 0.0) - job.remaining_s
@@ -519,11 +531,13 @@ class Engine:
         self._dirty = True
 
     def _on_rebalance(self, _payload: object) -> None:
-        moves = self.policy.rebalance.rebalance(self) if self.config.migration else []
+        rebalance, interval = self.policy.rebalance, self.config.rebalance_interval_s
+        assert rebalance is not None and interval is not None  # (the timer is only set with both)
+        moves = rebalance.rebalance(self) if self.config.migration else []
         for job, node, slots in moves:
             self._migrate(job, node, slots)
         if self.running or self.pending_count:
-            self.events.push(self.now + self.config.rebalance_interval_s, TIMER, "rebalance")
+            self.events.push(self.now + interval, TIMER, "rebalance")
         self._dirty = True
 
     def set_timer(self, at: float, job: JobRun | None = None, tag: str = "") -> None:
@@ -547,6 +561,8 @@ class Engine:
         """Per VC, its pending jobs in queue-key order, lazily (jobs placed during a pass are
         left out). Only for queues that keep per-VC lists (blocking, or ``per_vc_order``)."""
         by_seq = self._pending_by_seq
+        lists = self._pending_of_vc
+        assert lists is not None
 
         def jobs(keys: SortedList) -> Iterator[JobRun]:
             for _, seq in keys:
@@ -554,7 +570,7 @@ class Engine:
                 if job is not None:
                     yield job
 
-        return {vc: jobs(keys) for vc, keys in self._pending_of_vc.items()}
+        return {vc: jobs(keys) for vc, keys in lists.items()}
 
     def _dynamic_source(self) -> Iterable[JobRun] | dict[str, Iterator[JobRun]]:
         # A queue that orders from the per-VC lists gets them, not a list of every pending job.
@@ -601,9 +617,11 @@ class Engine:
         by_seq = self._pending_by_seq
         dedicated = self._vc_dedicated
         extra = self.extra
+        of_vc_shape = self._pending_of_vc_shape
+        assert of_vc_shape is not None
         heap = []
         for vc in vcs:
-            for shape, keys in self._pending_of_vc_shape[vc].items():
+            for shape, keys in of_vc_shape[vc].items():
                 it = iter(keys)
                 heap.append((next(it), vc, shape, it))
         heapq.heapify(heap)  # keys are unique: the rest is never compared
@@ -638,7 +656,7 @@ class Engine:
                 if self._stops != stops:
                     stops = self._stops
                     for d_vc, d_shape in dropped:
-                        rest = self._pending_of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
+                        rest = of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
                         nxt = next(rest, None)
                         if nxt is not None:
                             heapq.heappush(heap, (nxt, d_vc, d_shape, rest))
@@ -653,7 +671,7 @@ class Engine:
         if not self._pending_by_seq:
             return None
         if self.policy.queue.dynamic:
-            return next(self.policy.queue.order(self._dynamic_source(), self), None)
+            return next(self.policy.queue.order(self._dynamic_source(), self), None)  # type: ignore[arg-type]
         return self._pending_by_seq[self._pending[0][1]]
 
     def _enqueue(self, job: JobRun) -> None:
@@ -677,10 +695,12 @@ class Engine:
 
     def _dequeue(self, job: JobRun) -> None:
         ex = self.extra[job.job_id]
+        key = ex.qkey
+        assert key is not None
         if self._in_pass:
-            self._deferred_removals.append((ex.qkey, job.spec, ex.qwork))
+            self._deferred_removals.append((key, job.spec, ex.qwork))
         else:
-            self._remove_key(ex.qkey, job.spec, ex.qwork)
+            self._remove_key(key, job.spec, ex.qwork)
             self._quiet = None  # (a head leaving may unblock a queue)
         del self._pending_by_seq[job.seq]
         vc = job.spec.vc
@@ -735,6 +755,7 @@ class Engine:
         within-quota test of queue_scopes), from the per-demand lists: under a blocked shared
         queue the jobs between would only be passed over one by one."""
         q = self._quota_by_vc.get(vc, self._quota_unknown_vc)
+        assert q is not None and self._pending_of_vc_demand is not None  # (asked of a VC borrowing)
         used = self.state.vc_used.get(vc, 0.0)
         best = None
         for demand, keys in self._pending_of_vc_demand[vc].items():
@@ -750,6 +771,7 @@ class Engine:
         ``jump``, the jobs that would borrow while the shared queue is blocked. The queue is not
         changed during a pass (changes are deferred), so positions stay valid."""
         lists = self._pending_of_vc
+        assert lists is not None
         # Each VC's list is walked by an iterator (a SortedList's positional lookup costs a
         # Python-level index search per step).
         heap = _merge_heap(lists)
@@ -768,8 +790,7 @@ class Engine:
                 continue
             job = self._pending_by_seq.get(key[1])
             if (jump and job is not None and None in blocked and vc not in self._vc_dedicated
-                    and self.state.vc_used.get(vc, 0.0) + job.spec.gpu_demand
-                    > self._quota_by_vc.get(vc, self._quota_unknown_vc) + 1e-9):
+                    and not self._within_quota_of(vc, job.spec.gpu_demand)):
                 # It would borrow, and the shared queue is blocked: it and every job of its VC up
                 # to the next one within quota would be passed over (launches only raise the VC's
                 # usage). Resume the VC there.
@@ -811,6 +832,7 @@ class Engine:
           blocks). A launch or a failure can turn a job jumped over into one that blocks, so such
           jumps are taken again from each job the pass looks at."""
         lists = self._pending_of_vc
+        assert lists is not None
         by_seq = self._pending_by_seq
         scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
         self._backfill_walks = {}  # (see _next_backfill_effect)
@@ -867,7 +889,9 @@ class Engine:
         (fractional and CPU-only jobs, width 0, ask for at most one), from the per-demand, width
         and work-bucket lists."""
         best = None
-        for (_, width, _), keys in self._pending_of_vc_dw[vc].items():
+        lists = self._pending_of_vc_dw
+        assert lists is not None
+        for (_, width, _), keys in lists[vc].items():
             if width >= gpus or (width == 0 and gpus <= 1):
                 i = keys.bisect_right(after)
                 if i < len(keys) and (best is None or keys[i] < best):
@@ -886,7 +910,9 @@ class Engine:
     def _jump(self, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
         gen[vc] += 1
         if to is not None:
-            self._push_from(heap, vc, self._pending_of_vc[vc].irange(minimum=to), gen[vc])
+            lists = self._pending_of_vc
+            assert lists is not None
+            self._push_from(heap, vc, lists[vc].irange(minimum=to), gen[vc])
 
     @staticmethod
     def _push_from(heap: list, vc: str, keys: Iterator[tuple], gen: int) -> None:
@@ -932,7 +958,9 @@ class Engine:
         by_seq = self._pending_by_seq
         now = self.now
         held_of: dict[tuple[float, int], list | None] = {}  # (demand, width) -> reservations; None: leave out
-        for (demand, width, b), keys in self._pending_of_vc_dw[vc].items():
+        lists = self._pending_of_vc_dw
+        assert lists is not None
+        for (demand, width, b), keys in lists[vc].items():
             held = held_of.get((demand, width), ())
             if held == ():
                 cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
@@ -1075,8 +1103,9 @@ class Engine:
 
     def guaranteed_gpus(self, vc: str) -> float | None:
         """GPUs a VC can count on: its quota, or its dedicated nodes' GPUs; None without either."""
-        if vc in self._vc_dedicated:
-            return float(sum(n.gpus for n in self.spec.nodes if n.name in self.spec.vc(vc).nodes))
+        v = self.spec.vc(vc)
+        if vc in self._vc_dedicated and v is not None:
+            return float(sum(n.gpus for n in self.spec.nodes if n.name in v.nodes))
         return self.quota_of(vc)
 
     def within_quota(self, job: JobRun) -> bool:
@@ -1099,8 +1128,9 @@ class Engine:
         """Work left at ``now``, for a running job counting the progress of its current segment."""
         if job.status is not JobStatus.RUNNING:
             return job.remaining_s
-        elapsed = self.now - job.last_start_s
-        return max(0.0, job.remaining_s - max(0.0, elapsed - job.overhead_s) / job.placement.slowdown)
+        elapsed, pl = self.now - job.last_start_s, job.placement
+        assert pl is not None
+        return max(0.0, job.remaining_s - max(0.0, elapsed - job.overhead_s) / pl.slowdown)
 
     def attained_now(self, job: JobRun) -> float:
         if job.status is not JobStatus.RUNNING:
@@ -1152,7 +1182,7 @@ class Engine:
             blocked.update(quiet.blocked)
             failed.update(quiet.failed)
             self._pass_hold = quiet.hold
-            source = self._resumed_order(sorted(quiet.new))
+            source: Iterable[JobRun] | dict[str, Iterator[JobRun]] = self._resumed_order(sorted(quiet.new))
         else:
             self._pass_hold = math.inf
             if blocking and not pol.backfill and self._pending_of_vc is not None:
@@ -1179,7 +1209,8 @@ class Engine:
         # cannot be placed, and is passed over without the cost of a placement attempt.
         ffmax = st.max_full_free()
         extra = self.extra
-        for job in q.order(source, self):
+        # (A queue with per_vc_order is given the mapping: see _dynamic_source.)
+        for job in q.order(source, self):  # type: ignore[arg-type]
             if job.status is not JobStatus.PENDING:
                 continue
             spec = job.spec
@@ -1211,9 +1242,10 @@ class Engine:
                 if worse is None or not (req[0] >= worse[0] and req[1] >= worse[1] and req[2] >= worse[2]
                                          and req[3] >= worse[3]):  # fmt: skip
                     if blocking and held:
-                        if not all(self._may_backfill(job, r) for r in held):
+                        reservations = cast(list[tuple[float, float]], held)  # (EASY: each blocked queue has one)
+                        if not all(self._may_backfill(job, r) for r in reservations):
                             continue
-                        self._note_backfill_hold(job, held)
+                        self._note_backfill_hold(job, reservations)
                     ex = extra[spec.job_id]
                     if ex.failed_world == self._running_version and self.now < ex.failed_until:
                         # Failed in an earlier pass, and nothing its attempt reads has changed.
@@ -1239,8 +1271,9 @@ class Engine:
                 if pl is not None:
                     if blocking and held:
                         for sc in scopes:
-                            if blocked.get(sc) is not None:
-                                blocked[sc] = self._consume_reservation(job, blocked[sc])
+                            r = blocked.get(sc)
+                            if r is not None:
+                                blocked[sc] = self._consume_reservation(job, r)
                     self._dequeue(job)
                     self._launch(job, pl)
                     ffmax = st.max_full_free()
@@ -1363,7 +1396,9 @@ class Engine:
                 if until <= self.now:
                     return until
         if can_migrate:
-            until = min(until, self.policy.rebalance.holds_until(job, self))
+            rebalance = self.policy.rebalance
+            assert rebalance is not None
+            until = min(until, rebalance.holds_until(job, self))
         return until
 
     def ranks_hold_until(self, vc: str | None) -> float:
@@ -1386,7 +1421,9 @@ class Engine:
         return None
 
     def _try_migration(self, job: JobRun) -> Placement | None:
-        moves = self.policy.rebalance.unblock(job, self)
+        rebalance = self.policy.rebalance
+        assert rebalance is not None
+        moves = rebalance.unblock(job, self)
         if not moves:
             return None
         for mover, node, slots in moves:
@@ -1458,7 +1495,9 @@ class Engine:
             best: tuple[int, int, list[JobRun]] | None = None
             by_node: dict[int, list[JobRun]] = {}
             for v in candidates:
-                for n in v.placement.nodes:
+                vpl = v.placement
+                assert vpl is not None  # (a candidate is running)
+                for n in vpl.nodes:
                     by_node.setdefault(n, []).append(v)
             st = self.state
             for n in sorted(by_node):
@@ -1469,11 +1508,12 @@ class Engine:
                 cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
                 chosen: list[JobRun] = []
                 for v in by_node[n]:
-                    vs = v.spec
-                    for vn, slots in v.placement.gpus:
+                    vs, vpl = v.spec, v.placement
+                    assert vpl is not None
+                    for vn, slots in vpl.gpus:
                         if vn == n:
                             row[list(slots)] += vs.gpu_milli
-                            share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(v.placement.gpus)
+                            share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(vpl.gpus)
                             cpu += round(vs.cpu_milli * share)
                             mem += round(vs.memory_mib * share)
                     chosen.append(v)
@@ -1506,7 +1546,9 @@ class Engine:
         st = self.state
         held: dict[int, int] = {}
         for v in candidates:
-            for n, slots in v.placement.gpus:
+            vpl = v.placement
+            assert vpl is not None
+            for n, slots in vpl.gpus:
                 if static[n]:
                     held[n] = held.get(n, 0) + len(slots)
         g = spec.num_gpus
@@ -1520,15 +1562,16 @@ class Engine:
 
     @staticmethod
     def release_on(state: ClusterState, job: JobRun) -> None:
-        spec = job.spec
-        per = len(job.placement.gpus)
-        for n, slots in job.placement.gpus:
+        spec, pl = job.spec, job.placement
+        assert pl is not None
+        per = len(pl.gpus)
+        for n, slots in pl.gpus:
             share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / per
             state.release(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
 
     # ------------------------------------------------------------ state transitions
 
-    def _launch(self, job: JobRun, pl: Placement) -> None:
+    def _launch(self, job: JobRun, pl: Placement, record: bool = True) -> None:
         spec = job.spec
         for n, slots in pl.gpus:
             share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / len(pl.gpus)
@@ -1553,11 +1596,13 @@ class Engine:
         if self.config.predict_completions:
             self.events.push(ex.expected_end_s, COMPLETION, "complete", (job, job.completion_token))
         self.policy.queue.on_event("launch", job, self)
-        self._decide("launch", job)
+        if record:
+            self._decide("launch", job)
 
     def _stop(self, job: JobRun) -> tuple[str, ...]:
         """Take a running job off its GPUs, crediting the progress of its current segment."""
         pl = job.placement
+        assert pl is not None
         elapsed = self.now - job.last_start_s
         job.remaining_s = self.remaining_now(job)
         job.overhead_s = max(0.0, job.overhead_s - elapsed)
@@ -1602,7 +1647,8 @@ class Engine:
         job.overhead_s = self.config.restore_overhead_s
         job.preemptions += 1
         job.placement = None
-        self.decisions.append(Decision(self.now, "preempt", job.job_id, nodes))
+        if self._keep_decisions:
+            self.decisions.append(Decision(self.now, "preempt", job.job_id, nodes))
         self._requeue(job)
 
     def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...]) -> None:
@@ -1612,16 +1658,14 @@ class Engine:
         job.migrations += 1
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
-        self._launch_quiet(job, pl)
-        self.decisions.append(Decision(self.now, "migrate", job.job_id, (self.node_names[node],)))
-
-    def _launch_quiet(self, job: JobRun, pl: Placement) -> None:
-        self._launch(job, pl)
-        self.decisions.pop()  # recorded as a migration, not a fresh launch
+        self._launch(job, pl, record=False)  # (recorded as a migration, not a fresh launch)
+        if self._keep_decisions:
+            self.decisions.append(Decision(self.now, "migrate", job.job_id, (self.node_names[node],)))
 
     def _decide(self, kind: str, job: JobRun) -> None:
-        nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
-        self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+        if self._keep_decisions:
+            nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
+            self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
 
 
 def _note_failure(failed: dict, sig: tuple, req: tuple) -> None:
@@ -1706,17 +1750,7 @@ class _RankedRunning:
         del self.keys[i], self.ranks[i], self.jobs[i]
 
 
-class _Discarded(list):
-    """A decision log that keeps nothing (EngineConfig.keep_decisions off)."""
-
-    def append(self, _decision: Decision) -> None:
-        pass
-
-    def pop(self, _index: int = -1) -> None:  # type: ignore[override]
-        return None
-
-
-class Recorder:
+class Recorder(Protocol):
     """What the engine reports to as time passes (see analysim.core.metrics)."""
 
     def advance(self, engine: Engine, t: float) -> None: ...

@@ -7,6 +7,7 @@ arrivals, then timers) and, within a class, in the order they were pushed: runs 
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Any, NamedTuple
 
 # Same-time ordering: free resources before new demand arrives, so a pass sees both.
@@ -39,6 +40,10 @@ class EventQueue:
 
     def peek_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
+
+    def next_time(self) -> float:
+        """The first event's time; infinity when there is none."""
+        return self._heap[0][0] if self._heap else math.inf
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysim.core.cluster import ClusterState
-from analysim.core.job import GPU_MILLI, JobSpec
+from analysim.core.job import GPU_MILLI, JobSpec, by_fields
 
 DEFAULT_MAX_CLASSES = 64
 _QUANTUM = 1 << 30  # total integer weight used for popularity given as floats
@@ -89,6 +89,9 @@ class TaskClass:
     @property
     def gpu_demand_milli(self) -> int:
         return self.num_gpus * self.gpu_milli
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,9 @@ class WorkloadDistribution:
                 counts = _coarsen(counts, max_classes)
         ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return cls(tuple(c for c, _ in ordered), tuple(n for _, n in ordered))
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 _LOG_STEPS: tuple[float | None, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, None)

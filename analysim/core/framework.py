@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 class QueueSort(Protocol):
     """Orders the pending queue, and ranks jobs against each other for preemption."""
 
-    name: str
+    name: ClassVar[str]
     # Strict order: a job that cannot be placed for lack of capacity blocks those behind it.
-    blocking: bool
+    blocking: ClassVar[bool]
     # The key may change while a job waits for reasons other than the plugin's own timers:
     # the queue is re-sorted on every pass.
-    dynamic: bool
+    dynamic: ClassVar[bool]
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         """Sort key of a pending job; lower runs first. Must not change while the job waits,
@@ -63,7 +63,7 @@ class QueueSort(Protocol):
 class Score(Protocol):
     """Ranks the feasible nodes for a job; the binder takes the best."""
 
-    name: str
+    name: ClassVar[str]
 
     def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
         """Scores for ``nodes`` (indexes), higher is better. Ties go to the lowest node index."""
@@ -76,7 +76,7 @@ class Score(Protocol):
 class PostFilter(Protocol):
     """Runs when nothing fits: picks running jobs whose eviction would let the job run."""
 
-    name: str
+    name: ClassVar[str]
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         ...
@@ -90,7 +90,7 @@ class PostFilter(Protocol):
 class Rebalance(Protocol):
     """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
 
-    name: str
+    name: ClassVar[str]
 
     def unblock(self, job: JobRun, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]] | None:
         """Moves (job, destination node, GPU slots) that would let ``job`` fit on one node."""

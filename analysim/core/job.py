@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 GPU_MILLI = 1000  # one whole GPU, in thousandths; fractional (GPU-sharing) jobs ask for less
 # The largest time (submit, duration, overhead, interval) the model accepts, in seconds: about 317
@@ -12,6 +12,13 @@ GPU_MILLI = 1000  # one whole GPU, in thousandths; fractional (GPU-sharing) jobs
 MAX_TIME_S = 1e10
 # The largest count (GPUs, CPU milli, MiB) a job may ask for: beyond it int64 arithmetic is at risk.
 MAX_COUNT = 10**12
+
+
+def by_fields(record: object) -> tuple:
+    """``__reduce__`` of a frozen record: rebuilt by its constructor from its fields. (Compiled by
+    mypyc, a frozen dataclass cannot be unpickled attribute by attribute, which Ray and process
+    pools do to the traces and specs they send.)"""
+    return type(record), tuple(getattr(record, f.name) for f in fields(record))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,9 @@ class JobSpec:
         and VC fit, or fail to, in the same places (a key for the engine's per-shape lists and
         the plugins' memos)."""
         return (self.gpu_models, self.is_fractional, self.num_gpus, self.gpu_milli, self.cpu_milli, self.memory_mib)
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
 
 
 class JobStatus(enum.Enum):
@@ -100,3 +110,10 @@ class JobRun:
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+    @property
+    def placed(self) -> Placement:
+        """The placement of a running job (placement, typed as always there)."""
+        if self.placement is None:
+            raise ValueError(f"job {self.spec.job_id!r} is not placed")
+        return self.placement

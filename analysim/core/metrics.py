@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from analysim.core import placement
 from analysim.core.job import GPU_MILLI, JobRun, JobStatus
@@ -94,6 +95,7 @@ class EndedJobs:
 
 
 @dataclass
+@mypyc_attr(allow_interpreted_subclasses=True)  # (a scheduler service's and tests' recorders)
 class MetricsRecorder:
     """Collects a run's measurements from the engine's hooks. Pure: writes nothing anywhere.
 

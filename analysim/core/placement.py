@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 def single_node_fit(state: ClusterState, spec: JobSpec) -> np.ndarray:
     """Nodes that can host the whole job alone (free GPUs, CPU and memory; not up/model/VC)."""
+    ok: np.ndarray
     if spec.is_fractional:
-        ok = (state.free_milli >= spec.gpu_milli).any(axis=1)
+        ok = np.asarray((state.free_milli >= spec.gpu_milli).any(axis=1))
     elif spec.num_gpus:
         ok = state.full_free >= spec.num_gpus
     else:

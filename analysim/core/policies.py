@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 
 from analysim.core.framework import Policy
@@ -40,11 +39,14 @@ def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = Fal
         raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
     cls = QUEUE_SORTS[qname]
     options = dict(queue_options or {})
-    try:
-        inspect.signature(cls).bind(**options)
+    unknown = sorted(set(options) - set(cls.options))
+    if unknown:
+        raise ValueError(f"queue {qname!r} takes no option {', '.join(map(repr, unknown))}; "
+                         f"it takes: {', '.join(cls.options) or 'none'}")
+    try:  # (an option of the wrong type)
+        q = cls(**options)
     except TypeError as e:
         raise ValueError(f"queue {qname!r}: {e}") from None
-    q = cls(**options)
     backfill = backfill or bf
     if backfill and not q.blocking:
         raise ValueError(f"backfill applies to the blocking FIFO queue, not {qname!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -25,7 +25,7 @@ class DefragMigration:
     which keeps an attempt cheap on clusters of thousands of nodes.
     """
 
-    name = "defrag"
+    name: ClassVar[str] = "defrag"
 
     def __init__(self, max_candidates: int = 16) -> None:
         self.max_candidates = max_candidates
@@ -75,10 +75,10 @@ class DefragMigration:
         min_left = ctx.config.migration_overhead_s
         movable: dict[int, list[JobRun]] = {}
         for r in ctx.running.values():
-            rs = r.spec
-            if (len(r.placement.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
+            rs, pl = r.spec, r.placed
+            if (len(pl.gpus) == 1 and not rs.is_fractional and rs.num_gpus >= 1
                     and ctx.expected_end(r) - ctx.now > min_left):
-                movable.setdefault(r.placement.gpus[0][0], []).append(r)
+                movable.setdefault(pl.gpus[0][0], []).append(r)
         return movable
 
     def _unblock(self, job: JobRun, static: np.ndarray, movable: dict[int, list[JobRun]],
@@ -86,9 +86,9 @@ class DefragMigration:
         spec = job.spec
         st = ctx.state
         deficit = spec.num_gpus - st.full_free
-        cands = np.flatnonzero(static & (st.gpus >= spec.num_gpus) & (deficit > 0)
-                               & (st.cpu_free >= 0) & (st.mem_free >= 0))
-        cands = [int(n) for n in cands if n in movable]
+        cands = [int(n) for n in np.flatnonzero(static & (st.gpus >= spec.num_gpus) & (deficit > 0)
+                                                & (st.cpu_free >= 0) & (st.mem_free >= 0))
+                 if n in movable]
         cands.sort(key=lambda n: (deficit[n], n))
         # A plan's cost (moves, GPUs moved, node) is known from its movers alone: the trial
         # placement of the movers, which clones the allocation, is made in order of cost and

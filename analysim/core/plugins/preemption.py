@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class PriorityPreemption:
     reclaims back.)
     """
 
-    name = "priority"
+    name: ClassVar[str] = "priority"
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         q = ctx.policy.queue
@@ -57,7 +57,7 @@ class PriorityPreemption:
         # failure that comes from too few candidates holds for it too (see _Failures).
         candidates = ranked[first:][::-1]
         if not static.all():  # (most jobs may use every node)
-            candidates = [r for r in candidates if any(static[n] for n in r.placement.nodes)]
+            candidates = [r for r in candidates if any(static[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
         if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
             known.fail_from(mine)
@@ -90,7 +90,9 @@ class PriorityPreemption:
     def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
         """Whether the job's VC would still run over its quota with ``evicted`` gone."""
         after = ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
-        return after + spec.gpu_demand > ctx.quota_of(spec.vc) + 1e-9
+        quota = ctx.quota_of(spec.vc)
+        assert quota is not None  # (asked only of a VC with a quota: victims within the VC)
+        return after + spec.gpu_demand > quota + 1e-9
 
     @classmethod
     def _quota_hopeless(cls, spec: JobSpec, candidates: list[JobRun], one_node: bool, static: np.ndarray,
@@ -105,11 +107,13 @@ class PriorityPreemption:
         on_node: dict[int, float] = {}
         for v in candidates:
             d = v.spec.gpu_demand
-            for n in v.placement.nodes:
+            for n in v.placed.nodes:
                 if static[n]:
                     on_node[n] = on_node.get(n, 0.0) + d
         after = ctx.state.vc_used.get(spec.vc, 0.0) - max(on_node.values(), default=0.0)
-        return after + spec.gpu_demand > ctx.quota_of(spec.vc) + 1e-9
+        quota = ctx.quota_of(spec.vc)
+        assert quota is not None
+        return after + spec.gpu_demand > quota + 1e-9
 
 
 class _Failures:
@@ -134,7 +138,7 @@ class QuotaReclaim:
     Only from VCs over quota, for a job that keeps its own VC within quota: GPUs always move from
     borrowers to owners, so reclaims cannot undo each other."""
 
-    name = "reclaim"
+    name: ClassVar[str] = "reclaim"
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         spec = job.spec
@@ -149,7 +153,7 @@ class QuotaReclaim:
         static = ctx.static_mask(spec)
         lenders = [vc for vc in ctx.running_by_vc if vc != spec.vc and ctx.vc_over_quota(vc)]
         loans = [r for vc in lenders for r in ctx.running_by_vc[vc].values()
-                 if any(static[n] for n in r.placement.nodes)]
+                 if any(static[n] for n in r.placed.nodes)]
         if loans:
             loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
         memo[request] = victims = ctx.victims_that_fit(job, loans) if loans else None

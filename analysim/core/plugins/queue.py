@@ -7,7 +7,9 @@ import math
 from bisect import bisect_right
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from analysim.core.job import JobRun, JobStatus
 
@@ -15,14 +17,16 @@ if TYPE_CHECKING:
     from analysim.core.engine import Engine
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (and so may any queue made of one)
 class _QueueSort:
-    name = ""
-    blocking = False
-    dynamic = False
-    preemptive = False  # ranks running jobs below waiting ones, so a post-filter may evict them
+    name: ClassVar[str] = ""
+    options: ClassVar[tuple[str, ...]] = ()  # the keyword arguments its constructor takes
+    blocking: ClassVar[bool] = False
+    dynamic: ClassVar[bool] = False
+    preemptive: ClassVar[bool] = False  # ranks running jobs below waiting ones, so a post-filter may evict them
     # order() gets ``pending`` per VC, each VC's jobs in key order (the engine keeps those lists),
     # as a dict VC -> iterator, instead of one iterable of every pending job.
-    per_vc_order = False
+    per_vc_order: ClassVar[bool] = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         raise NotImplementedError
@@ -54,8 +58,8 @@ class _QueueSort:
 class Fifo(_QueueSort):
     """First come, first served; the head blocks the queue (EASY backfill may let others pass)."""
 
-    name = "fifo"
-    blocking = True
+    name: ClassVar[str] = "fifo"
+    blocking: ClassVar[bool] = True
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.spec.submit_s,)
@@ -64,7 +68,7 @@ class Fifo(_QueueSort):
 class ShortestJobFirst(_QueueSort):
     """Shortest (oracle) duration first; non-preemptive, skips jobs that do not fit."""
 
-    name = "sjf"
+    name: ClassVar[str] = "sjf"
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.spec.duration_s or 0.0, job.spec.submit_s)
@@ -74,8 +78,8 @@ class ShortestRemainingTimeFirst(_QueueSort):
     """Shortest remaining (oracle) time first; with preemption, a job with less work left evicts
     running jobs with more."""
 
-    name = "srtf"
-    preemptive = True
+    name: ClassVar[str] = "srtf"
+    preemptive: ClassVar[bool] = True
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.remaining_s + job.overhead_s, job.spec.submit_s)
@@ -87,7 +91,7 @@ class ShortestRemainingTimeFirst(_QueueSort):
     def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
         now = ctx.now
         # priority of a running job, with Engine.remaining_now written out (same operations)
-        return [(max(0.0, j.remaining_s - max(0.0, (now - j.last_start_s) - j.overhead_s) / j.placement.slowdown) + 0.0,
+        return [(max(0.0, j.remaining_s - max(0.0, (now - j.last_start_s) - j.overhead_s) / j.placed.slowdown) + 0.0,
                  j.spec.submit_s) for j in running]
 
 
@@ -101,8 +105,9 @@ class Tiresias(_QueueSort):
     attained service counts afresh from there.
     """
 
-    name = "tiresias"
-    preemptive = True
+    name: ClassVar[str] = "tiresias"
+    options: ClassVar[tuple[str, ...]] = ("thresholds_gpu_s", "starve_factor")
+    preemptive: ClassVar[bool] = True
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0), starve_factor: float = 10.0) -> None:
         self.thresholds = tuple(sorted(thresholds_gpu_s))
@@ -189,7 +194,8 @@ class QuasiShortestServiceFirst(_QueueSort):
     predicted from the history of its user's (or, without users, its VC's) finished jobs of the
     same size, then of any size, then of all jobs. Non-preemptive; oracle durations are not used."""
 
-    name = "qssf"
+    name: ClassVar[str] = "qssf"
+    options: ClassVar[tuple[str, ...]] = ("window", "prior_s")
 
     def __init__(self, window: int = 32, prior_s: float = 3600.0) -> None:
         self.window = window
@@ -221,13 +227,14 @@ class QuasiShortestServiceFirst(_QueueSort):
                 self._hist[k].append(run)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (tests check it against a plain sort)
 class FairShare(_QueueSort):
     """Fair share across VCs: each pick goes to the VC using the least of its share (its quota, or
     an equal share without quotas); FIFO within a VC. Non-blocking."""
 
-    name = "fair"
-    dynamic = True
-    per_vc_order = True  # FIFO within a VC is the key's order: the engine keeps it per VC
+    name: ClassVar[str] = "fair"
+    dynamic: ClassVar[bool] = True
+    per_vc_order: ClassVar[bool] = True  # FIFO within a VC is the key's order: the engine keeps it per VC
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.spec.submit_s,)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -18,7 +18,7 @@ def _free_after(job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
 
 
 class _Score:
-    name = ""
+    name: ClassVar[str] = ""
 
     def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
         raise NotImplementedError
@@ -30,7 +30,7 @@ class _Score:
 class BestFit(_Score):
     """Consolidate: the node left with the least free GPU capacity, keeping big holes for big jobs."""
 
-    name = "consolidate"
+    name: ClassVar[str] = "consolidate"
 
     def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
         return -_free_after(job, nodes, ctx)
@@ -39,7 +39,7 @@ class BestFit(_Score):
 class Spread(_Score):
     """Worst fit: the emptiest node, spreading load (and interference) out."""
 
-    name = "spread"
+    name: ClassVar[str] = "spread"
 
     def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
         return _free_after(job, nodes, ctx)
@@ -48,7 +48,7 @@ class Spread(_Score):
 class RandomFit(_Score):
     """A uniformly random feasible node, from the run's seeded generator."""
 
-    name = "random"
+    name: ClassVar[str] = "random"
 
     def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
         return ctx.rng.random(len(nodes))
@@ -58,7 +58,7 @@ class FragmentationGradientDescent(_Score):
     """FGD (Weng et al., ATC'23): the placement whose expected fragmentation, under the workload's
     distribution of task sizes, grows least."""
 
-    name = "fgd"
+    name: ClassVar[str] = "fgd"
 
     def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
         from analysim.core.fragmentation import fgd_choose
