@@ -210,6 +210,10 @@ class Engine:
         self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
         self._backfill_walks: dict[tuple, list[tuple]] = {}
+        # The last answers of _next_as_wide and _next_backfill_effect in a pass, by what they
+        # read: (the key asked after, the answer). The merge asks again from each later key of a
+        # VC, and the answer stands for every key from the one asked after to the answer.
+        self._next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
         self._handlers = {k: getattr(self, "_on_" + k) for k in
                           ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
@@ -655,6 +659,7 @@ class Engine:
                     yield job
                 if self._stops != stops:
                     stops = self._stops
+                    assert last is not None  # (jobs stop only in answer to a job given)
                     for d_vc, d_shape in dropped:
                         rest = of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
                         nxt = next(rest, None)
@@ -760,9 +765,9 @@ class Engine:
         best = None
         for demand, keys in self._pending_of_vc_demand[vc].items():
             if used + demand <= q + 1e-9:
-                i = keys.bisect_right(after)
-                if i < len(keys) and (best is None or keys[i] < best):
-                    best = keys[i]
+                first = _first_after(keys, after)
+                if first is not None and (best is None or first < best):
+                    best = first
         return best
 
     def _blocking_order(self, blocked: dict, jump: bool) -> Iterator[JobRun]:
@@ -836,6 +841,7 @@ class Engine:
         by_seq = self._pending_by_seq
         scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
         self._backfill_walks = {}  # (see _next_backfill_effect)
+        self._next_answers = {}
         heap = _merge_heap(lists)
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
         narrowed: set[str] = set()
@@ -888,14 +894,19 @@ class Engine:
         """The first key past ``after`` of a job of ``vc`` that may ask for ``gpus`` GPUs or more
         (fractional and CPU-only jobs, width 0, ask for at most one), from the per-demand, width
         and work-bucket lists."""
+        asked = ("wide", vc, gpus)  # (the lists do not change during a pass)
+        last = self._next_answers.get(asked)
+        if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
+            return last[1]
         best = None
         lists = self._pending_of_vc_dw
         assert lists is not None
         for (_, width, _), keys in lists[vc].items():
             if width >= gpus or (width == 0 and gpus <= 1):
-                i = keys.bisect_right(after)
-                if i < len(keys) and (best is None or keys[i] < best):
-                    best = keys[i]
+                first = _first_after(keys, after)
+                if first is not None and (best is None or first < best):
+                    best = first
+        self._next_answers[asked] = (after, best)
         return best
 
     def _fails_as_worse(self, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
@@ -954,6 +965,19 @@ class Engine:
         whose jobs all fail some reservation holding them is left out, one whose jobs all pass
         every one (or need none) gives its first key past ``after``, and the few on a shadow
         time's boundary are walked with the exact test."""
+        # What it reads besides the lists: quotas and free GPUs (launches and stops change them),
+        # and the reservations of the VC's queues.
+        asked = ("effect", vc, narrowed, only_capacity, self._running_version,
+                 tuple([blocked.get(sc) for sc in scopes]))
+        last = self._next_answers.get(asked)
+        if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
+            return last[1]
+        best = self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity)
+        self._next_answers[asked] = (after, best)
+        return best
+
+    def _first_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
+                               narrowed: bool, only_capacity: bool) -> tuple | None:
         best = None
         by_seq = self._pending_by_seq
         now = self.now
@@ -985,9 +1009,9 @@ class Engine:
                 sure = False
             else:
                 if sure:
-                    i = keys.bisect_right(after)
-                    if i < len(keys) and (best is None or keys[i] < best):
-                        best = keys[i]
+                    first = _first_after(keys, after)
+                    if first is not None and (best is None or first < best):
+                        best = first
                     continue
                 # The jobs here that pass every reservation, found once per pass and reservations
                 # (the merge asks again from later keys after each job it gives).
@@ -1680,6 +1704,19 @@ def _no_smaller(req: tuple, than: tuple) -> bool:
     """Whether a request (GPUs, GPU share, CPU, memory) asks for at least as much as ``than`` of
     each: where ``than`` failed, so does it (see ``worse`` in Engine._pass, which writes this out)."""
     return req[0] >= than[0] and req[1] >= than[1] and req[2] >= than[2] and req[3] >= than[3]
+
+
+def _first_after(keys: SortedList, after: tuple) -> tuple | None:
+    """The first of ``keys`` greater than ``after`` (None: none is). SortedList's own search
+    (bisect_right) without its positional index, which it builds and walks to give a position
+    that is then only used to read the key back: asked per VC the merges jump, and that walk cost
+    more than the search. (tests/test_engine_lists.py checks this against bisect_right.)"""
+    maxes = keys._maxes  # the largest key of each of its sublists, ascending
+    pos = bisect.bisect_right(maxes, after)
+    if pos == len(maxes):
+        return None
+    sub = keys._lists[pos]
+    return sub[bisect.bisect_right(sub, after)]
 
 
 def _merge_heap(lists: dict) -> list:

@@ -1,0 +1,25 @@
+"""The engine's reads of sortedcontainers' SortedList internals agree with its public API."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sortedcontainers import SortedList
+
+from analysim.core.engine import _first_after
+
+KEYS = st.tuples(st.tuples(st.integers(-3, 3), st.floats(0, 10, allow_nan=False)), st.integers(0, 10_000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(KEYS, unique_by=lambda k: k[1], max_size=3000), KEYS, st.integers(4, 64))
+def test_first_after_is_the_key_at_bisect_right(keys, after, load):
+    # Small loads make many sublists, as a long queue does.
+    sl = SortedList(keys)
+    sl._reset(load)
+    i = sl.bisect_right(after)
+    assert _first_after(sl, after) == (sl[i] if i < len(sl) else None)
+    for k in keys[:20]:  # keys present: the next one, never itself
+        j = sl.bisect_right(k)
+        assert _first_after(sl, k) == (sl[j] if j < len(sl) else None)
+
