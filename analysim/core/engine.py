@@ -981,12 +981,13 @@ class Engine:
         best = None
         by_seq = self._pending_by_seq
         now = self.now
-        held_of: dict[tuple[float, int], list | None] = {}  # (demand, width) -> reservations; None: leave out
+        # (demand, width) -> reservations; None: leave out
+        held_of: dict[tuple[float, int], list[tuple[float, float]] | None] = {}
         lists = self._pending_of_vc_dw
         assert lists is not None
         for (demand, width, b), keys in lists[vc].items():
-            held = held_of.get((demand, width), ())
-            if held == ():
+            held = held_of.get((demand, width), _UNSET)
+            if held is _UNSET:
                 cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
                 if narrowed:
                     held = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
@@ -999,7 +1000,7 @@ class Engine:
                 continue
             # Bucket b holds work in [2^(b-1), 2^b) (b = 0: under 1 s); a second either side
             # covers rounding in now + overhead + work.
-            low, high = (2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0
+            low, high = _WORK_BUCKET_BOUNDS[b]
             sure = True
             for shadow, spare in held:
                 if demand <= spare or now + high <= shadow:
@@ -1704,6 +1705,12 @@ def _no_smaller(req: tuple, than: tuple) -> bool:
     """Whether a request (GPUs, GPU share, CPU, memory) asks for at least as much as ``than`` of
     each: where ``than`` failed, so does it (see ``worse`` in Engine._pass, which writes this out)."""
     return req[0] >= than[0] and req[1] >= than[1] and req[2] >= than[2] and req[3] >= than[3]
+
+
+# Bucket b of queued work holds [2^(b-1), 2^b) seconds (b = 0: under 1 s), widened by a second
+# either side (see _first_backfill_effect); b = int(work).bit_length() <= 34 (MAX_TIME_S).
+_UNSET: list = []  # (a dict.get default that no answer is)
+_WORK_BUCKET_BOUNDS = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
 
 
 def _first_after(keys: SortedList, after: tuple) -> tuple | None:
