@@ -52,7 +52,8 @@ class DefragMigration:
         enough whole GPUs free on its nodes, summed (moving jobs around cannot create any).
         Asked before the search's memo: most jobs that wait on a busy cluster are not such."""
         spec, st = job.spec, ctx.state
-        return (spec.num_gpus >= 1 and not spec.is_fractional and placement.gang_size(st, spec, static) == 1
+        # (ctx.one_node: gang_size over the nodes open to it, ``static``, remembered by request.)
+        return (spec.num_gpus >= 1 and not spec.is_fractional and ctx.one_node(spec)
                 and st.total_full_free >= spec.num_gpus and int(st.full_free[static].sum()) >= spec.num_gpus)
 
     def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
