@@ -113,7 +113,7 @@ class JobRun:
 
     @property
     def placed(self) -> Placement:
-        """The placement of a running job (placement, typed as always there)."""
+        """A running job's placement: ``placement``, without the None of a job not running."""
         if self.placement is None:
             raise ValueError(f"job {self.spec.job_id!r} is not placed")
         return self.placement
