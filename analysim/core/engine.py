@@ -611,13 +611,19 @@ class Engine:
             else:
                 heapq.heapreplace(heap, (nxt, w, 0, it))
 
-    def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str]) -> Iterator[JobRun]:
+    def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str],
+                     gangs_per_request: bool) -> Iterator[JobRun]:
         """The pending jobs of ``vcs`` in queue-key order from the per-VC, per-shape lists, for a
         pass that may preempt or migrate: a shape whose requests are all at least as large as a
         failed one of the same signature is left out (the pass passes over each such job: see
         ``worse`` in _pass; gangs are always tried), until a preemption or migration succeeds,
         which clears the failures: then the shapes left out come back from the job after the
-        last one this gave. Each next job is chosen when asked for."""
+        last one this gave. Each next job is chosen when asked for.
+
+        With ``gangs_per_request`` (every plugin the pass asks answers per VC and request: see
+        PostFilter.answers_per_request), a gang's shape is left out too once one of its gangs
+        fails and changes nothing, or would fail again (see _answers_hold_until), until the
+        next launch or stop: every other gang of it would fail the same way."""
         by_seq = self._pending_by_seq
         dedicated = self._vc_dedicated
         extra = self.extra
@@ -630,6 +636,8 @@ class Engine:
                 heap.append((next(it), vc, shape, it))
         heapq.heapify(heap)  # keys are unique: the rest is never compared
         dropped: list[tuple[str, tuple]] = []
+        gangs_dropped: list[tuple[str, tuple]] = []  # left out while the running jobs stay the same
+        world = self._running_version
         stops, last = self._stops, None
         while heap:
             key, vc, shape, it = heap[0]
@@ -654,9 +662,25 @@ class Engine:
                         heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
                         dropped.append((vc, shape))
                         continue
+                    if gangs_per_request:
+                        heapq.heappop(heap)
+                        gangs_dropped.append((vc, shape))
+                        continue
                 else:
                     last = key
                     yield job
+                    if self._running_version != world:
+                        world = self._running_version
+                        for d_vc, d_shape in gangs_dropped:
+                            rest = of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
+                            nxt = next(rest, None)
+                            if nxt is not None:
+                                heapq.heappush(heap, (nxt, d_vc, d_shape, rest))
+                        gangs_dropped.clear()
+                    elif gang and gangs_per_request and job.status is JobStatus.PENDING:
+                        heapq.heappop(heap)  # (still the top: pushes above start past it)
+                        gangs_dropped.append((vc, shape))
+                        continue
                 if self._stops != stops:
                     stops = self._stops
                     assert last is not None  # (jobs stop only in answer to a job given)
@@ -1219,9 +1243,12 @@ class Engine:
             elif only_capacity and self._skip_ahead and self._pending_of_vc_width is not None:
                 source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
             elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
-                source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape))
+                source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape),
+                                           self._gangs_per_request(can_preempt, can_migrate))
             elif self._skip_ahead and self._pending_of_vc_shape is not None:
-                source = {vc: self._shape_order(failed, quotas_matter, (vc,)) for vc in self._pending_of_vc_shape}
+                per_request = self._gangs_per_request(can_preempt, can_migrate)
+                source = {vc: self._shape_order(failed, quotas_matter, (vc,), per_request)
+                          for vc in self._pending_of_vc_shape}
             else:
                 source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
@@ -1425,6 +1452,15 @@ class Engine:
             assert rebalance is not None
             until = min(until, rebalance.holds_until(job, self))
         return until
+
+    def _gangs_per_request(self, can_preempt: bool, can_migrate: bool) -> bool:
+        """Whether every plugin a failed attempt asks answers alike for all jobs of a VC and
+        request (``answers_per_request``; a plugin without it does not)."""
+        plugins: list = list(self.policy.post_filters) if can_preempt else []
+        if can_migrate:
+            plugins.append(self.policy.rebalance)
+        return all(getattr(p, "answers_per_request", None) is not None and p.answers_per_request(self)
+                   for p in plugins)
 
     def ranks_hold_until(self, vc: str | None) -> float:
         """For plugins: a time before which no preemption rank of ``vc``'s running jobs (every

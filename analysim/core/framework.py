@@ -86,6 +86,13 @@ class PostFilter(Protocol):
         while the running jobs and the nodes do (``ctx.now``: it may change at once). The engine
         does not ask again, for a job whose attempt failed, before then."""
 
+    def answers_per_request(self, ctx: Engine) -> bool:
+        """Optional (absent: False). Whether ``victims`` and ``holds_until`` give the same answer
+        for every waiting job of one VC with the same request (JobSpec.request), at one time
+        with the same running jobs and nodes: then, once a gang of a VC and request has failed
+        in a pass, the engine passes over that VC's other gangs of the request until something
+        changes, instead of asking for each (a pass tries every waiting gang)."""
+
 
 class Rebalance(Protocol):
     """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
@@ -100,6 +107,9 @@ class Rebalance(Protocol):
 
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
         """As PostFilter.holds_until, for ``unblock``."""
+
+    def answers_per_request(self, ctx: Engine) -> bool:
+        """As PostFilter.answers_per_request, for ``unblock`` and ``holds_until``."""
 
 
 @dataclass

@@ -36,6 +36,9 @@ class DefragMigration:
             return None
         return self._search(job, static, ctx)[0]
 
+    def answers_per_request(self, ctx: Engine) -> bool:
+        return True  # (the search is by request and the nodes open to it: see _search)
+
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
         """The answer reads the running jobs, and the time only through which of them are about
         to finish: it holds until a movable job on a node the search looked at comes within the

@@ -76,6 +76,10 @@ class PriorityPreemption:
             victims = None
         return victims
 
+    def answers_per_request(self, ctx: Engine) -> bool:
+        """Under a queue that ranks no running job below a waiting one, there are no victims."""
+        return not getattr(ctx.policy.queue, "preemptive", False)
+
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
         """The answer for a waiting job reads its rank (fixed while it waits, unless the queue's
         keys are dynamic), the running jobs and their ranks, which the queue may say stand."""
@@ -163,3 +167,6 @@ class QuotaReclaim:
         """The answer reads the quotas, the running jobs and their start times only: it holds
         while they stay the same."""
         return math.inf
+
+    def answers_per_request(self, ctx: Engine) -> bool:
+        return True  # (the job's VC and request, and the running jobs: see victims)
