@@ -46,6 +46,33 @@ def test_simulate_writes_every_output_and_is_byte_identical_per_seed(tmp_path):
     assert 0 < sa["gpu_utilization"] <= 1
 
 
+def test_simulate_on_a_terminal_shows_progress_and_finishes(tmp_path):
+    # On a terminal the progress bar counts ended jobs through the recorder's on_job_end hook
+    # (the compiled recorder's methods cannot be replaced on an instance).
+    import pty
+
+    master, terminal = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "analysim", "simulate", "--jobs", "300", "--no-plots",
+                            "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=terminal, text=True,
+                           cwd=tmp_path, timeout=300)
+    finally:
+        os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # (the terminal's other end is closed: all read)
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert r.returncode == 0, shown.decode(errors="replace")
+    assert b"Traceback" not in shown
+    assert len(list(csv.DictReader((tmp_path / "jobs.csv").open()))) == 300
+
+
 def test_another_seed_gives_another_trace(tmp_path):
     outs = []
     for seed in ("1", "2"):

@@ -109,6 +109,7 @@ class MetricsRecorder:
     fgd: bool = True  # also sample FGD's expected fragmentation
     jobs: list[dict] = field(default_factory=list)
     job_sink: Callable[[dict], None] | None = None
+    on_job_end: Callable[[], None] | None = None  # called after each ended job's row (a progress bar)
     ended: EndedJobs = field(default_factory=EndedJobs)
     samples: list[dict] = field(default_factory=list)
     alloc_gpu_s: float = 0.0
@@ -168,6 +169,8 @@ class MetricsRecorder:
             "nodes": "|".join(engine.spec.nodes[n].name for n in job.placement.nodes) if job.placement else
                      "|".join(engine.spec.nodes[n].name for n in job.placements_seen[-1]) if job.placements_seen else "",
         })
+        if self.on_job_end is not None:
+            self.on_job_end()
 
     def add_row(self, row: dict) -> None:
         """An ended job's row (JOB_FIELDS): counted in the summary, and kept or handed on."""
