@@ -671,12 +671,7 @@ class Engine:
                     yield job
                     if self._running_version != world:
                         world = self._running_version
-                        for d_vc, d_shape in gangs_dropped:
-                            rest = of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
-                            nxt = next(rest, None)
-                            if nxt is not None:
-                                heapq.heappush(heap, (nxt, d_vc, d_shape, rest))
-                        gangs_dropped.clear()
+                        _bring_back(heap, of_vc_shape, gangs_dropped, last)
                     elif gang and gangs_per_request and job.status is JobStatus.PENDING:
                         heapq.heappop(heap)  # (still the top: pushes above start past it)
                         gangs_dropped.append((vc, shape))
@@ -684,12 +679,7 @@ class Engine:
                 if self._stops != stops:
                     stops = self._stops
                     assert last is not None  # (jobs stop only in answer to a job given)
-                    for d_vc, d_shape in dropped:
-                        rest = of_vc_shape[d_vc][d_shape].irange(minimum=last, inclusive=(False, False))
-                        nxt = next(rest, None)
-                        if nxt is not None:
-                            heapq.heappush(heap, (nxt, d_vc, d_shape, rest))
-                    dropped.clear()
+                    _bring_back(heap, of_vc_shape, dropped, last)
             nxt = next(it, None)  # (shapes brought back start past this key: this entry is still the top)
             if nxt is None:
                 heapq.heappop(heap)
@@ -1747,6 +1737,17 @@ def _no_smaller(req: tuple, than: tuple) -> bool:
 # either side (see _first_backfill_effect); b = int(work).bit_length() <= 34 (MAX_TIME_S).
 _UNSET: list = []  # (a dict.get default that no answer is)
 _WORK_BUCKET_BOUNDS = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
+
+
+def _bring_back(heap: list, lists: dict, dropped: list[tuple[str, tuple]], after: tuple) -> None:
+    """Shapes the shape order left out, (VC, shape) in ``lists``, back into its merge from their
+    first key past ``after``."""
+    for vc, shape in dropped:
+        rest = lists[vc][shape].irange(minimum=after, inclusive=(False, False))
+        first = next(rest, None)
+        if first is not None:
+            heapq.heappush(heap, (first, vc, shape, rest))
+    dropped.clear()
 
 
 def _first_after(keys: SortedList, after: tuple) -> tuple | None:
