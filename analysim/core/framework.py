@@ -87,11 +87,12 @@ class PostFilter(Protocol):
         does not ask again, for a job whose attempt failed, before then."""
 
     def answers_per_request(self, ctx: Engine) -> bool:
-        """Optional (absent: False). Whether ``victims`` and ``holds_until`` give the same answer
-        for every waiting job of one VC with the same request (JobSpec.request), at one time
-        with the same running jobs and nodes: then, once a gang of a VC and request has failed
-        in a pass, the engine passes over that VC's other gangs of the request until something
-        changes, instead of asking for each (a pass tries every waiting gang)."""
+        """Optional (absent: False). Whether, at one time with the same running jobs and nodes,
+        ``victims`` finds none for every waiting job of a VC and request (JobSpec.request) that
+        the queue orders after one of them it found none for (and ``holds_until`` holds for them
+        as long): then, once a gang of a VC and request has failed in a pass, the engine passes
+        over that VC's later gangs of the request until something changes, instead of asking
+        for each (a pass tries every waiting gang)."""
 
 
 class Rebalance(Protocol):

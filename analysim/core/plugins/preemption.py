@@ -77,8 +77,12 @@ class PriorityPreemption:
         return victims
 
     def answers_per_request(self, ctx: Engine) -> bool:
-        """Under a queue that ranks no running job below a waiting one, there are no victims."""
-        return not getattr(ctx.policy.queue, "preemptive", False)
+        """Under a queue that ranks no running job below a waiting one there are no victims; under
+        one whose waiting jobs rank in key order, a job the queue orders later has a prefix of
+        the earlier one's candidates (least important first), and a gang of the same request
+        fits after none of its prefixes either."""
+        q = ctx.policy.queue
+        return not getattr(q, "preemptive", False) or getattr(q, "ranks_follow_keys", False)
 
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
         """The answer for a waiting job reads its rank (fixed while it waits, unless the queue's

@@ -27,6 +27,8 @@ class _QueueSort:
     # order() gets ``pending`` per VC, each VC's jobs in key order (the engine keeps those lists),
     # as a dict VC -> iterator, instead of one iterable of every pending job.
     per_vc_order: ClassVar[bool] = False
+    # A waiting job's preempt_rank never orders before that of a job ahead of it in the queue.
+    ranks_follow_keys: ClassVar[bool] = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         raise NotImplementedError
@@ -80,6 +82,7 @@ class ShortestRemainingTimeFirst(_QueueSort):
 
     name: ClassVar[str] = "srtf"
     preemptive: ClassVar[bool] = True
+    ranks_follow_keys: ClassVar[bool] = True  # (a waiting job's priority is its key: neither moves)
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.remaining_s + job.overhead_s, job.spec.submit_s)
