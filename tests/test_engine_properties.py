@@ -306,8 +306,8 @@ class _NoShortcuts(Engine):
         return [k[0] for k, _ in rows], [r for _, r in rows]
 
 
-def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels):
-    engine = cls(spec, build_policy(policy, placement), config, workload=jobs)
+def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels, queue_options=None):
+    engine = cls(spec, build_policy(policy, placement, queue_options=queue_options), config, workload=jobs)
     for j in jobs:
         with contextlib.suppress(InfeasibleJob):
             engine.submit(j)
@@ -335,7 +335,11 @@ def gang_scenario(draw):
     jobs = [j for j in jobs if j.num_gpus <= total]
     config = EngineConfig(preemption=True, migration=draw(st.booleans()), restore_overhead_s=5.0,
                           migration_overhead_s=5.0)
-    return ClusterSpec("g", nodes, vcs), jobs, draw(st.sampled_from(["sjf", "qssf", "fair", "srtf"])), config
+    policy = draw(st.sampled_from(["sjf", "qssf", "fair", "srtf", "tiresias"]))
+    # Tiresias with thresholds that running gangs cross while others wait (levels, promotions).
+    options = ({"thresholds_gpu_s": draw(st.sampled_from([(200.0,), (100.0, 800.0)])), "starve_factor": 2.0}
+               if policy == "tiresias" else None)
+    return ClusterSpec("g", nodes, vcs), jobs, policy, options, config
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -343,9 +347,9 @@ def gang_scenario(draw):
 def test_gangs_passed_over_by_request_change_no_decision(sc):
     # With plugins that answer per VC and request, the pass leaves out a VC's other gangs of a
     # request once one has failed, until the next launch or stop (Engine._shape_order).
-    spec, jobs, policy, config = sc
-    assert (_decisions_of(Engine, spec, jobs, policy, "consolidate", config, [], [])
-            == _decisions_of(_NoShortcuts, spec, jobs, policy, "consolidate", config, [], []))
+    spec, jobs, policy, options, config = sc
+    assert (_decisions_of(Engine, spec, jobs, policy, "consolidate", config, [], [], options)
+            == _decisions_of(_NoShortcuts, spec, jobs, policy, "consolidate", config, [], [], options))
 
 
 @st.composite

@@ -111,6 +111,9 @@ class Tiresias(_QueueSort):
     name: ClassVar[str] = "tiresias"
     options: ClassVar[tuple[str, ...]] = ("thresholds_gpu_s", "starve_factor")
     preemptive: ClassVar[bool] = True
+    # A waiting job ranks by its level, its key's first part; a promotion re-keys it (its timer
+    # fires before the pass of its time).
+    ranks_follow_keys: ClassVar[bool] = True
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0), starve_factor: float = 10.0) -> None:
         self.thresholds = tuple(sorted(thresholds_gpu_s))
