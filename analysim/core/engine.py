@@ -349,8 +349,7 @@ class Engine:
         self._forget_end(job)
         self.extra[spec.job_id].expected_end_s = started_s + overhead_s + remaining_s * slowdown
         self._note_end(job)
-        if self._keep_decisions:
-            self.decisions.append(Decision(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes)))
+        self._record("resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes))
         return job
 
     def _at(self, at: float | None) -> float:
@@ -479,8 +478,7 @@ class Engine:
         job.status = JobStatus.COMPLETED
         job.end_s = self.now
         self.policy.queue.on_event("complete", job, self)
-        if self._keep_decisions:
-            self.decisions.append(Decision(self.now, "complete", job.job_id, nodes))
+        self._record("complete", job.job_id, nodes)
         self._ended(job)
 
     def _on_node_down(self, node: int) -> None:
@@ -493,7 +491,7 @@ class Engine:
         self._static_cache.clear()
         self._one_node_cache.clear()
         self._fits_empty.clear()
-        for job in [j for j in self.running.values() if j.placement is not None and node in j.placement.nodes]:
+        for job in [j for j in self.running.values() if node in j.placed.nodes]:
             self._stop(job)
             ex = self.extra[job.job_id]
             done = (job.spec.duration_s or 0.0) - job.remaining_s
@@ -1698,8 +1696,7 @@ class Engine:
         job.overhead_s = self.config.restore_overhead_s
         job.preemptions += 1
         job.placement = None
-        if self._keep_decisions:
-            self.decisions.append(Decision(self.now, "preempt", job.job_id, nodes))
+        self._record("preempt", job.job_id, nodes)
         self._requeue(job)
 
     def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...]) -> None:
@@ -1710,13 +1707,15 @@ class Engine:
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
         self._launch(job, pl, record=False)  # (recorded as a migration, not a fresh launch)
-        if self._keep_decisions:
-            self.decisions.append(Decision(self.now, "migrate", job.job_id, (self.node_names[node],)))
+        self._record("migrate", job.job_id, (self.node_names[node],))
 
     def _decide(self, kind: str, job: JobRun) -> None:
+        self._record(kind, job.job_id, tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ())
+
+    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...]) -> None:
+        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs)."""
         if self._keep_decisions:
-            nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
-            self.decisions.append(Decision(self.now, kind, job.job_id, nodes))
+            self.decisions.append(Decision(self.now, kind, job_id, nodes))
 
 
 def _note_failure(failed: dict, sig: tuple, req: tuple) -> None:
