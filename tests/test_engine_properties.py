@@ -541,3 +541,26 @@ def test_a_backfill_jump_stops_at_a_request_as_large_as_a_failed_one():
             JobSpec("H", 1, 10, 2, cpu_milli=32000, vc="u"), JobSpec("J1", 1, 2000, 2, vc="v"),
             JobSpec("J2", 1, 2000, 2, cpu_milli=32000, vc="v"), JobSpec("J3", 1, 2000, 1, vc="v")]
     assert _fifo_backfill_starts(spec, jobs)["J3"] > 1
+
+
+def test_an_eviction_that_would_leave_its_vc_over_quota_is_tried_again_as_running_ranks_rise():
+    # SRTF with preemption; nodes A and B, 4 GPUs each; VC v (quota 4) borrows one GPU: a1 (1 GPU,
+    # 1000 s) on A, b1 (4 GPUs, 2000 s) on B; w1 (VC w) holds A's other 3 GPUs. W (v, 1 GPU,
+    # 800 s) arrives at 100 and ranks above both: evicting a1 on A (the lowest node needing one
+    # eviction) would make room but leave v over its quota, so it fails. From 200 on a1 has less
+    # work left than W and is no longer a candidate; at 300 (X's arrival, which changes nothing)
+    # W evicts b1 instead, and v stays within its quota. Such a failure does not last as running
+    # ranks rise, as a failure for lack of candidates or of room does.
+    spec = ClusterSpec("h", (NodeSpec("A", "r0", "V100", 4, 32000, 64000), NodeSpec("B", "r0", "V100", 4, 32000, 64000)),
+                       vcs=(VCSpec("v", 4), VCSpec("w", 4)), allow_borrowing=True)
+    jobs = [JobSpec("a1", 0, 1000, 1, vc="v"), JobSpec("b1", 0, 2000, 4, vc="v"), JobSpec("w1", 0, 100000, 3, vc="w"),
+            JobSpec("W", 100, 800, 1, vc="v"), JobSpec("X", 300, 10, 8, vc="w")]
+    decided = []
+    for cls in (Engine, _NoShortcuts):
+        engine = cls(spec, build_policy("srtf"), EngineConfig(preemption=True), workload=jobs)
+        for j in jobs:
+            engine.submit(j)
+        engine.run()
+        decided.append([(d.kind, d.job_id, d.time) for d in engine.decisions])
+    assert decided[0] == decided[1]
+    assert ("preempt", "b1", 300.0) in decided[0] and ("launch", "W", 300.0) in decided[0]

@@ -1484,28 +1484,24 @@ class Engine:
         last start, seq), with their ranks alongside for bisecting. Ranks are taken at the current
         time (a preemption rank depends on the job and the time only), so the list is ranked once
         per pass and kept up to date by launches and stops, instead of ranking every running job
-        for every waiting job that does not fit; and sorted again only when some rank moved."""
+        for every waiting job that does not fit."""
         got = self._ranked.get(vc)
         if got is not None and got.pass_no == self._pass_no:
             return got.ranks, got.jobs
         # A list from an earlier pass (kept up to date with launches and stops) stands while no
-        # rank can have moved (the queue says until when), or if every job's rank is what it was
-        # filed by: then its order is still the order of the keys.
+        # rank can have moved (the queue says until when); after that it is ranked again in the
+        # order it has, and sorted only if that order no longer holds (ranks that move with time
+        # mostly keep their order: SRTF's all shrink at the same pace).
         q = self.policy.queue
         if got is not None:
-            if self.now < got.hold_until:
-                got.pass_no = self._pass_no
-                return got.ranks, got.jobs
-            jobs = got.jobs
-            ranks = q.preempt_ranks(jobs, self)
-            if ranks == got.ranks:
-                got.pass_no = self._pass_no
-                got.hold_until = q.preempt_ranks_hold_until(jobs, self)
-                return got.ranks, got.jobs
-        else:
-            jobs = list((self.running if vc is None else self.running_by_vc.get(vc, {})).values())
-            ranks = q.preempt_ranks(jobs, self)
-        got = self._ranked[vc] = _RankedRunning(jobs, ranks, self._pass_no, q.preempt_ranks_hold_until(jobs, self))
+            if self.now >= got.hold_until:
+                got.rank_again(q.preempt_ranks(got.jobs, self))
+                got.hold_until = q.preempt_ranks_hold_until(got.jobs, self)
+            got.pass_no = self._pass_no
+            return got.ranks, got.jobs
+        jobs = list((self.running if vc is None else self.running_by_vc.get(vc, {})).values())
+        got = self._ranked[vc] = _RankedRunning(jobs, q.preempt_ranks(jobs, self), self._pass_no,
+                                                q.preempt_ranks_hold_until(jobs, self))
         return got.ranks, got.jobs
 
     def plugin_memo(self) -> dict:
@@ -1797,37 +1793,61 @@ def _width(spec: JobSpec) -> int:
 
 
 class _RankedRunning:
-    """Running jobs ascending by (preemption rank now, last start, seq), in parallel lists: the
-    keys (for inserting), the ranks (for bisecting) and the jobs; each job's key is remembered so
-    that it is found again when it stops (its rank then may differ from the one it was filed by)."""
+    """Running jobs ascending by (preemption rank, last start, seq), in parallel lists: the ranks
+    (for bisecting) and the jobs. The ranks are those of the last pass that ranked the jobs; a job
+    launched since is filed by its rank at its launch (exact while no rank moves; once one may
+    have, the engine ranks them all again before the list is read: see rank_again)."""
 
-    __slots__ = ("keys", "ranks", "jobs", "key_of", "pass_no", "hold_until")
+    __slots__ = ("ranks", "jobs", "pass_no", "hold_until")
 
     def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int, hold_until: float) -> None:
-        rows = sorted(((rank, r.last_start_s, r.seq), r) for rank, r in zip(ranks, jobs, strict=True))
-        self.keys = [k for k, _ in rows]
-        self.ranks = [k[0] for k in self.keys]
-        self.jobs = [r for _, r in rows]
-        self.key_of = {r.seq: k for k, r in rows}
+        self.ranks: list[tuple] = []
+        self.jobs: list[JobRun] = []
+        self._sort(jobs, ranks)
         self.pass_no = pass_no  # the last pass whose ranks it holds
         self.hold_until = hold_until  # no rank moves before (QueueSort.preempt_ranks_hold_until)
 
+    def _sort(self, jobs: list[JobRun], ranks: list[tuple]) -> None:
+        rows = sorted([(rank, r.last_start_s, r.seq, r) for rank, r in zip(ranks, jobs, strict=True)])  # (seq is unique)
+        self.ranks = [row[0] for row in rows]
+        self.jobs = [row[3] for row in rows]
+
+    def rank_again(self, ranks: list[tuple]) -> None:
+        """Take ``ranks``, the jobs' ranks now in the list's order; sort only if that order no longer
+        holds."""
+        jobs = self.jobs
+        for i in range(1, len(ranks)):
+            a, b = ranks[i - 1], ranks[i]
+            if a < b:
+                continue
+            if a == b:
+                x, y = jobs[i - 1], jobs[i]
+                if x.last_start_s < y.last_start_s or x.last_start_s == y.last_start_s and x.seq < y.seq:
+                    continue
+            self._sort(jobs, ranks)
+            return
+        self.ranks = ranks
+
     def add(self, ctx: Engine, job: JobRun) -> None:
         q = ctx.policy.queue
-        key = (q.preempt_rank(job, ctx), job.last_start_s, job.seq)
+        rank = q.preempt_rank(job, ctx)
         self.hold_until = min(self.hold_until, q.preempt_ranks_hold_until([job], ctx))
-        i = bisect.bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.ranks.insert(i, key[0])
-        self.jobs.insert(i, job)
-        self.key_of[job.seq] = key
+        ranks, jobs = self.ranks, self.jobs
+        i = bisect.bisect_left(ranks, rank)
+        start, seq = job.last_start_s, job.seq
+        while i < len(ranks) and ranks[i] == rank and (jobs[i].last_start_s < start or
+                                                       jobs[i].last_start_s == start and jobs[i].seq < seq):
+            i += 1
+        ranks.insert(i, rank)
+        jobs.insert(i, job)
 
     def discard(self, job: JobRun) -> None:
-        key = self.key_of.pop(job.seq, None)
-        if key is None:
-            return
-        i = bisect.bisect_left(self.keys, key)
-        del self.keys[i], self.ranks[i], self.jobs[i]
+        # (By identity: the job's rank now may differ from the one it is filed by.)
+        jobs = self.jobs
+        for i in range(len(jobs)):
+            if jobs[i] is job:
+                del self.ranks[i], jobs[i]
+                return
 
 
 class Recorder(Protocol):

@@ -50,7 +50,7 @@ class PriorityPreemption:
         ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
         first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
         if first == len(ranked):
-            known.fail_from(mine)  # (a lower rank has none either)
+            known.fail_from(mine, lasting=True)  # (a lower rank has none either)
             return None
         static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
@@ -60,11 +60,11 @@ class PriorityPreemption:
             candidates = [r for r in candidates if any(static[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
         if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
-            known.fail_from(mine)
+            known.fail_from(mine, lasting=True)
             return None
         victims = ctx.victims_that_fit(job, candidates)
         if victims is None:
-            known.fail_from(mine)
+            known.fail_from(mine, lasting=True)
         elif same_vc_only and self._over_quota(spec, victims, ctx):
             # A gang's victims are the shortest prefix that fits, which a lower-ranked job finds
             # too or not at all; a one-node job's are the fewest on one node, and on another node
@@ -72,7 +72,7 @@ class PriorityPreemption:
             if one_node:
                 known.ranks.add(mine)
             else:
-                known.fail_from(mine)
+                known.fail_from(mine, lasting=False)
             victims = None
         return victims
 
@@ -92,6 +92,13 @@ class PriorityPreemption:
             return math.inf
         if q.dynamic:
             return ctx.now
+        if getattr(q, "running_ranks_only_rise", False):
+            # Its candidates only shrink while the running jobs stay the same; a failure that
+            # more candidates could not have undone stands as long as they do.
+            known = ctx.plugin_memo().get((self.name, job.spec.vc, job.spec.request))
+            if (known is not None and known.lasting_from is not None
+                    and q.preempt_rank(job, ctx) >= known.lasting_from):
+                return math.inf
         return ctx.ranks_hold_until(job.spec.vc if ctx.quota_of(job.spec.vc) is not None else None)
 
     @staticmethod
@@ -127,17 +134,23 @@ class PriorityPreemption:
 class _Failures:
     """What the memo knows of the waiting jobs of one shape and VC that found no victims, by rank:
     from ``hopeless_from`` on, none does (too few candidates: a job ranked at least as low has a
-    prefix of them); at ``ranks``, exactly those."""
+    prefix of them); at ``ranks``, exactly those. From ``lasting_from`` on, none does because even
+    every candidate would not do (no candidates, no room or no quota with all of them evicted):
+    fewer candidates would not either, which is what makes such a failure last while running
+    ranks only rise (see PriorityPreemption.holds_until)."""
 
-    __slots__ = ("hopeless_from", "ranks")
+    __slots__ = ("hopeless_from", "lasting_from", "ranks")
 
     def __init__(self) -> None:
         self.hopeless_from: tuple | None = None
+        self.lasting_from: tuple | None = None
         self.ranks: set[tuple] = set()
 
-    def fail_from(self, rank: tuple) -> None:
+    def fail_from(self, rank: tuple, lasting: bool) -> None:
         if self.hopeless_from is None or rank < self.hopeless_from:
             self.hopeless_from = rank
+        if lasting and (self.lasting_from is None or rank < self.lasting_from):
+            self.lasting_from = rank
 
 
 class QuotaReclaim:

@@ -29,6 +29,9 @@ class _QueueSort:
     per_vc_order: ClassVar[bool] = False
     # A waiting job's preempt_rank never orders before that of a job ahead of it in the queue.
     ranks_follow_keys: ClassVar[bool] = False
+    # A running job's preempt_rank never moves later (less important) while it runs, so a waiting
+    # job's candidates for eviction only shrink while the running jobs stay the same.
+    running_ranks_only_rise: ClassVar[bool] = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         raise NotImplementedError
@@ -83,6 +86,7 @@ class ShortestRemainingTimeFirst(_QueueSort):
     name: ClassVar[str] = "srtf"
     preemptive: ClassVar[bool] = True
     ranks_follow_keys: ClassVar[bool] = True  # (a waiting job's priority is its key: neither moves)
+    running_ranks_only_rise: ClassVar[bool] = True  # (work left only shrinks while a job runs)
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         return (job.remaining_s + job.overhead_s, job.spec.submit_s)
