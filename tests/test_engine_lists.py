@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from analysim.core.engine import _first_after
+from analysim.core.engine import _first_after, _keys_from
 
 KEYS = st.tuples(st.tuples(st.integers(-3, 3), st.floats(0, 10, allow_nan=False)), st.integers(0, 10_000))
 
@@ -23,3 +23,13 @@ def test_first_after_is_the_key_at_bisect_right(keys, after, load):
         j = sl.bisect_right(k)
         assert _first_after(sl, k) == (sl[j] if j < len(sl) else None)
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(KEYS, unique_by=lambda k: k[1], max_size=3000), KEYS, st.integers(4, 64))
+def test_keys_from_are_irange(keys, start, load):
+    sl = SortedList(keys)
+    sl._reset(load)
+    for s in [start, *keys[:10]]:  # (keys present: from it, or past it)
+        assert list(_keys_from(sl, s, True)) == list(sl.irange(minimum=s))
+        assert list(_keys_from(sl, s, False)) == list(sl.irange(minimum=s, inclusive=(False, False)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -210,10 +211,11 @@ class Engine:
         self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
         self._backfill_walks: dict[tuple, list[tuple]] = {}
-        # The last answers of _next_as_wide and _next_backfill_effect in a pass, by what they
-        # read: (the key asked after, the answer). The merge asks again from each later key of a
-        # VC, and the answer stands for every key from the one asked after to the answer.
+        # The last answers of _next_backfill_effect in a pass, by what it reads: (the key asked
+        # after, the answer). The merge asks again from each later key of a VC, and the answer
+        # stands for every key from the one asked after to the answer.
         self._next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
+        self._wide_merges: dict[tuple[str, int], _NextKeys] = {}  # (see _next_as_wide)
         self._handlers = {k: getattr(self, "_on_" + k) for k in
                           ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
         self._deferred_adds: list[tuple] = []
@@ -825,7 +827,7 @@ class Engine:
                     stops = self._stops
                     for d in dropped + list(jumped):
                         gen[d] += 1
-                        self._push_from(heap, d, lists[d].irange(minimum=key, inclusive=(False, False)), gen[d])
+                        self._push_from(heap, d, _keys_from(lists[d], key, False), gen[d])
                     dropped.clear()
                     jumped.clear()
             nxt = next(it, None)  # (_push_from, written out: once per job the merge passes)
@@ -854,6 +856,7 @@ class Engine:
         scopes_of = {vc: self._scopes_blocked_by(vc) for vc in lists}
         self._backfill_walks = {}  # (see _next_backfill_effect)
         self._next_answers = {}
+        self._wide_merges = {}
         heap = _merge_heap(lists)
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
         narrowed: set[str] = set()
@@ -898,28 +901,24 @@ class Engine:
                     jumped_narrowed.clear()
                 for v in jumped:  # taken again from here (see above)
                     gen[v] += 1
-                    self._push_from(heap, v, lists[v].irange(minimum=key, inclusive=(False, False)), gen[v])
+                    self._push_from(heap, v, _keys_from(lists[v], key, False), gen[v])
                 jumped.clear()
             self._push_from(heap, vc, it, g)
 
     def _next_as_wide(self, vc: str, after: tuple, gpus: int) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that may ask for ``gpus`` GPUs or more
         (fractional and CPU-only jobs, width 0, ask for at most one), from the per-demand, width
-        and work-bucket lists."""
-        asked = ("wide", vc, gpus)  # (the lists do not change during a pass)
-        last = self._next_answers.get(asked)
-        if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
-            return last[1]
-        best = None
-        lists = self._pending_of_vc_dw
-        assert lists is not None
-        for (_, width, _), keys in lists[vc].items():
-            if width >= gpus or (width == 0 and gpus <= 1):
-                first = _first_after(keys, after)
-                if first is not None and (best is None or first < best):
-                    best = first
-        self._next_answers[asked] = (after, best)
-        return best
+        and work-bucket lists. The lists do not change during a pass, and the merge asks from
+        ever later keys (each one it takes, often the last answer): each list's next key past
+        the last ``after`` is kept, and a question moves on only those it passed."""
+        merge = self._wide_merges.get((vc, gpus))
+        if merge is None or after < merge.after:
+            lists = self._pending_of_vc_dw
+            assert lists is not None
+            merge = self._wide_merges[vc, gpus] = _NextKeys(
+                [keys for (_, width, _), keys in lists[vc].items() if width >= gpus or (width == 0 and gpus <= 1)],
+                after)
+        return merge.next_after(after)
 
     def _fails_as_worse(self, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
         """Whether the pass takes the job as failed without an attempt: a one-node request at
@@ -935,7 +934,7 @@ class Engine:
         if to is not None:
             lists = self._pending_of_vc
             assert lists is not None
-            self._push_from(heap, vc, lists[vc].irange(minimum=to), gen[vc])
+            self._push_from(heap, vc, _keys_from(lists[vc], to, True), gen[vc])
 
     @staticmethod
     def _push_from(heap: list, vc: str, keys: Iterator[tuple], gen: int) -> None:
@@ -1738,7 +1737,7 @@ def _bring_back(heap: list, lists: dict, dropped: list[tuple[str, tuple]], after
     """Shapes the shape order left out, (VC, shape) in ``lists``, back into its merge from their
     first key past ``after``."""
     for vc, shape in dropped:
-        rest = lists[vc][shape].irange(minimum=after, inclusive=(False, False))
+        rest = _keys_from(lists[vc][shape], after, False)
         first = next(rest, None)
         if first is not None:
             heapq.heappush(heap, (first, vc, shape, rest))
@@ -1756,6 +1755,50 @@ def _first_after(keys: SortedList, after: tuple) -> tuple | None:
         return None
     sub = keys._lists[pos]
     return sub[bisect.bisect_right(sub, after)]
+
+
+class _NextKeys:
+    """The first key past a moving point in any of some sorted lists that do not change: a heap
+    of each list's first key past the last point asked (keys are unique across the lists)."""
+
+    __slots__ = ("after", "heap")
+
+    def __init__(self, lists: list[SortedList], after: tuple) -> None:
+        self.after = after
+        self.heap: list[tuple[tuple, SortedList]] = []
+        for keys in lists:
+            first = _first_after(keys, after)
+            if first is not None:
+                self.heap.append((first, keys))
+        heapq.heapify(self.heap)
+
+    def next_after(self, after: tuple) -> tuple | None:
+        """The first key past ``after``, which is no earlier than the last point asked."""
+        heap = self.heap
+        while heap and heap[0][0] <= after:
+            keys = heap[0][1]
+            first = _first_after(keys, after)
+            if first is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (first, keys))
+        self.after = after
+        return heap[0][0] if heap else None
+
+
+def _keys_from(keys: SortedList, start: tuple, inclusive: bool) -> Iterator[tuple]:
+    """The keys from ``start`` on (past it unless ``inclusive``), as SortedList.irange gives
+    them, for a list that does not change while they are read (the queue's lists during a pass:
+    changes are deferred). Read from its sublists directly: irange builds and walks the list's
+    positional index, which cost more than the rest of a merge's jumps."""
+    maxes = keys._maxes
+    pos = (bisect.bisect_left if inclusive else bisect.bisect_right)(maxes, start)
+    if pos == len(maxes):
+        return iter(())
+    lists = keys._lists
+    sub = lists[pos]
+    i = (bisect.bisect_left if inclusive else bisect.bisect_right)(sub, start)
+    return itertools.chain(itertools.islice(sub, i, None), *lists[pos + 1:])
 
 
 def _merge_heap(lists: dict) -> list:
