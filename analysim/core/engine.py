@@ -209,6 +209,10 @@ class Engine:
         self._empty_state: ClusterState | None = None
         self._in_pass = False
         self._quiet: _QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
+        # (running jobs' version, queue's version, hold) of the last per-shape pass, if it gave
+        # no job to attempt: the next such pass gives none either while all three stand.
+        self._idle: tuple[int, int, float] | None = None
+        self._queue_version = 0  # bumped by every change to the queue's key lists
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
         self._backfill_walks: dict[tuple, list[tuple]] = {}
         # The last answers of _next_backfill_effect in a pass, by what it reads: (the key asked
@@ -657,6 +661,8 @@ class Engine:
                     # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
                     # failure, without the visit. (A gang's is failed_gangs, which a pass that may
                     # preempt or migrate does not read: it is only passed over.)
+                    if ex.failed_until < self._pass_hold:
+                        self._pass_hold = ex.failed_until
                     if not gang:
                         _note_failure(failed, sig, (g, milli, cpu, mem))
                         heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
@@ -738,6 +744,7 @@ class Engine:
 
     def _add_key(self, key: tuple, spec: JobSpec, work: float) -> None:
         vc = spec.vc
+        self._queue_version += 1
         self._pending.add(key)
         if self._pending_of_vc is not None:
             _file(self._pending_of_vc, vc, key)
@@ -748,6 +755,7 @@ class Engine:
 
     def _remove_key(self, key: tuple, spec: JobSpec, work: float) -> None:
         vc = spec.vc
+        self._queue_version += 1
         self._pending.remove(key)
         if self._pending_of_vc is not None:
             _unfile(self._pending_of_vc, vc, key)
@@ -1206,10 +1214,20 @@ class Engine:
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
 
+        world = self._running_version
+        # A per-shape pass after one that gave no job to attempt (every job passed over as one
+        # that would fail again, or as no smaller than a failed request), with the running jobs
+        # and the queue the same since, and before any of those answers may turn: it would be
+        # that pass again. (Timers alone do not end it: what a plugin's answer reads of the time
+        # is in its holds_until, and a timer that re-keys a job changes the queue.)
+        idle, self._idle = self._idle, None
+        if idle is not None and idle[0] == world and idle[1] == self._queue_version and self.now < idle[2]:
+            self._idle = idle
+            return
+        by_shape = False
         # A blocking queue's pass after one that changed nothing, with nothing changed since but
         # arrivals, and before any answer of that pass may turn: see _resumed_order.
         quiet, self._quiet = self._quiet, None
-        world = self._running_version
         if (quiet is not None and quiet.world == world and self.now < quiet.hold
                 and (not quiet.new or min(quiet.new) > quiet.last_key)):
             if not quiet.new:
@@ -1232,10 +1250,12 @@ class Engine:
             elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
                 source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape),
                                            self._gangs_per_request(can_preempt, can_migrate))
+                by_shape = True
             elif self._skip_ahead and self._pending_of_vc_shape is not None:
                 per_request = self._gangs_per_request(can_preempt, can_migrate)
                 source = {vc: self._shape_order(failed, quotas_matter, (vc,), per_request)
                           for vc in self._pending_of_vc_shape}
+                by_shape = True
             else:
                 source = self._dynamic_source() if q.dynamic else self.pending_jobs()
         # Gangs that failed: a gang bigger than one that failed may fit (it spans more nodes), but
@@ -1249,7 +1269,9 @@ class Engine:
         ffmax = st.max_full_free()
         extra = self.extra
         # (A queue with per_vc_order is given the mapping: see _dynamic_source.)
+        given = 0
         for job in q.order(source, self):  # type: ignore[arg-type]
+            given += 1
             if job.status is not JobStatus.PENDING:
                 continue
             spec = job.spec
@@ -1329,6 +1351,8 @@ class Engine:
                         blocked[sc] = self._reserve(job, sc) if pol.backfill else None
                 # (Once no job still waiting can pass a blocked head, the merge drops each VC as
                 # it next comes up, at less cost than a sweep over every VC after each failure.)
+        if by_shape and not given and self._running_version == world:
+            self._idle = (world, self._queue_version, self._pass_hold)
         if blocking and self._skip_ahead and self._running_version == world:
             self._quiet = _QuietPass(world, self._pass_hold, dict(blocked), dict(failed), self._pending[-1], [])
 
