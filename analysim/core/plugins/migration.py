@@ -110,11 +110,30 @@ class DefragMigration:
         min_left = ctx.config.migration_overhead_s
         until = (first_end - min_left - (1e-9 * (abs(first_end) + min_left) + 1e-6)
                  if first_end < math.inf else math.inf)
+        # Most plans fail because some mover fits on no other node even as the nodes stand
+        # (a trial only takes more GPUs): that is known without a trial, from each mover
+        # request's fitting nodes, found once.
+        fitting: dict[tuple, tuple[np.ndarray, int]] = {}
         for (_, _, n), movers in plans:
+            if any(self._fits_only_on(r, n, fitting, ctx) for r in movers):
+                continue
             moves = self._place(job, n, movers, ctx)
             if moves is not None:
                 return moves, until
         return None, until
+
+    @staticmethod
+    def _fits_only_on(mover: JobRun, node: int, fitting: dict[tuple, tuple[np.ndarray, int]], ctx: Engine) -> bool:
+        """Whether ``mover`` fits on no node but ``node`` as the nodes stand (by request and the
+        nodes open to it, in ``fitting``)."""
+        spec = mover.spec
+        key = (spec.request, ctx.static_key(spec))
+        got = fitting.get(key)
+        if got is None:
+            ok = ctx.static_mask(spec) & placement.single_node_fit(ctx.state, spec)
+            got = fitting[key] = (ok, int(ok.sum()))
+        ok, count = got
+        return count - int(ok[node]) == 0
 
     @staticmethod
     def _movers(deficit: int, residents: list[JobRun]) -> list[JobRun] | None:
