@@ -299,6 +299,12 @@ class _NoShortcuts(Engine):
     def plugin_memo(self) -> dict:
         return {}
 
+    def vc_memo(self, vc) -> dict:
+        return {}
+
+    def ranks_hold_until(self, vc):
+        return self.now  # (no rank is taken to stand: nothing is kept that would read it)
+
     def ranked_running(self, vc):
         q = self.policy.queue
         pool = self.running if vc is None else self.running_by_vc.get(vc, {})

@@ -174,6 +174,9 @@ class Engine:
         self._ranked: dict[str | None, _RankedRunning] = {}
         self._memo_key: tuple[int, int, float] | None = None
         self._memo: dict = {}
+        self._vc_versions: dict[str, int] = {}  # per VC, bumped by each launch and stop of its jobs
+        self._node_version = 0  # bumped by each node going down or up
+        self._vc_memos: dict[str, tuple[tuple[int, int], dict]] = {}  # (see vc_memo)
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
         # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
@@ -491,6 +494,7 @@ class Engine:
         if not self.state.up[node]:
             return
         self._running_version += 1  # (what the nodes offer changes: see _answers_hold_until)
+        self._node_version += 1
         self.state.set_up(node, False)
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
@@ -514,6 +518,7 @@ class Engine:
         if self.state.up[node]:
             return
         self._running_version += 1  # (what the nodes offer changes: see _answers_hold_until)
+        self._node_version += 1
         self.state.set_up(node, True)
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
@@ -1538,9 +1543,23 @@ class Engine:
             self._memo.clear()
         return self._memo
 
+    def vc_memo(self, vc: str) -> dict:
+        """For plugins: a memo of one VC that lives while that VC's running jobs and the nodes stay
+        the same (launches and stops of other VCs' jobs do not end it), for answers that read
+        nothing else of the allocation (e.g. that evicting every candidate of the VC would not
+        bring it within its quota). An entry says itself until when it holds, if the answer reads
+        the time. Each plugin keys its entries with its own name."""
+        key = (self._vc_versions.get(vc, 0), self._node_version)
+        got = self._vc_memos.get(vc)
+        if got is None or got[0] != key:
+            got = self._vc_memos[vc] = (key, {})
+        return got[1]
+
     def _rerank(self, job: JobRun, running: bool) -> None:
         """Keep the ranked running jobs (those built) in step with a launch or a stop."""
         self._running_version += 1
+        vc = job.spec.vc
+        self._vc_versions[vc] = self._vc_versions.get(vc, 0) + 1
         for scope in (None, job.spec.vc):
             got = self._ranked.get(scope)
             if got is not None:

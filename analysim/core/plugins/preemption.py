@@ -47,10 +47,20 @@ class PriorityPreemption:
         if known.hopeless_from is not None and mine >= known.hopeless_from or mine in known.ranks:
             return None
         same_vc_only = ctx.quota_of(spec.vc) is not None
+        if same_vc_only:
+            # Too few candidates, or too little of the VC's usage among them, as the VC's running
+            # jobs stood when a job of this shape ranked as high found so: that reads nothing of
+            # the allocation outside the VC, so it stands across other VCs' launches and stops.
+            held = ctx.vc_memo(spec.vc).get(shape)
+            if held is not None and mine >= held[0] and ctx.now < held[1]:
+                known.fail_from(mine, lasting=True)
+                return None
         ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
         first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
         if first == len(ranked):
             known.fail_from(mine, lasting=True)  # (a lower rank has none either)
+            if same_vc_only:
+                self._hold_for_vc(shape, mine, ctx)
             return None
         static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
@@ -61,6 +71,8 @@ class PriorityPreemption:
         one_node = ctx.one_node(spec)
         if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
             known.fail_from(mine, lasting=True)
+            if same_vc_only:
+                self._hold_for_vc(shape, mine, ctx)
             return None
         victims = ctx.victims_that_fit(job, candidates)
         if victims is None:
@@ -75,6 +87,20 @@ class PriorityPreemption:
                 known.fail_from(mine, lasting=False)
             victims = None
         return victims
+
+    @staticmethod
+    def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine) -> None:
+        """Note in the VC's memo that jobs of ``shape`` ranked ``rank`` or lower find too few
+        candidates or too little usage among them (a lower rank has a prefix of the candidates):
+        while the VC's running jobs stay the same, until one of their ranks may move, or for
+        as long where running ranks only rise (candidates then only drop out)."""
+        spec_vc = shape[1]
+        memo = ctx.vc_memo(spec_vc)
+        held = memo.get(shape)
+        if held is None or rank < held[0] or ctx.now >= held[1]:
+            q = ctx.policy.queue
+            until = math.inf if getattr(q, "running_ranks_only_rise", False) else ctx.ranks_hold_until(spec_vc)
+            memo[shape] = (rank, until)
 
     def answers_per_request(self, ctx: Engine) -> bool:
         """Under a queue that ranks no running job below a waiting one there are no victims; under
