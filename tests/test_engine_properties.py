@@ -14,6 +14,7 @@ from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
 from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
+from analysim.core.placement import gang_size, single_node_fit
 from analysim.core.policies import build_policy
 
 POLICIES = ["fifo", "fifo-backfill", "sjf", "srtf", "tiresias", "qssf", "fair"]
@@ -570,3 +571,54 @@ def test_an_eviction_that_would_leave_its_vc_over_quota_is_tried_again_as_runnin
         decided.append([(d.kind, d.job_id, d.time) for d in engine.decisions])
     assert decided[0] == decided[1]
     assert ("preempt", "b1", 300.0) in decided[0] and ("launch", "W", 300.0) in decided[0]
+
+
+@st.composite
+def eviction_case(draw):
+    """Running jobs on a few nodes (whole-GPU, GPU-sharing and CPU-only, with CPU asks), a waiting
+    job that fits on one node, and the candidates for eviction in some order."""
+    sizes = draw(st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4))
+    spec = ClusterSpec("e", tuple(NodeSpec(f"n{i}", "r0", "V100", g, 16000, 64000) for i, g in enumerate(sizes)))
+    running = []
+    for i in range(draw(st.integers(1, 24))):
+        milli = draw(st.sampled_from([GPU_MILLI, GPU_MILLI, GPU_MILLI, 500, 250]))
+        gpus = 1 if milli < GPU_MILLI else draw(st.sampled_from([0, 1, 1, 1, 2, 4]))
+        running.append(JobSpec(f"r{i}", 0, 10_000, gpus, gpu_milli=milli, cpu_milli=draw(st.sampled_from([0, 2000, 6000]))))
+    milli = draw(st.sampled_from([GPU_MILLI, GPU_MILLI, 500]))
+    waiting = JobSpec("w", 1, 100, 1 if milli < GPU_MILLI else draw(st.sampled_from([g for g in (1, 2, 2, 4, 4, 8) if g <= max(sizes)])), gpu_milli=milli,
+                      cpu_milli=draw(st.sampled_from([0, 4000, 12000])))
+    return spec, running, waiting, draw(st.randoms(use_true_random=False))
+
+
+@settings(max_examples=500, deadline=None)
+@given(eviction_case())
+def test_victims_that_fit_is_the_fewest_evictions_on_the_lowest_node(case):
+    # The per-node search against a reference written out with a trial allocation per node:
+    # evict the node's candidates in order until the job fits there; fewest evictions, then the
+    # lowest node. (The pass's property tests cannot check it: their reference engine searches
+    # victims the same way.)
+    spec, running, waiting, rnd = case
+    engine = Engine(spec, build_policy("fifo"), EngineConfig(), workload=running)
+    for j in running:
+        with contextlib.suppress(InfeasibleJob):
+            engine.submit(j)
+    engine.run(until=0)
+    job = engine.submit(waiting)
+    candidates = list(engine.running.values())
+    rnd.shuffle(candidates)
+    static = engine.static_mask(waiting)
+    assume(gang_size(engine.state, waiting, static) == 1)  # (a gang's victims are a prefix of them all)
+    best = None
+    for n in sorted({n for v in candidates for n in v.placement.nodes}):
+        if not static[n]:
+            continue
+        trial = engine.state.clone()
+        on_n = [v for v in candidates if n in v.placement.nodes]
+        for i, v in enumerate(on_n):
+            Engine.release_on(trial, v)
+            if single_node_fit(trial, waiting)[n]:
+                if best is None or i + 1 < len(best):
+                    best = on_n[:i + 1]
+                break
+    event(f"evictions: {len(best) if best else 0}")
+    assert engine.victims_that_fit(job, candidates) == best

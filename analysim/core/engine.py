@@ -1587,8 +1587,18 @@ class Engine:
                 for n in vpl.nodes:
                     by_node.setdefault(n, []).append(v)
             st = self.state
+            whole = not spec.is_fractional
             for n in sorted(by_node):
                 if not static[n]:
+                    continue
+                if whole and all(v.spec.gpu_milli == GPU_MILLI for v in by_node[n]):
+                    # Whole-GPU jobs on whole GPUs: each GPU an eviction frees is then wholly free,
+                    # so the node's count of wholly free GPUs is counted on, without its row.
+                    found = self._fewest_on_node(spec, n, by_node[n], None if best is None else best[0])
+                    if found is not None:
+                        best = (len(found), n, found)
+                        if len(found) == 1:
+                            break
                     continue
                 # What node n would have free after each eviction: one row, not a whole clone.
                 row = st.free_milli[n].copy()
@@ -1621,6 +1631,27 @@ class Engine:
             chosen.append(v)
             if placement.can_place(self, spec, static, trial):
                 return chosen
+        return None
+
+    def _fewest_on_node(self, spec: JobSpec, n: int, on_node: list[JobRun], fewer_than: int | None) -> list[JobRun] | None:
+        """The shortest prefix of ``on_node`` (whole-GPU jobs on node ``n``) whose eviction lets the
+        whole-GPU job ``spec`` fit on ``n``, if shorter than ``fewer_than``: victims_that_fit's
+        per-node search, where the whole GPUs an eviction frees are its slots on ``n``."""
+        st = self.state
+        full = int(st.full_free[n])
+        cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
+        for i, v in enumerate(on_node):
+            if fewer_than is not None and i + 1 >= fewer_than:
+                return None  # cannot beat the best node found so far
+            vs, vpl = v.spec, v.placed
+            for vn, slots in vpl.gpus:
+                if vn == n:
+                    full += len(slots)
+                    share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(vpl.gpus)
+                    cpu += round(vs.cpu_milli * share)
+                    mem += round(vs.memory_mib * share)
+            if cpu >= spec.cpu_milli and mem >= spec.memory_mib and full >= spec.num_gpus:
+                return on_node[:i + 1]
         return None
 
     def _eviction_hopeless(self, spec: JobSpec, static: np.ndarray, k: int, candidates: list[JobRun]) -> bool:
