@@ -106,7 +106,12 @@ class JobsCsv:
         self._horizon = max(self._horizon, spec.submit_s)
 
     def write(self, row: dict) -> None:
-        line = self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])
+        # The csv writer writes None empty and a float as its repr, as _fmt does; only an
+        # infinite or NaN float differs, and its line says so ("inf", "nan"): it is written again
+        # the long way (as is a row whose text merely contains those letters).
+        line = self._csv_line(list(map(row.get, JOB_FIELDS)))
+        if "inf" in line or "nan" in line:
+            line = self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])
         heapq.heappush(self._rows, ((row["submit_s"], row["job_id"]), line))
         rows, expected = self._rows, self._expected
         # A row goes out when no job in flight comes before it, and no job still to enter can

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from analysim.core.engine import Engine, EngineConfig
 from analysim.core.job import JobSpec
-from analysim.core.metrics import MetricsRecorder
+from analysim.core.metrics import JOB_FIELDS, MetricsRecorder
 from analysim.core.policies import build_policy
 from analysim.errors import InputFileError
-from analysim.report import JobsCsv, write_run
+from analysim.report import JobsCsv, write_csv, write_run
 from analysim.simulation import RunOptions, run
 from analysim.traces import generate, load_trace, write_canonical
 from analysim.traces.base import Trace
@@ -185,3 +185,23 @@ def test_fed_jobs_run_as_if_submitted_first(sc):
     assert fed.recorder.jobs == first.recorder.jobs and fed.recorder.samples == first.recorder.samples
     assert fed.recorder.summary(fed) == first.recorder.summary(first)
     assert not fed.jobs and fed.forgotten_jobs == len(jobs)
+
+
+_CELLS = st.one_of(st.none(), st.integers(-5, 10**6), st.floats(allow_nan=True, allow_infinity=True),
+                   st.text(alphabet="ainf,\"\n\r x|0", max_size=8))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.fixed_dictionaries({k: _CELLS for k in JOB_FIELDS if k not in ("job_id", "submit_s")}), max_size=8),
+       st.data())
+def test_jobs_csv_rows_are_those_write_csv_writes(tmp_path, rows, data):
+    # Whatever a cell holds (None, an infinite or NaN float, text with commas, quotes, line
+    # breaks or the letters of "inf"), a streamed row is the bytes write_run's table has.
+    rows = [{"job_id": data.draw(st.text(alphabet="inf,\"ab", max_size=5)) + f"#{i}",
+             "submit_s": float(data.draw(st.integers(0, 5))), **r} for i, r in enumerate(rows)]
+    rows.sort(key=lambda r: (r["submit_s"], r["job_id"]))
+    write_csv(rows, tmp_path / "kept.csv", JOB_FIELDS)
+    with JobsCsv(tmp_path / "streamed.csv") as sink:
+        for r in rows:
+            sink.write(r)
+    assert (tmp_path / "streamed.csv").read_bytes() == (tmp_path / "kept.csv").read_bytes()
