@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -1803,8 +1803,8 @@ def _no_smaller(req: tuple, than: tuple) -> bool:
 
 # Bucket b of queued work holds [2^(b-1), 2^b) seconds (b = 0: under 1 s), widened by a second
 # either side (see _first_backfill_effect); b = int(work).bit_length() <= 34 (MAX_TIME_S).
-_UNSET: list = []  # (a dict.get default that no answer is)
-_WORK_BUCKET_BOUNDS = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
+_UNSET: Final[list] = []  # (a dict.get default that no answer is)
+_WORK_BUCKET_BOUNDS: Final = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
 
 
 def _bring_back(heap: list, lists: dict, dropped: list[tuple[str, tuple]], after: tuple) -> None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 # Same-time ordering: free resources before new demand arrives, so a pass sees both.
-NODE, COMPLETION, ARRIVAL, TIMER = 0, 1, 2, 3
+NODE: Final = 0
+COMPLETION: Final = 1
+ARRIVAL: Final = 2
+TIMER: Final = 3
 
 
 class Event(NamedTuple):

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
+from typing import Final
 
-GPU_MILLI = 1000  # one whole GPU, in thousandths; fractional (GPU-sharing) jobs ask for less
+GPU_MILLI: Final = 1000  # one whole GPU, in thousandths; fractional (GPU-sharing) jobs ask for less
 # The largest time (submit, duration, overhead, interval) the model accepts, in seconds: about 317
 # years, past any trace's epoch timestamps, and small enough that sums of times stay finite and
 # exact to a microsecond. Larger values are input errors, not schedules.
-MAX_TIME_S = 1e10
+MAX_TIME_S: Final = 1e10
 # The largest count (GPUs, CPU milli, MiB) a job may ask for: beyond it int64 arithmetic is at risk.
-MAX_COUNT = 10**12
+MAX_COUNT: Final = 10**12
 
 
 def by_fields(record: object) -> tuple:
