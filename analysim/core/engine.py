@@ -638,18 +638,16 @@ class Engine:
         extra = self.extra
         of_vc_shape = self._pending_of_vc_shape
         assert of_vc_shape is not None
-        heap = []
-        for vc in vcs:
-            for shape, keys in of_vc_shape[vc].items():
-                it = iter(keys)
-                heap.append((next(it), vc, shape, it))
+        # (first key, VC, shape): the next key of a shape is looked up when it is needed (most
+        # shapes give one job a pass), from the list, which does not change during the pass.
+        heap = [(keys._lists[0][0], vc, shape) for vc in vcs for shape, keys in of_vc_shape[vc].items()]
         heapq.heapify(heap)  # keys are unique: the rest is never compared
         dropped: list[tuple[str, tuple]] = []
         gangs_dropped: list[tuple[str, tuple]] = []  # left out while the running jobs stay the same
         world = self._running_version
         stops, last = self._stops, None
         while heap:
-            key, vc, shape, it = heap[0]
+            key, vc, shape = heap[0]
             job = by_seq.get(key[1])
             if job is not None:
                 models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
@@ -691,11 +689,11 @@ class Engine:
                     stops = self._stops
                     assert last is not None  # (jobs stop only in answer to a job given)
                     _bring_back(heap, of_vc_shape, dropped, last)
-            nxt = next(it, None)  # (shapes brought back start past this key: this entry is still the top)
-            if nxt is None:
+            nxt = _first_after(of_vc_shape[vc][shape], key)  # (shapes brought back start past this key:
+            if nxt is None:                                    # this entry is still the top)
                 heapq.heappop(heap)
             else:
-                heapq.heapreplace(heap, (nxt, vc, shape, it))
+                heapq.heapreplace(heap, (nxt, vc, shape))
 
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
@@ -1811,10 +1809,9 @@ def _bring_back(heap: list, lists: dict, dropped: list[tuple[str, tuple]], after
     """Shapes the shape order left out, (VC, shape) in ``lists``, back into its merge from their
     first key past ``after``."""
     for vc, shape in dropped:
-        rest = _keys_from(lists[vc][shape], after, False)
-        first = next(rest, None)
+        first = _first_after(lists[vc][shape], after)
         if first is not None:
-            heapq.heappush(heap, (first, vc, shape, rest))
+            heapq.heappush(heap, (first, vc, shape))
     dropped.clear()
 
 
