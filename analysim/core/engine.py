@@ -1032,6 +1032,10 @@ class Engine:
                 sure = False
             else:
                 if sure:
+                    # (A list whose first key is no earlier than the best so far cannot give an
+                    # earlier one: no search.)
+                    if best is not None and not keys._lists[0][0] < best:
+                        continue
                     first = _first_after(keys, after)
                     if first is not None and (best is None or first < best):
                         best = first
