@@ -1612,9 +1612,9 @@ class Engine:
                     for vn, slots in vpl.gpus:
                         if vn == n:
                             row[list(slots)] += vs.gpu_milli
-                            share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(vpl.gpus)
-                            cpu += round(vs.cpu_milli * share)
-                            mem += round(vs.memory_mib * share)
+                            freed_cpu, freed_mem = _cpu_mem_on(vs, slots, len(vpl.gpus))
+                            cpu += freed_cpu
+                            mem += freed_mem
                     chosen.append(v)
                     if best is not None and len(chosen) >= best[0]:
                         break  # cannot beat the best node found so far
@@ -1649,9 +1649,9 @@ class Engine:
             for vn, slots in vpl.gpus:
                 if vn == n:
                     full += len(slots)
-                    share = len(slots) / max(vs.num_gpus, 1) if vs.num_gpus else 1.0 / len(vpl.gpus)
-                    cpu += round(vs.cpu_milli * share)
-                    mem += round(vs.memory_mib * share)
+                    freed_cpu, freed_mem = _cpu_mem_on(vs, slots, len(vpl.gpus))
+                    cpu += freed_cpu
+                    mem += freed_mem
             if cpu >= spec.cpu_milli and mem >= spec.memory_mib and full >= spec.num_gpus:
                 return on_node[:i + 1]
         return None
@@ -1684,18 +1684,17 @@ class Engine:
     def release_on(state: ClusterState, job: JobRun) -> None:
         spec, pl = job.spec, job.placement
         assert pl is not None
-        per = len(pl.gpus)
         for n, slots in pl.gpus:
-            share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / per
-            state.release(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
+            cpu, mem = _cpu_mem_on(spec, slots, len(pl.gpus))
+            state.release(n, slots, spec.gpu_milli, cpu, mem)
 
     # ------------------------------------------------------------ state transitions
 
     def _launch(self, job: JobRun, pl: Placement, record: bool = True) -> None:
         spec = job.spec
         for n, slots in pl.gpus:
-            share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / len(pl.gpus)
-            self.state.allocate(n, slots, spec.gpu_milli, round(spec.cpu_milli * share), round(spec.memory_mib * share))
+            cpu, mem = _cpu_mem_on(spec, slots, len(pl.gpus))
+            self.state.allocate(n, slots, spec.gpu_milli, cpu, mem)
             self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
         ex = self.extra[spec.job_id]
         self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
@@ -1905,6 +1904,19 @@ def _unfile(lists: dict, bucket: object, key: tuple) -> None:
         del lists[bucket]
 
 
+def _cpu_mem_on(spec: JobSpec, slots: tuple[int, ...], nodes: int) -> tuple[int, int]:
+    """The CPU and memory a job holds on a node where it holds ``slots``, of the ``nodes`` it spans:
+    in proportion to its GPUs there (evenly for a CPU-only job), as a launch takes them and a
+    stop gives them back."""
+    share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / nodes
+    return round(spec.cpu_milli * share), round(spec.memory_mib * share)
+
+
+def _started_before(a: JobRun, b: JobRun) -> bool:
+    """Whether ``a`` ranks ahead of ``b`` among running jobs of one preemption rank: (last start, seq)."""
+    return a.last_start_s < b.last_start_s or a.last_start_s == b.last_start_s and a.seq < b.seq
+
+
 def _width(spec: JobSpec) -> int:
     """The whole GPUs a job asks for; 0 for a fractional or CPU-only job."""
     return 0 if spec.is_fractional else spec.num_gpus
@@ -1938,10 +1950,8 @@ class _RankedRunning:
             a, b = ranks[i - 1], ranks[i]
             if a < b:
                 continue
-            if a == b:
-                x, y = jobs[i - 1], jobs[i]
-                if x.last_start_s < y.last_start_s or x.last_start_s == y.last_start_s and x.seq < y.seq:
-                    continue
+            if a == b and _started_before(jobs[i - 1], jobs[i]):
+                continue
             self._sort(jobs, ranks)
             return
         self.ranks = ranks
@@ -1952,9 +1962,7 @@ class _RankedRunning:
         self.hold_until = min(self.hold_until, q.preempt_ranks_hold_until([job], ctx))
         ranks, jobs = self.ranks, self.jobs
         i = bisect.bisect_left(ranks, rank)
-        start, seq = job.last_start_s, job.seq
-        while i < len(ranks) and ranks[i] == rank and (jobs[i].last_start_s < start or
-                                                       jobs[i].last_start_s == start and jobs[i].seq < seq):
+        while i < len(ranks) and ranks[i] == rank and _started_before(jobs[i], job):
             i += 1
         ranks.insert(i, rank)
         jobs.insert(i, job)
