@@ -6,7 +6,7 @@ import contextlib
 from collections import Counter
 
 import numpy as np
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
@@ -14,7 +14,7 @@ from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
 from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
-from analysim.core.placement import gang_size, single_node_fit
+from analysim.core.placement import can_place, gang_size, single_node_fit
 from analysim.core.policies import build_policy
 
 POLICIES = ["fifo", "fifo-backfill", "sjf", "srtf", "tiresias", "qssf", "fair"]
@@ -636,4 +636,58 @@ def test_victims_that_fit_is_the_fewest_evictions_on_the_lowest_node(case):
                     best = on_n[:i + 1]
                 break
     event(f"evictions: {len(best) if best else 0}")
+    assert engine.victims_that_fit(job, candidates) == best
+
+
+@st.composite
+def gang_eviction_case(draw):
+    """Running jobs on small nodes of two GPU models (mostly whole-GPU, some GPU-sharing, some with
+    CPU asks), a waiting gang that spans several nodes (sometimes restricted to one model, or
+    asking for CPU), the candidates in some order, and locality relaxed or not."""
+    sizes = draw(st.lists(st.sampled_from([2, 4]), min_size=2, max_size=8))
+    models = [draw(st.sampled_from(["V100", "P100"])) for _ in sizes]
+    spec = ClusterSpec("e", tuple(NodeSpec(f"n{i}", f"r{i % 2}", m, g, 16000, 64000)
+                                  for i, (g, m) in enumerate(zip(sizes, models, strict=True))))
+    running = []
+    for i in range(draw(st.integers(1, 20))):
+        milli = draw(st.sampled_from([GPU_MILLI] * 6 + [500]))
+        gpus = 1 if milli < GPU_MILLI else draw(st.sampled_from([1, 1, 2, 3, 4, 6]))
+        running.append(JobSpec(f"r{i}", 0, 10_000, gpus, gpu_milli=milli,
+                               cpu_milli=draw(st.sampled_from([0, 0, 0, 2000]))))
+    waiting = JobSpec("w", 1, 100, draw(st.integers(max(sizes) + 1, sum(sizes))),
+                      cpu_milli=draw(st.sampled_from([0, 0, 0, 4000])),
+                      gpu_models=draw(st.sampled_from([(), (), ("V100",)])))
+    return spec, running, waiting, draw(st.booleans()), draw(st.randoms(use_true_random=False))
+
+
+@settings(max_examples=500, deadline=None)
+@given(gang_eviction_case())
+def test_victims_that_fit_for_a_gang_is_the_shortest_prefix(case):
+    # A gang's victims against a reference written out with one trial allocation: evict the
+    # candidates in order until can_place says the gang fits. (The counting search for whole-GPU
+    # gangs must agree with it; the pass's property tests cannot check that, as their reference
+    # engine searches victims the same way.)
+    spec, running, waiting, relaxed, rnd = case
+    engine = Engine(spec, build_policy("fifo"), EngineConfig(relaxed_locality=relaxed), workload=running)
+    for j in running:
+        with contextlib.suppress(InfeasibleJob):
+            engine.submit(j)
+    engine.run(until=0)
+    try:
+        job = engine.submit(waiting)
+    except InfeasibleJob:
+        reject()
+    candidates = list(engine.running.values())
+    rnd.shuffle(candidates)
+    static = engine.static_mask(waiting)
+    assume(gang_size(engine.state, waiting, static) > 1)
+    trial = engine.state.clone()
+    best = None
+    for i, v in enumerate(candidates):
+        Engine.release_on(trial, v)
+        if can_place(engine, waiting, static, trial):
+            best = candidates[:i + 1]
+            break
+    whole = not waiting.cpu_milli and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)
+    event(f"counted: {whole}; evictions: {len(best) if best else 0}")
     assert engine.victims_that_fit(job, candidates) == best

@@ -1626,6 +1626,9 @@ class Engine:
                 if best is not None and best[0] == 1:
                     break  # one eviction on the lowest such node: nothing does better
             return best[2] if best else None
+        if (not spec.is_fractional and not spec.cpu_milli and not spec.memory_mib
+                and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)):
+            return self._shortest_gang_prefix(spec.num_gpus, static, k, candidates)
         trial = self.state.clone()
         chosen = []
         for v in candidates:
@@ -1654,6 +1657,29 @@ class Engine:
                     mem += freed_mem
             if cpu >= spec.cpu_milli and mem >= spec.memory_mib and full >= spec.num_gpus:
                 return on_node[:i + 1]
+        return None
+
+    def _shortest_gang_prefix(self, g: int, static: np.ndarray, k: int, candidates: list[JobRun]) -> list[JobRun] | None:
+        """victims_that_fit's search for a gang of ``g`` whole GPUs over at least ``k`` nodes that
+        asks for no CPU or memory, among whole-GPU candidates: what can_place reads of a trial
+        allocation is then each allowed node's count of wholly free GPUs, which an eviction raises
+        by its slots there. So the counts are kept sorted and the gang fits once the ``k`` largest
+        (all of them, with relaxed locality) hold ``g`` (see placement._gang_fits)."""
+        st = self.state
+        cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), static.tolist(), strict=True)]
+        every = self.config.relaxed_locality or k >= len(cap)
+        counts = sorted(cap)
+        total = sum(cap)
+        for i, v in enumerate(candidates):
+            for n, slots in v.placed.gpus:
+                if static[n]:
+                    c = cap[n]
+                    cap[n] = c + len(slots)
+                    total += len(slots)
+                    del counts[bisect.bisect_left(counts, c)]
+                    bisect.insort(counts, c + len(slots))
+            if (total if every else sum(counts[-k:])) >= g:
+                return candidates[:i + 1]
         return None
 
     def _eviction_hopeless(self, spec: JobSpec, static: np.ndarray, k: int, candidates: list[JobRun]) -> bool:
