@@ -213,20 +213,42 @@ def test_leaving_out_blocked_vcs_changes_no_decision(sc):
     assert _decisions(Engine, spec, jobs, policy, config) == _decisions(_WalkEveryJob, spec, jobs, policy, config)
 
 
+def test_a_failure_that_asked_for_cpu_does_not_cover_a_later_job_that_asks_for_none():
+    # One 4-GPU node with 32 cores; VC q0 (quota 4). r1 (2 GPUs, every core) runs to 100. At 1, in
+    # FIFO order: H (4 GPUs) cannot fit and blocks both of q0's queues, reserving the node at 100
+    # (spare none); A (1 GPU, 16 cores, 5 s) may backfill but finds no cores and fails; C (1 GPU,
+    # 1000 s) may not backfill, and the merge jumps over q0's jobs that would have no effect; B
+    # (1 GPU, no cores, 5 s) is not as large as A's failed request (it asks no CPU), may backfill,
+    # and runs at once on a free GPU. The jump must stop at it.
+    spec = ClusterSpec("h", (NodeSpec("n0", "r0", "V100", 4, 32000, 64000),), vcs=(VCSpec("q0", 4),))
+    jobs = [JobSpec("r1", 0, 100, 2, cpu_milli=32000, vc="q0"), JobSpec("H", 1, 10, 4, vc="q0"),
+            JobSpec("A", 1, 5, 1, cpu_milli=16000, vc="q0"), JobSpec("C", 1, 1000, 1, vc="q0"),
+            JobSpec("B", 1, 5, 1, vc="q0")]
+    ours = _decisions(Engine, spec, jobs, "fifo-backfill", EngineConfig())
+    assert ours == _decisions(_WalkEveryJob, spec, jobs, "fifo-backfill", EngineConfig())
+    assert [(d.time, d.kind, d.job_id) for d in ours if d.time == 1.0] == [(1.0, "launch", "B")]
+
+
 @st.composite
 def backfill_scenario(draw):
-    """EASY backfilling under load (no CPU asks, borrowing on; maybe preemption and migration):
-    long queues, where a pass jumps over many jobs."""
+    """EASY backfilling under load (borrowing on; maybe preemption and migration): long queues,
+    where a pass jumps over many jobs. Mostly no CPU asks and no GPU model named; sometimes
+    nodes of two models, with some jobs naming one or asking for CPU (a failed request then
+    covers only some of the jobs as large)."""
     gpus = draw(st.sampled_from([4, 8]))
     n_nodes = draw(st.integers(2, 4))
-    nodes = tuple(NodeSpec(f"n{i}", "r0", "V100", gpus, 32000, 64000) for i in range(n_nodes))
+    mixed = draw(st.booleans())
+    nodes = tuple(NodeSpec(f"n{i}", "r0", "P100" if mixed and i % 2 else "V100", gpus, 32000, 64000)
+                  for i in range(n_nodes))
     quotas = draw(st.lists(st.integers(1, 3), min_size=3, max_size=3))
     vcs = tuple(VCSpec(f"q{i}", n_nodes * gpus * q / sum(quotas)) for i, q in enumerate(quotas))
     spec = ClusterSpec("b", nodes, vcs)
     jobs = [JobSpec(job_id=f"j{i}", submit_s=float(draw(st.integers(0, 200))),
                     duration_s=float(draw(st.sampled_from([5, 30, 100, 400, 2000]))),
                     num_gpus=draw(st.sampled_from([1, 1, 1, 2, gpus, gpus + 1])),
-                    vc=draw(st.sampled_from([v.name for v in vcs])))
+                    vc=draw(st.sampled_from([v.name for v in vcs])),
+                    gpu_models=draw(st.sampled_from([(), (), ("V100",)])) if mixed else (),
+                    cpu_milli=draw(st.sampled_from([0, 0, 16000])) if mixed else 0)
             for i in range(draw(st.integers(10, 60)))]
     return spec, jobs, "fifo-backfill", EngineConfig(preemption=draw(st.booleans()), migration=draw(st.booleans()))
 

@@ -163,6 +163,7 @@ class Engine:
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
         self._pending_cpu_only = 0
+        self._pending_with_models = 0  # (see _worse_from)
         self._pending_vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self._pending_demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self._stops = 0  # jobs taken off their GPUs so far
@@ -851,9 +852,10 @@ class Engine:
         pass over with no effect:
         - once every queue a VC's jobs block is blocked (until then, a job that is not placed
           blocks its queues), those its reservations keep from backfilling (they only lose spare
-          GPUs during a pass) and, in a pass that only launches, those of widths that cannot fit
-          as capacity stands (it only shrinks): the merge jumps to the VC's next job that is
-          neither. With preemption or migration, a job taken off its GPUs may bring a VC back
+          GPUs during a pass), those that fail as no smaller than a request that failed in the
+          pass (see _worse_from) and, in a pass that only launches, those of widths that cannot
+          fit as capacity stands (it only shrinks): the merge jumps to the VC's next job that is
+          none of these. With preemption or migration, a job taken off its GPUs may bring a VC back
           within quota, out of the shared queue: such jumps are taken again after one;
         - before that, with the shared queue blocked, a VC's jobs that would borrow, could fit,
           and the shared reservation keeps out: the merge jumps to the VC's next job that is
@@ -885,9 +887,13 @@ class Engine:
                 scopes = scopes_of[vc]
                 if vc in narrowed or all(sc in blocked for sc in scopes):
                     narrowed.add(vc)
-                    if not self._backfill_effect(job, blocked, scopes, True, only_capacity):
-                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True, only_capacity),
-                                   gen)
+                    # (A job that fails as no smaller than a failed request has no effect once its
+                    # queues are blocked: it only fails again, in queues already blocked.)
+                    if not self._backfill_effect(job, blocked, scopes, True, only_capacity) or (
+                            failed and self._fails_as_worse(job, failed, quotas_matter)):
+                        worse_from = self._worse_from(vc, failed, quotas_matter) if failed else None
+                        self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True, only_capacity,
+                                                                        worse_from), gen)
                         if not only_capacity:
                             jumped_narrowed.add(vc)
                         continue
@@ -899,7 +905,11 @@ class Engine:
                     # its VC's queue instead: the jump stops at any that may be.
                     to = self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity)
                     if failed:
-                        wide = self._next_as_wide(vc, key, min(w[0] for w in failed.values()))
+                        # (Only a failure of a signature this VC's jobs have counts: with quotas
+                        # that matter, the VC's own.)
+                        mine = vc if quotas_matter or vc in self._vc_dedicated else None
+                        widths = [req[0] for sig, req in failed.items() if sig[1] == mine]
+                        wide = self._next_as_wide(vc, key, min(widths)) if widths else None
                         if wide is not None and (to is None or wide < to):
                             to = wide
                     self._jump(heap, vc, to, gen)
@@ -980,8 +990,21 @@ class Engine:
             return [blocked[scopes[0]]]
         return [blocked[sc] for sc in scopes]
 
+    def _worse_from(self, vc: str, failed: dict, quotas_matter: bool) -> int | None:
+        """The width from which every waiting one-node whole-GPU job of ``vc`` fails as no
+        smaller than a request that failed in the pass (see ``worse`` in _pass), or None. Only
+        when no waiting job names GPU models: then each such job has the signature of the VC's
+        unconstrained whole-GPU requests, and one that failed asking no CPU or memory is no
+        larger than any of them of its width or more."""
+        if self._pending_with_models:
+            return None
+        req = failed.get(((), vc if quotas_matter or vc in self._vc_dedicated else None, False))
+        if req is None or req[0] < 1 or req[2] or req[3]:
+            return None
+        return int(req[0])
+
     def _next_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
-                              narrowed: bool, only_capacity: bool) -> tuple | None:
+                              narrowed: bool, only_capacity: bool, worse_from: int | None = None) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that _backfill_order does not jump
         over (see _backfill_effect), from the per-demand, width and work-bucket lists: a list
         whose jobs all fail some reservation holding them is left out, one whose jobs all pass
@@ -990,17 +1013,20 @@ class Engine:
         # What it reads besides the lists: quotas and free GPUs (launches and stops change them),
         # and the reservations of the VC's queues.
         asked = ("effect", vc, narrowed, only_capacity, self._running_version,
-                 tuple([blocked.get(sc) for sc in scopes]))
+                 tuple([blocked.get(sc) for sc in scopes]), worse_from)
         last = self._next_answers.get(asked)
         if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
             return last[1]
-        best = self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity)
+        best = self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity, worse_from)
         self._next_answers[asked] = (after, best)
         return best
 
     def _first_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
-                               narrowed: bool, only_capacity: bool) -> tuple | None:
+                               narrowed: bool, only_capacity: bool, worse_from: int | None) -> tuple | None:
         best = None
+        # Widths whose jobs all fail as worse (see _worse_from): one-node widths from worse_from.
+        worse_to = self.state.smallest_node_gpus if worse_from is not None else -1
+        worse_from = worse_from or 0
         by_seq = self._pending_by_seq
         now = self.now
         # (demand, width) -> reservations; None: leave out
@@ -1008,6 +1034,8 @@ class Engine:
         lists = self._pending_of_vc_dw
         assert lists is not None
         for (demand, width, b), keys in lists[vc].items():
+            if worse_from <= width <= worse_to:
+                continue
             held = held_of.get((demand, width), _UNSET)
             if held is _UNSET:
                 cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
@@ -1067,6 +1095,8 @@ class Engine:
         return self.state.vc_used.get(vc, 0.0) + min(self._pending_demands[vc]) > q + 1e-9
 
     def _count_shape(self, spec: JobSpec, delta: int) -> None:
+        if spec.gpu_models:
+            self._pending_with_models += delta
         if spec.num_gpus == 0:
             self._pending_cpu_only += delta
             return
