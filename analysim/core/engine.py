@@ -861,8 +861,9 @@ class Engine:
           and the shared reservation keeps out: the merge jumps to the VC's next job that is
           within quota, cannot fit (it blocks) or may backfill, or, once a request has failed in
           the pass, may ask for as many GPUs (as large a request takes the failure path and
-          blocks). A launch or a failure can turn a job jumped over into one that blocks, so such
-          jumps are taken again from each job the pass looks at."""
+          blocks). In a pass that only launches, a launch or a failure can turn a job jumped over
+          into one that blocks, so such jumps are taken again from each job the pass looks at;
+          with preemption or migration, from each job after which a job was stopped."""
         lists = self._pending_of_vc
         assert lists is not None
         by_seq = self._pending_by_seq
@@ -873,15 +874,15 @@ class Engine:
         heap = _merge_heap(lists)
         gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
         narrowed: set[str] = set()
-        jumped: set[str] = set()  # VCs (not narrowed) with a jump of the second kind ahead
-        jumped_narrowed: set[str] = set()  # with preemption or migration, narrowed VCs with a jump ahead
+        jumped: set[str] = set()  # VCs with a jump ahead that the next job's launch or failure may undo
+        until_stop: set[str] = set()  # with preemption or migration, VCs with a jump ahead only a stop may undo
         stops = self._stops
         while heap:
             key, vc, g, it = heapq.heappop(heap)
             if g != gen[vc]:
                 continue
             jumped.discard(vc)
-            jumped_narrowed.discard(vc)
+            until_stop.discard(vc)
             job = by_seq.get(key[1])
             if job is not None:
                 scopes = scopes_of[vc]
@@ -895,7 +896,7 @@ class Engine:
                         self._jump(heap, vc, self._next_backfill_effect(vc, key, blocked, scopes, True, only_capacity,
                                                                         worse_from), gen)
                         if not only_capacity:
-                            jumped_narrowed.add(vc)
+                            until_stop.add(vc)
                         continue
                 elif (len(scopes) == 2 and None in blocked
                       and not self._backfill_effect(job, blocked, scopes, False, only_capacity)
@@ -913,13 +914,18 @@ class Engine:
                         if wide is not None and (to is None or wide < to):
                             to = wide
                     self._jump(heap, vc, to, gen)
-                    jumped.add(vc)
+                    # With preemption or migration (and so quotas that matter), what a launch or a
+                    # failure of another VC's job changes turns none of the jobs jumped over into
+                    # one the pass would not pass over: that VC's usage (which only rises), the
+                    # shared spare GPUs (which only shrink) and the failures of that VC's own
+                    # signature. A stop may bring them back within their VC's quota.
+                    (until_stop if quotas_matter and not only_capacity else jumped).add(vc)
                     continue
                 yield job
                 if self._stops != stops:
                     stops = self._stops
-                    jumped |= jumped_narrowed
-                    jumped_narrowed.clear()
+                    jumped |= until_stop
+                    until_stop.clear()
                 for v in jumped:  # taken again from here (see above)
                     gen[v] += 1
                     self._push_from(heap, v, _keys_from(lists[v], key, False), gen[v])
