@@ -218,7 +218,7 @@ class Engine:
         self._idle: tuple[int, int, float] | None = None
         self._queue_version = 0  # bumped by every change to the queue's key lists
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
-        self._backfill_walks: dict[tuple, list[tuple]] = {}
+        self._backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
         # The last answers of _next_backfill_effect in a pass, by what it reads: (the key asked
         # after, the answer). The merge asks again from each later key of a VC, and the answer
         # stands for every key from the one asked after to the answer.
@@ -1074,17 +1074,29 @@ class Engine:
                     if first is not None and (best is None or first < best):
                         best = first
                     continue
-                # The jobs here that pass every reservation, found once per pass and reservations
-                # (the merge asks again from later keys after each job it gives).
+                # The first job here past ``after`` that passes every reservation, read from there
+                # up to the best so far. What a read found stands for a later ask before it, while
+                # the reservations are the same (the lists do not change during a pass, and the
+                # merge asks again from later keys after each job it gives).
                 walk = (vc, demand, width, b, tuple(held))
-                passing = self._backfill_walks.get(walk)
-                if passing is None:
-                    passing = self._backfill_walks[walk] = [
-                        k for k in keys if (job := by_seq.get(k[1])) is not None
-                        and all(self._may_backfill(job, r) for r in held)]
-                i = bisect.bisect_right(passing, after)
-                if i < len(passing) and (best is None or passing[i] < best):
-                    best = passing[i]
+                known = self._backfill_walks.get(walk)
+                if known is not None and known[0] <= after and (known[1] is None or after < known[1]):
+                    found = known[1]
+                else:
+                    found = None
+                    cut = False
+                    for k in _keys_from(keys, after, False):
+                        if best is not None and not k < best:
+                            cut = True  # (nothing earlier than the best so far here)
+                            break
+                        job = by_seq.get(k[1])
+                        if job is not None and all(self._may_backfill(job, r) for r in held):
+                            found = k
+                            break
+                    if not cut:
+                        self._backfill_walks[walk] = (after, found)
+                if found is not None and (best is None or found < best):
+                    best = found
         return best
 
     def _vc_blocked(self, vc: str, blocked: dict) -> bool:
