@@ -219,9 +219,9 @@ class Engine:
         self._queue_version = 0  # bumped by every change to the queue's key lists
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
         self._backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
-        # The last answers of _next_backfill_effect in a pass, by what it reads: (the key asked
-        # after, the answer). The merge asks again from each later key of a VC, and the answer
-        # stands for every key from the one asked after to the answer.
+        # The last answers of _next_backfill_effect in a pass that only launches, by what it reads:
+        # (the key asked after, the answer). The merge asks again from each later key of a VC,
+        # and the answer stands for every key from the one asked after to the answer.
         self._next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
         self._wide_merges: dict[tuple[str, int], _NextKeys] = {}  # (see _next_as_wide)
         self._handlers = {k: getattr(self, "_on_" + k) for k in
@@ -904,15 +904,15 @@ class Engine:
                     # Held by the shared reservation, and the pass would pass it over. Once a
                     # request has failed, a later job as large takes the failure path and blocks
                     # its VC's queue instead: the jump stops at any that may be.
-                    to = self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity)
+                    wide = None
                     if failed:
                         # (Only a failure of a signature this VC's jobs have counts: with quotas
                         # that matter, the VC's own.)
                         mine = vc if quotas_matter or vc in self._vc_dedicated else None
                         widths = [req[0] for sig, req in failed.items() if sig[1] == mine]
-                        wide = self._next_as_wide(vc, key, min(widths)) if widths else None
-                        if wide is not None and (to is None or wide < to):
-                            to = wide
+                        if widths:
+                            wide = self._next_as_wide(vc, key, min(widths))
+                    to = self._next_backfill_effect(vc, key, blocked, scopes, False, only_capacity, before=wide)
                     self._jump(heap, vc, to, gen)
                     # With preemption or migration (and so quotas that matter), what a launch or a
                     # failure of another VC's job changes turns none of the jobs jumped over into
@@ -1009,27 +1009,31 @@ class Engine:
             return None
         return int(req[0])
 
-    def _next_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
-                              narrowed: bool, only_capacity: bool, worse_from: int | None = None) -> tuple | None:
+    def _next_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple, narrowed: bool,
+                              only_capacity: bool, worse_from: int | None = None,
+                              before: tuple | None = None) -> tuple | None:
         """The first key past ``after`` of a job of ``vc`` that _backfill_order does not jump
-        over (see _backfill_effect), from the per-demand, width and work-bucket lists: a list
-        whose jobs all fail some reservation holding them is left out, one whose jobs all pass
-        every one (or need none) gives its first key past ``after``, and the few on a shadow
-        time's boundary are walked with the exact test."""
+        over (see _backfill_effect), or ``before`` if none comes earlier, from the per-demand,
+        width and work-bucket lists: a list whose jobs all fail some reservation holding them is
+        left out, one whose jobs all pass every one (or need none) gives its first key past
+        ``after``, and the few on a shadow time's boundary are walked with the exact test."""
+        if not only_capacity or before is not None:
+            # (With preemption or migration the same question is hardly ever asked twice.)
+            return self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity, worse_from, before)
         # What it reads besides the lists: quotas and free GPUs (launches and stops change them),
         # and the reservations of the VC's queues.
-        asked = ("effect", vc, narrowed, only_capacity, self._running_version,
-                 tuple([blocked.get(sc) for sc in scopes]), worse_from)
+        asked = ("effect", vc, narrowed, self._running_version, tuple([blocked.get(sc) for sc in scopes]),
+                 worse_from)
         last = self._next_answers.get(asked)
         if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
             return last[1]
-        best = self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity, worse_from)
+        best = self._first_backfill_effect(vc, after, blocked, scopes, narrowed, only_capacity, worse_from, None)
         self._next_answers[asked] = (after, best)
         return best
 
-    def _first_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple,
-                               narrowed: bool, only_capacity: bool, worse_from: int | None) -> tuple | None:
-        best = None
+    def _first_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple, narrowed: bool,
+                               only_capacity: bool, worse_from: int | None, before: tuple | None) -> tuple | None:
+        best = before
         # Widths whose jobs all fail as worse (see _worse_from): one-node widths from worse_from.
         worse_to = self.state.smallest_node_gpus if worse_from is not None else -1
         worse_from = worse_from or 0
