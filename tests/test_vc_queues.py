@@ -246,6 +246,22 @@ def test_jumps_over_jobs_that_fail_as_worse_are_taken_again_after_a_reclaim():
         ("preempt", "j0"), ("launch", "b"), ("launch", "c"), ("launch", "a4"), ("launch", "a5")]
 
 
+def test_a_boundary_read_cut_short_by_an_earlier_answer_is_not_kept():
+    # Found by the property test below (shrunk): EASY on two 4-GPU nodes, one VC over its quota
+    # with a long queue of 5 s, 400 s and 2,000 s jobs. A read of a work bucket that stops at the
+    # best key found so far in another bucket has not looked past it: were it kept as "nothing
+    # passes here", a later ask would jump over a job that may backfill.
+    spec = ClusterSpec("b", tuple(NodeSpec(f"n{i}", "r0", "V100", 4, 32000, 64000) for i in range(2)),
+                       tuple(VCSpec(f"q{i}", 8 / 3) for i in range(3)))
+    shapes = [(1, 5, 5), (0, 5, 1), (0, 5, 1), (0, 5, 1), (2, 2000, 1), (0, 5, 1), (0, 2000, 2), (0, 5, 1),
+              (0, 2000, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1), (2, 400, 1),
+              (0, 5, 1), (0, 5, 1), (0, 5, 1), (1, 2000, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1), (0, 5, 1),
+              (0, 5, 1), (0, 5, 1), (0, 400, 1), (1, 5, 1)]
+    jobs = [JobSpec(f"j{i}", submit, duration, gpus, vc="q0") for i, (submit, duration, gpus) in enumerate(shapes)]
+    assert (_decisions(Engine, spec, jobs, "fifo-backfill", EngineConfig())
+            == _decisions(_WalkEveryJob, spec, jobs, "fifo-backfill", EngineConfig()))
+
+
 @st.composite
 def backfill_scenario(draw):
     """EASY backfilling under load (borrowing on; maybe preemption and migration): long queues,
