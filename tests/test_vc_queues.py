@@ -262,6 +262,31 @@ def test_a_boundary_read_cut_short_by_an_earlier_answer_is_not_kept():
             == _decisions(_WalkEveryJob, spec, jobs, "fifo-backfill", EngineConfig()))
 
 
+def test_jumps_in_a_pass_that_only_launches_are_taken_again_after_each_job():
+    # Found by the property test below (shrunk; it needs thousands of examples): EASY without
+    # preemption on two 4-GPU nodes, quotas 2, 2 and 4, q0 borrowing with a long queue. In a pass
+    # that only launches, a launch or a failure can turn a job of a VC jumped over as borrowing
+    # into one that blocks (one that cannot fit, or fails as no smaller than a failed request of
+    # any VC): such jumps must be taken again after each job (see Engine._backfill_order).
+    spec = ClusterSpec("b", tuple(NodeSpec(f"n{i}", "r0", "V100", 4, 32000, 64000) for i in range(2)),
+                       (VCSpec("q0", 2), VCSpec("q1", 2), VCSpec("q2", 4)))
+    shapes = [
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (2, 5, 1, 'q0'), (2, 30, 2, 'q2'), (2, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (2, 5, 1, 'q0'), (1, 400, 4, 'q2'), (0, 400, 4, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (1, 30, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 1, 'q0'), (3, 30, 1, 'q2'), (0, 5, 1, 'q0'), (0, 5, 1, 'q0'),
+              (0, 5, 1, 'q0'), (0, 5, 5, 'q0'), (2, 30, 2, 'q2'), (1, 30, 1, 'q0'), (0, 5, 1, 'q0')]
+    jobs = [JobSpec(f"j{i}", submit, duration, gpus, vc=vc) for i, (submit, duration, gpus, vc) in enumerate(shapes)]
+    assert (_decisions(Engine, spec, jobs, "fifo-backfill", EngineConfig())
+            == _decisions(_WalkEveryJob, spec, jobs, "fifo-backfill", EngineConfig()))
+
+
 @st.composite
 def backfill_scenario(draw):
     """EASY backfilling under load (borrowing on; maybe preemption and migration): long queues,
