@@ -1046,18 +1046,20 @@ class Engine:
         for (demand, width, b), keys in lists[vc].items():
             if worse_from <= width <= worse_to:
                 continue
-            held = held_of.get((demand, width), _UNSET)
-            if held is _UNSET:
+            got = held_of.get((demand, width), _UNSET)
+            if got is _UNSET:
                 cannot, gang_cannot = self._width_cannot_fit(width) if only_capacity else (False, False)
                 if narrowed:
-                    held = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
+                    got = None if cannot or gang_cannot else self._held(vc, demand, blocked, scopes)
                 elif cannot or self._within_quota_of(vc, demand):
-                    held = []  # every job here has an effect
+                    got = []  # every job here has an effect
                 else:
-                    held = [blocked[None]]
-                held_of[demand, width] = held
-            if held is None:
+                    got = [blocked[None]]
+                held_of[demand, width] = got
+            if got is None:
                 continue
+            # (Typed, so that the compiled loop below compares unboxed floats.)
+            held = cast(list[tuple[float, float]], got)
             # Bucket b holds work in [2^(b-1), 2^b) (b = 0: under 1 s); a second either side
             # covers rounding in now + overhead + work.
             low, high = _WORK_BUCKET_BOUNDS[b]
@@ -1477,7 +1479,8 @@ class Engine:
         need = head.spec.gpu_demand
         # In (end, GPUs) order; jobs with equal end and GPUs add the same, so seq's order among
         # them does not change a sum.
-        for end, gpus, _ in ends:
+        for entry in ends:
+            end, gpus, _ = cast(tuple[float, float, int], entry)  # (typed: unboxed in the compiled loop)
             free += gpus
             if free >= need:
                 return end, free - need
