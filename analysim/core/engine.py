@@ -652,7 +652,7 @@ class Engine:
             job = by_seq.get(key[1])
             if job is not None:
                 models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
-                sig = (models, vc if quotas_matter or vc in dedicated else None, frac)
+                sig = (models, vc if quotas_matter or vc in dedicated else None, frac)  # (_failure_vc, written out)
                 worse = failed.get(sig)
                 gang = g > self.state.smallest_node_gpus and not self.one_node(job.spec)
                 if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
@@ -908,7 +908,7 @@ class Engine:
                     if failed:
                         # (Only a failure of a signature this VC's jobs have counts: with quotas
                         # that matter, the VC's own.)
-                        mine = vc if quotas_matter or vc in self._vc_dedicated else None
+                        mine = self._failure_vc(vc, quotas_matter)
                         widths = [req[0] for sig, req in failed.items() if sig[1] == mine]
                         if widths:
                             wide = self._next_as_wide(vc, key, min(widths))
@@ -947,12 +947,16 @@ class Engine:
                 after)
         return merge.next_after(after)
 
+    def _failure_vc(self, vc: str, quotas_matter: bool) -> str | None:
+        """The VC a failed request's signature names (see ``worse`` in _pass): its own where quotas
+        or dedicated nodes make VCs differ in what they can get, None where all share the pool."""
+        return vc if quotas_matter or vc in self._vc_dedicated else None
+
     def _fails_as_worse(self, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
         """Whether the pass takes the job as failed without an attempt: a one-node request at
         least as large as one that failed in the pass, with the same constraints (``worse``)."""
         spec = job.spec
-        worse = failed.get((spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
-                            spec.is_fractional))
+        worse = failed.get((spec.gpu_models, self._failure_vc(spec.vc, quotas_matter), spec.is_fractional))
         return (worse is not None and _no_smaller((spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
                 and not (spec.num_gpus > self.state.smallest_node_gpus and not self.one_node(spec)))
 
@@ -1004,7 +1008,7 @@ class Engine:
         larger than any of them of its width or more."""
         if self._pending_with_models:
             return None
-        req = failed.get(((), vc if quotas_matter or vc in self._vc_dedicated else None, False))
+        req = failed.get(((), self._failure_vc(vc, quotas_matter), False))
         if req is None or req[0] < 1 or req[2] or req[3]:
             return None
         return int(req[0])
@@ -1034,9 +1038,9 @@ class Engine:
     def _first_backfill_effect(self, vc: str, after: tuple, blocked: dict, scopes: tuple, narrowed: bool,
                                only_capacity: bool, worse_from: int | None, before: tuple | None) -> tuple | None:
         best = before
-        # Widths whose jobs all fail as worse (see _worse_from): one-node widths from worse_from.
-        worse_to = self.state.smallest_node_gpus if worse_from is not None else -1
-        worse_from = worse_from or 0
+        # One-node widths whose jobs all fail as worse (see _worse_from): left out. (An empty
+        # range without a failure to go by.)
+        worse_lo, worse_hi = (worse_from, self.state.smallest_node_gpus) if worse_from is not None else (1, 0)
         by_seq = self._pending_by_seq
         now = self.now
         # (demand, width) -> reservations; None: leave out
@@ -1044,7 +1048,7 @@ class Engine:
         lists = self._pending_of_vc_dw
         assert lists is not None
         for (demand, width, b), keys in lists[vc].items():
-            if worse_from <= width <= worse_to:
+            if worse_lo <= width <= worse_hi:
                 continue
             got = held_of.get((demand, width), _UNSET)
             if got is _UNSET:
@@ -1354,8 +1358,8 @@ class Engine:
                 # Only for jobs that must fit on one node: a gang over k nodes may fit where a
                 # smaller request failed (9 GPUs over two 8-GPU nodes with 7 free each, where 8 on
                 # one node did not), so gangs are always tried.
-                sig = (spec.gpu_models, spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None,
-                       spec.is_fractional)
+                sig = (spec.gpu_models,  # (_failure_vc, written out: asked for every job a pass visits)
+                       spec.vc if quotas_matter or spec.vc in self._vc_dedicated else None, spec.is_fractional)
                 req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
                 gang = g > st.smallest_node_gpus and not self.one_node(spec)
                 worse = None if gang else failed.get(sig)
