@@ -12,7 +12,7 @@ import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
@@ -1328,6 +1328,9 @@ class Engine:
         failed_gangs: set[tuple] = set()
         if only_capacity and self._hopeless():
             return
+        # What tells, without an attempt, that it fails (see _surely_fails_until); None when some
+        # plugin an attempt asks cannot.
+        unsearched = self._unsearched_checks(can_preempt, can_migrate) if self._skip_ahead and not only_capacity else None
         gmax = self._gmax
         # The most whole GPUs free on one node: a job that fits on one node but asks for more
         # cannot be placed, and is passed over without the cost of a placement attempt.
@@ -1380,18 +1383,22 @@ class Engine:
                     elif gang and only_capacity and (g > st.total_full_free or (sig, req) in failed_gangs):
                         pass  # more whole GPUs than are free, or the same gang failed with more free
                     else:
-                        pl = placement.bind(self, job, self.static_mask(spec))
-                        if pl is None and can_migrate:
-                            pl = self._try_migration(job)
-                            if pl is not None:
-                                failed.clear()
-                        if pl is None and can_preempt:
-                            pl = self._try_preemption(job)
-                            if pl is not None:
-                                failed.clear()
+                        # An attempt known to fail without being made is recorded as made.
+                        sure = -math.inf if unsearched is None else self._surely_fails_until(job, unsearched)
+                        if sure <= self.now:
+                            pl = placement.bind(self, job, self.static_mask(spec))
+                            if pl is None and can_migrate:
+                                pl = self._try_migration(job)
+                                if pl is not None:
+                                    failed.clear()
+                            if pl is None and can_preempt:
+                                pl = self._try_preemption(job)
+                                if pl is not None:
+                                    failed.clear()
                         if pl is None and self._skip_ahead:
                             ex.failed_world = self._running_version
-                            ex.failed_until = self._answers_hold_until(job, can_migrate, can_preempt)
+                            ex.failed_until = (sure if sure > self.now
+                                               else self._answers_hold_until(job, can_migrate, can_preempt))
                             if ex.failed_until < self._pass_hold:
                                 self._pass_hold = ex.failed_until
                 if pl is not None:
@@ -1528,6 +1535,50 @@ class Engine:
             rebalance = self.policy.rebalance
             assert rebalance is not None
             until = min(until, rebalance.holds_until(job, self))
+        return until
+
+    def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> list[Callable[[JobRun, Engine], float]] | None:
+        """The finds_none_until of every plugin a failed placement asks, in order; None when one
+        has none."""
+        plugins: list = list(self.policy.post_filters) if can_preempt else []
+        if can_migrate:
+            plugins.append(self.policy.rebalance)
+        checks: list[Callable[[JobRun, Engine], float]] = []
+        for p in plugins:
+            check = getattr(p, "finds_none_until", None)
+            if check is None:
+                return None
+            checks.append(check)
+        return checks
+
+    def _surely_fails_until(self, job: JobRun, checks: list[Callable[[JobRun, Engine], float]]) -> float:
+        """Until when an attempt to place ``job`` surely fails while the running jobs and the nodes
+        stay the same, known without making it: too few whole GPUs are free for it, by count, and
+        each plugin the attempt would ask finds nothing (``checks``: see _unsearched_checks).
+        ``now`` or earlier when only the attempt can tell. Most jobs waiting on a busy cluster with
+        preemption are such (their VC runs over its quota), and each stop anywhere would have them
+        attempted again."""
+        spec = job.spec
+        g = spec.num_gpus
+        if g < 1 or spec.is_fractional:
+            return -math.inf
+        st = self.state
+        if self.one_node(spec):
+            if g <= st.max_full_free():
+                return -math.inf
+        else:
+            # A gang over k nodes gets at most the k largest counts of whole free GPUs (any number
+            # of them, with relaxed locality): see placement._gang_fits.
+            k = placement.gang_size(st, spec, self.static_mask(spec))
+            most = st.total_full_free if self.config.relaxed_locality else min(st.total_full_free,
+                                                                                k * st.max_full_free())
+            if k and most >= g:
+                return -math.inf
+        until = math.inf
+        for check in checks:
+            until = min(until, check(job, self))
+            if until <= self.now:
+                break
         return until
 
     def _gangs_per_request(self, can_preempt: bool, can_migrate: bool) -> bool:

@@ -94,6 +94,14 @@ class PostFilter(Protocol):
         over that VC's later gangs of the request until something changes, instead of asking
         for each (a pass tries every waiting gang)."""
 
+    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+        """Optional (absent: the engine always asks ``victims``). A time before which ``victims``
+        surely finds none for ``job`` while the running jobs and the nodes stay the same, known
+        without a search (e.g. the job would take its VC over its quota); ``ctx.now`` or earlier
+        when only a search can tell. A job that does not fit on the free GPUs by count, and for
+        which every plugin its attempt would ask says so, is passed over without an attempt:
+        most waiting jobs on a busy cluster are such, and are asked again after every stop."""
+
 
 class Rebalance(Protocol):
     """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
@@ -111,6 +119,9 @@ class Rebalance(Protocol):
 
     def answers_per_request(self, ctx: Engine) -> bool:
         """As PostFilter.answers_per_request, for ``unblock`` and ``holds_until``."""
+
+    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+        """Optional: as PostFilter.finds_none_until, for ``unblock``."""
 
 
 @dataclass

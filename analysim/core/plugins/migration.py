@@ -49,6 +49,10 @@ class DefragMigration:
             return math.inf
         return self._search(job, static, ctx)[1]
 
+    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+        """No moves for a job they could not let run (see _may_move_for), while the nodes stand."""
+        return -math.inf if self._may_move_for(job, ctx.static_mask(job.spec), ctx) else math.inf
+
     @staticmethod
     def _may_move_for(job: JobRun, static: np.ndarray, ctx: Engine) -> bool:
         """Whether moves could let the job run: a whole-GPU job that fits on one node, with

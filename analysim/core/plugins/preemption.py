@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -87,6 +87,22 @@ class PriorityPreemption:
                 known.fail_from(mine, lasting=False)
             victims = None
         return victims
+
+    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+        """Without ranking the running jobs: under a queue that does not preempt, never any; with
+        quotas, none while the VC's memo says a job of this shape ranked as high found too few
+        candidates or too little of the VC's usage among them (see victims; most jobs that wait
+        in a VC running over its quota are such)."""
+        q = ctx.policy.queue
+        if not getattr(q, "preemptive", False):
+            return math.inf
+        spec = job.spec
+        if ctx.quota_of(spec.vc) is None:
+            return -math.inf
+        held = ctx.vc_memo(spec.vc).get((self.name, spec.vc, spec.request))
+        if held is not None and q.preempt_rank(job, ctx) >= held[0]:
+            return cast(float, held[1])
+        return -math.inf
 
     @staticmethod
     def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine) -> None:
@@ -210,6 +226,13 @@ class QuotaReclaim:
         """The answer reads the quotas, the running jobs and their start times only: it holds
         while they stay the same."""
         return math.inf
+
+    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+        """A job of a VC without a quota, or that would take its VC over its quota, reclaims
+        nothing (see victims) while its VC's usage stays the same."""
+        if ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job):
+            return math.inf
+        return -math.inf
 
     def answers_per_request(self, ctx: Engine) -> bool:
         return True  # (the job's VC and request, and the running jobs: see victims)
