@@ -290,8 +290,9 @@ def test_same_inputs_same_decisions(sc):
 
 class _NoShortcuts(Engine):
     """The reference pass: it walks every waiting job (no widths, shapes or VCs left out, no jumps
-    over a VC's jobs), every search for victims starts afresh (no memo of earlier failures), and
-    the running jobs are ranked anew, one by one, whenever they are asked for."""
+    over a VC's jobs, no attempt left unmade), every search for victims starts afresh (no memo of
+    earlier failures), and the running jobs are ranked anew, one by one, whenever they are asked
+    for."""
 
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
@@ -301,6 +302,9 @@ class _NoShortcuts(Engine):
         return {}
 
     def vc_memo(self, vc) -> dict:
+        return {}
+
+    def lasting_memo(self) -> dict:
         return {}
 
     def ranks_hold_until(self, vc):

@@ -194,6 +194,9 @@ class Engine:
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
         self._one_node_cache: dict[tuple, bool] = {}  # (GPUs, models, dedicated VC) -> fits one node only
+        self._open_nodes_cache: dict[tuple, list[bool]] = {}  # static_key -> static_mask as a list
+        self._lasting_memo: dict = {}  # (see lasting_memo)
+        self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         # Whether a job shape fits the empty cluster (with the nodes that are up now): every
         # submitted job is checked, and traces repeat a few shapes.
         self._fits_empty: dict[tuple, bool] = {}
@@ -501,6 +504,8 @@ class Engine:
         self.up_gpus -= float(self.state.gpus[node])
         self._static_cache.clear()
         self._one_node_cache.clear()
+        self._open_nodes_cache.clear()
+        self._lasting_memo.clear()
         self._fits_empty.clear()
         for job in [j for j in self.running.values() if node in j.placed.nodes]:
             self._stop(job)
@@ -525,6 +530,8 @@ class Engine:
         self.up_gpus += float(self.state.gpus[node])
         self._static_cache.clear()
         self._one_node_cache.clear()
+        self._open_nodes_cache.clear()
+        self._lasting_memo.clear()
         self._fits_empty.clear()
         self._dirty = True
         for job_id, job in list(self.held.items()):  # in submission order
@@ -621,8 +628,8 @@ class Engine:
             else:
                 heapq.heapreplace(heap, (nxt, w, 0, it))
 
-    def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str],
-                     gangs_per_request: bool) -> Iterator[JobRun]:
+    def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str], gangs_per_request: bool,
+                     unsearched: list[Callable[[JobRun, Engine], float]] | None) -> Iterator[JobRun]:
         """The pending jobs of ``vcs`` in queue-key order from the per-VC, per-shape lists, for a
         pass that may preempt or migrate: a shape whose requests are all at least as large as a
         failed one of the same signature is left out (the pass passes over each such job: see
@@ -633,8 +640,12 @@ class Engine:
         With ``gangs_per_request`` (every plugin the pass asks answers per VC and request: see
         PostFilter.answers_per_request), a gang's shape is left out too once one of its gangs
         fails and changes nothing, or would fail again (see _answers_hold_until), until the
-        next launch or stop: every other gang of it would fail the same way."""
+        next launch or stop: every other gang of it would fail the same way.
+
+        A job whose attempt is known to fail without being made (``unsearched``: see
+        _surely_fails_until) is recorded as failed here, and passed over as one that would fail again."""
         by_seq = self._pending_by_seq
+        borrowing = self.spec.allow_borrowing
         dedicated = self._vc_dedicated
         extra = self.extra
         of_vc_shape = self._pending_of_vc_shape
@@ -661,6 +672,12 @@ class Engine:
                     dropped.append((vc, shape))
                     continue
                 ex = extra[job.job_id]
+                if (unsearched is not None and ex.failed_world != self._running_version
+                        and (borrowing or self.within_quota(job))):  # (else the pass passes over it: see _pass)
+                    sure = self._surely_fails_until(job, unsearched)
+                    if sure > self.now:
+                        ex.failed_world = self._running_version
+                        ex.failed_until = sure
                 if ex.failed_world == self._running_version and self.now < ex.failed_until:
                     # It would fail again (see _answers_hold_until): the pass's bookkeeping of a
                     # failure, without the visit. (A gang's is failed_gangs, which a pass that may
@@ -1206,6 +1223,15 @@ class Engine:
             self._static_cache[key] = mask
         return mask
 
+    def open_nodes(self, spec: JobSpec) -> list[bool]:
+        """static_mask as a list, for loops over running jobs' nodes (a numpy index per node cost
+        more than the rest of such a loop)."""
+        key = self.static_key(spec)
+        got = self._open_nodes_cache.get(key)
+        if got is None:
+            got = self._open_nodes_cache[key] = self.static_mask(spec).tolist()
+        return got
+
     def quota_of(self, vc: str) -> float | None:
         """GPUs guaranteed to a VC; None when it has none (no VCs, or dedicated nodes)."""
         return self._quota_by_vc.get(vc, self._quota_unknown_vc)
@@ -1280,6 +1306,9 @@ class Engine:
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
 
         world = self._running_version
+        # What tells, without an attempt, that it fails (see _surely_fails_until); None when some
+        # plugin an attempt asks cannot.
+        unsearched = self._unsearched_checks(can_preempt, can_migrate) if self._skip_ahead and not only_capacity else None
         # A per-shape pass after one that gave no job to attempt (every job passed over as one
         # that would fail again, or as no smaller than a failed request), with the running jobs
         # and the queue the same since, and before any of those answers may turn: it would be
@@ -1314,11 +1343,11 @@ class Engine:
                 source = {vc: self._merge_widths(lists) for vc, lists in self._pending_of_vc_width.items()}
             elif self._skip_ahead and self._pending_of_vc_shape is not None and not q.dynamic:
                 source = self._shape_order(failed, quotas_matter, list(self._pending_of_vc_shape),
-                                           self._gangs_per_request(can_preempt, can_migrate))
+                                           self._gangs_per_request(can_preempt, can_migrate), unsearched)
                 by_shape = True
             elif self._skip_ahead and self._pending_of_vc_shape is not None:
                 per_request = self._gangs_per_request(can_preempt, can_migrate)
-                source = {vc: self._shape_order(failed, quotas_matter, (vc,), per_request)
+                source = {vc: self._shape_order(failed, quotas_matter, (vc,), per_request, unsearched)
                           for vc in self._pending_of_vc_shape}
                 by_shape = True
             else:
@@ -1328,9 +1357,6 @@ class Engine:
         failed_gangs: set[tuple] = set()
         if only_capacity and self._hopeless():
             return
-        # What tells, without an attempt, that it fails (see _surely_fails_until); None when some
-        # plugin an attempt asks cannot.
-        unsearched = self._unsearched_checks(can_preempt, can_migrate) if self._skip_ahead and not only_capacity else None
         gmax = self._gmax
         # The most whole GPUs free on one node: a job that fits on one node but asks for more
         # cannot be placed, and is passed over without the cost of a placement attempt.
@@ -1655,6 +1681,18 @@ class Engine:
             self._memo.clear()
         return self._memo
 
+    def lasting_memo(self) -> dict:
+        """For plugins: a memo that lives while the nodes stay the same, for answers that say
+        themselves how long they hold (e.g. by how much a VC runs over its quota, which its
+        launches do not shrink: see stopped_demand). Each plugin keys its entries with its own
+        name."""
+        return self._lasting_memo
+
+    def stopped_demand(self, vc: str) -> float:
+        """For plugins: the GPUs (gpu_demand) of every stop of a job of ``vc`` so far: ended,
+        evicted or moved."""
+        return self._stopped_demand.get(vc, 0.0)
+
     def vc_memo(self, vc: str) -> dict:
         """For plugins: a memo of one VC that lives while that VC's running jobs and the nodes stay
         the same (launches and stops of other VCs' jobs do not end it), for answers that read
@@ -1688,7 +1726,7 @@ class Engine:
         spec = job.spec
         static = self.static_mask(spec)
         k = placement.gang_size(self.state, spec, static)
-        if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, static, k, candidates):
+        if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, k, candidates):
             return None
         if k == 1:
             best: tuple[int, int, list[JobRun]] | None = None
@@ -1700,8 +1738,9 @@ class Engine:
                     by_node.setdefault(n, []).append(v)
             st = self.state
             whole = not spec.is_fractional
+            allowed = self.open_nodes(spec)
             for n in sorted(by_node):
-                if not static[n]:
+                if not allowed[n]:
                     continue
                 if whole and all(v.spec.gpu_milli == GPU_MILLI for v in by_node[n]):
                     # Whole-GPU jobs on whole GPUs: each GPU an eviction frees is then wholly free,
@@ -1776,13 +1815,14 @@ class Engine:
         by its slots there. So the counts are kept sorted and the gang fits once the ``k`` largest
         (all of them, with relaxed locality) hold ``g`` (see placement._gang_fits)."""
         st = self.state
-        cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), static.tolist(), strict=True)]
+        allowed = cast(list[bool], static.tolist())
+        cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
         every = self.config.relaxed_locality or k >= len(cap)
         counts = sorted(cap)
         total = sum(cap)
         for i, v in enumerate(candidates):
             for n, slots in v.placed.gpus:
-                if static[n]:
+                if allowed[n]:
                     c = cap[n]
                     cap[n] = c + len(slots)
                     total += len(slots)
@@ -1792,7 +1832,7 @@ class Engine:
                 return candidates[:i + 1]
         return None
 
-    def _eviction_hopeless(self, spec: JobSpec, static: np.ndarray, k: int, candidates: list[JobRun]) -> bool:
+    def _eviction_hopeless(self, spec: JobSpec, k: int, candidates: list[JobRun]) -> bool:
         """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
         ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
         the GPUs the candidates hold per node, so a hopeless job skips the trials of every prefix.
@@ -1800,12 +1840,13 @@ class Engine:
         if k == 0:
             return True
         st = self.state
+        allowed = self.open_nodes(spec)
         held: dict[int, int] = {}
         for v in candidates:
             vpl = v.placement
             assert vpl is not None
             for n, slots in vpl.gpus:
-                if static[n]:
+                if allowed[n]:
                     held[n] = held.get(n, 0) + len(slots)
         g = spec.num_gpus
         if k > 1 and self.config.relaxed_locality:
@@ -1868,6 +1909,7 @@ class Engine:
         for n, slots in pl.gpus:
             self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI
         self.state.vc_used[spec.vc] -= spec.gpu_demand
+        self._stopped_demand[spec.vc] = self._stopped_demand.get(spec.vc, 0.0) + spec.gpu_demand
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]

@@ -6,8 +6,6 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING, ClassVar, cast
 
-import numpy as np
-
 from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
@@ -52,7 +50,7 @@ class PriorityPreemption:
             # jobs stood when a job of this shape ranked as high found so: that reads nothing of
             # the allocation outside the VC, so it stands across other VCs' launches and stops.
             held = ctx.vc_memo(spec.vc).get(shape)
-            if held is not None and mine >= held[0] and ctx.now < held[1]:
+            if held is not None and mine >= held[0] and ctx.now < held[1] or self._short_until(shape, mine, ctx) > ctx.now:
                 known.fail_from(mine, lasting=True)
                 return None
         ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
@@ -60,19 +58,23 @@ class PriorityPreemption:
         if first == len(ranked):
             known.fail_from(mine, lasting=True)  # (a lower rank has none either)
             if same_vc_only:
-                self._hold_for_vc(shape, mine, ctx)
+                self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, ctx.state.vc_used.get(spec.vc, 0.0), ctx))
             return None
         static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
         # failure that comes from too few candidates holds for it too (see _Failures).
         candidates = ranked[first:][::-1]
         if not static.all():  # (most jobs may use every node)
-            candidates = [r for r in candidates if any(static[n] for n in r.placed.nodes)]
+            allowed = ctx.open_nodes(spec)
+            candidates = [r for r in candidates if any(allowed[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
-        if not candidates or same_vc_only and self._quota_hopeless(spec, candidates, one_node, static, ctx):
+        # (The VC's usage after evicting the most any victims could take off it.)
+        after = self._usage_after_most(spec, candidates, one_node, ctx) if same_vc_only else 0.0
+        quota = ctx.quota_of(spec.vc)
+        if not candidates or quota is not None and after + spec.gpu_demand > quota + 1e-9:
             known.fail_from(mine, lasting=True)
             if same_vc_only:
-                self._hold_for_vc(shape, mine, ctx)
+                self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, after, ctx))
             return None
         victims = ctx.victims_that_fit(job, candidates)
         if victims is None:
@@ -99,24 +101,56 @@ class PriorityPreemption:
         spec = job.spec
         if ctx.quota_of(spec.vc) is None:
             return -math.inf
-        held = ctx.vc_memo(spec.vc).get((self.name, spec.vc, spec.request))
-        if held is not None and q.preempt_rank(job, ctx) >= held[0]:
+        shape = (self.name, spec.vc, spec.request)
+        mine = q.preempt_rank(job, ctx)
+        held = ctx.vc_memo(spec.vc).get(shape)
+        if held is not None and mine >= held[0]:
             return cast(float, held[1])
-        return -math.inf
+        return self._short_until(shape, mine, ctx)
 
     @staticmethod
-    def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine) -> None:
+    def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine, over_by: float) -> None:
         """Note in the VC's memo that jobs of ``shape`` ranked ``rank`` or lower find too few
         candidates or too little usage among them (a lower rank has a prefix of the candidates):
         while the VC's running jobs stay the same, until one of their ranks may move, or for
-        as long where running ranks only rise (candidates then only drop out)."""
+        as long where running ranks only rise (candidates then only drop out).
+
+        And when the VC would stay over its quota by a margin whatever is evicted (``over_by``),
+        note that margin in the memo that outlasts the VC's launches (see _short_until)."""
         spec_vc = shape[1]
         memo = ctx.vc_memo(spec_vc)
         held = memo.get(shape)
+        q = ctx.policy.queue
+        until = math.inf if getattr(q, "running_ranks_only_rise", False) else ctx.ranks_hold_until(spec_vc)
         if held is None or rank < held[0] or ctx.now >= held[1]:
-            q = ctx.policy.queue
-            until = math.inf if getattr(q, "running_ranks_only_rise", False) else ctx.ranks_hold_until(spec_vc)
             memo[shape] = (rank, until)
+        if over_by > _MARGIN:
+            ctx.lasting_memo()[shape] = (rank, over_by, ctx.stopped_demand(spec_vc), until)
+
+    @staticmethod
+    def _over_quota_by(spec: JobSpec, after: float, ctx: Engine) -> float:
+        """By how much the job's VC would run over its quota with the job running and its usage
+        brought down to ``after``."""
+        quota = ctx.quota_of(spec.vc)
+        assert quota is not None
+        return after + spec.gpu_demand - quota
+
+    @staticmethod
+    def _short_until(shape: tuple, rank: tuple, ctx: Engine) -> float:
+        """Until when a job of ``shape`` ranked ``rank`` finds no victims because its VC would stay
+        over its quota whatever it evicted, by the margin a search of the shape found (see
+        _hold_for_vc); ``-inf`` if it may not. The margin lasts across the VC's launches, not its
+        stops: a launch adds its GPUs to the VC's usage and at most as many to what its waiting
+        jobs could evict, and a stop takes them off the usage. So the margin left is at least the
+        one found less the GPUs the VC has stopped since, while no running job's rank moves the
+        wrong way (as for the VC's memo) and a lower rank has fewer candidates."""
+        got = ctx.lasting_memo().get(shape)
+        if got is None:
+            return -math.inf
+        low, margin, stopped_then, until = got
+        if rank >= low and ctx.now < until and margin - (ctx.stopped_demand(shape[1]) - stopped_then) > _MARGIN:
+            return cast(float, until)
+        return -math.inf
 
     def answers_per_request(self, ctx: Engine) -> bool:
         """Under a queue that ranks no running job below a waiting one there are no victims; under
@@ -151,26 +185,30 @@ class PriorityPreemption:
         assert quota is not None  # (asked only of a VC with a quota: victims within the VC)
         return after + spec.gpu_demand > quota + 1e-9
 
-    @classmethod
-    def _quota_hopeless(cls, spec: JobSpec, candidates: list[JobRun], one_node: bool, static: np.ndarray,
-                        ctx: Engine) -> bool:
-        """Whether no set of victims among the candidates could bring the job's VC within its
-        quota, asked before any eviction is tried: the victims are a prefix of the candidates, or
-        for a job that fits on one node, a prefix of the candidates on one node (each counted
-        whole). The float partial sums of a prefix, in the same order, are at most the full sum,
-        so this never says so wrongly."""
+    @staticmethod
+    def _usage_after_most(spec: JobSpec, candidates: list[JobRun], one_node: bool, ctx: Engine) -> float:
+        """The job's VC's usage after evicting the most any victims among the candidates could
+        take off it, asked before any eviction is tried: if that leaves the VC over its quota, no
+        victims would do. The victims are a prefix of the candidates, or for a job that fits on
+        one node, a prefix of the candidates on one node (each counted whole). The float partial
+        sums of a prefix, in the same order, are at most the full sum, so this never says so
+        wrongly."""
+        used = ctx.state.vc_used.get(spec.vc, 0.0)
         if not one_node:
-            return cls._over_quota(spec, candidates, ctx)
+            return used - sum(v.spec.gpu_demand for v in candidates)  # (as _over_quota)
+        allowed = ctx.open_nodes(spec)
         on_node: dict[int, float] = {}
         for v in candidates:
             d = v.spec.gpu_demand
             for n in v.placed.nodes:
-                if static[n]:
+                if allowed[n]:
                     on_node[n] = on_node.get(n, 0.0) + d
-        after = ctx.state.vc_used.get(spec.vc, 0.0) - max(on_node.values(), default=0.0)
-        quota = ctx.quota_of(spec.vc)
-        assert quota is not None
-        return after + spec.gpu_demand > quota + 1e-9
+        return used - max(on_node.values(), default=0.0)
+
+
+# A margin by which a VC stays over its quota is taken to hold only when it is far above the
+# rounding of the sums of GPUs it is made of.
+_MARGIN = 1e-6
 
 
 class _Failures:
@@ -213,10 +251,10 @@ class QuotaReclaim:
         request = (self.name, spec.vc, spec.request)
         if request in memo:
             return memo[request]
-        static = ctx.static_mask(spec)
+        allowed = ctx.open_nodes(spec)
         lenders = [vc for vc in ctx.running_by_vc if vc != spec.vc and ctx.vc_over_quota(vc)]
         loans = [r for vc in lenders for r in ctx.running_by_vc[vc].values()
-                 if any(static[n] for n in r.placed.nodes)]
+                 if any(allowed[n] for n in r.placed.nodes)]
         if loans:
             loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
         memo[request] = victims = ctx.victims_that_fit(job, loans) if loans else None
