@@ -93,6 +93,20 @@ class _Extra:
     # the same way until this time (see Engine._answers_hold_until).
     failed_world: int = -1
     failed_until: float = -math.inf
+    # The plugins whose finds_none_until reads only its VC (finds_none_by_vc) said, with the VC's
+    # running jobs at this version (Engine._vc_versions) and the nodes at this one, that they
+    # find nothing for it until this time (see Engine._surely_fails_until).
+    none_vc_version: int = -1
+    none_node_version: int = -1
+    none_by_vc_until: float = -math.inf
+
+
+@dataclass(slots=True)
+class _Unsearched:
+    """The plugins' finds_none_until a failed placement would ask (see Engine._surely_fails_until)."""
+
+    by_vc: list[Callable[[JobRun, Engine], float]]  # those whose answer reads only the job's VC
+    others: list[Callable[[JobRun, Engine], float]]
 
 
 @dataclass(slots=True)
@@ -629,7 +643,7 @@ class Engine:
                 heapq.heapreplace(heap, (nxt, w, 0, it))
 
     def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str], gangs_per_request: bool,
-                     unsearched: list[Callable[[JobRun, Engine], float]] | None) -> Iterator[JobRun]:
+                     unsearched: _Unsearched | None) -> Iterator[JobRun]:
         """The pending jobs of ``vcs`` in queue-key order from the per-VC, per-shape lists, for a
         pass that may preempt or migrate: a shape whose requests are all at least as large as a
         failed one of the same signature is left out (the pass passes over each such job: see
@@ -725,6 +739,7 @@ class Engine:
         ex = self.extra[job.job_id]
         ex.qkey = key
         ex.failed_world = -1  # (queued again: its own key and rank may have changed)
+        ex.none_by_vc_until = -math.inf
         ex.qwork = job.overhead_s + job.remaining_s
         if self._in_pass:
             self._deferred_adds.append((key, job.spec, ex.qwork))  # the pass is iterating the queue
@@ -1563,27 +1578,28 @@ class Engine:
             until = min(until, rebalance.holds_until(job, self))
         return until
 
-    def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> list[Callable[[JobRun, Engine], float]] | None:
-        """The finds_none_until of every plugin a failed placement asks, in order; None when one
-        has none."""
+    def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> _Unsearched | None:
+        """The finds_none_until of every plugin a failed placement asks, those that read only the
+        job's VC apart (finds_none_by_vc); None when a plugin has none."""
         plugins: list = list(self.policy.post_filters) if can_preempt else []
         if can_migrate:
             plugins.append(self.policy.rebalance)
-        checks: list[Callable[[JobRun, Engine], float]] = []
+        checks = _Unsearched([], [])
         for p in plugins:
             check = getattr(p, "finds_none_until", None)
             if check is None:
                 return None
-            checks.append(check)
+            (checks.by_vc if getattr(p, "finds_none_by_vc", False) else checks.others).append(check)
         return checks
 
-    def _surely_fails_until(self, job: JobRun, checks: list[Callable[[JobRun, Engine], float]]) -> float:
+    def _surely_fails_until(self, job: JobRun, checks: _Unsearched) -> float:
         """Until when an attempt to place ``job`` surely fails while the running jobs and the nodes
         stay the same, known without making it: too few whole GPUs are free for it, by count, and
         each plugin the attempt would ask finds nothing (``checks``: see _unsearched_checks).
         ``now`` or earlier when only the attempt can tell. Most jobs waiting on a busy cluster with
         preemption are such (their VC runs over its quota), and each stop anywhere would have them
-        attempted again."""
+        attempted again. What the plugins that read only the job's VC said is kept with the job,
+        and stands while the VC's running jobs and the nodes do."""
         spec = job.spec
         g = spec.num_gpus
         if g < 1 or spec.is_fractional:
@@ -1600,8 +1616,19 @@ class Engine:
                                                                                 k * st.max_full_free())
             if k and most >= g:
                 return -math.inf
-        until = math.inf
-        for check in checks:
+        ex = self.extra[spec.job_id]
+        vc_version = self._vc_versions.get(spec.vc, 0)
+        if (ex.none_vc_version == vc_version and ex.none_node_version == self._node_version
+                and self.now < ex.none_by_vc_until):
+            until = ex.none_by_vc_until
+        else:
+            until = math.inf
+            for check in checks.by_vc:
+                until = min(until, check(job, self))
+                if until <= self.now:
+                    return until
+            ex.none_vc_version, ex.none_node_version, ex.none_by_vc_until = vc_version, self._node_version, until
+        for check in checks.others:
             until = min(until, check(job, self))
             if until <= self.now:
                 break

@@ -100,7 +100,10 @@ class PostFilter(Protocol):
         without a search (e.g. the job would take its VC over its quota); ``ctx.now`` or earlier
         when only a search can tell. A job that does not fit on the free GPUs by count, and for
         which every plugin its attempt would ask says so, is passed over without an attempt:
-        most waiting jobs on a busy cluster are such, and are asked again after every stop."""
+        most waiting jobs on a busy cluster are such, and are asked again after every stop.
+        With ``finds_none_by_vc`` (optional class attribute, absent: False), the answer reads
+        nothing of the running jobs but those of the job's VC, and stands across other VCs'
+        launches and stops: the engine does not ask again before one of its own VC."""
 
 
 class Rebalance(Protocol):

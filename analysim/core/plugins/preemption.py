@@ -28,6 +28,7 @@ class PriorityPreemption:
     """
 
     name: ClassVar[str] = "priority"
+    finds_none_by_vc: ClassVar[bool] = True  # (with quotas it searches only the VC: see finds_none_until)
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         q = ctx.policy.queue
@@ -99,7 +100,7 @@ class PriorityPreemption:
         if not getattr(q, "preemptive", False):
             return math.inf
         spec = job.spec
-        if ctx.quota_of(spec.vc) is None:
+        if ctx.quota_of(spec.vc) is None or q.dynamic:  # (a dynamic key: its rank may move while it waits)
             return -math.inf
         shape = (self.name, spec.vc, spec.request)
         mine = q.preempt_rank(job, ctx)
@@ -139,16 +140,17 @@ class PriorityPreemption:
     def _short_until(shape: tuple, rank: tuple, ctx: Engine) -> float:
         """Until when a job of ``shape`` ranked ``rank`` finds no victims because its VC would stay
         over its quota whatever it evicted, by the margin a search of the shape found (see
-        _hold_for_vc); ``-inf`` if it may not. The margin lasts across the VC's launches, not its
-        stops: a launch adds its GPUs to the VC's usage and at most as many to what its waiting
-        jobs could evict, and a stop takes them off the usage. So the margin left is at least the
-        one found less the GPUs the VC has stopped since, while no running job's rank moves the
-        wrong way (as for the VC's memo) and a lower rank has fewer candidates."""
+        _hold_for_vc); ``now`` or earlier if it may find some. The margin lasts across the VC's
+        launches, not its stops: a launch adds its GPUs to the VC's usage and at most as many to
+        what its waiting jobs could evict, and a stop takes them off the usage. So the margin
+        left is at least the one found less the GPUs the VC has stopped since, until a running
+        job's rank may move the wrong way (as for the VC's memo); a lower rank has fewer
+        candidates."""
         got = ctx.lasting_memo().get(shape)
         if got is None:
             return -math.inf
         low, margin, stopped_then, until = got
-        if rank >= low and ctx.now < until and margin - (ctx.stopped_demand(shape[1]) - stopped_then) > _MARGIN:
+        if rank >= low and margin - (ctx.stopped_demand(shape[1]) - stopped_then) > _MARGIN:
             return cast(float, until)
         return -math.inf
 
@@ -240,6 +242,7 @@ class QuotaReclaim:
     borrowers to owners, so reclaims cannot undo each other."""
 
     name: ClassVar[str] = "reclaim"
+    finds_none_by_vc: ClassVar[bool] = True  # (see finds_none_until)
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         spec = job.spec
