@@ -94,9 +94,8 @@ class DefragMigration:
         spec = job.spec
         st = ctx.state
         deficit = spec.num_gpus - st.full_free
-        cands = [int(n) for n in np.flatnonzero(static & (st.gpus >= spec.num_gpus) & (deficit > 0)
-                                                & (st.cpu_free >= 0) & (st.mem_free >= 0))
-                 if n in movable]
+        room = static & (st.gpus >= spec.num_gpus) & (deficit > 0) & (st.cpu_free >= 0) & (st.mem_free >= 0)
+        cands = [n for n in room.nonzero()[0].tolist() if n in movable]
         cands.sort(key=lambda n: (deficit[n], n))
         # A plan's cost (moves, GPUs moved, node) is known from its movers alone: the trial
         # placement of the movers, which clones the allocation, is made in order of cost and
