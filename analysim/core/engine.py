@@ -208,7 +208,7 @@ class Engine:
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
         self._one_node_cache: dict[tuple, bool] = {}  # (GPUs, models, dedicated VC) -> fits one node only
-        self._open_nodes_cache: dict[tuple, list[bool]] = {}  # static_key -> static_mask as a list
+        self._open_nodes_cache: dict[tuple, tuple[list[bool], bool]] = {}  # (see _open_nodes)
         self._lasting_memo: dict = {}  # (see lasting_memo)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         # Whether a job shape fits the empty cluster (with the nodes that are up now): every
@@ -1241,10 +1241,18 @@ class Engine:
     def open_nodes(self, spec: JobSpec) -> list[bool]:
         """static_mask as a list, for loops over running jobs' nodes (a numpy index per node cost
         more than the rest of such a loop)."""
+        return self._open_nodes(spec)[0]
+
+    def open_to_every_node(self, spec: JobSpec) -> bool:
+        """Whether static_mask is all True (every node is up and open to the job)."""
+        return self._open_nodes(spec)[1]
+
+    def _open_nodes(self, spec: JobSpec) -> tuple[list[bool], bool]:
         key = self.static_key(spec)
         got = self._open_nodes_cache.get(key)
         if got is None:
-            got = self._open_nodes_cache[key] = self.static_mask(spec).tolist()
+            nodes = cast(list[bool], self.static_mask(spec).tolist())
+            got = self._open_nodes_cache[key] = (nodes, all(nodes))
         return got
 
     def quota_of(self, vc: str) -> float | None:

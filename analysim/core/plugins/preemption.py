@@ -61,11 +61,10 @@ class PriorityPreemption:
             if same_vc_only:
                 self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, ctx.state.vc_used.get(spec.vc, 0.0), ctx))
             return None
-        static = ctx.static_mask(spec)
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
         # failure that comes from too few candidates holds for it too (see _Failures).
         candidates = ranked[first:][::-1]
-        if not static.all():  # (most jobs may use every node)
+        if not ctx.open_to_every_node(spec):  # (most jobs may use every node)
             allowed = ctx.open_nodes(spec)
             candidates = [r for r in candidates if any(allowed[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
