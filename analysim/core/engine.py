@@ -1586,14 +1586,18 @@ class Engine:
             until = min(until, rebalance.holds_until(job, self))
         return until
 
-    def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> _Unsearched | None:
-        """The finds_none_until of every plugin a failed placement asks, those that read only the
-        job's VC apart (finds_none_by_vc); None when a plugin has none."""
+    def _failure_plugins(self, can_preempt: bool, can_migrate: bool) -> list:
+        """The plugins a placement that fails asks, in order: the post-filters, then rebalance."""
         plugins: list = list(self.policy.post_filters) if can_preempt else []
         if can_migrate:
             plugins.append(self.policy.rebalance)
+        return plugins
+
+    def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> _Unsearched | None:
+        """The finds_none_until of every plugin a failed placement asks, those that read only the
+        job's VC apart (finds_none_by_vc); None when a plugin has none."""
         checks = _Unsearched([], [])
-        for p in plugins:
+        for p in self._failure_plugins(can_preempt, can_migrate):
             check = getattr(p, "finds_none_until", None)
             if check is None:
                 return None
@@ -1645,11 +1649,8 @@ class Engine:
     def _gangs_per_request(self, can_preempt: bool, can_migrate: bool) -> bool:
         """Whether every plugin a failed attempt asks answers alike for all jobs of a VC and
         request (``answers_per_request``; a plugin without it does not)."""
-        plugins: list = list(self.policy.post_filters) if can_preempt else []
-        if can_migrate:
-            plugins.append(self.policy.rebalance)
         return all(getattr(p, "answers_per_request", None) is not None and p.answers_per_request(self)
-                   for p in plugins)
+                   for p in self._failure_plugins(can_preempt, can_migrate))
 
     def ranks_hold_until(self, vc: str | None) -> float:
         """For plugins: a time before which no preemption rank of ``vc``'s running jobs (every
@@ -1812,7 +1813,7 @@ class Engine:
             return best[2] if best else None
         if (not spec.is_fractional and not spec.cpu_milli and not spec.memory_mib
                 and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)):
-            return self._shortest_gang_prefix(spec.num_gpus, static, k, candidates)
+            return self._shortest_gang_prefix(spec.num_gpus, self.open_nodes(spec), k, candidates)
         trial = self.state.clone()
         chosen = []
         for v in candidates:
@@ -1843,14 +1844,13 @@ class Engine:
                 return on_node[:i + 1]
         return None
 
-    def _shortest_gang_prefix(self, g: int, static: np.ndarray, k: int, candidates: list[JobRun]) -> list[JobRun] | None:
+    def _shortest_gang_prefix(self, g: int, allowed: list[bool], k: int, candidates: list[JobRun]) -> list[JobRun] | None:
         """victims_that_fit's search for a gang of ``g`` whole GPUs over at least ``k`` nodes that
         asks for no CPU or memory, among whole-GPU candidates: what can_place reads of a trial
         allocation is then each allowed node's count of wholly free GPUs, which an eviction raises
         by its slots there. So the counts are kept sorted and the gang fits once the ``k`` largest
         (all of them, with relaxed locality) hold ``g`` (see placement._gang_fits)."""
         st = self.state
-        allowed = cast(list[bool], static.tolist())
         cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
         every = self.config.relaxed_locality or k >= len(cap)
         counts = sorted(cap)

@@ -45,9 +45,14 @@ def default_slots(state: ClusterState, node: int, spec: JobSpec) -> tuple[int, .
         ok = (row >= spec.gpu_milli).nonzero()[0]
         best = ok[np.argmin(row[ok])]  # argmin returns the first minimum: lowest slot on ties
         return (int(best),)
+    return _lowest_free(row, spec.num_gpus)
+
+
+def _lowest_free(row: np.ndarray, count: int) -> tuple[int, ...]:
+    """The ``count`` lowest-numbered wholly free GPUs of a node's row (fewer if it has fewer)."""
     # (ndarray.nonzero and tolist: np.flatnonzero and a numpy scalar per slot cost more than the
     # rest of a placement on the usual 8-GPU node.)
-    return tuple((row == GPU_MILLI).nonzero()[0][: spec.num_gpus].tolist())
+    return tuple((row == GPU_MILLI).nonzero()[0][:count].tolist())
 
 
 def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int:
@@ -164,8 +169,7 @@ def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: Cluster
         return None
     gpus = []
     for n, use in chosen:
-        free = (state.free_milli[n] == GPU_MILLI).nonzero()[0][:use]
-        gpus.append((n, tuple(int(x) for x in free)))
+        gpus.append((n, _lowest_free(state.free_milli[n], use)))
     slowdown = 1.0
     if len(chosen) > k_min:
         slowdown += ctx.spec.cross_node_slowdown

@@ -45,15 +45,11 @@ class PriorityPreemption:
             known = memo[shape] = _Failures()
         if known.hopeless_from is not None and mine >= known.hopeless_from or mine in known.ranks:
             return None
-        same_vc_only = ctx.quota_of(spec.vc) is not None
-        if same_vc_only:
-            # Too few candidates, or too little of the VC's usage among them, as the VC's running
-            # jobs stood when a job of this shape ranked as high found so: that reads nothing of
-            # the allocation outside the VC, so it stands across other VCs' launches and stops.
-            held = ctx.vc_memo(spec.vc).get(shape)
-            if held is not None and mine >= held[0] and ctx.now < held[1] or self._short_until(shape, mine, ctx) > ctx.now:
-                known.fail_from(mine, lasting=True)
-                return None
+        quota = ctx.quota_of(spec.vc)
+        same_vc_only = quota is not None
+        if same_vc_only and self._vc_none_until(shape, mine, ctx) > ctx.now:
+            known.fail_from(mine, lasting=True)
+            return None
         ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
         first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
         if first == len(ranked):
@@ -70,7 +66,6 @@ class PriorityPreemption:
         one_node = ctx.one_node(spec)
         # (The VC's usage after evicting the most any victims could take off it.)
         after = self._usage_after_most(spec, candidates, one_node, ctx) if same_vc_only else 0.0
-        quota = ctx.quota_of(spec.vc)
         if not candidates or quota is not None and after + spec.gpu_demand > quota + 1e-9:
             known.fail_from(mine, lasting=True)
             if same_vc_only:
@@ -101,12 +96,19 @@ class PriorityPreemption:
         spec = job.spec
         if ctx.quota_of(spec.vc) is None or q.dynamic:  # (a dynamic key: its rank may move while it waits)
             return -math.inf
-        shape = (self.name, spec.vc, spec.request)
-        mine = q.preempt_rank(job, ctx)
-        held = ctx.vc_memo(spec.vc).get(shape)
-        if held is not None and mine >= held[0]:
+        return self._vc_none_until((self.name, spec.vc, spec.request), q.preempt_rank(job, ctx), ctx)
+
+    def _vc_none_until(self, shape: tuple, rank: tuple, ctx: Engine) -> float:
+        """Until when, as a search of the VC found, a job of ``shape`` ranked ``rank`` finds no
+        victims: too few candidates, or too little of the VC's usage among them, as the VC's
+        running jobs stood when a job of this shape ranked as high found so (the VC's memo), or
+        the VC's quota margin (see _short_until). That reads nothing of the allocation outside
+        the VC, so it stands across other VCs' launches and stops. ``now`` or earlier if a
+        search is needed."""
+        held = ctx.vc_memo(shape[1]).get(shape)
+        if held is not None and rank >= held[0] and ctx.now < held[1]:
             return cast(float, held[1])
-        return self._short_until(shape, mine, ctx)
+        return self._short_until(shape, rank, ctx)
 
     @staticmethod
     def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine, over_by: float) -> None:
@@ -181,7 +183,7 @@ class PriorityPreemption:
     @staticmethod
     def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
         """Whether the job's VC would still run over its quota with ``evicted`` gone."""
-        after = ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
+        after = PriorityPreemption._usage_after(spec, evicted, ctx)
         quota = ctx.quota_of(spec.vc)
         assert quota is not None  # (asked only of a VC with a quota: victims within the VC)
         return after + spec.gpu_demand > quota + 1e-9
@@ -194,9 +196,9 @@ class PriorityPreemption:
         one node, a prefix of the candidates on one node (each counted whole). The float partial
         sums of a prefix, in the same order, are at most the full sum, so this never says so
         wrongly."""
-        used = ctx.state.vc_used.get(spec.vc, 0.0)
         if not one_node:
-            return used - sum(v.spec.gpu_demand for v in candidates)  # (as _over_quota)
+            return PriorityPreemption._usage_after(spec, candidates, ctx)
+        used = ctx.state.vc_used.get(spec.vc, 0.0)
         allowed = ctx.open_nodes(spec)
         on_node: dict[int, float] = {}
         for v in candidates:
@@ -205,6 +207,11 @@ class PriorityPreemption:
                 if allowed[n]:
                     on_node[n] = on_node.get(n, 0.0) + d
         return used - max(on_node.values(), default=0.0)
+
+    @staticmethod
+    def _usage_after(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> float:
+        """The job's VC's usage with ``evicted`` gone."""
+        return ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
 
 
 # A margin by which a VC stays over its quota is taken to hold only when it is far above the
