@@ -120,6 +120,28 @@ def test_build_policy_refuses_options_a_queue_does_not_take():
         build_policy("fifo", queue_options={"thresholds_gpu_s": (1.0,)})
 
 
+def test_a_queue_whose_keys_differ_in_length_is_refused():
+    # The engine's merges compare queue keys laid out flat (engine._merge_entry), which orders
+    # keys of different lengths unlike tuples do: such a queue is refused by name, not obeyed wrongly.
+    from analysim.core.engine import Engine, EngineConfig
+    from analysim.core.plugins.queue import _QueueSort
+    from analysim.core.policies import build_policy
+
+    class Ragged(_QueueSort):
+        name = "ragged"
+
+        def key(self, job, ctx):
+            return (job.spec.submit_s,) if job.spec.num_gpus == 1 else (job.spec.submit_s, 0.0)
+
+    policy = build_policy("sjf")
+    policy.queue = Ragged()
+    engine = Engine(cluster(1, 8), policy, EngineConfig())
+    engine.submit(job("a", 0.0, 1, 10.0))
+    with pytest.raises(ValueError, match="'ragged' gave keys of 1 and 2 fields"):
+        engine.submit(job("b", 0.0, 2, 10.0))
+        engine.run()
+
+
 def test_qssf_orders_by_predicted_not_true_duration():
     # One GPU. V (user c, 100 s) runs 0-100; X (user a, 10 s) waits, runs 100-110; W (user b,
     # 1000 s) arrives at 105 and runs 110-1110. Then Y (user c, truly 5 s) arrives at 200 and is

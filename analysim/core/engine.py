@@ -194,6 +194,7 @@ class Engine:
         self._vc_memos: dict[str, tuple[tuple[int, int], dict]] = {}  # (see vc_memo)
         self._gmax = max((n.gpus for n in spec.nodes), default=0)
         self._pending_by_seq: dict[int, JobRun] = {}
+        self._key_len = -1  # the length of the queue's keys, once one is known
         # Running jobs by expected end, (end, GPUs, seq), for EASY backfilling's reservations: the
         # shadow time is found by walking the earliest ends, not by sorting every running job.
         # Per dedicated VC as well, for a dedicated VC's head.
@@ -664,16 +665,19 @@ class Engine:
         extra = self.extra
         of_vc_shape = self._pending_of_vc_shape
         assert of_vc_shape is not None
-        # (first key, VC, shape): the next key of a shape is looked up when it is needed (most
-        # shapes give one job a pass), from the list, which does not change during the pass.
-        heap = [(keys._lists[0][0], vc, shape) for vc in vcs for shape, keys in of_vc_shape[vc].items()]
-        heapq.heapify(heap)  # keys are unique: the rest is never compared
+        # Each shape's first key (see _merge_entry), sorted; order[i] is the next. The next key of
+        # a shape is looked up when it is needed (most shapes give one job a pass), from the list,
+        # which does not change during the pass, and goes in past i: keys only grow.
+        order = sorted([_merge_entry(keys._lists[0][0], vc, shape)
+                        for vc in vcs for shape, keys in of_vc_shape[vc].items()])
+        i = 0
         dropped: list[tuple[str, tuple]] = []
         gangs_dropped: list[tuple[str, tuple]] = []  # left out while the running jobs stay the same
         world = self._running_version
         stops, last = self._stops, None
-        while heap:
-            key, vc, shape = heap[0]
+        while i < len(order):
+            entry = order[i]
+            key, vc, shape = entry[-3], entry[-2], entry[-1]
             job = by_seq.get(key[1])
             if job is not None:
                 models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
@@ -682,7 +686,7 @@ class Engine:
                 gang = g > self.state.smallest_node_gpus and not self.one_node(job.spec)
                 if (worse is not None and g >= worse[0] and milli >= worse[1] and cpu >= worse[2] and mem >= worse[3]
                         and not gang):  # (_no_smaller, written out as in _pass)
-                    heapq.heappop(heap)
+                    i += 1
                     dropped.append((vc, shape))
                     continue
                 ex = extra[job.job_id]
@@ -700,11 +704,11 @@ class Engine:
                         self._pass_hold = ex.failed_until
                     if not gang:
                         _note_failure(failed, sig, (g, milli, cpu, mem))
-                        heapq.heappop(heap)  # (the rest of the shape is no smaller: left out, as above)
+                        i += 1  # (the rest of the shape is no smaller: left out, as above)
                         dropped.append((vc, shape))
                         continue
                     if gangs_per_request:
-                        heapq.heappop(heap)
+                        i += 1
                         gangs_dropped.append((vc, shape))
                         continue
                 else:
@@ -712,20 +716,19 @@ class Engine:
                     yield job
                     if self._running_version != world:
                         world = self._running_version
-                        _bring_back(heap, of_vc_shape, gangs_dropped, last)
+                        _bring_back(order, i, of_vc_shape, gangs_dropped, last)
                     elif gang and gangs_per_request and job.status is JobStatus.PENDING:
-                        heapq.heappop(heap)  # (still the top: pushes above start past it)
+                        i += 1  # (pushes above went in past it)
                         gangs_dropped.append((vc, shape))
                         continue
                 if self._stops != stops:
                     stops = self._stops
                     assert last is not None  # (jobs stop only in answer to a job given)
-                    _bring_back(heap, of_vc_shape, dropped, last)
-            nxt = _first_after(of_vc_shape[vc][shape], key)  # (shapes brought back start past this key:
-            if nxt is None:                                    # this entry is still the top)
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (nxt, vc, shape))
+                    _bring_back(order, i, of_vc_shape, dropped, last)
+            i += 1  # (shapes brought back went in past this entry: it is still order[i])
+            nxt = _first_after(of_vc_shape[vc][shape], key)
+            if nxt is not None:
+                bisect.insort(order, _merge_entry(nxt, vc, shape), i)
 
     def head_of_line(self) -> JobRun | None:
         if not self._pending_by_seq:
@@ -735,7 +738,13 @@ class Engine:
         return self._pending_by_seq[self._pending[0][1]]
 
     def _enqueue(self, job: JobRun) -> None:
-        key = (self.policy.queue.key(job, self), job.seq)
+        qkey = self.policy.queue.key(job, self)
+        if len(qkey) != self._key_len:  # (see _merge_entry)
+            if self._key_len >= 0:
+                raise ValueError(f"queue {self.policy.queue.name!r} gave keys of {self._key_len} and {len(qkey)} "
+                                 "fields: every key of a queue must have the same length")
+            self._key_len = len(qkey)
+        key = (qkey, job.seq)
         ex = self.extra[job.job_id]
         ex.qkey = key
         ex.failed_world = -1  # (queued again: its own key and rank may have changed)
@@ -2021,14 +2030,22 @@ _UNSET: Final[list] = []  # (a dict.get default that no answer is)
 _WORK_BUCKET_BOUNDS: Final = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
 
 
-def _bring_back(heap: list, lists: dict, dropped: list[tuple[str, tuple]], after: tuple) -> None:
+def _bring_back(order: list, top: int, lists: dict, dropped: list[tuple[str, tuple]], after: tuple) -> None:
     """Shapes the shape order left out, (VC, shape) in ``lists``, back into its merge from their
-    first key past ``after``."""
+    first key past ``after`` (the key of ``order[top]``): in past it."""
     for vc, shape in dropped:
         first = _first_after(lists[vc][shape], after)
         if first is not None:
-            heapq.heappush(heap, (first, vc, shape))
+            bisect.insort(order, _merge_entry(first, vc, shape), top + 1)
     dropped.clear()
+
+
+def _merge_entry(key: tuple, vc: str, shape: tuple) -> tuple:
+    """A shape's entry in the shape order's merge: the queue key (its own fields, then the job's
+    seq) laid out flat, so that entries compare field by field without nested tuples (most of
+    the merge's cost was those comparisons), then the key itself, the VC and the shape, which
+    are never compared (seq is unique)."""
+    return key[0] + (key[1], key, vc, shape)
 
 
 def _first_after(keys: SortedList, after: tuple) -> tuple | None:

@@ -35,7 +35,8 @@ class QueueSort(Protocol):
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         """Sort key of a pending job; lower runs first. Must not change while the job waits,
-        unless ``dynamic`` or the plugin calls ``ctx.rekey(job)``."""
+        unless ``dynamic`` or the plugin calls ``ctx.rekey(job)``. Every key of a queue has the
+        same length (the engine's merges compare keys laid out flat, field by field)."""
 
     def priority(self, job: JobRun, ctx: Engine) -> tuple:
         """Comparable across pending and running jobs; lower is more important. Preemption only
