@@ -208,7 +208,8 @@ class Engine:
         self.recorder = recorder
         self._seq = 0
         self._static_cache: dict[tuple, np.ndarray] = {}
-        self._one_node_cache: dict[tuple, bool] = {}  # (GPUs, models, dedicated VC) -> fits one node only
+        self._gang_size_cache: dict[tuple, int] = {}  # (GPUs, models, dedicated VC) -> gang_size
+        self._unsearched_cache: dict[tuple[bool, bool], _Unsearched | None] = {}  # (see _unsearched_checks)
         self._open_nodes_cache: dict[tuple, tuple[list[bool], bool]] = {}  # (see _open_nodes)
         self._lasting_memo: dict = {}  # (see lasting_memo)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
@@ -518,7 +519,7 @@ class Engine:
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
         self._static_cache.clear()
-        self._one_node_cache.clear()
+        self._gang_size_cache.clear()
         self._open_nodes_cache.clear()
         self._lasting_memo.clear()
         self._fits_empty.clear()
@@ -544,7 +545,7 @@ class Engine:
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
         self._static_cache.clear()
-        self._one_node_cache.clear()
+        self._gang_size_cache.clear()
         self._open_nodes_cache.clear()
         self._lasting_memo.clear()
         self._fits_empty.clear()
@@ -1207,11 +1208,18 @@ class Engine:
 
     def one_node(self, spec: JobSpec) -> bool:
         """Whether the job must fit on one node: some node open to it (up) has enough GPUs."""
+        if spec.num_gpus <= self.state.smallest_node_gpus:
+            return True  # (gang_size's own first answer, without the lookup)
+        return self.gang_size(spec) == 1
+
+    def gang_size(self, spec: JobSpec) -> int:
+        """placement.gang_size over the nodes open to the job (static_mask), by (GPUs, models,
+        dedicated VC) until a node goes down or up: asked for most jobs a pass looks at."""
         key = (spec.num_gpus, spec.gpu_models, spec.vc if spec.vc in self._vc_dedicated else None)
-        one = self._one_node_cache.get(key)
-        if one is None:
-            one = self._one_node_cache[key] = placement.gang_size(self.state, spec, self.static_mask(spec)) == 1
-        return one
+        k = self._gang_size_cache.get(key)
+        if k is None:
+            k = self._gang_size_cache[key] = placement.gang_size(self.state, spec, self.static_mask(spec))
+        return k
 
     def rekey(self, job: JobRun) -> None:
         """For plugins: the job's queue key changed while it was pending."""
@@ -1604,13 +1612,20 @@ class Engine:
 
     def _unsearched_checks(self, can_preempt: bool, can_migrate: bool) -> _Unsearched | None:
         """The finds_none_until of every plugin a failed placement asks, those that read only the
-        job's VC apart (finds_none_by_vc); None when a plugin has none."""
-        checks = _Unsearched([], [])
+        job's VC apart (finds_none_by_vc); None when a plugin has none. (Found once: asked by
+        every pass, and the plugins stay.)"""
+        key = (can_preempt, can_migrate)
+        if key in self._unsearched_cache:
+            return self._unsearched_cache[key]
+        checks: _Unsearched | None = _Unsearched([], [])
         for p in self._failure_plugins(can_preempt, can_migrate):
             check = getattr(p, "finds_none_until", None)
             if check is None:
-                return None
+                checks = None
+                break
+            assert checks is not None
             (checks.by_vc if getattr(p, "finds_none_by_vc", False) else checks.others).append(check)
+        self._unsearched_cache[key] = checks
         return checks
 
     def _surely_fails_until(self, job: JobRun, checks: _Unsearched) -> float:
@@ -1632,7 +1647,7 @@ class Engine:
         else:
             # A gang over k nodes gets at most the k largest counts of whole free GPUs (any number
             # of them, with relaxed locality): see placement._gang_fits.
-            k = placement.gang_size(st, spec, self.static_mask(spec))
+            k = self.gang_size(spec)
             most = st.total_full_free if self.config.relaxed_locality else min(st.total_full_free,
                                                                                 k * st.max_full_free())
             if k and most >= g:
@@ -1770,7 +1785,7 @@ class Engine:
             return None
         spec = job.spec
         static = self.static_mask(spec)
-        k = placement.gang_size(self.state, spec, static)
+        k = self.gang_size(spec)
         if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, k, candidates):
             return None
         if k == 1:

@@ -61,7 +61,8 @@ class DefragMigration:
         spec, st = job.spec, ctx.state
         # (ctx.one_node: gang_size over the nodes open to it, ``static``, remembered by request.)
         return (spec.num_gpus >= 1 and not spec.is_fractional and ctx.one_node(spec)
-                and st.total_full_free >= spec.num_gpus and int(st.full_free[static].sum()) >= spec.num_gpus)
+                and st.total_full_free >= spec.num_gpus
+                and (ctx.open_to_every_node(spec) or int(st.full_free[static].sum()) >= spec.num_gpus))
 
     def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
         """The moves, and until when they hold. They depend on the job's shape, the allocation, the
@@ -95,8 +96,9 @@ class DefragMigration:
         st = ctx.state
         deficit = spec.num_gpus - st.full_free
         room = static & (st.gpus >= spec.num_gpus) & (deficit > 0) & (st.cpu_free >= 0) & (st.mem_free >= 0)
+        deficit_of = deficit.tolist()  # (one numpy scalar per node read cost more than the sort)
         cands = [n for n in room.nonzero()[0].tolist() if n in movable]
-        cands.sort(key=lambda n: (deficit[n], n))
+        cands.sort(key=deficit_of.__getitem__)  # by (deficit, node): stable, and cands ascend
         # A plan's cost (moves, GPUs moved, node) is known from its movers alone: the trial
         # placement of the movers, which clones the allocation, is made in order of cost and
         # stops at the first that works, instead of for every candidate node.
@@ -104,7 +106,7 @@ class DefragMigration:
         first_end = math.inf
         for n in cands[: self.max_candidates]:
             first_end = min(first_end, min(ctx.expected_end(r) for r in movable[n]))
-            movers = self._movers(int(deficit[n]), movable[n])
+            movers = self._movers(deficit_of[n], movable[n])
             if movers is not None:
                 plans.append(((len(movers), sum(r.spec.num_gpus for r in movers), n), movers))
         plans.sort(key=lambda p: p[0])

@@ -262,11 +262,12 @@ class QuotaReclaim:
             return memo[request]
         allowed = ctx.open_nodes(spec)
         lenders = [vc for vc in ctx.running_by_vc if vc != spec.vc and ctx.vc_over_quota(vc)]
-        loans = [r for vc in lenders for r in ctx.running_by_vc[vc].values()
+        # Newest first: by (last start, seq), which is unique, so the jobs are never compared.
+        # (Sorting these rows cost less than a sort with a key function.)
+        loans = [(r.last_start_s, r.seq, r) for vc in lenders for r in ctx.running_by_vc[vc].values()
                  if any(allowed[n] for n in r.placed.nodes)]
-        if loans:
-            loans.sort(key=lambda r: (r.last_start_s, r.seq), reverse=True)
-        memo[request] = victims = ctx.victims_that_fit(job, loans) if loans else None
+        loans.sort(reverse=True)
+        memo[request] = victims = ctx.victims_that_fit(job, [row[2] for row in loans]) if loans else None
         return victims
 
     def holds_until(self, job: JobRun, ctx: Engine) -> float:
