@@ -1721,13 +1721,20 @@ class Engine:
         q = self.policy.queue
         if got is not None:
             if self.now >= got.hold_until:
-                got.rank_again(q.preempt_ranks(got.jobs, self))
-                got.hold_until = q.preempt_ranks_hold_until(got.jobs, self)
+                if got.due is not None:
+                    got.rank_due(self)
+                else:
+                    got.rank_again(q.preempt_ranks(got.jobs, self))
+                    got.hold_until = q.preempt_ranks_hold_until(got.jobs, self)
             got.pass_no = self._pass_no
             return got.ranks, got.jobs
         jobs = list((self.running if vc is None else self.running_by_vc.get(vc, {})).values())
-        got = self._ranked[vc] = _RankedRunning(jobs, q.preempt_ranks(jobs, self), self._pass_no,
-                                                q.preempt_ranks_hold_until(jobs, self))
+        if getattr(q, "per_job_rank_times", False):
+            untils = [q.preempt_rank_until(j, self) for j in jobs]
+            got = _RankedRunning(jobs, q.preempt_ranks(jobs, self), self._pass_no, min(untils, default=math.inf), untils)
+        else:
+            got = _RankedRunning(jobs, q.preempt_ranks(jobs, self), self._pass_no, q.preempt_ranks_hold_until(jobs, self))
+        self._ranked[vc] = got
         return got.ranks, got.jobs
 
     def plugin_memo(self) -> dict:
@@ -1786,22 +1793,28 @@ class Engine:
         spec = job.spec
         static = self.static_mask(spec)
         k = self.gang_size(spec)
-        if spec.num_gpus and not spec.is_fractional and self._eviction_hopeless(spec, k, candidates):
-            return None
+        whole = not spec.is_fractional
         if k == 1:
-            best: tuple[int, int, list[JobRun]] | None = None
-            by_node: dict[int, list[JobRun]] = {}
-            for v in candidates:
-                vpl = v.placement
-                assert vpl is not None  # (a candidate is running)
-                for n in vpl.nodes:
-                    by_node.setdefault(n, []).append(v)
             st = self.state
-            whole = not spec.is_fractional
             allowed = self.open_nodes(spec)
+            # The candidates on each node open to the job, and the GPUs they hold there.
+            by_node: dict[int, list[JobRun]] = {}
+            held: dict[int, int] = {}
+            for v in candidates:
+                for n, slots in v.placed.gpus:
+                    if allowed[n]:
+                        on = by_node.get(n)
+                        if on is None:
+                            by_node[n] = [v]
+                            held[n] = len(slots)
+                        else:
+                            on.append(v)
+                            held[n] += len(slots)
+            if spec.num_gpus and whole and st.max_full_free() < spec.num_gpus and all(
+                    int(st.full_free[n]) + h < spec.num_gpus for n, h in held.items()):
+                return None  # no node would have room even with every candidate on it evicted
+            best: tuple[int, int, list[JobRun]] | None = None
             for n in sorted(by_node):
-                if not allowed[n]:
-                    continue
                 if whole and all(v.spec.gpu_milli == GPU_MILLI for v in by_node[n]):
                     # Whole-GPU jobs on whole GPUs: each GPU an eviction frees is then wholly free,
                     # so the node's count of wholly free GPUs is counted on, without its row.
@@ -1835,7 +1848,9 @@ class Engine:
                 if best is not None and best[0] == 1:
                     break  # one eviction on the lowest such node: nothing does better
             return best[2] if best else None
-        if (not spec.is_fractional and not spec.cpu_milli and not spec.memory_mib
+        if spec.num_gpus and whole and self._eviction_hopeless(spec, k, candidates):
+            return None
+        if (whole and not spec.cpu_milli and not spec.memory_mib
                 and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)):
             return self._shortest_gang_prefix(spec.num_gpus, self.open_nodes(spec), k, candidates)
         trial = self.state.clone()
@@ -2171,16 +2186,26 @@ class _RankedRunning:
     """Running jobs ascending by (preemption rank, last start, seq), in parallel lists: the ranks
     (for bisecting) and the jobs. The ranks are those of the last pass that ranked the jobs; a job
     launched since is filed by its rank at its launch (exact while no rank moves; once one may
-    have, the engine ranks them all again before the list is read: see rank_again)."""
+    have, the engine ranks them again before the list is read: see rank_again and rank_due)."""
 
-    __slots__ = ("ranks", "jobs", "pass_no", "hold_until")
+    __slots__ = ("ranks", "jobs", "pass_no", "hold_until", "due", "until_of")
 
-    def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int, hold_until: float) -> None:
+    def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int, hold_until: float,
+                 untils: list[float] | None = None) -> None:
         self.ranks: list[tuple] = []
         self.jobs: list[JobRun] = []
         self._sort(jobs, ranks)
         self.pass_no = pass_no  # the last pass whose ranks it holds
         self.hold_until = hold_until  # no rank moves before (QueueSort.preempt_ranks_hold_until)
+        # Under a queue with per_job_rank_times, ``untils``: when each job's rank may next move
+        # (preempt_rank_until). Then ``due`` is a heap of (that time, seq) and ``until_of`` maps
+        # the seq of each job listed to (that time, job): a heap entry that differs is stale.
+        self.due: list[tuple[float, int]] | None = None
+        self.until_of: dict[int, tuple[float, JobRun]] = {}
+        if untils is not None:
+            self.due = [(u, j.seq) for u, j in zip(untils, jobs, strict=True) if u < math.inf]
+            heapq.heapify(self.due)
+            self.until_of = {j.seq: (u, j) for u, j in zip(untils, jobs, strict=True)}
 
     def _sort(self, jobs: list[JobRun], ranks: list[tuple]) -> None:
         rows = sorted([(rank, r.last_start_s, r.seq, r) for rank, r in zip(ranks, jobs, strict=True)])  # (seq is unique)
@@ -2201,10 +2226,37 @@ class _RankedRunning:
             return
         self.ranks = ranks
 
+    def rank_due(self, ctx: Engine) -> None:
+        """Under per-job rank times: file again, by their rank now, the jobs whose time to be
+        ranked again has come; every other job's rank stands (so the list's order is the one a
+        ranking of them all would give)."""
+        heap, until_of, now = self.due, self.until_of, ctx.now
+        assert heap is not None
+        moved: dict[int, JobRun] = {}  # (by seq: a job filed again at once has two like entries)
+        while heap and heap[0][0] <= now:
+            until, seq = heapq.heappop(heap)
+            got = until_of.get(seq)
+            if got is not None and got[0] == until:
+                moved[seq] = got[1]
+        for job in moved.values():
+            self.discard(job)
+        for job in moved.values():
+            self.add(ctx, job)
+        while heap and until_of.get(heap[0][1], (None,))[0] != heap[0][0]:
+            heapq.heappop(heap)  # (stale: the job stopped, or was filed again)
+        self.hold_until = heap[0][0] if heap else math.inf
+
     def add(self, ctx: Engine, job: JobRun) -> None:
         q = ctx.policy.queue
         rank = q.preempt_rank(job, ctx)
-        self.hold_until = min(self.hold_until, q.preempt_ranks_hold_until([job], ctx))
+        if self.due is not None:
+            until = q.preempt_rank_until(job, ctx)
+            self.until_of[job.seq] = (until, job)
+            if until < math.inf:
+                heapq.heappush(self.due, (until, job.seq))
+        else:
+            until = q.preempt_ranks_hold_until([job], ctx)
+        self.hold_until = min(self.hold_until, until)
         ranks, jobs = self.ranks, self.jobs
         i = bisect.bisect_left(ranks, rank)
         while i < len(ranks) and ranks[i] == rank and _started_before(jobs[i], job):
@@ -2218,6 +2270,8 @@ class _RankedRunning:
         for i in range(len(jobs)):
             if jobs[i] is job:
                 del self.ranks[i], jobs[i]
+                if self.due is not None:
+                    del self.until_of[job.seq]
                 return
 
 

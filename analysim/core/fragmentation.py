@@ -81,10 +81,16 @@ class TaskClass:
     def of(cls, job: JobSpec) -> TaskClass:
         """The class of a job. A job with no GPU share (``num_gpus == 0`` or ``gpu_milli <= 0``)
         counts as asking for no GPU, whatever its other field says, since readers disagree on it."""
-        models = tuple(sorted(set(job.gpu_models)))
-        if job.num_gpus <= 0 or job.gpu_milli <= 0:
-            return cls(0, 0, job.cpu_milli, job.memory_mib, models)
-        return cls(job.num_gpus, job.gpu_milli, job.cpu_milli, job.memory_mib, models)
+        return cls.of_request(job.num_gpus, job.gpu_milli, job.cpu_milli, job.memory_mib, job.gpu_models)
+
+    @classmethod
+    def of_request(cls, num_gpus: int, gpu_milli: int, cpu_milli: int, memory_mib: int,
+                   gpu_models: tuple[str, ...]) -> TaskClass:
+        """The class of a job asking for these (see ``of``)."""
+        models = tuple(sorted(set(gpu_models)))
+        if num_gpus <= 0 or gpu_milli <= 0:
+            return cls(0, 0, cpu_milli, memory_mib, models)
+        return cls(num_gpus, gpu_milli, cpu_milli, memory_mib, models)
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -157,11 +163,17 @@ class WorkloadDistribution:
         fits next to others. If the GPU shapes alone are too many, the most popular ``max_classes``
         are kept (as the reference simulator keeps its most popular "typical pods").
         """
-        counts: Counter[TaskClass] = Counter()
+        # Jobs counted by their raw request first, each distinct one made a class once: a trace
+        # has few shapes and many jobs.
+        raw: dict[tuple, int] = {}
         for job in jobs:
-            tc = TaskClass.of(job)
+            key = (job.num_gpus, job.gpu_milli, job.cpu_milli, job.memory_mib, job.gpu_models)
+            raw[key] = raw.get(key, 0) + 1
+        counts: Counter[TaskClass] = Counter()
+        for request, n in raw.items():
+            tc = TaskClass.of_request(*request)
             if tc.num_gpus > 0 or include_cpu_only:
-                counts[tc] += 1
+                counts[tc] += n
         if max_classes is not None:
             if max_classes < 1:
                 raise ValueError("max_classes must be at least 1")

@@ -54,6 +54,11 @@ class QueueSort(Protocol):
         """A time before which none of these running jobs' preempt_rank can change while they keep
         running (``ctx.now``: it may change at once); the engine does not rank them again before."""
 
+    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
+        """The same for one running job. Read only when the queue's ``per_job_rank_times`` is True
+        (its running jobs' ranks change one job at a time, at times known ahead): the engine then
+        ranks again only the jobs whose time has come."""
+
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
         """The order of one scheduling pass. May be lazy and consult ``ctx`` as jobs get placed."""
 

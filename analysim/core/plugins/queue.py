@@ -32,6 +32,10 @@ class _QueueSort:
     # A running job's preempt_rank never moves later (less important) while it runs, so a waiting
     # job's candidates for eviction only shrink while the running jobs stay the same.
     running_ranks_only_rise: ClassVar[bool] = False
+    # A running job's preempt_rank changes at times known ahead, one job at a time (Tiresias'
+    # levels): preempt_rank_until says when for each job, and the engine ranks again only the
+    # jobs whose time has come, not every running job (see engine._RankedRunning).
+    per_job_rank_times: ClassVar[bool] = False
 
     def key(self, job: JobRun, ctx: Engine) -> tuple:
         raise NotImplementedError
@@ -51,6 +55,11 @@ class _QueueSort:
     def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
         """A time before which none of these running jobs' preempt_rank can change while they keep
         running (the engine then does not rank them again); ``ctx.now``: it may change at once."""
+        return ctx.now
+
+    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
+        """A time before which this running job's preempt_rank cannot change while it runs (read
+        only with per_job_rank_times); ``ctx.now``: it may change at once."""
         return ctx.now
 
     def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
@@ -118,6 +127,7 @@ class Tiresias(_QueueSort):
     # A waiting job ranks by its level, its key's first part; a promotion re-keys it (its timer
     # fires before the pass of its time).
     ranks_follow_keys: ClassVar[bool] = True
+    per_job_rank_times: ClassVar[bool] = True  # (preempt_rank_until: a level changes at a threshold)
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0), starve_factor: float = 10.0) -> None:
         self.thresholds = tuple(sorted(thresholds_gpu_s))
@@ -156,26 +166,26 @@ class Tiresias(_QueueSort):
                               - base.get(j.job_id, 0.0)),) for j in running]
 
     def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+        return min([self.preempt_rank_until(j, ctx) for j in running], default=math.inf)
+
+    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
         # A running job's level changes when its attained service reaches the next threshold.
         # The time that happens is computed with a margin (a billionth of the magnitudes involved,
         # far above the rounding of the level's own arithmetic) so that the level surely has
         # not changed before it.
-        now, base, thresholds = ctx.now, self._base, self.thresholds
-        until = math.inf
-        for j in running:
-            d = j.spec.gpu_demand
-            if d <= 0:
-                continue
-            b = base.get(j.job_id, 0.0)
-            attained = j.attained_gpu_s + (now - j.last_start_s) * d - b
-            i = bisect_right(thresholds, attained)
-            if i == len(thresholds):
-                continue  # past the last threshold: its level no longer changes
-            gap = thresholds[i] + b - j.attained_gpu_s
-            at = j.last_start_s + gap / d
-            margin = 1e-9 * (abs(at) + (abs(thresholds[i]) + abs(b) + abs(j.attained_gpu_s)) / d) + 1e-6
-            until = min(until, at - margin)
-        return until
+        d = job.spec.gpu_demand
+        if d <= 0:
+            return math.inf
+        b = self._base.get(job.job_id, 0.0)
+        thresholds = self.thresholds
+        attained = job.attained_gpu_s + (ctx.now - job.last_start_s) * d - b
+        i = bisect_right(thresholds, attained)
+        if i == len(thresholds):
+            return math.inf  # past the last threshold: its level no longer changes
+        gap = thresholds[i] + b - job.attained_gpu_s
+        at = job.last_start_s + gap / d
+        margin = 1e-9 * (abs(at) + (abs(thresholds[i]) + abs(b) + abs(job.attained_gpu_s)) / d) + 1e-6
+        return at - margin
 
     def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
         if kind == "launch":
