@@ -1785,9 +1785,30 @@ class Engine:
                 else:
                     got.discard(job)
 
-    def victims_that_fit(self, job: JobRun, candidates: list[JobRun]) -> list[JobRun] | None:
+    def candidates_by_node(self, spec: JobSpec, candidates: list[JobRun]) -> tuple[dict[int, list[JobRun]], dict[int, int]]:
+        """The candidates on each node open to the job, in their order, and the GPUs they hold
+        there: what victims_that_fit reads for a job that fits on one node (a plugin that also
+        reads it passes it on)."""
+        allowed = self.open_nodes(spec)
+        by_node: dict[int, list[JobRun]] = {}
+        held: dict[int, int] = {}
+        for v in candidates:
+            for n, slots in v.placed.gpus:
+                if allowed[n]:
+                    on = by_node.get(n)
+                    if on is None:
+                        by_node[n] = [v]
+                        held[n] = len(slots)
+                    else:
+                        on.append(v)
+                        held[n] += len(slots)
+        return by_node, held
+
+    def victims_that_fit(self, job: JobRun, candidates: list[JobRun],
+                         by_node_of: tuple[dict[int, list[JobRun]], dict[int, int]] | None = None) -> list[JobRun] | None:
         """The shortest prefix of ``candidates`` (least important first) whose eviction lets
-        ``job`` run; for a job that fits on one node, the node needing the fewest evictions."""
+        ``job`` run; for a job that fits on one node, the node needing the fewest evictions
+        (``by_node_of``: candidates_by_node of these, if the caller has it)."""
         if not candidates:
             return None
         spec = job.spec
@@ -1796,20 +1817,7 @@ class Engine:
         whole = not spec.is_fractional
         if k == 1:
             st = self.state
-            allowed = self.open_nodes(spec)
-            # The candidates on each node open to the job, and the GPUs they hold there.
-            by_node: dict[int, list[JobRun]] = {}
-            held: dict[int, int] = {}
-            for v in candidates:
-                for n, slots in v.placed.gpus:
-                    if allowed[n]:
-                        on = by_node.get(n)
-                        if on is None:
-                            by_node[n] = [v]
-                            held[n] = len(slots)
-                        else:
-                            on.append(v)
-                            held[n] += len(slots)
+            by_node, held = by_node_of if by_node_of is not None else self.candidates_by_node(spec, candidates)
             if spec.num_gpus and whole and st.max_full_free() < spec.num_gpus and all(
                     int(st.full_free[n]) + h < spec.num_gpus for n, h in held.items()):
                 return None  # no node would have room even with every candidate on it evicted

@@ -64,14 +64,15 @@ class PriorityPreemption:
             allowed = ctx.open_nodes(spec)
             candidates = [r for r in candidates if any(allowed[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
+        by_node_of = ctx.candidates_by_node(spec, candidates) if one_node else None
         # (The VC's usage after evicting the most any victims could take off it.)
-        after = self._usage_after_most(spec, candidates, one_node, ctx) if same_vc_only else 0.0
+        after = self._usage_after_most(spec, candidates, by_node_of, ctx) if same_vc_only else 0.0
         if not candidates or quota is not None and after + spec.gpu_demand > quota + 1e-9:
             known.fail_from(mine, lasting=True)
             if same_vc_only:
                 self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, after, ctx))
             return None
-        victims = ctx.victims_that_fit(job, candidates)
+        victims = ctx.victims_that_fit(job, candidates, by_node_of)
         if victims is None:
             known.fail_from(mine, lasting=True)
         elif same_vc_only and self._over_quota(spec, victims, ctx):
@@ -189,24 +190,23 @@ class PriorityPreemption:
         return after + spec.gpu_demand > quota + 1e-9
 
     @staticmethod
-    def _usage_after_most(spec: JobSpec, candidates: list[JobRun], one_node: bool, ctx: Engine) -> float:
+    def _usage_after_most(spec: JobSpec, candidates: list[JobRun],
+                          by_node_of: tuple[dict[int, list[JobRun]], dict[int, int]] | None, ctx: Engine) -> float:
         """The job's VC's usage after evicting the most any victims among the candidates could
         take off it, asked before any eviction is tried: if that leaves the VC over its quota, no
         victims would do. The victims are a prefix of the candidates, or for a job that fits on
-        one node, a prefix of the candidates on one node (each counted whole). The float partial
-        sums of a prefix, in the same order, are at most the full sum, so this never says so
-        wrongly."""
-        if not one_node:
+        one node (``by_node_of``: Engine.candidates_by_node), a prefix of the candidates on one
+        node (each counted whole). The float partial sums of a prefix, in the same order, are at
+        most the full sum, so this never says so wrongly."""
+        if by_node_of is None:
             return PriorityPreemption._usage_after(spec, candidates, ctx)
-        used = ctx.state.vc_used.get(spec.vc, 0.0)
-        allowed = ctx.open_nodes(spec)
-        on_node: dict[int, float] = {}
-        for v in candidates:
-            d = v.spec.gpu_demand
-            for n in v.placed.nodes:
-                if allowed[n]:
-                    on_node[n] = on_node.get(n, 0.0) + d
-        return used - max(on_node.values(), default=0.0)
+        most = 0.0
+        for on_node in by_node_of[0].values():
+            total = 0.0
+            for v in on_node:
+                total += v.spec.gpu_demand
+            most = max(most, total)
+        return ctx.state.vc_used.get(spec.vc, 0.0) - most
 
     @staticmethod
     def _usage_after(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> float:
