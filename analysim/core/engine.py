@@ -22,7 +22,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped, import-n
 
 from analysim.core import placement
 from analysim.core.cluster import ClusterSpec, ClusterState
-from analysim.core.events import ARRIVAL, COMPLETION, NODE, TIMER, EventQueue
+from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER, EventQueue
 from analysim.core.framework import Policy
 from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement, by_fields
 
@@ -435,7 +435,7 @@ class Engine:
             self._advance_clock(t)
             while events and events.next_time() == t:
                 ev = events.pop()
-                handlers[ev.kind](ev.payload)
+                handlers[ev[KIND]](ev[PAYLOAD])
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
             # Evictions only ever go down a strict order, so this ends; the bound turns a bug
             # into an error instead of a hang.
@@ -704,7 +704,11 @@ class Engine:
                     if ex.failed_until < self._pass_hold:
                         self._pass_hold = ex.failed_until
                     if not gang:
-                        _note_failure(failed, sig, (g, milli, cpu, mem))
+                        # (_note_failure, written out with the ``worse`` read above: nothing
+                        # between changed ``failed``)
+                        if worse is None or (worse[0] >= g and worse[1] >= milli and worse[2] >= cpu
+                                             and worse[3] >= mem):
+                            failed[sig] = (g, milli, cpu, mem)
                         i += 1  # (the rest of the shape is no smaller: left out, as above)
                         dropped.append((vc, shape))
                         continue

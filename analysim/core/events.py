@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 # Same-time ordering: free resources before new demand arrives, so a pass sees both.
 NODE: Final = 0
@@ -17,14 +17,12 @@ ARRIVAL: Final = 2
 TIMER: Final = 3
 
 
-class Event(NamedTuple):
-    # A plain tuple: the heap compares (time, klass, seq) in C, and seq is unique, so the
-    # comparison never reaches kind or payload.
-    time: float
-    klass: int
-    seq: int
-    kind: str
-    payload: Any = None
+# An event: (time, klass, seq, kind, payload). The heap compares (time, klass, seq) in C, and seq
+# is unique, so the comparison never reaches kind or payload. (A plain tuple: a NamedTuple's
+# constructor is interpreted Python, which cost more than the rest of a push.)
+Event = tuple[float, int, int, str, Any]
+KIND: Final = 3  # the fields a handler reads
+PAYLOAD: Final = 4
 
 
 class EventQueue:
@@ -33,7 +31,7 @@ class EventQueue:
         self._seq = 0
 
     def push(self, time: float, klass: int, kind: str, payload: Any = None) -> Event:
-        ev = Event(time, klass, self._seq, kind, payload)
+        ev = (time, klass, self._seq, kind, payload)
         self._seq += 1
         heapq.heappush(self._heap, ev)
         return ev

@@ -51,18 +51,22 @@ class DefragMigration:
 
     def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
         """No moves for a job they could not let run (see _may_move_for), while the nodes stand."""
-        return -math.inf if self._may_move_for(job, ctx.static_mask(job.spec), ctx) else math.inf
+        return -math.inf if self._may_move_for(job, None, ctx) else math.inf
 
     @staticmethod
-    def _may_move_for(job: JobRun, static: np.ndarray, ctx: Engine) -> bool:
+    def _may_move_for(job: JobRun, static: np.ndarray | None, ctx: Engine) -> bool:
         """Whether moves could let the job run: a whole-GPU job that fits on one node, with
-        enough whole GPUs free on its nodes, summed (moving jobs around cannot create any).
-        Asked before the search's memo: most jobs that wait on a busy cluster are not such."""
+        enough whole GPUs free on its nodes (``static``, the job's static_mask, found if None),
+        summed (moving jobs around cannot create any). Asked before the search's memo: most
+        jobs that wait on a busy cluster are not such."""
         spec, st = job.spec, ctx.state
-        # (ctx.one_node: gang_size over the nodes open to it, ``static``, remembered by request.)
-        return (spec.num_gpus >= 1 and not spec.is_fractional and ctx.one_node(spec)
-                and st.total_full_free >= spec.num_gpus
-                and (ctx.open_to_every_node(spec) or int(st.full_free[static].sum()) >= spec.num_gpus))
+        # (ctx.one_node: gang_size over the nodes open to it, remembered by request.)
+        if not (spec.num_gpus >= 1 and not spec.is_fractional and ctx.one_node(spec)
+                and st.total_full_free >= spec.num_gpus):
+            return False
+        if ctx.open_to_every_node(spec):
+            return True  # (the sum over every node is total_full_free)
+        return int(st.full_free[static if static is not None else ctx.static_mask(spec)].sum()) >= spec.num_gpus
 
     def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
         """The moves, and until when they hold. They depend on the job's shape, the allocation, the
