@@ -162,17 +162,20 @@ class Engine:
         # preemption or migration then leaves out the widths that cannot fit as capacity stands,
         # instead of passing over their jobs one by one (see _width_keys). And per VC and
         # request shape: a pass with them leaves out the shapes whose every request is at least
-        # one that failed in the pass (see _shape_order).
+        # one that failed in the pass (see _shape_order). Only the lists a pass reads are kept:
+        # the per-shape ones when it may preempt or migrate, else the per-width ones.
         self._pending_of_width: dict[int, SortedList] | None = None
         self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
         self._pending_of_vc_shape: dict[str, dict[tuple, SortedList]] | None = None
+        searches = ((self.config.preemption and bool(policy.post_filters))
+                    or (self.config.migration and policy.rebalance is not None))  # (can_preempt or can_migrate in _pass)
         if not policy.queue.blocking:
-            if getattr(policy.queue, "per_vc_order", False):
-                self._pending_of_vc_width = {}
+            if searches and (getattr(policy.queue, "per_vc_order", False) or not policy.queue.dynamic):
                 self._pending_of_vc_shape = {}
+            elif getattr(policy.queue, "per_vc_order", False):
+                self._pending_of_vc_width = {}
             elif not policy.queue.dynamic:
                 self._pending_of_width = {}
-                self._pending_of_vc_shape = {}
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
