@@ -141,7 +141,9 @@ class Engine:
         self.extra: dict[str, _Extra] = {}
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}  # for plugins that look within a VC
-        self._pending = SortedList()  # (key, seq): for static queue orders
+        # Every pending key, (queue key, seq), in order: for static queue orders. (None when the
+        # per-width or per-shape lists below hold every key: see _pending_keys.)
+        self._pending: SortedList | None = SortedList()
         # The same keys per VC, for a blocking queue: a pass skips a VC whose queue is blocked
         # without walking its jobs (a long queue of one tenant must not cost every pass).
         # Kept too for a queue that orders each VC's jobs by its key and picks among the VCs
@@ -176,6 +178,9 @@ class Engine:
                 self._pending_of_vc_width = {}
             elif not policy.queue.dynamic:
                 self._pending_of_width = {}
+            if self._pending_of_width is not None or self._pending_of_vc_width is not None or (
+                    self._pending_of_vc_shape is not None):
+                self._pending = None
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit.
         self._pending_whole: Counter[int] = Counter()
         self._pending_frac: Counter[int] = Counter()
@@ -592,10 +597,24 @@ class Engine:
 
     def pending_jobs(self) -> Iterator[JobRun]:
         """Pending jobs in queue order (as of the last re-key)."""
-        for _, seq in self._pending:
+        for _, seq in self._pending_keys():
             job = self._pending_by_seq.get(seq)
             if job is not None:  # placed earlier in this pass
                 yield job
+
+    def _pending_keys(self) -> Iterator[tuple]:
+        """Every pending key in order: from the list of them all, or merged from the per-width or
+        per-shape lists when only those are kept (each key is in exactly one of them)."""
+        if self._pending is not None:
+            return iter(self._pending)
+        lists: list[SortedList] = []
+        if self._pending_of_width is not None:
+            lists.extend(self._pending_of_width.values())
+        for nested in (self._pending_of_vc_width, self._pending_of_vc_shape):
+            if nested is not None:
+                for per_vc in nested.values():
+                    lists.extend(per_vc.values())
+        return heapq.merge(*lists)
 
     def pending_by_vc(self) -> dict[str, Iterator[JobRun]]:
         """Per VC, its pending jobs in queue-key order, lazily (jobs placed during a pass are
@@ -743,7 +762,7 @@ class Engine:
             return None
         if self.policy.queue.dynamic:
             return next(self.policy.queue.order(self._dynamic_source(), self), None)  # type: ignore[arg-type]
-        return self._pending_by_seq[self._pending[0][1]]
+        return self._pending_by_seq[next(self._pending_keys())[1]]
 
     def _enqueue(self, job: JobRun) -> None:
         qkey = self.policy.queue.key(job, self)
@@ -798,7 +817,8 @@ class Engine:
     def _add_key(self, key: tuple, spec: JobSpec, work: float) -> None:
         vc = spec.vc
         self._queue_version += 1
-        self._pending.add(key)
+        if self._pending is not None:
+            self._pending.add(key)
         if self._pending_of_vc is not None:
             _file(self._pending_of_vc, vc, key)
         if self._pending_of_width is not None:
@@ -809,7 +829,8 @@ class Engine:
     def _remove_key(self, key: tuple, spec: JobSpec, work: float) -> None:
         vc = spec.vc
         self._queue_version += 1
-        self._pending.remove(key)
+        if self._pending is not None:
+            self._pending.remove(key)
         if self._pending_of_vc is not None:
             _unfile(self._pending_of_vc, vc, key)
         if self._pending_of_width is not None:
@@ -1499,6 +1520,7 @@ class Engine:
         if by_shape and not given and self._running_version == world:
             self._idle = (world, self._queue_version, self._pass_hold)
         if blocking and self._skip_ahead and self._running_version == world:
+            assert self._pending is not None  # (kept for a blocking queue)
             self._quiet = _QuietPass(world, self._pass_hold, dict(blocked), dict(failed), self._pending[-1], [])
 
     def _resumed_order(self, new: list[tuple]) -> Iterator[JobRun]:

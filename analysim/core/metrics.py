@@ -134,9 +134,10 @@ class MetricsRecorder:
         self.alloc_gpu_s += engine.allocated_gpus * dt
         self.capacity_gpu_s += engine.up_gpus * dt
         self.pending_job_s += engine.pending_count * dt
+        acc = self.vc_alloc_gpu_s
         for vc, used in engine.state.vc_used.items():
             if used:
-                self.vc_alloc_gpu_s[vc] += used * dt
+                acc[vc] = acc.get(vc, 0.0) + used * dt  # (a defaultdict's += is a generic lookup and add)
         while self._next_sample is not None and self._next_sample < t:
             self.samples.append(self._sample(engine, self._next_sample))
             self._next_sample += self.sample_interval_s
