@@ -169,10 +169,11 @@ class Engine:
         self._pending_of_width: dict[int, SortedList] | None = None
         self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
         self._pending_of_vc_shape: dict[str, dict[tuple, SortedList]] | None = None
-        searches = ((self.config.preemption and bool(policy.post_filters))
-                    or (self.config.migration and policy.rebalance is not None))  # (can_preempt or can_migrate in _pass)
+        # Whether a failed placement may evict (post-filters) or move (rebalance) running jobs.
+        self._can_preempt = self.config.preemption and bool(policy.post_filters)
+        self._can_migrate = self.config.migration and policy.rebalance is not None
         if not policy.queue.blocking:
-            if searches and (getattr(policy.queue, "per_vc_order", False) or not policy.queue.dynamic):
+            if (self._can_preempt or self._can_migrate) and (getattr(policy.queue, "per_vc_order", False) or not policy.queue.dynamic):
                 self._pending_of_vc_shape = {}
             elif getattr(policy.queue, "per_vc_order", False):
                 self._pending_of_vc_width = {}
@@ -526,11 +527,7 @@ class Engine:
         self.state.set_up(node, False)
         self.state.touched.add(node)
         self.up_gpus -= float(self.state.gpus[node])
-        self._static_cache.clear()
-        self._gang_size_cache.clear()
-        self._open_nodes_cache.clear()
-        self._lasting_memo.clear()
-        self._fits_empty.clear()
+        self._forget_node_answers()
         for job in [j for j in self.running.values() if node in j.placed.nodes]:
             self._stop(job)
             ex = self.extra[job.job_id]
@@ -544,6 +541,14 @@ class Engine:
             self._decide("requeue", job)
             self._requeue(job)
 
+    def _forget_node_answers(self) -> None:
+        """A node went down or up: drop what was remembered of the nodes open to each job."""
+        self._static_cache.clear()
+        self._gang_size_cache.clear()
+        self._open_nodes_cache.clear()
+        self._lasting_memo.clear()
+        self._fits_empty.clear()
+
     def _on_node_up(self, node: int) -> None:
         if self.state.up[node]:
             return
@@ -552,11 +557,7 @@ class Engine:
         self.state.set_up(node, True)
         self.state.touched.add(node)
         self.up_gpus += float(self.state.gpus[node])
-        self._static_cache.clear()
-        self._gang_size_cache.clear()
-        self._open_nodes_cache.clear()
-        self._lasting_memo.clear()
-        self._fits_empty.clear()
+        self._forget_node_answers()
         self._dirty = True
         for job_id, job in list(self.held.items()):  # in submission order
             try:
@@ -1367,8 +1368,7 @@ class Engine:
         # (scope -> (shadow time, spare GPUs then)).
         blocked: dict[str | None, tuple[float, float] | None] = {}
         blocking = q.blocking
-        can_preempt = self.config.preemption and bool(pol.post_filters)
-        can_migrate = self.config.migration and pol.rebalance is not None
+        can_preempt, can_migrate = self._can_preempt, self._can_migrate
         only_capacity = not (can_preempt or can_migrate)
         failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         quotas_matter = bool(self.spec.vcs) and (can_preempt or not self.spec.allow_borrowing)
@@ -1847,9 +1847,8 @@ class Engine:
         if k == 1:
             st = self.state
             by_node, held = by_node_of if by_node_of is not None else self.candidates_by_node(spec, candidates)
-            if spec.num_gpus and whole and st.max_full_free() < spec.num_gpus and all(
-                    int(st.full_free[n]) + h < spec.num_gpus for n, h in held.items()):
-                return None  # no node would have room even with every candidate on it evicted
+            if spec.num_gpus and whole and self._eviction_hopeless(spec, k, held):
+                return None
             best: tuple[int, int, list[JobRun]] | None = None
             for n in sorted(by_node):
                 if whole and all(v.spec.gpu_milli == GPU_MILLI for v in by_node[n]):
@@ -1885,7 +1884,7 @@ class Engine:
                 if best is not None and best[0] == 1:
                     break  # one eviction on the lowest such node: nothing does better
             return best[2] if best else None
-        if spec.num_gpus and whole and self._eviction_hopeless(spec, k, candidates):
+        if spec.num_gpus and whole and self._eviction_hopeless(spec, k, self.candidates_by_node(spec, candidates)[1]):
             return None
         if (whole and not spec.cpu_milli and not spec.memory_mib
                 and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)):
@@ -1943,24 +1942,19 @@ class Engine:
                 return candidates[:i + 1]
         return None
 
-    def _eviction_hopeless(self, spec: JobSpec, k: int, candidates: list[JobRun]) -> bool:
+    def _eviction_hopeless(self, spec: JobSpec, k: int, held: dict[int, int]) -> bool:
         """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
         ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
-        the GPUs the candidates hold per node, so a hopeless job skips the trials of every prefix.
-        (Placement is monotone in free capacity: no prefix fits where all of them do not.)"""
+        the GPUs the candidates hold per node open to the job (``held``: see candidates_by_node),
+        so a hopeless job skips the trials of every prefix. (Placement is monotone in free
+        capacity: no prefix fits where all of them do not.)"""
         if k == 0:
             return True
         st = self.state
-        allowed = self.open_nodes(spec)
-        held: dict[int, int] = {}
-        for v in candidates:
-            vpl = v.placement
-            assert vpl is not None
-            for n, slots in vpl.gpus:
-                if allowed[n]:
-                    held[n] = held.get(n, 0) + len(slots)
         g = spec.num_gpus
-        if k > 1 and self.config.relaxed_locality:
+        if k == 1:  # (the general bound below with one node: no node reaches g)
+            return st.max_full_free() < g and all(int(st.full_free[n]) + h < g for n, h in held.items())
+        if self.config.relaxed_locality:
             return st.total_full_free + sum(held.values()) < g
         # At most: a touched node's whole GPUs free plus those its candidates hold; any other
         # node's, the largest free whole-GPU block.

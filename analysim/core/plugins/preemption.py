@@ -252,7 +252,7 @@ class QuotaReclaim:
 
     def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
         spec = job.spec
-        if ctx.quota_of(spec.vc) is None or not ctx.within_quota(job):
+        if self._reclaims_nothing(job, ctx):
             return None
         # The answer depends on the request and VC, the allocation and the running jobs (the
         # last two fixed for the memo's life): identical requests are searched once.
@@ -276,11 +276,14 @@ class QuotaReclaim:
         return math.inf
 
     def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
-        """A job of a VC without a quota, or that would take its VC over its quota, reclaims
-        nothing (see victims) while its VC's usage stays the same."""
-        if ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job):
-            return math.inf
-        return -math.inf
+        """Never anything for a job that reclaims nothing (_reclaims_nothing), while its VC's
+        usage stays the same; else only a search can tell."""
+        return math.inf if self._reclaims_nothing(job, ctx) else -math.inf
+
+    @staticmethod
+    def _reclaims_nothing(job: JobRun, ctx: Engine) -> bool:
+        """A job of a VC without a quota, or one it would take over its quota, takes nothing back."""
+        return ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job)
 
     def answers_per_request(self, ctx: Engine) -> bool:
         return True  # (the job's VC and request, and the running jobs: see victims)
