@@ -255,14 +255,26 @@ class Connection:
         self._lock = asyncio.Lock()
         self._call = None
         self._timer: asyncio.TimerHandle | None = None
+        self._broken = False  # this session's stream failed under a write: read() then sees it cancelled
         self.sessions = 0
 
     async def _send(self, msg: apb.ConnectRequest) -> None:
         call = self._call
         if call is None:
             return
-        async with self._lock:  # grpc.aio allows one write at a time
-            await call.write(msg)
+        try:
+            async with self._lock:  # grpc.aio allows one write at a time
+                await call.write(msg)
+        except (grpc.RpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
+            # The stream is over under us: e.g. we were stalled (SIGSTOP, a VM pause) past the
+            # heartbeat deadline and the scheduler closed it while we still held its clock
+            # updates. End the session; run() registers anew.
+            if self._call is call:
+                log.info("agent %s: stream to %s closed while writing (%s); reconnecting", self.agent.agent_id,
+                         self.target, type(e).__name__)
+                self._broken = True
+                call.cancel()
+            return
         self.agent.sent += 1
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -282,6 +294,9 @@ class Connection:
                     raise FatalError(f"{code.name}: {e.details()}") from None
                 log.info("scheduler at %s not reachable (%s); retrying", self.target,
                          code.name if code else type(e).__name__)
+            except Exception as e:  # noqa: BLE001 — any other stream failure: reconnect, never exit
+                log.warning("agent %s: session with %s failed (%s: %s); reconnecting", self.agent.agent_id,
+                            self.target, type(e).__name__, e)
             finally:
                 self.agent.connected = False
                 self.agent.hold_clock()
@@ -300,7 +315,7 @@ class Connection:
             stub = apb_grpc.AgentServiceStub(channel)
             resp = await stub.Register(agent.register_request(), timeout=10, metadata=self.metadata)
             call = stub.Connect(metadata=self.metadata)
-            self._call = call
+            self._call, self._broken = call, False
             await self._send(apb.ConnectRequest(session_id=resp.session_id, heartbeat=agent.heartbeat()))
             agent.connected = True
             self.sessions += 1
@@ -319,8 +334,8 @@ class Connection:
                     try:
                         msg = await call.read()
                     except asyncio.CancelledError:
-                        if stop.is_set():
-                            return
+                        if stop.is_set() or self._broken:
+                            return  # stopping, or the stream broke under a write (see _send)
                         raise
                     if msg is grpc.aio.EOF:
                         return

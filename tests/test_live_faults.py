@@ -141,3 +141,30 @@ def test_injected_job_failures_are_accounted_for(tmp_path: Path) -> None:
     assert failed.total == summary["jobs_failed"]
     assert all(j.end_s - j.first_start_s < j.duration_s for j in failed.jobs)  # failed part-way
     assert sample_sum(sched["analysim_jobs_failed"], "analysim_jobs_failed_total") == summary["jobs_failed"]
+
+
+def test_lockstep_agent_stalled_past_its_deadline_comes_back(tmp_path: Path) -> None:
+    """SIGSTOP in lockstep with a clock update in flight, past the heartbeat deadline: the
+    scheduler closes the stream; on SIGCONT the agent reads the update it had buffered, finds
+    its stream over when it answers, and must register again rather than exit."""
+    cluster, nodes = "16x4", 16
+    args = ["--jobs", "200", "--seed", "4", "--heartbeat-deadline", "1.5", "--no-offline-check"]
+    with live(tmp_path, args, cluster, nodes, agents=2) as (run, client):
+        first, count = split_nodes(nodes, 2)[1]
+        wait_until(lambda: client.cluster_state().jobs_completed >= 10, 60, "some progress")
+        client.pause()
+        stalled = run.agents[1]
+        stalled.popen.send_signal(signal.SIGSTOP)
+        try:
+            client.resume()  # a clock update (waiting for its Ack) goes to the stopped agent
+            wait_until(lambda: client.cluster_state().nodes_down == count, 30, "the stalled agent's nodes down")
+        finally:
+            stalled.popen.send_signal(signal.SIGCONT)
+        wait_until(lambda: client.cluster_state().nodes_down == 0 or not stalled.alive(), 30,
+                   "the agent's nodes back")
+        assert stalled.alive(), stalled.tail()
+        summary = client.wait_done(120)
+        assert stalled.alive() and run.agents[1] is stalled
+    assert summary["jobs_completed"] == summary["jobs_total"] == 200
+    assert summary["live"]["agents_lost"] == 1
+    assert "Traceback" not in stalled.log.read_text()
