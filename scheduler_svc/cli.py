@@ -85,7 +85,7 @@ def authenticator(args: argparse.Namespace, node_order: list[str]):  # noqa: ANN
 
 def run(args: argparse.Namespace) -> int:
     from scheduler_svc.core import LiveScheduler
-    from scheduler_svc.journal import Journal
+    from scheduler_svc.journal import Journal, JournalUnavailable
     from scheduler_svc.metrics import SchedulerMetrics
     from scheduler_svc.server import serve
 
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                                  speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,
                                  heartbeat_deadline_s=args.heartbeat_deadline, out=args.out, plots=args.plots,
                                  offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag)
-        except ValueError as e:
+        except (ValueError, JournalUnavailable) as e:
             journal.close()
             raise UserError(str(e)) from None
         # The trace and the engine's tables live for the whole run: out of the collector's sight,

@@ -48,7 +48,7 @@ from analysim.errors import UserError
 from analysim.simulation import RunOptions, filter_for_cluster, summary_header
 from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.clock import VirtualClock
-from scheduler_svc.journal import TERMINAL, Journal
+from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
 from scheduler_svc.metrics import SchedulerMetrics
 from scheduler_svc.sessions import Placed, Session, plausible
 from scheduler_svc.summary import build_summary, fidelity
@@ -476,13 +476,14 @@ class LiveScheduler:
         if self._taken(spec.job_id):
             raise KeyError(spec.job_id)
         self.validate(spec)
+        # Durable before the engine takes it (JournalUnavailable: refused, and nothing of it is
+        # anywhere): an acknowledged job survives a crash, a refused one never runs.
+        self.journal.add_client_job(spec)
         if self.done:
             # A job after the end: the run is open again, and --out is written again when it ends.
             self.done = self._finishing = False
         self._engine_submit(spec)
         self.source[spec.job_id] = "client"
-        self.journal.add_jobs([spec], "client")
-        self.journal.commit()  # acknowledged means durable
         self.metrics.submitted.labels(spec.vc, "client").inc()
         self._publish("submit", spec.job_id, (), "client")
         self._kick.set()
@@ -607,7 +608,10 @@ class LiveScheduler:
         is then durable, and the agents are told so (with the next clock update) so that they
         can forget the ends they keep for a restarted scheduler."""
         self.journal.set_meta("clock", self.engine.now)
-        self.journal.commit()
+        try:
+            self.journal.commit()
+        except JournalUnavailable:
+            return  # logged by the journal; kept and retried; the agents keep their ends meanwhile
         self.clock.durable_s = self.engine.now
 
     def stop(self) -> None:

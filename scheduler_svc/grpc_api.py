@@ -27,6 +27,7 @@ from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
 from scheduler_svc.contract import job_proto, summary_struct, word
 from scheduler_svc.core import InvalidJob, LiveScheduler
+from scheduler_svc.journal import JournalUnavailable
 from scheduler_svc.summary import build_summary
 
 log = logging.getLogger("scheduler_svc")
@@ -86,6 +87,12 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                        gpu_models=tuple(request.gpu_models))
         try:
             live.submit_client(spec)
+        except JournalUnavailable as e:
+            # Not recorded, not in the engine: the client may retry the same id once it is.
+            live.metrics.rejected.labels(e.reason).inc()
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.reason == "disk_full" else grpc.StatusCode.UNAVAILABLE
+            await refuse(context, code, f"the scheduler's journal cannot be written ({'disk full' if e.reason == 'disk_full' else 'I/O error'}): "
+                         "submissions are refused until it can; nothing was recorded", f"journal_{e.reason}")
         except InvalidJob as e:
             live.metrics.rejected.labels(e.reason).inc()
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, field=_job_field(str(e), e.reason))

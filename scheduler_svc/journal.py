@@ -7,22 +7,32 @@ the promise), the rest (trace arrivals, outcomes, the clock) at most every ``gro
 seconds, so that a lockstep replay is not paced by commits. A crash loses at most that much
 progress, never a submitted job: trace jobs lost from the last group are re-read from the
 trace on restart.
+
+A journal that cannot be written (disk full, an I/O error) fails safe: the open group is rolled
+back and kept in memory, a client's submission is refused before the engine sees it
+(``JournalUnavailable``: the client's answer is the truth), and every later commit retries the
+kept group (at most every ``RETRY_S``), so that the journal catches up when space returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from analysim.core.job import JobSpec
 from analysim.errors import UserError
 
+log = logging.getLogger("scheduler_svc")
 TERMINAL = ("completed", "failed", "cancelled")
+RETRY_S = 1.0  # a journal that failed a write is tried again this often
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -51,6 +61,15 @@ def spec_from_json(text: str) -> JobSpec:
     return JobSpec(**d)
 
 
+class JournalUnavailable(Exception):
+    """The journal cannot be written now (``reason``: "disk_full" or "io_error"): what was to be
+    made durable is not, and nothing new may be accepted until it is."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class Journal:
     def __init__(self, path: str | Path, group_s: float = 0.05) -> None:
         self.path = Path(path)
@@ -67,6 +86,9 @@ class Journal:
             raise UserError(f"--journal {self.path}: not a usable SQLite journal ({e})") from None
         self._in_tx = False
         self._last_commit = time.monotonic()
+        # The open group's statements, kept until committed: replayed after a failed write.
+        self._group: list[tuple[str, Any, bool]] = []
+        self.failure: JournalUnavailable | None = None  # set while the journal cannot be written
         self._seq = self.db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM jobs").fetchone()[0]
 
     def _begin(self) -> None:
@@ -75,34 +97,94 @@ class Journal:
             self._in_tx = True
 
     def commit(self) -> None:
-        if self._in_tx:
-            self.db.execute("COMMIT")
-            self._in_tx = False
+        """Make the open group durable; JournalUnavailable if it cannot be (it is then kept,
+        and the next commit tries again)."""
         self._last_commit = time.monotonic()
+        if self.failure is not None:
+            self._replay()
+        if self._in_tx:
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.OperationalError as e:
+                raise self._fail(e) from None
+            self._in_tx = False
+        self._group.clear()
 
     def due(self) -> bool:
-        """An open group is older than ``group_s``: time to commit it."""
+        """An open group is older than ``group_s`` (a failed one: older than ``RETRY_S``)."""
+        if self.failure is not None:
+            return time.monotonic() - self._last_commit >= RETRY_S
         return self._in_tx and time.monotonic() - self._last_commit >= self.group_s
+
+    def _write(self, sql: str, args: Any, many: bool = False) -> None:
+        self._group.append((sql, args, many))
+        if self.failure is not None:
+            return  # kept for the next commit's retry
+        try:
+            self._begin()
+            (self.db.executemany if many else self.db.execute)(sql, args)
+        except sqlite3.OperationalError as e:
+            self._fail(e)
+
+    def _fail(self, e: sqlite3.OperationalError) -> JournalUnavailable:
+        """Roll the group back (it stays in memory) and remember why."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back by itself
+                self.db.execute("ROLLBACK")
+        self._in_tx = False
+        full = getattr(e, "sqlite_errorname", "").startswith("SQLITE_FULL")
+        reason = "disk_full" if full else "io_error"
+        first = self.failure is None
+        self.failure = JournalUnavailable(f"the journal {self.path} cannot be written "
+                                          f"({'disk full' if full else 'I/O error'}: {e})", reason)
+        if first:
+            log.error("journal %s cannot be written (%s): new submissions are refused; %d pending write(s) kept "
+                      "in memory and retried every %g s", self.path, e, len(self._group), RETRY_S)
+        return self.failure
+
+    def _replay(self) -> None:
+        """The kept group, written again (the journal failed a write earlier)."""
+        try:
+            self.db.execute("BEGIN")
+            self._in_tx = True
+            for sql, args, many in self._group:
+                (self.db.executemany if many else self.db.execute)(sql, args)
+        except sqlite3.OperationalError as e:
+            raise self._fail(e) from None
+        log.warning("journal %s writable again: %d kept write(s) replayed; submissions accepted", self.path,
+                    len(self._group))
+        self.failure = None
+
+    def add_client_job(self, spec: JobSpec) -> None:
+        """A client's job, durable when this returns; JournalUnavailable: not recorded at all
+        (the rest of the open group is kept for the retry)."""
+        if self.failure is not None:
+            self.commit()  # space may be back: catch up first, or refuse now
+        mark = len(self._group)
+        self.add_jobs([spec], "client")
+        try:
+            self.commit()
+        except JournalUnavailable:
+            del self._group[mark:]
+            raise
 
     # ---------------------------------------------------------------- writes
 
     def add_jobs(self, specs: Iterable[JobSpec], source: str) -> None:
-        self._begin()
         rows = []
         for s in specs:
             rows.append((s.job_id, self._seq, source, spec_to_json(s), "pending"))
             self._seq += 1
-        self.db.executemany("INSERT INTO jobs (job_id, seq, source, spec, status) VALUES (?, ?, ?, ?, ?)", rows)
+        if rows:
+            self._write("INSERT INTO jobs (job_id, seq, source, spec, status) VALUES (?, ?, ?, ?, ?)", rows, many=True)
 
     def ended(self, job_id: str, status: str, record: dict) -> None:
-        self._begin()
-        self.db.execute("UPDATE jobs SET status = ?, record = ? WHERE job_id = ?",
-                        (status, json.dumps(record, separators=(",", ":")), job_id))
+        self._write("UPDATE jobs SET status = ?, record = ? WHERE job_id = ?",
+                    (status, json.dumps(record, separators=(",", ":")), job_id))
 
     def set_meta(self, key: str, value: object) -> None:
-        self._begin()
-        self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                        (key, json.dumps(value)))
+        self._write("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, json.dumps(value)))
 
     # ----------------------------------------------------------------- reads
 
@@ -121,7 +203,12 @@ class Journal:
         return self.db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
 
     def close(self) -> None:
-        self.commit()
+        try:
+            self.commit()
+        except JournalUnavailable as e:
+            # No client's job is among them (those are refused unless durable): trace arrivals
+            # are re-read from the trace on restart, and the agents report the ends again.
+            log.error("%s: %d write(s) of the last group are not journalled", e, len(self._group))
         self.db.close()
         os.close(self._lock_fd)  # after SQLite's own descriptors: closing one drops its POSIX locks
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -75,6 +75,9 @@ class SchedulerMetrics:
 
     def attach(self, live: LiveScheduler) -> None:
         self.registry.register(_ClusterCollector(lambda: live))
+        Gauge("analysim_journal_writable", "1 while the journal takes writes; 0 (disk full, I/O error): "
+              "submissions are refused and the open group is kept and retried.",
+              registry=self.registry).set_function(lambda: 0.0 if live.journal.failure else 1.0)
         # Every per-VC counter starts at 0 for every VC, so that a rate is 0 (not absent)
         # until the first event: dashboards and alerts then tell "none" from "no data".
         for v in [v.name for v in live.cluster.vcs] or ["default"]:

@@ -25,8 +25,10 @@ def readiness(live: LiveScheduler) -> tuple[bool, str]:
     """Ready while every node has an agent and the clock has started (what /readyz answers):
     a lost agent makes the scheduler not ready until its nodes are back."""
     owned, total = len(live.node_owner), len(live.cluster.nodes)
-    return live.started and owned == total, \
-        f"{owned}/{total} nodes have an agent, clock {'started' if live.started else 'waiting for them'}"
+    what = f"{owned}/{total} nodes have an agent, clock {'started' if live.started else 'waiting for them'}"
+    if live.journal.failure is not None:  # reads are served; submissions are refused
+        return False, f"{what}; {live.journal.failure}"
+    return live.started and owned == total, what
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
