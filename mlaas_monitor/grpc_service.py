@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 import time
 import weakref
@@ -25,6 +26,7 @@ from mlaas_monitor.service import ApiError, Gateway, PredictResult, Principal
 from protos.analysim.v1 import prediction_pb2 as pb
 from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 
+log = logging.getLogger(__name__)
 STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -321,8 +323,11 @@ class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
                 while True:
                     page = self.gw.store.events_after(last, model, REPLAY_PAGE)
                     for e in page:
-                        yield event_proto(e)
                         last = e.seq
+                        if e.problem is not None:  # not an answer anyone was given: nothing to stream
+                            log.warning("query stream: log row %d not sent: %s", e.seq, e.problem)
+                            continue
+                        yield event_proto(e)
                     if len(page) < REPLAY_PAGE:
                         break
             while True:

@@ -57,11 +57,16 @@ class Bound:
 
 
 def readiness(gw: Gateway) -> tuple[bool, str]:
-    """Ready while the store answers (what /readyz says)."""
+    """Ready while the store answers and every extension is (what /readyz says): a gateway
+    whose extraction monitor is down or stuck is not ready (it serves, enforcing its last
+    decisions)."""
     try:
         n = len(gw.store.model_ids())
     except Exception as e:  # noqa: BLE001 — any failure of the store means not ready
         return False, f"store unreadable: {e}"
+    problems = [p for check in gw.readiness_checks if (p := check()) is not None]
+    if problems:
+        return False, f"store open, {n} models; " + "; ".join(problems)
     return True, f"store open, {n} models"
 
 

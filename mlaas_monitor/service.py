@@ -158,6 +158,9 @@ class Gateway:
         self._degraded: dict[str, tuple[Model, Model]] = {}  # model id -> (model, label-only copy)
         self._keys_in_flight: set[tuple[str, str]] = set()  # (user, idempotency key)
         self.on_revoke: list[Callable[[str], None]] = []  # called with the user's name (e.g. the monitor forgets them)
+        # Extensions' readiness: each returns why the gateway is not ready (e.g. its monitor
+        # makes no progress), or None.
+        self.readiness_checks: list[Callable[[], str | None]] = []
         self._config_generation = store.config_generation()
         for rec in store.users():
             self._install(rec)

@@ -681,6 +681,25 @@ def _told(labels: bytes, conf: bytes | None, leaves: bytes | None) -> tuple[np.n
 
 
 def _event(r: Iterable[Any]) -> QueryEvent:
+    """A logged row as an event; one whose blobs do not fit its shape comes back with its
+    ``problem`` said (the monitor quarantines it and moves on)."""
     qid, ts, user, model, n, f, feats, labels, conf, leaves = r
+    problem = _blob_problem(n, f, feats, labels, conf, leaves)
+    if problem is not None:
+        return QueryEvent(qid, ts, user, model, np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)
     features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
     return QueryEvent(qid, ts, user, model, features, *_told(labels, conf, leaves))
+
+
+def _blob_problem(n: Any, f: Any, feats: Any, labels: Any, conf: Any, leaves: Any) -> str | None:
+    if not isinstance(n, int) or not isinstance(f, int) or n < 0 or f < 0:
+        return f"n_rows {n!r} and n_features {f!r} must be integers >= 0"
+    for name, blob, width, per_row in (("features", feats, 8, f), ("labels", labels, 4, 1),
+                                       ("confidences", conf, 8, 1), ("leaves", leaves, 4, 1)):
+        if blob is None and name in ("confidences", "leaves"):
+            continue
+        if not isinstance(blob, bytes | bytearray | memoryview):
+            return f"{name} is not a blob"
+        if len(blob) != n * per_row * width:
+            return f"{name} blob holds {len(blob)} bytes; {n} row(s) need {n * per_row * width}"
+    return None

@@ -31,6 +31,7 @@ class QueryEvent:
     labels: np.ndarray  # class indices the user was told
     confidences: np.ndarray | None  # as revealed (rounded); None if the policy hid them
     leaves: np.ndarray | None  # None if the policy hid them
+    problem: str | None = None  # set when the stored row could not be decoded (the arrays are then empty)
 
     @property
     def n_rows(self) -> int:

@@ -155,7 +155,7 @@ def test_decisions_long_poll_answers_on_change_on_a_foreign_token_and_on_close()
     async def scenario() -> None:
         d = Decisions()
         first = await d.wait(None, 10)  # no token: at once
-        assert first == {"token": d.token, "decisions": {}}
+        assert first == {"token": d.token, "decisions": {}, "following": True}
         assert (await d.wait("0000.0", 10))["token"] == d.token  # another run's token: at once
         assert (await d.wait(d.token, 0.01))["decisions"] == {}  # nothing changed: after the wait
         waiting = asyncio.create_task(d.wait(first["token"], 30))

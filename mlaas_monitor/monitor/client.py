@@ -65,6 +65,7 @@ class MonitorClient:
         self.auth = {"Authorization": f"Bearer {key}"}
         self.token: str | None = None
         self.decisions: dict[str, dict[str, str]] = {}
+        self.problem: str | None = None  # why enforcement does not follow the monitor now (/readyz says it)
         self.up: Gauge | None = None
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -79,6 +80,13 @@ class MonitorClient:
     def _take(self, snapshot: dict[str, Any]) -> None:
         self.decisions = snapshot["decisions"]  # replaced whole: a reader sees one or the other
         self.token = snapshot["token"]
+        # A monitor that answers but no longer follows the log decides nothing new: not up.
+        stuck = None if snapshot.get("following", True) else snapshot.get("problem", "not following the query log")
+        if stuck != self.problem and stuck is not None:
+            log.error("monitor %s: %s; serving with its last decisions", self.url, stuck)
+        self.problem = None if stuck is None else f"monitor {self.url}: {stuck}"
+        if self.up is not None:
+            self.up.set(0 if stuck else 1)
 
     def seed(self) -> None:
         """The current decisions, before the gateway answers anything (blocking; at start)."""
@@ -97,12 +105,12 @@ class MonitorClient:
                     if r.status != 200:
                         raise aiohttp.ClientResponseError(r.request_info, (), status=r.status, message=await r.text())
                     self._take(await r.json())
-                self.up.set(1)
                 if down_since is not None:
                     log.warning("monitor %s is back after %.1f s; enforcement follows it again", self.url, time.monotonic() - down_since)
                     down_since = None
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as e:
                 self.up.set(0)
+                self.problem = f"monitor {self.url} unreachable ({e or type(e).__name__})"
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning("monitor %s unreachable (%s); serving with its last decisions", self.url, e)
@@ -128,18 +136,20 @@ class MonitorClient:
     def install(self, gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
         self.up = Gauge("analysim_gateway_monitor_up", "1 while the extraction monitor's decisions feed answers.",
                         registry=gw.metrics.registry)  # fmt: skip
+        gw.readiness_checks.append(lambda: self.problem)
         try:
             self.seed()
-            self.up.set(1)
         except urllib.error.HTTPError as e:
             if e.code in (401, 403):  # misconfigured, not down: say so now, in one line
                 raise UserError(f"the monitor at {self.url} refused the key (HTTP {e.code}): pass its admin key "
                                 "with --monitor-key-file") from e  # fmt: skip
             log.warning("monitor %s answered %d at start; serving without decisions until it answers", self.url, e.code)
             self.up.set(0)
+            self.problem = f"monitor {self.url} answered {e.code}"
         except (OSError, ValueError, KeyError) as e:  # fail open: serve, resubscribe in the background
             log.warning("monitor %s unreachable at start (%s); serving without decisions until it answers", self.url, e)
             self.up.set(0)
+            self.problem = f"monitor {self.url} unreachable ({e})"
         gw.enforcement = self.enforce
         if self.child is not None:
             gw.metrics.registry.register(_MonitorMetrics(self))

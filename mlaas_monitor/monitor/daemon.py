@@ -94,6 +94,7 @@ async def follow(mon: Monitor, stop: asyncio.Event) -> None:
     """Fold the log in as it grows, a page at a time (the loop serves requests between
     pages), until ``stop``."""
     users_at = 0.0
+    failing_since: float | None = None
     while not stop.is_set():
         try:
             n = mon.read()
@@ -102,10 +103,17 @@ async def follow(mon: Monitor, stop: asyncio.Event) -> None:
                 users_at = time.monotonic()
             if n == 0:
                 mon.maybe_flush()
-        except Exception:  # the store busy or gone for a moment: the cursor stays, retry
-            log.exception("monitor: reading the query log failed; retrying")
+        except Exception as e:  # the store busy or gone: the cursor stays, retry; say we are stuck
+            if failing_since is None:
+                failing_since = time.monotonic()
+                log.exception("monitor: reading the query log failed at seq %d; retrying every %g s", mon.cursor, RETRY_S)
+            mon.decisions.set_problem(f"not following the query log after seq {mon.cursor}: {type(e).__name__}: {e}")
             await asyncio.sleep(RETRY_S)
             continue
+        if failing_since is not None:
+            log.warning("monitor: following the query log again after %.1f s", time.monotonic() - failing_since)
+            failing_since = None
+            mon.decisions.set_problem(None)
         await asyncio.sleep(POLL_S if n == 0 else 0)
 
 

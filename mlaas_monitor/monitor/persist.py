@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS monitor_warnings (
     n_queries INTEGER NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
     UNIQUE (model, subject, method)
 );
+CREATE TABLE IF NOT EXISTS monitor_quarantine (
+    seq INTEGER PRIMARY KEY, model TEXT NOT NULL, user TEXT NOT NULL, reason TEXT NOT NULL,
+    detail TEXT NOT NULL, ts REAL NOT NULL
+);
 """
 
 
@@ -100,6 +104,18 @@ class MonitorDB:
 
     def delete_group(self, name: str) -> None:
         self._db.execute("DELETE FROM monitor_groups WHERE name=?", (name,))
+
+    # ---- rows the monitor could not fold ----
+
+    def quarantine(self, seq: int, model: str, user: str, reason: str, detail: str) -> bool:
+        """Record a log row the monitor skipped (``rows.row_problem``); True the first time."""
+        cur = self._db.execute("INSERT OR IGNORE INTO monitor_quarantine VALUES (?, ?, ?, ?, ?, ?)",
+                               (seq, model, user, reason, detail, time.time()))  # fmt: skip
+        return cur.rowcount == 1
+
+    def quarantined(self) -> list[tuple[int, str, str, str, str]]:
+        """(seq, model, user, reason, detail) of every quarantined row, by seq."""
+        return self._db.execute("SELECT seq, model, user, reason, detail FROM monitor_quarantine ORDER BY seq").fetchall()
 
     # ---- checkpoint ----
 

@@ -38,6 +38,7 @@ from mlaas_monitor.monitor.core import (
 )
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
 from mlaas_monitor.monitor.persist import MonitorDB
+from mlaas_monitor.monitor.rows import REASONS, row_problem
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
 from mlaas_monitor.store import ModelUnavailable, Store
 from mlaas_monitor.stream import QueryEvent
@@ -61,6 +62,7 @@ class Decisions:
         self.epoch = secrets.token_hex(4)
         self.version = 0
         self.by_model: dict[str, dict[str, str]] = {}
+        self.problem: str | None = None  # why the monitor is not following the log, if it is not
         self._changed = asyncio.Event()
         self.closed = False
 
@@ -75,12 +77,23 @@ class Decisions:
             self.by_model[model_id] = decided
         else:
             self.by_model.pop(model_id, None)
+        self._bump()
+
+    def set_problem(self, problem: str | None) -> None:
+        """The monitor stopped following the log (why), or follows it again (None): the
+        gateways learn it with the next snapshot (their monitor_up and /readyz)."""
+        if problem != self.problem:
+            self.problem = problem
+            self._bump()
+
+    def _bump(self) -> None:
         self.version += 1
         self._changed.set()  # wakes every waiting long poll; later ones wait on a fresh event
         self._changed = asyncio.Event()
 
     def snapshot(self) -> dict[str, Any]:
-        return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())}}
+        return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())},
+                "following": self.problem is None, **({"problem": self.problem} if self.problem else {})}
 
     def close(self) -> None:
         """Answer every waiting long poll now (the service is stopping) and any later one at once."""
@@ -209,6 +222,13 @@ class Monitor(MonitorBase):
             buckets=LAG_BUCKETS, registry=registry,
         )  # fmt: skip
         self.m_cursor = Gauge("analysim_monitor_cursor", "The last query-log seq the monitor has read.", registry=registry)
+        self.m_quarantined = Counter(
+            "analysim_monitor_quarantined_rows_total",
+            "Query-log rows the monitor could not fold (recorded in monitor_quarantine and skipped), by reason.",
+            ["reason"], registry=registry,
+        )  # fmt: skip
+        for reason in REASONS:  # 0, not absent, until the first: an alert on increase() sees it
+            self.m_quarantined.labels(reason)
 
     # ---- users (the store's) ----
 
@@ -279,10 +299,21 @@ class Monitor(MonitorBase):
 
     # ---- the log ----
 
+    def _quarantine(self, e: QueryEvent, reason: str, detail: str) -> None:
+        """A row that cannot be folded: recorded once (seq, reason), counted, logged; skipped."""
+        if self.db.quarantine(e.seq, e.model_id, e.user, reason, detail):
+            self.m_quarantined.labels(reason).inc()
+            log.error("monitor: query-log row %d (model %r, user %r) quarantined, not folded: %s", e.seq, e.model_id,
+                      e.user, detail)
+
     def _take(self, mon: ModelMonitor, e: QueryEvent) -> bool:
         """One logged query: rows up to the model's checkpoint give back only the raw
         queries (T_u, the links and PRADA need them; the log is their one copy), rows after
-        it are folded in as new. True when folded."""
+        it are folded in as new. True when folded; a row that is not valid is quarantined."""
+        problem = row_problem(mon, e)
+        if problem is not None:
+            self._quarantine(e, *problem)
+            return False
         if e.seq <= self._restore_upto.get(mon.model_id, 0):
             if e.seq > mon.last_restored:
                 mon.restore_queries(e.user, e.features, e.labels)
@@ -305,8 +336,10 @@ class Monitor(MonitorBase):
             self.cursor = e.seq
             try:
                 mon = self.monitor(e.model_id)
-            except ApiError:
-                continue
+            except ApiError as err:
+                if err.status == 404:  # the gateway logs queries of its models only
+                    self._quarantine(e, "unknown_model", f"no model {e.model_id!r} in the store")
+                continue  # unavailable (a broken model row): caught up once it loads again
             if self._take(mon, e):
                 touched[mon.model_id] = mon
                 self.m_lag.observe(max(0.0, now - e.timestamp))

@@ -1,0 +1,151 @@
+"""Poison rows in the query log (written into the real store file, as a damaged disk or a bad
+replica would): a real monitored gateway quarantines each one (seq, reason, counted in
+``analysim_monitor_quarantined_rows_total``), folds every good query written after them, and
+after a restart resumes past them without counting them twice."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import urllib.error
+import urllib.request
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from mlaas_monitor.model import Policy
+from mlaas_monitor.store import Store
+from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
+
+F = len(credit_model().schema)
+
+
+def _start(db: Path, port_file: Path) -> tuple[subprocess.Popen[str], Client]:
+    proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
+                               port_file, "the gateway's port file")  # fmt: skip
+    return proc, Client("127.0.0.1", ports["http"], ADMIN_KEY)
+
+
+def _poison(db: Path) -> dict[int, str]:
+    """Bad rows appended to the log as the gateway's own inserts would be numbered; {seq: reason}."""
+    good_x = np.zeros((2, F), "<f8").tobytes()
+    two = np.zeros(2, "<i4").tobytes()
+    nan_x = np.full((1, F), np.nan, "<f8").tobytes()
+    rows: list[tuple[str, tuple[Any, ...]]] = [
+        ("undecodable", ("credit", 2, F, good_x[:-8], two, None, None)),  # features blob short of n_rows x n_features
+        ("label", ("credit", 2, F, good_x, np.array([0, 99], "<i4").tobytes(), None, None)),
+        ("leaf", ("credit", 2, F, good_x, two, None, np.array([0, 10**6], "<i4").tobytes())),
+        ("leaf", ("credit", 2, F, good_x, two, None, np.array([-1, 0], "<i4").tobytes())),
+        ("not_finite", ("credit", 1, F, nan_x, np.zeros(1, "<i4").tobytes(), None, None)),
+        ("empty", ("credit", 0, F, b"", b"", None, None)),
+        ("unknown_model", ("no-such-model", 2, F, good_x, two, None, None)),
+    ]
+    out = {}
+    with closing(sqlite3.connect(db, timeout=30, isolation_level=None)) as c:
+        c.execute("BEGIN IMMEDIATE")
+        seq = c.execute("SELECT next FROM sequences WHERE name = 'query_log'").fetchone()[0]
+        for reason, (model, n, f, feats, labels, conf, leaves) in rows:
+            c.execute('INSERT INTO query_log (id, ts, "user", model, n_rows, n_features, features, labels, confidences,'
+                      " leaves) VALUES (?, strftime('%s', 'now'), 'mallory', ?, ?, ?, ?, ?, ?, ?)",
+                      (seq, model, n, f, feats, labels, conf, leaves))  # fmt: skip
+            out[seq] = reason
+            seq += 1
+        c.execute("UPDATE sequences SET next = ? WHERE name = 'query_log'", (seq,))
+        c.execute("COMMIT")
+    return out
+
+
+def _n_queries(admin: Client) -> dict[str, int]:
+    status, body = admin.get("/v1/admin/monitor/credit")
+    return {u["subject"]: u["n_queries"] for u in body["users"]} if status == 200 else {}
+
+
+def _quarantined(admin: Client) -> dict[str, float]:
+    status, text = admin.get("/metrics")
+    assert status == 200, text
+    return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "analysim_monitor_quarantined_rows_total"}  # fmt: skip
+
+
+def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> None:
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    store = Store(db)
+    store.add_model(credit_model())
+    store.set_policy("credit", Policy(reveal_leaf=True))
+    store.close()
+    rows = credit_rows()
+    proc, admin = _start(db, port_file)
+    try:
+        key = admin.post("/v1/admin/users", {"name": "alice"})[1]["api_key"]
+        alice = Client("127.0.0.1", admin.port, key)
+        assert alice.post("/v1/models/credit/predict", {"rows": rows[:10]})[0] == 200
+        wait_until(lambda: _n_queries(admin).get("alice") == 10, what="alice's first queries folded")
+        bad = _poison(db)
+        assert alice.post("/v1/models/credit/predict", {"rows": rows[10:30]})[0] == 200
+        # Queries logged after the poison rows are folded: the cursor moved past them.
+        wait_until(lambda: _n_queries(admin).get("alice") == 30, what="queries after the poison rows folded")
+        assert "mallory" not in _n_queries(admin)
+        counts = _quarantined(admin)
+        for reason in set(bad.values()):
+            assert counts[reason] == list(bad.values()).count(reason), (reason, counts)
+        with closing(sqlite3.connect(db)) as c:
+            recorded = dict(c.execute("SELECT seq, reason FROM monitor_quarantine"))
+        assert recorded == bad
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        # A restart reads the log again from the start: the same rows are skipped, not counted
+        # again, and monitoring goes on.
+        proc, admin = _start(db, port_file)
+        assert _n_queries(admin).get("alice") == 30
+        assert sum(_quarantined(admin).values()) == 0
+        alice = Client("127.0.0.1", admin.port, key)
+        assert alice.post("/v1/models/credit/predict", {"rows": rows[30:35]})[0] == 200
+        wait_until(lambda: _n_queries(admin).get("alice") == 35, what="monitoring resumed after the restart")
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def _ops(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _monitor_up(port: int) -> float:
+    status, text = _ops(port, "/metrics")
+    assert status == 200
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "analysim_gateway_monitor_up")  # fmt: skip
+
+
+def test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready(tmp_path: Path) -> None:
+    """The log unreadable under a running monitor (its table renamed away): the monitor answers
+    but makes no progress; the gateway says so in analysim_gateway_monitor_up and /readyz, and
+    both recover once the log is back."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    store = Store(db)
+    store.add_model(credit_model())
+    store.close()
+    proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
+                               port_file, "the gateway's port file")  # fmt: skip
+    ops = ports["metrics"]
+    try:
+        assert _ops(ops, "/readyz")[0] == 200 and _monitor_up(ops) == 1
+        with closing(sqlite3.connect(db, timeout=30)) as c:
+            c.execute("ALTER TABLE query_log RENAME TO query_log_away")
+        wait_until(lambda: _monitor_up(ops) == 0, what="monitor_up 0 while the monitor cannot read the log")
+        status, why = _ops(ops, "/readyz")
+        assert status == 503 and "not following the query log" in why, (status, why)
+        with closing(sqlite3.connect(db, timeout=30)) as c:
+            c.execute("ALTER TABLE query_log_away RENAME TO query_log")
+        wait_until(lambda: _monitor_up(ops) == 1 and _ops(ops, "/readyz")[0] == 200, what="the monitor following again")
+    finally:
+        proc.kill()
+        proc.wait(30)
