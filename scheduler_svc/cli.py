@@ -43,6 +43,9 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall seconds without a message before an agent's nodes are marked down (default 5)")
     p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
                                                 "an existing one is resumed")
+    p.add_argument("--accept-journal-loss", action="store_true",
+                   help="resume from a damaged --journal (failed integrity check, WAL frames SQLite drops, an empty "
+                        "file) with what it still holds, logging what is lost; without it such a journal is refused")
     p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay")
     p.add_argument("--plots", action="store_true", help="with --out, also the PNG plots")
     p.add_argument("--no-offline-check", action="store_true",
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         # The scheduler's asyncio objects must be made on the loop that runs them.
-        journal = Journal(journal_path)
+        journal = Journal(journal_path, accept_loss=args.accept_journal_loss)
         try:
             live = LiveScheduler(cluster, opts, trace.jobs, journal=journal, metrics=SchedulerMetrics(),
                                  speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,

@@ -12,6 +12,12 @@ A journal that cannot be written (disk full, an I/O error) fails safe: the open 
 back and kept in memory, a client's submission is refused before the engine sees it
 (``JournalUnavailable``: the client's answer is the truth), and every later commit retries the
 kept group (at most every ``RETRY_S``), so that the journal catches up when space returns.
+
+A damaged journal is refused at start rather than resumed from whatever SQLite can still read:
+an empty file where a journal was, a failed ``PRAGMA quick_check``, or committed WAL frames
+that SQLite's recovery dropped (a frame that fails its checksum ends the WAL for SQLite,
+silently: the transactions after it are lost). ``accept_loss`` (``--accept-journal-loss``)
+resumes anyway, and logs what was lost.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import logging
 import os
 import sqlite3
+import struct
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,19 +78,39 @@ class JournalUnavailable(Exception):
 
 
 class Journal:
-    def __init__(self, path: str | Path, group_s: float = 0.05) -> None:
+    def __init__(self, path: str | Path, group_s: float = 0.05, accept_loss: bool = False) -> None:
         self.path = Path(path)
         self.group_s = group_s
+        wal = self.path.with_name(self.path.name + "-wal")
+        empty = self.path.exists() and self.path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size)
         self._lock_fd = _lock(self.path)
+        damage = None
         try:
+            if empty:
+                damage = "the file is empty (0 bytes), where a journal was expected"
+            elif self.path.stat().st_size:
+                damage = _damage(self.path, wal)
+            if damage is not None and not accept_loss:
+                raise UserError(f"--journal {self.path} is damaged: {damage}; pass --accept-journal-loss to resume "
+                                "from what it still holds (the loss is logged), or give a fresh --journal")
             # isolation_level=None: we open and close transactions ourselves, one per group.
             self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as e:
+            if damage is not None:  # accepted: read all of it now, or refuse it after all
+                clock, kept, ended = self.meta().get("clock", 0.0), len(self.jobs()), self.count(ended=True)
+                log.error("--accept-journal-loss: journal %s is damaged (%s); resuming from what it still holds: "
+                          "clock t=%s, %d job(s), %d ended; whatever was journalled after that is lost", self.path,
+                          damage, clock, kept, ended)
+        except UserError:
             os.close(self._lock_fd)
-            raise UserError(f"--journal {self.path}: not a usable SQLite journal ({e})") from None
+            raise
+        except (sqlite3.DatabaseError, TypeError, ValueError) as e:
+            os.close(self._lock_fd)
+            what = f"damaged ({damage}) and cannot be read even accepting the loss ({e})" if damage else \
+                f"not a usable SQLite journal ({e})"
+            raise UserError(f"--journal {self.path}: {what}") from None
         self._in_tx = False
         self._last_commit = time.monotonic()
         # The open group's statements, kept until committed: replayed after a failed write.
@@ -199,8 +226,9 @@ class Journal:
             out.append((job_id, source, spec_from_json(spec), status, json.loads(record) if record else None))
         return out
 
-    def count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+    def count(self, ended: bool = False) -> int:
+        where = f" WHERE status IN {TERMINAL}" if ended else ""
+        return self.db.execute(f"SELECT COUNT(*) FROM jobs{where}").fetchone()[0]
 
     def close(self) -> None:
         try:
@@ -211,6 +239,72 @@ class Journal:
             log.error("%s: %d write(s) of the last group are not journalled", e, len(self._group))
         self.db.close()
         os.close(self._lock_fd)  # after SQLite's own descriptors: closing one drops its POSIX locks
+
+
+WAL_MAGIC_LE, WAL_MAGIC_BE = 0x377F0682, 0x377F0683  # checksums in little- or big-endian words
+
+
+def _damage(path: Path, wal: Path) -> str | None:
+    """What is wrong with an existing journal (None: nothing): its WAL, then its pages
+    (quick_check). Read only: a refused journal is left exactly as it was (a read-write
+    connection would checkpoint what SQLite recovered and delete the WAL on closing)."""
+    if wal.exists():
+        problem = _wal_dropped(wal.read_bytes())
+        if problem is not None:
+            return problem
+    try:
+        with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as ro:
+            problems = [r[0] for r in ro.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as e:
+        return f"its pages are damaged ({e})"
+    if problems != ["ok"]:
+        lines = [x.strip() for p in problems for x in str(p).splitlines() if x.strip() and not x.startswith("***")]
+        return f"its pages are damaged (quick_check: {'; '.join(lines[:3])}{'; ...' if len(lines) > 3 else ''})"
+    return None
+
+
+def _wal_checksum(b: bytes, magic: int, s0: int = 0, s1: int = 0) -> tuple[int, int]:
+    words = struct.unpack(f"{'<' if magic == WAL_MAGIC_LE else '>'}{len(b) // 4}I", b)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def _wal_dropped(wal: bytes) -> str | None:
+    """Committed transactions that SQLite's recovery would drop: it follows the WAL's checksum
+    chain (frames with the header's salts, each checksum over the previous one) and stops at
+    the first frame that breaks it. Frames after that with the header's salts that end a
+    transaction were committed, and are lost. (Frames of an older generation, left after a
+    checkpoint restarted the WAL, carry other salts; trailing frames without a commit frame
+    were never committed.)"""
+    if len(wal) < 32:
+        return "its WAL header is damaged (a short file)" if any(wal) else None
+    magic, _version, page_size, _ckpt, salt1, salt2, c1, c2 = struct.unpack(">8I", wal[:32])
+    if magic not in (WAL_MAGIC_LE, WAL_MAGIC_BE) or _wal_checksum(wal[:24], magic) != (c1, c2):
+        return "its WAL header is damaged, so SQLite would ignore every transaction in the WAL" if any(wal) else None
+    frame = 24 + page_size
+    n = (len(wal) - 32) // frame
+    s, used = (c1, c2), 0
+    while used < n:
+        off = 32 + used * frame
+        _pgno, _commit, s1, s2, k1, k2 = struct.unpack(">6I", wal[off:off + 24])
+        if (s1, s2) != (salt1, salt2):
+            break
+        s = _wal_checksum(wal[off + 24:off + frame], magic, *_wal_checksum(wal[off:off + 8], magic, *s))
+        if s != (k1, k2):
+            break
+        used += 1
+    commits = 0
+    for i in range(used, n):
+        off = 32 + i * frame
+        _pgno, commit, s1, s2 = struct.unpack(">4I", wal[off:off + 16])
+        if (s1, s2) == (salt1, salt2) and commit:
+            commits += 1
+    if commits:
+        return (f"its WAL is damaged after frame {used} of {n}: SQLite's recovery stops there, dropping "
+                f"{commits} committed transaction(s) after it")
+    return None
 
 
 def _lock(path: Path) -> int:

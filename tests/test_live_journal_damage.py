@@ -1,0 +1,143 @@
+"""A damaged journal is refused, never resumed in silence: a journal written by a real replay
+(the scheduler SIGKILLed, its WAL left behind), then truncated mid-page, with bytes flipped in
+its pages, with random bytes in its WAL, or emptied. Each start is one line and exit 2;
+``--accept-journal-loss`` resumes and logs what was lost. The undamaged copy resumes."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from scheduler_svc.launcher import ROOT
+from tests.test_live_helpers import live, wait_until
+
+ARGS = ["--jobs", "150", "--seed", "6", "--cluster", "8x8"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A journal as a SIGKILLed scheduler leaves it: most of it in the WAL."""
+    tmp = tmp_path_factory.mktemp("journal")
+    journal = tmp / "journal.db"
+    with live(tmp, [*ARGS[:4], "--journal", str(journal)], "8x8", 8, agents=1) as (run, client):
+        client.wait_done(120)
+        run.kill(run.scheduler, signal.SIGKILL)
+    assert Path(f"{journal}-wal").stat().st_size > 0
+    return journal
+
+
+def _copy(journal: Path, to: Path, wal: bool = True) -> Path:
+    to.mkdir()
+    shutil.copyfile(journal, to / "journal.db")
+    if wal:
+        shutil.copyfile(f"{journal}-wal", to / "journal.db-wal")
+    return to / "journal.db"
+
+
+def _checkpointed(journal: Path, to: Path) -> Path:
+    """The same journal with its WAL folded into the file (so that the file holds it all)."""
+    copy = _copy(journal, to)
+    with closing(sqlite3.connect(copy)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return copy
+
+
+def _start(journal: Path, *extra: str) -> subprocess.Popen[str]:
+    port_file = journal.parent / "port.json"
+    return subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", *ARGS, "--journal", str(journal),
+                             "--log-level", "WARNING", "--port-file", str(port_file), *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _refused(journal: Path) -> str:
+    p = _start(journal)
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 2, (p.returncode, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "is damaged" in err and str(journal) in err, err
+    return err
+
+
+def _serves(journal: Path, *extra: str) -> str:
+    """Starts (and waits for agents): its log (stdout and stderr); then stopped."""
+    p = _start(journal, *extra)
+    port_file = journal.parent / "port.json"
+    try:
+        wait_until(lambda: port_file.exists() or p.poll() is not None, 60, "the scheduler listening")
+        assert p.poll() is None, p.communicate()
+        assert json.loads(port_file.read_text())["grpc"] > 0
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    assert "Traceback" not in out + err, out + err
+    return out + err
+
+
+def test_undamaged_copy_resumes(written: Path, tmp_path: Path) -> None:
+    _serves(_copy(written, tmp_path / "ok"))
+
+
+def test_truncated_mid_page_is_refused(written: Path, tmp_path: Path) -> None:
+    copy = _checkpointed(written, tmp_path / "cut")
+    size = copy.stat().st_size
+    assert size > 3 * 4096
+    with copy.open("r+b") as f:
+        f.truncate(size - 4096 - 1000)
+    _refused(copy)
+
+
+def test_flipped_bytes_are_refused(written: Path, tmp_path: Path) -> None:
+    copy = _checkpointed(written, tmp_path / "flip")
+    data = bytearray(copy.read_bytes())
+    pages = len(data) // 4096
+    rng = random.Random(1)
+    # 200 bytes of b-tree page headers (the first bytes of pages after the first).
+    for _ in range(200):
+        i = rng.randrange(1, pages) * 4096 + rng.randrange(0, 8)
+        data[i] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    _refused(copy)
+
+
+def _frames_used(journal: Path, scratch: Path) -> int:
+    copy = _copy(journal, scratch)
+    with closing(sqlite3.connect(copy)) as db:
+        return db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+
+def test_random_bytes_in_the_wal_are_refused_unless_the_loss_is_accepted(written: Path, tmp_path: Path) -> None:
+    used = _frames_used(written, tmp_path / "scratch")
+    assert used >= 8
+    copy = _copy(written, tmp_path / "wal")
+    wal = Path(f"{copy}-wal")
+    data = bytearray(wal.read_bytes())
+    page = struct.unpack(">I", data[8:12])[0]
+    at = 32 + (used // 2) * (24 + page) + 24 + 100  # inside the page of a frame in the middle
+    data[at:at + 512] = random.Random(2).randbytes(512)
+    wal.write_bytes(bytes(data))
+    err = _refused(copy)
+    assert "WAL" in err and "committed transaction" in err
+    log = _serves(copy, "--accept-journal-loss")
+    assert "--accept-journal-loss" in log and "resuming from what it still holds" in log and "ended" in log, log
+
+
+def test_empty_journal_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "e").mkdir()
+    empty = tmp_path / "e" / "journal.db"
+    empty.write_bytes(b"")
+    err = _refused(empty)
+    assert "empty" in err
