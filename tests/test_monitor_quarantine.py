@@ -5,6 +5,7 @@ after a restart resumes past them without counting them twice."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -19,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor.model import Policy
 from mlaas_monitor.store import Store
+from tests.procs import descendants
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
+from tests.test_monitor_durability import gone
 
 F = len(credit_model().schema)
 
@@ -146,6 +149,43 @@ def test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready(tmp_path: Path) 
         with closing(sqlite3.connect(db, timeout=30)) as c:
             c.execute("ALTER TABLE query_log_away RENAME TO query_log")
         wait_until(lambda: _monitor_up(ops) == 1 and _ops(ops, "/readyz")[0] == 200, what="the monitor following again")
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes (the restarted monitor is started from a worker thread: /proc's
+    per-thread children lists would miss it)."""
+    return [c for c in descendants(pid) if not gone(c)]
+
+
+def test_a_killed_monitor_child_is_restarted(tmp_path: Path) -> None:
+    """SIGKILL the monitor a gateway runs as its child: the gateway is not ready while it is
+    gone, starts another (analysim_gateway_monitor_restarts_total), and monitoring resumes."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    store = Store(db)
+    store.add_model(credit_model())
+    store.close()
+    rows = credit_rows()
+    proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
+                               port_file, "the gateway's port file")  # fmt: skip
+    admin, ops = Client("127.0.0.1", ports["http"], ADMIN_KEY), ports["metrics"]
+    try:
+        key = admin.post("/v1/admin/users", {"name": "alice"})[1]["api_key"]
+        alice = Client("127.0.0.1", admin.port, key)
+        assert alice.post("/v1/models/credit/predict", {"rows": rows[:10]})[0] == 200
+        wait_until(lambda: _n_queries(admin).get("alice") == 10, what="alice's queries folded")
+        (first,) = _children(proc.pid)  # the monitor, below the gateway
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: _monitor_up(ops) == 0, what="the gateway noticing its monitor gone")
+        wait_until(lambda: (c := _children(proc.pid)) and c != [first] and _monitor_up(ops) == 1, 60,
+                   "a new monitor, followed")
+        assert _ops(ops, "/readyz")[0] == 200
+        status, text = _ops(ops, "/metrics")
+        assert "analysim_gateway_monitor_restarts_total 1.0" in text
+        assert alice.post("/v1/models/credit/predict", {"rows": rows[10:25]})[0] == 200
+        wait_until(lambda: _n_queries(admin).get("alice") == 25, what="monitoring resumed in the new monitor")
     finally:
         proc.kill()
         proc.wait(30)

@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import grpc
 from aiohttp import web
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 POLL_WAIT_S = 20.0  # how long one long poll may be held by the monitor
 RETRY_S = 1.0  # back-off before resubscribing to a monitor that is down
 START_TIMEOUT_S = 600.0  # the monitor reads the whole log once before it listens
+RESTART_BACKOFF_S = (1.0, 30.0)  # a dead child monitor is restarted after 1 s, doubling up to 30 s
 SCRAPE_TIMEOUT_S = 2.0
 # The gateway's own monitor runs below the gateway's CPU priority: answering queries is the
 # product, folding them in can wait a few milliseconds (it follows the log and catches up).
@@ -56,13 +57,19 @@ LOCAL_MONITOR_NICENESS = 10
 Extension = Callable[[Gateway, web.Application, grpc.aio.Server], None]
 
 
+Spawn = Callable[[], tuple[str, str, "subprocess.Popen[bytes]"]]  # starts a monitor: (url, key, process)
+
+
 class MonitorClient:
-    def __init__(self, url: str, key: str, child: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(self, url: str, key: str, child: subprocess.Popen[bytes] | None = None,
+                 respawn: Spawn | None = None) -> None:  # fmt: skip
         """``child``: the monitor process this gateway started (its metrics then join the
         gateway's; a shared monitor is its own scrape target, or every replica would
-        report its series once more)."""
-        self.url, self.key, self.child = url.rstrip("/"), key, child
+        report its series once more); ``respawn`` starts it again when it has died."""
+        self.url, self.key, self.child, self.respawn = url.rstrip("/"), key, child, respawn
         self.auth = {"Authorization": f"Bearer {key}"}
+        self.restarts: Counter | None = None
+        self._restart_wait = RESTART_BACKOFF_S[0]
         self.token: str | None = None
         self.decisions: dict[str, dict[str, str]] = {}
         self.problem: str | None = None  # why enforcement does not follow the monitor now (/readyz says it)
@@ -108,13 +115,38 @@ class MonitorClient:
                 if down_since is not None:
                     log.warning("monitor %s is back after %.1f s; enforcement follows it again", self.url, time.monotonic() - down_since)
                     down_since = None
+                self._restart_wait = RESTART_BACKOFF_S[0]
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as e:
                 self.up.set(0)
                 self.problem = f"monitor {self.url} unreachable ({e or type(e).__name__})"
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning("monitor %s unreachable (%s); serving with its last decisions", self.url, e)
-                await asyncio.sleep(RETRY_S)  # a retry back-off, not synchronisation
+                if self.child is not None and self.child.poll() is not None and self.respawn is not None:
+                    await self._restart_child()
+                else:
+                    await asyncio.sleep(RETRY_S)  # a retry back-off, not synchronisation
+
+    async def _restart_child(self) -> None:
+        """Our monitor process died (killed, out of memory): start another, with a back-off
+        that doubles while restarts fail to answer. It resumes from its durable cursor."""
+        assert self.child is not None and self.respawn is not None and self.restarts is not None
+        code = self.child.returncode
+        self.problem = f"the extraction monitor exited ({code}); restarting it"
+        log.error("the extraction monitor (pid %d) exited with status %s; restarting it in %g s", self.child.pid, code,
+                  self._restart_wait)  # fmt: skip
+        await asyncio.sleep(self._restart_wait)  # a restart back-off, not synchronisation
+        self._restart_wait = min(RESTART_BACKOFF_S[1], 2 * self._restart_wait)
+        try:
+            url, key, child = await asyncio.to_thread(self.respawn)
+        except (UserError, OSError) as e:
+            log.error("restarting the extraction monitor failed: %s", e)
+            return
+        self.restarts.inc()
+        self.url, self.key, self.child = url.rstrip("/"), key, child
+        self.auth = {"Authorization": f"Bearer {key}"}
+        self.token = None  # another run of the monitor: the next poll answers at once
+        log.warning("the extraction monitor restarted (pid %d) at %s", child.pid, self.url)
 
     # ---- admin routes ----
 
@@ -136,6 +168,9 @@ class MonitorClient:
     def install(self, gw: Gateway, app: web.Application, server: grpc.aio.Server) -> None:
         self.up = Gauge("analysim_gateway_monitor_up", "1 while the extraction monitor's decisions feed answers.",
                         registry=gw.metrics.registry)  # fmt: skip
+        self.restarts = Counter("analysim_gateway_monitor_restarts_total",
+                                "Times this gateway restarted its own extraction monitor process after it died.",
+                                registry=gw.metrics.registry)  # fmt: skip
         gw.readiness_checks.append(lambda: self.problem)
         try:
             self.seed()
@@ -216,7 +251,15 @@ class _MonitorMetrics(Collector):
 def start_local_monitor(db: str, checkpoint_interval: float, log_format: str = "text") -> MonitorClient:
     """Start ``python -m mlaas_monitor.monitor serve`` on this gateway's store, tied to it
     (it stops when our end of its stdin closes, e.g. when we are killed), with a key of
-    its own; returns once it has caught up with the log and listens."""
+    its own; returns once it has caught up with the log and listens. Restarted if it dies."""
+
+    def spawn() -> tuple[str, str, subprocess.Popen[bytes]]:
+        return _spawn_local_monitor(db, checkpoint_interval, log_format)
+
+    return MonitorClient(*spawn(), respawn=spawn)
+
+
+def _spawn_local_monitor(db: str, checkpoint_interval: float, log_format: str) -> tuple[str, str, subprocess.Popen[bytes]]:
     key = secrets.token_urlsafe(32)
     # Our settings are not its settings (ANALYSIM_PORT, ANALYSIM_ADMIN_KEY_FILE, ...).
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")}
@@ -240,7 +283,7 @@ def start_local_monitor(db: str, checkpoint_interval: float, log_format: str = "
                 raise UserError(f"the extraction monitor did not start within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.02)  # waiting for a child to listen
         port = json.loads(port_file.read_text())["http"]
-    return MonitorClient(f"http://127.0.0.1:{port}", key, proc)
+    return f"http://127.0.0.1:{port}", key, proc
 
 
 def local_monitor_extension(checkpoint_interval: float = 1.0, log_format: str = "text",
