@@ -29,6 +29,7 @@ per commit. On PostgreSQL durability is the server's (synchronous_commit).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -101,6 +102,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_user ON ledger("user", model);
 """
+_TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _DDL)
 # Version v -> v + 1, run in order inside the schema transaction (an older store's tables
 # already exist, so _DDL's CREATE ... IF NOT EXISTS left them as they were).
 _MIGRATIONS: dict[int, list[str | tuple[str, str, str]]] = {
@@ -334,6 +336,15 @@ class Store:
         b = self._backend
         with self._write("migrated") as db:
             b.migration_lock(db)
+            if b.columns(db, "meta"):
+                # An existing store: every table it had must still be there. One re-created
+                # empty would lose its rows in silence (a ledger billed from zero).
+                missing = [t for t in _TABLES if not b.columns(db, t)]
+                if missing:
+                    one = len(missing) == 1
+                    raise UserError(f"{b.describe()}: the store's {', '.join(missing)} table{'' if one else 's'} "
+                                    f"{'is' if one else 'are'} missing: refusing to re-create {'it' if one else 'them'} "
+                                    "empty; restore the store from a backup")  # fmt: skip
             for stmt in _DDL.split(";"):
                 if stmt.strip():
                     db.execute(b.ddl(stmt))
