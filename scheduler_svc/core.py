@@ -49,6 +49,7 @@ from analysim.simulation import RunOptions, filter_for_cluster, summary_header
 from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
+from scheduler_svc.latency import LatencyQuantiles
 from scheduler_svc.metrics import SchedulerMetrics
 from scheduler_svc.sessions import Placed, Session, plausible
 from scheduler_svc.summary import build_summary, fidelity
@@ -131,7 +132,7 @@ class LiveScheduler:
         self._idle = True
         self._last_clock_broadcast = 0.0
         self._watchdog_paused = False
-        self.latencies: list[float] = []
+        self.latencies = LatencyQuantiles()  # fixed size, however long the run
         self.steps = 0
         self.wall_start: float | None = None
         self.wall_done: float | None = None
@@ -693,7 +694,7 @@ class LiveScheduler:
 
     def _observe_latency(self, w: float) -> None:
         d = time.perf_counter() - w
-        self.latencies.append(d)
+        self.latencies.add(d)
         self.metrics.latency.observe(d)
 
     def _broadcast(self, cmds: dict[Session, list], sync: bool, only: set[Session] | None = None) -> None:
