@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_status import rpc_status as grpc_rpc_status
 
 from analysim import rpc_status
+from analysim.grpc_decode import MalformedRequestGuard
 from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.service import ApiError, Gateway, PredictResult, Principal
 from protos.analysim.v1 import prediction_pb2 as pb
@@ -383,6 +384,7 @@ def build_grpc_server(gw: Gateway, reuse_port: bool = False) -> GrpcServer:
     (SO_REUSEPORT; off otherwise, so that a port taken by someone else is an error)."""
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", gw.limits.max_body_bytes), ("grpc.so_reuseport", int(reuse_port))],
+        interceptors=[MalformedRequestGuard(rpc_status.GATEWAY_DOMAIN)],
     )
     predictions = PredictionServicer(gw)
     pb_grpc.add_PredictionServiceServicer_to_server(predictions, server)

@@ -11,14 +11,21 @@ known token is UNAUTHENTICATED; a known token of the wrong role is PERMISSION_DE
 
 Token files: one token per line (``#`` comments and blank lines skipped). An agent token line
 may name the nodes it may register after the token: ``TOKEN node-0000..node-0007,node-0012``
-(ranges in the cluster's node order); a bare token may register any node."""
+(ranges in the cluster's node order); a bare token may register any node.
+
+Rotation: the files are watched (their size, mtime and inode, looked at on any unknown token
+and at most every ``RECHECK_S`` otherwise) and re-read when they change, and on SIGHUP: a new
+token works from its first call, an old one stops within ``RECHECK_S``, and no restart is
+needed. A file caught half-written keeps the previous tokens until it reads whole."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +36,9 @@ from analysim import rpc_status
 from analysim.errors import UserError
 from analysim.tokens import token_lines
 
+log = logging.getLogger("scheduler_svc")
 AGENT, CLIENT, OPERATOR = "agent", "client", "operator"
+RECHECK_S = 1.0
 _SCHED = "/analysim.v1.SchedulerService/"
 _AGENT = "/analysim.v1.AgentService/"
 CLIENT_METHODS = ("SubmitJob", "CancelJob", "GetJob", "ListJobs", "WatchEvents", "GetClusterState", "GetSummary")
@@ -117,32 +126,65 @@ def _node_set(spec: str, order: Sequence[str], where: str) -> frozenset[str]:
 
 
 class Authenticator:
-    """The known tokens and what each may do."""
+    """The known tokens and what each may do; the token files are followed (module docstring)."""
 
     def __init__(self) -> None:
         self._known: list[tuple[bytes, Principal]] = []
+        self._files: list[tuple[str, str | Path, Sequence[str]]] = []
+        self._stamp: tuple = ()
+        self._checked = 0.0
 
     @property
     def enabled(self) -> bool:
         return bool(self._known)
 
     def add_file(self, role: str, path: str | Path, node_order: Sequence[str] = ()) -> None:
-        lines = token_lines(path)
-        if not lines:
-            raise UserError(f"--{role}-token-file {path}: no token in the file")
-        for lineno, line in lines:
-            token, *rest = line.split(None, 1)
-            where = f"{path}, line {lineno}"
-            if len(token) < 16:
-                raise UserError(f"{where}: a token must be at least 16 characters")
-            nodes = None
-            if rest and role == AGENT:
-                nodes = _node_set(rest[0], node_order, where)
-            elif rest:
-                raise UserError(f"{where}: only agent tokens take a node list")
-            self._known.append((_digest(token), Principal(role, where, nodes)))
+        self._known += _read(role, path, node_order)
+        self._files.append((role, path, node_order))
+        self._stamp = self._stamps()
+
+    def _stamps(self) -> tuple:
+        out: list[tuple[int, int, int] | None] = []
+        for _, path, _ in self._files:
+            try:
+                st = os.stat(path)
+                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def reload(self, why: str = "changed") -> bool:
+        """Read the token files again; True if they held another set. A file that cannot be
+        read whole keeps the current tokens (logged), and is tried again at the next check."""
+        stamp = self._stamps()
+        try:
+            known = [k for role, path, order in self._files for k in _read(role, path, order)]
+        except UserError as e:
+            log.error("token files %s, but not re-read (%s): the previous tokens stay valid", why, e)
+            return False
+        self._stamp = stamp
+        changed = [d for d, _ in known] != [d for d, _ in self._known]
+        self._known = known
+        log.warning("token files %s: re-read, %d token(s)%s", why, len(known), "" if changed else ", the same ones")
+        return changed
+
+    def _maybe_reload(self, force: bool) -> None:
+        now = time.monotonic()
+        if not self._files or (not force and now - self._checked < RECHECK_S):
+            return
+        self._checked = now
+        if self._stamps() != self._stamp:
+            self.reload()
 
     def identify(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> Principal | None:
+        self._maybe_reload(force=False)
+        found = self._match(metadata)
+        if found is None:
+            self._maybe_reload(force=True)  # a token just rotated in: no window where it is refused
+            found = self._match(metadata)
+        return found
+
+    def _match(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> Principal | None:
         presented = ""
         for k, v in metadata or ():
             if k == "authorization" and isinstance(v, str) and v.startswith("Bearer "):
@@ -153,6 +195,25 @@ class Authenticator:
             if hmac.compare_digest(d, digest) and found is None:
                 found = p
         return found if presented else None
+
+
+def _read(role: str, path: str | Path, node_order: Sequence[str]) -> list[tuple[bytes, Principal]]:
+    lines = token_lines(path)
+    if not lines:
+        raise UserError(f"--{role}-token-file {path}: no token in the file")
+    out = []
+    for lineno, line in lines:
+        token, *rest = line.split(None, 1)
+        where = f"{path}, line {lineno}"
+        if len(token) < 16:
+            raise UserError(f"{where}: a token must be at least 16 characters")
+        nodes = None
+        if rest and role == AGENT:
+            nodes = _node_set(rest[0], node_order, where)
+        elif rest:
+            raise UserError(f"{where}: only agent tokens take a node list")
+        out.append((_digest(token), Principal(role, where, nodes)))
+    return out
 
 
 def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,

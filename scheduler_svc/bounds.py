@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import re
 
-JOB_ID_MAX = 128
-# Client job ids: what a file name, a CSV cell and a Prometheus label can all hold verbatim.
-JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]*")
+# Every id a client or an agent names (job ids, agent ids): what a file name, a CSV cell and a
+# Prometheus label can all hold verbatim; no "/", so no id is a path ("a/../../b").
+ID_MAX = 128
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]*")
 TEXT_MAX = 64  # user, vc, GPU model names
 GPU_MODELS_MAX = 16
 NUM_GPUS_MAX = 65_536
@@ -20,9 +21,16 @@ CPU_MILLI_MAX = 10**9  # a million cores
 MEMORY_MIB_MAX = 2**32  # 4 PiB
 LIST_LIMIT_MAX = 10_000
 WATCH_KINDS_MAX = 32
-AGENT_ID_MAX = 128
 AGENT_NODES_MAX = 100_000
 MESSAGE_MAX_BYTES = 16 * 1024 * 1024  # gRPC receive limit: a heartbeat of 100,000 GPUs fits
+
+
+def id_problem(field: str, value: str) -> str | None:
+    """The one bound of every id field, applied on every RPC that takes one (None: in bounds)."""
+    if 1 <= len(value) <= ID_MAX and ID_RE.fullmatch(value):
+        return None
+    return (f"{field} must be 1 to {ID_MAX} characters: letters, digits and ._:@+- (not first), "
+            f"got {value[:40]!r}{'...' if len(value) > 40 else ''}")
 
 
 def _printable(s: str) -> bool:
@@ -33,9 +41,8 @@ def job_problem(job_id: str, num_gpus: int, gpu_milli: int, duration_s: float, v
                 gpu_models: list[str] | tuple[str, ...], cpu_milli: int, memory_mib: int) -> str | None:
     """What is out of bounds in a job request (None: nothing). ``job_id`` may be empty (chosen
     by the scheduler); ``gpu_milli`` 0 means 1000."""
-    if job_id and (len(job_id) > JOB_ID_MAX or not JOB_ID_RE.fullmatch(job_id)):
-        return (f"job_id must be 1 to {JOB_ID_MAX} characters: letters, digits and ._:@/+- "
-                f"(not first), got {job_id[:40]!r}{'...' if len(job_id) > 40 else ''}")
+    if job_id and (problem := id_problem("job_id", job_id)) is not None:
+        return problem
     if not 1 <= num_gpus <= NUM_GPUS_MAX:
         return f"num_gpus must be at least 1 and at most {NUM_GPUS_MAX}, got {num_gpus}"
     if not 0 <= gpu_milli <= 1000:

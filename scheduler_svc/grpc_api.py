@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from analysim import rpc_status
 from analysim.core.job import GPU_MILLI, JobSpec
+from analysim.grpc_decode import MalformedRequestGuard
 from analysim.report import json_safe
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
@@ -38,6 +39,13 @@ async def refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
                  field: str | None = None) -> NoReturn:
     """End a call with a rich status: ErrorInfo(reason) and, with a field, a BadRequest."""
     await rpc_status.abort(context, code, message, reason=reason, domain=rpc_status.SCHEDULER_DOMAIN, field=field)
+
+
+async def _check_id(context: grpc.aio.ServicerContext, field: str, value: str) -> None:
+    """INVALID_ARGUMENT for an id out of its bound (never echoed back whole)."""
+    problem = bounds.id_problem(field, value)
+    if problem is not None:
+        await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds", field=field)
 
 
 # The SubmitJobRequest field an engine refusal is about, when its message does not start with it.
@@ -105,6 +113,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     async def CancelJob(self, request: spb.CancelJobRequest,
                         context: grpc.aio.ServicerContext) -> spb.CancelJobResponse:
+        await _check_id(context, "job_id", request.job_id)
         try:
             self.live.cancel(request.job_id)
         except KeyError:
@@ -112,6 +121,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         return spb.CancelJobResponse(job=job_proto(self.live.job_record(request.job_id)))
 
     async def GetJob(self, request: spb.GetJobRequest, context: grpc.aio.ServicerContext) -> spb.GetJobResponse:
+        await _check_id(context, "job_id", request.job_id)
         rec = self.live.job_record(request.job_id)
         if rec is None:
             await refuse(context, grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}", "unknown_job")
@@ -232,10 +242,7 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
         return who.name if who is not None else ""
 
     async def Register(self, request: apb.RegisterRequest, context: grpc.aio.ServicerContext) -> apb.RegisterResponse:
-        if not request.agent_id or len(request.agent_id) > bounds.AGENT_ID_MAX or not request.agent_id.isprintable():
-            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                         f"agent_id is required: 1 to {bounds.AGENT_ID_MAX} printable characters", "out_of_bounds",
-                         field="agent_id")
+        await _check_id(context, "agent_id", request.agent_id)
         if len(request.nodes) > bounds.AGENT_NODES_MAX:
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"at most {bounds.AGENT_NODES_MAX} nodes",
                          "out_of_bounds", field="nodes")
@@ -304,6 +311,7 @@ def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Ser
     interceptors = [live.metrics.grpc_server]
     if auth.enabled:
         interceptors.append(AuthInterceptor(auth, lambda why: live.metrics.refused_calls.labels(why).inc()))
+    interceptors.append(MalformedRequestGuard(rpc_status.SCHEDULER_DOMAIN))  # innermost: after authentication
     # No SO_REUSEPORT: a second scheduler on the same port fails to bind instead of sharing the
     # clients with this one.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", bounds.MESSAGE_MAX_BYTES),

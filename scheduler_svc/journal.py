@@ -256,6 +256,8 @@ def _damage(path: Path, wal: Path) -> str | None:
         with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as ro:
             problems = [r[0] for r in ro.execute("PRAGMA quick_check(5)")]
     except sqlite3.DatabaseError as e:
+        if str(e) == "file is not a database":  # not SQLite at all: no journal to recover
+            raise UserError(f"--journal {path}: not a usable SQLite journal ({e})") from None
         return f"its pages are damaged ({e})"
     if problems != ["ok"]:
         lines = [x.strip() for p in problems for x in str(p).splitlines() if x.strip() and not x.startswith("***")]

@@ -38,6 +38,8 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     auth = auth or Authenticator()
+    # SIGHUP: re-read the token files now (they are also followed as they change).
+    loop.add_signal_handler(signal.SIGHUP, lambda: auth.reload("on SIGHUP"))
     if not auth.enabled:
         log.warning("no token files: every caller may submit, control the clock and register as an agent")
     server, hs = build_server(live, auth)

@@ -1,0 +1,104 @@
+"""Contract details under hostile input, on real servers: malformed protobuf bytes answer
+INVALID_ARGUMENT without internals (scheduler and gateway); every id field has one bound,
+applied on every RPC that takes one, never echoed back whole; token files rotated under a
+running scheduler take effect at once (and on SIGHUP, which no longer ends it)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from analysim.rpc_status import refusal_of
+from analysim.tokens import read_token
+from scheduler_svc.client import SchedulerClient
+from scheduler_svc.launcher import ROOT
+from tests.test_gateway_helpers import running_gateway
+from tests.test_live_helpers import live, wait_until
+
+GARBAGE = b"\xff\xff\xff\xff\x0f\x0a\x99"  # not a protobuf message: a varint that never ends
+
+
+def _raw(channel: grpc.Channel, method: str, data: bytes, token: str | None = None) -> grpc.RpcError:
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as e:
+        call(data, timeout=10, metadata=(("authorization", f"Bearer {token}"),) if token else ())
+    return e.value
+
+
+def _is_plain_refusal(e: grpc.RpcError) -> bool:
+    d = e.details() or ""
+    return "Error" not in d and "Exception" not in d and "<class" not in d and len(d) < 300
+
+
+def test_scheduler_contract_under_hostile_input(tmp_path: Path) -> None:
+    with live(tmp_path, ["--jobs", "0"], "4x8", 4, agents=1) as (run, client):
+        token = run.token("client")
+        with grpc.insecure_channel(run.target) as ch:
+            for method in ("SubmitJob", "GetJob", "CancelJob", "ListJobs"):
+                e = _raw(ch, f"/analysim.v1.SchedulerService/{method}", GARBAGE, token)
+                assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and _is_plain_refusal(e), (method, e)
+                assert refusal_of(e)["code"] == "malformed_request"
+            # Authentication still answers first.
+            assert _raw(ch, "/analysim.v1.SchedulerService/SubmitJob", GARBAGE).code() == grpc.StatusCode.UNAUTHENTICATED
+            # A streaming method: the agents' Connect.
+            conn = ch.stream_stream("/analysim.v1.AgentService/Connect", request_serializer=None,
+                                    response_deserializer=None)  # fmt: skip
+            with pytest.raises(grpc.RpcError) as e:
+                list(conn(iter([GARBAGE]), timeout=10, metadata=(("authorization", f"Bearer {run.token('agent-0')}"),)))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and _is_plain_refusal(e.value)
+        # One id bound on every RPC that takes one: no path, no 10 MB id echoed back.
+        for bad in ("a/../../b", "x" * 10_000_000, "-lead", ""):
+            for call in (client.get_job, client.cancel):
+                with pytest.raises(grpc.RpcError) as e:
+                    call(bad)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad[:20], e.value.code())
+                assert len(e.value.details()) < 300 and "job_id must be" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            client.submit(num_gpus=1, duration_s=10.0, job_id="a/../../b")
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        ok = client.submit(num_gpus=1, duration_s=10.0, job_id="ok-1.a:b@c+d").job_id
+        assert client.get_job(ok).job_id == ok
+
+
+def test_tokens_rotated_under_a_running_scheduler_take_effect_at_once(tmp_path: Path) -> None:
+    cluster = "4x8"
+    with live(tmp_path, ["--jobs", "0"], cluster, 4, agents=1) as (run, client):
+        old = run.token("client")
+        assert run.token_dir is not None
+        tokens = subprocess.run([sys.executable, "-m", "scheduler_svc", "tokens", "--cluster", cluster, "--agents", "1",
+                                 "--out", str(run.token_dir), "--new"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        assert tokens.returncode == 0, tokens.stderr
+        new = read_token(run.token_dir / "client.token")
+        assert new != old
+        with SchedulerClient(run.target, token=new) as fresh:
+            assert fresh.submit(num_gpus=1, duration_s=10.0).job_id  # its first call: no window
+
+        def old_refused() -> bool:
+            with SchedulerClient(run.target, token=old) as stale:
+                try:
+                    stale.cluster_state()
+                except grpc.RpcError as e:
+                    return e.code() == grpc.StatusCode.UNAUTHENTICATED
+            return False
+
+        wait_until(old_refused, 10, "the old client token refused")
+        # SIGHUP re-reads the files (and is logged); the scheduler goes on serving.
+        run.scheduler.popen.send_signal(signal.SIGHUP)
+        wait_until(lambda: "token files on SIGHUP" in run.scheduler.log.read_text(), 10, "the SIGHUP logged")
+        assert run.scheduler.alive()
+        with SchedulerClient(run.target, token=new) as fresh:
+            assert fresh.cluster_state().clock.started
+
+
+def test_gateway_answers_malformed_bytes_with_invalid_argument(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "s.db") as g, grpc.insecure_channel(g.thread.grpc_target) as ch:
+        key = g.new_key("alice")
+        for method in ("/analysim.v1.PredictionService/Predict", "/analysim.v1.PredictionService/GetUsage"):
+            e = _raw(ch, method, GARBAGE, key)
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and _is_plain_refusal(e), (method, e.details())
+            assert refusal_of(e)["code"] == "malformed_request"
