@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -17,6 +19,8 @@ log = logging.getLogger(__name__)
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 # OpenAPI fragments describing the routes extensions add (see openapi.py).
 OPENAPI_FRAGMENTS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_fragments", list)
+UPLOADS: web.AppKey[list[int]] = web.AppKey("uploads", list)  # [slow bodies being received now]
+SLOW_BODY_S = 0.25  # a body still arriving after this is a slow upload
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -50,9 +54,43 @@ def error_response(e: ApiError) -> web.Response:
     return r
 
 
+async def _read_body(request: web.Request) -> bytes:
+    """The body, received whole within ``limits.body_timeout_s``. One that has arrived with its
+    headers (the usual case) is read at once; one still arriving after ``SLOW_BODY_S`` is a slow
+    upload, of which at most ``limits.max_uploads`` are waited for at a time (beyond: 503 at
+    once). A client that announces a Content-Length and sends a trickle thus holds a
+    connection and a buffer for the timeout at most, and never keeps the others out."""
+    if request.content.is_eof():
+        return await request.read()
+    limits, uploads = request.app[GATEWAY].limits, request.app[UPLOADS]
+    read = asyncio.ensure_future(request.read())
+    done, _ = await asyncio.wait({read}, timeout=min(SLOW_BODY_S, limits.body_timeout_s))
+    if not done:
+        if uploads[0] >= limits.max_uploads:
+            await _cancel(read)
+            raise ApiError(503, "too_many_uploads", f"{limits.max_uploads} slow request bodies are being received: "
+                           "retry shortly", headers={"Retry-After": "1", "Connection": "close"})  # fmt: skip
+        uploads[0] += 1
+        try:
+            done, _ = await asyncio.wait({read}, timeout=max(0.0, limits.body_timeout_s - SLOW_BODY_S))
+        finally:
+            uploads[0] -= 1
+        if not done:
+            await _cancel(read)
+            raise ApiError(408, "body_timeout", f"body: not received whole within {limits.body_timeout_s:g} s", "body",
+                           headers={"Connection": "close"})  # fmt: skip
+    return read.result()
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
 async def read_json(request: web.Request) -> Any:
     try:
-        raw = await request.read()
+        raw = await _read_body(request)
     except web.HTTPRequestEntityTooLarge as e:
         limit = request.app[GATEWAY].limits.max_body_bytes
         raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
@@ -108,6 +146,7 @@ def build_app(gw: Gateway) -> web.Application:
     app = web.Application(middlewares=[observe], client_max_size=gw.limits.max_body_bytes)
     app[GATEWAY] = gw
     app[OPENAPI_FRAGMENTS] = []
+    app[UPLOADS] = [0]
 
     def principal(request: web.Request) -> Any:
         return gw.authenticate(request.headers.get("Authorization"))

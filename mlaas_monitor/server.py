@@ -41,6 +41,9 @@ def run_loop(main: Coroutine[object, object, None]) -> None:
         uvloop.run(main)
 
 
+LINGER_S = 1.0
+
+
 @dataclass(frozen=True)
 class Bound:
     host: str
@@ -96,7 +99,11 @@ async def serve(
     grpc_srv = build_grpc_server(gw, reuse_port)
     for ext in extensions:
         ext(gw, app, grpc_srv.server)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
+    # lingering_time: after refusing a body that is still arriving (408, 503, 413), wait for the
+    # rest of it this long at most before closing (aiohttp's default, 10 s, would let a trickle
+    # hold the connection on).
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
+                           lingering_time=LINGER_S)
     await runner.setup()
     ops: web.AppRunner | None = None
     started = False

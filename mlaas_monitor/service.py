@@ -104,6 +104,8 @@ class Limits:
     max_batch_rows: int = 1000
     default_quota_rows: int | None = None  # per user, over the ledger's lifetime
     default_rate_limit: float | None = None  # requests per second per user
+    body_timeout_s: float = 10.0  # a request body must arrive whole within this (else 408)
+    max_uploads: int = 128  # bodies being received at once, at most (beyond: 503 at once)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
-"""Gateway faults that must fail safe, against real processes and real files: a store that
-lost a table is refused at start (never re-created empty and billed into)."""
+"""Gateway faults that must fail safe, against real processes, sockets and files: a store that
+lost a table is refused at start (never re-created empty and billed into); slow uploads are
+cut off and capped."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
 
+from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
 from tests.test_gateway_helpers import ADMIN_KEY, ROOT, credit_rows, running_gateway
 
@@ -39,3 +42,32 @@ def test_a_new_store_is_created_whole(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     Store(db).close()
     assert {"meta", "models", "users", "query_log", "ledger", "sequences"} <= _tables(db)
+
+
+def test_slow_uploads_are_cut_off_and_capped(tmp_path: Path) -> None:
+    """50 clients announce a 1 MB body and send one byte: each is answered (408 after the body
+    timeout, or 503 beyond the upload cap) and its connection closed, while a normal client is
+    served meanwhile."""
+    limits = Limits(body_timeout_s=1.0, max_uploads=20)
+    with running_gateway(tmp_path / "s.db", limits=limits) as g:
+        key = g.new_key("alice")
+        head = (f"POST /v1/models/credit/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{").encode()
+        socks = []
+        for _ in range(50):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s.sendall(head)
+            socks.append(s)
+        try:
+            assert g.client(key).post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})[0] == 200
+            statuses = []
+            for s in socks:
+                data = b""
+                while chunk := s.recv(65536):  # until the server closes it (the socket's timeout: 10 s)
+                    data += chunk
+                statuses.append(int(data.split()[1]))
+        finally:
+            for s in socks:
+                s.close()
+    assert set(statuses) <= {408, 503} and statuses.count(408) >= 1 and statuses.count(503) >= 1, statuses
+    assert statuses.count(408) <= 20

@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--port-file", help='write {"host", "http", "grpc", "metrics", "workers"} here (atomically) once listening')
     p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
     p.add_argument("--max-batch-rows", type=positive_int, default=1000, help="larger batches get 413 (default 1000)")
+    p.add_argument("--body-timeout", type=float, default=10.0, metavar="S",
+                   help="a request body must arrive whole within S seconds, else 408 (default 10)")
+    p.add_argument("--max-uploads", type=positive_int, default=128, metavar="N",
+                   help="bodies received at once, at most; beyond, 503 with Retry-After at once (default 128)")
     p.add_argument("--default-quota-rows", type=nonneg_int, help="per-user row quota (default: unlimited)")
     p.add_argument("--default-rate-limit", type=rate, help="per-user requests/s (default: unlimited)")
     p.add_argument("--no-monitor", action="store_true",
@@ -88,7 +92,8 @@ def _serve(args: argparse.Namespace, worker: int | None = None) -> None:
     tls = tls_from_args(args)
     admin_key = load_admin_key(os.environ, args.admin_key_file)
     store = Store(args.db, args.synchronous, background_checkpoint=True)
-    limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit)
+    limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit,
+                    args.body_timeout, args.max_uploads)
     gw = Gateway(store, admin_key, limits)
 
     def ready(b: Bound) -> None:
