@@ -396,7 +396,13 @@ class LiveScheduler:
             return
         s.last_seen = time.monotonic()
         self.metrics.received.inc()
+        seen: set[tuple[int, str, int]] = set()
         for ev in msg.events:
+            key = (ev.kind, ev.job_id, ev.launch_id)
+            if key in seen:  # the same report again in one message: counted, not taken (nor logged) twice
+                self.metrics.agent_events.labels("duplicate").inc()
+                continue
+            seen.add(key)
             self._on_job_event(s, ev)
         if msg.HasField("heartbeat"):
             self._on_heartbeat(s, msg.heartbeat)
@@ -417,8 +423,9 @@ class LiveScheduler:
             return
         if p is None or p.launch_id != ev.launch_id or s not in p.sessions:
             reason = "unknown_job" if ev.job_id not in self.engine.jobs else "stale_launch"
-            log.warning("agent %s reported %s for %s (launch %d): %s; ignored", s.agent_id,
-                        apb.JobEvent.Kind.Name(ev.kind), ev.job_id, ev.launch_id, reason.replace("_", " "))
+            log.warning("agent %s reported %s for %.80r (launch %d): %s; ignored", s.agent_id,
+                        apb.JobEvent.Kind.Name(ev.kind), ev.job_id, ev.launch_id, reason.replace("_", " "),
+                        extra={"source": s.agent_id})
             self.metrics.agent_events.labels(reason).inc()
             return
         if not math.isfinite(ev.time_s):
@@ -433,11 +440,16 @@ class LiveScheduler:
             self._failures.append((ev.time_s, ev.job_id, ev.message))
 
     def _on_heartbeat(self, s: Session, hb: apb.Heartbeat) -> None:
-        for node in hb.nodes:
+        if len(hb.nodes) > len(s.nodes):  # more than it holds: each node once at most
+            self.metrics.agent_events.labels("oversized_heartbeat").inc()
+            log.warning("agent %s sent telemetry for %d nodes, it holds %d; only the first %d read", s.agent_id,
+                        len(hb.nodes), len(s.nodes), len(s.nodes), extra={"source": s.agent_id})
+        for node in hb.nodes[:len(s.nodes)]:
             i = self.node_index.get(node.node)
             if i is None or node.node not in s.nodes:
                 self.metrics.agent_events.labels("unknown_node").inc()
-                log.warning("agent %s sent telemetry for node %r it does not hold; ignored", s.agent_id, node.node)
+                log.warning("agent %s sent telemetry for node %.80r it does not hold; ignored", s.agent_id, node.node,
+                            extra={"source": s.agent_id})
                 continue
             gpus = self.cluster.nodes[i].gpus
             bad = [g for g in node.gpus if not plausible(g, gpus)]
@@ -446,7 +458,7 @@ class LiveScheduler:
                 log.warning("agent %s: impossible GPU state on %s (GPU %d: util %.3g, memory %.3g/%.3g B, "
                             "%.3g W, %.3g C); telemetry ignored", s.agent_id, node.node, bad[0].index,
                             bad[0].utilization, bad[0].memory_used_bytes, bad[0].memory_total_bytes,
-                            bad[0].power_watts, bad[0].temperature_celsius)
+                            bad[0].power_watts, bad[0].temperature_celsius, extra={"source": s.agent_id})
                 continue
             s.telemetry[node.node] = node
 
