@@ -66,6 +66,12 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        self.model_load_failures = Counter(
+            "analysim_gateway_model_load_failures_total",
+            "Times a stored model's row was parsed and failed validation (once per version of the row), by model.",
+            ["model"],
+            registry=self.registry,
+        )
         add_standard_metrics(self.registry, "gateway")
         # labels() costs a dict lookup and lock; cache the children on the hot path.
         self._children: dict[tuple[str, ...], object] = {}

@@ -153,6 +153,9 @@ class Gateway:
         self._admin_hash = auth.hash_key(admin_key)
         self._models: dict[str, Model] = {}
         self._unavailable: dict[str, str] = {}  # model id -> why it cannot be loaded
+        # model id -> (config generation, row's created, reason) of a row that failed: not parsed
+        # again (a large broken row parsed on every request stalled the event loop) until it changes.
+        self._broken: dict[str, tuple[int, float | None, str]] = {}
         self._by_hash: dict[str, _User] = {}
         self._by_name: dict[str, _User] = {}
         self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
@@ -222,15 +225,23 @@ class Gateway:
             if len(model_id) > MAX_ID_LENGTH:
                 raise ApiError(404, "unknown_model", "no such model", "model_id")
             # Models trained while the gateway runs become servable without a restart, and
-            # a broken one is tried again (it may have been replaced) but isolated: its
-            # routes answer 503 with the reason, every other model keeps serving.
+            # a broken one is tried again once its row changes (it may have been replaced),
+            # isolated meanwhile: its routes answer 503 with the reason, every other model
+            # keeps serving.
+            broken = self._broken.get(model_id)
+            if broken is not None and broken[:2] == (self._config_generation, self.store.model_created(model_id)):
+                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[2]}", "model_id")
             try:
+                created = self.store.model_created(model_id)
                 m = self.store.load_model(model_id)
             except ModelUnavailable as e:
+                self._broken[model_id] = (self._config_generation, created, e.reason)
+                self.metrics.model_load_failures.labels(model_id).inc()
                 self._mark_unavailable(model_id, e.reason)
                 raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e
             if m is None:
                 raise ApiError(404, "unknown_model", f"no such model {model_id!r}", "model_id")
+            self._broken.pop(model_id, None)
             if self._unavailable.pop(model_id, None) is not None:
                 log.warning("model %s loads again; serving it", model_id)
                 self.metrics.model_unavailable.labels(model_id).set(0)

@@ -442,6 +442,12 @@ class Store:
         with self._conn() as db:
             return [r[0] for r in db.execute("SELECT id FROM models ORDER BY id")]
 
+    def model_created(self, model_id: str) -> float | None:
+        """When the model's row was last written (cheap: the spec is not read); None if absent."""
+        with self._conn() as db:
+            row = db.execute(self._sql("SELECT created FROM models WHERE id=?"), (model_id,)).fetchone()
+        return None if row is None else float(row[0])
+
     def load_model(self, model_id: str) -> Model | None:
         with self._conn() as db:
             row = db.execute(

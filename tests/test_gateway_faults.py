@@ -1,19 +1,23 @@
 """Gateway faults that must fail safe, against real processes, sockets and files: a store that
 lost a table is refused at start (never re-created empty and billed into); slow uploads are
-cut off and capped."""
+cut off and capped; a large broken model row is parsed once until it changes."""
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 import subprocess
 import sys
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
-from tests.test_gateway_helpers import ADMIN_KEY, ROOT, credit_rows, running_gateway
+from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Running, credit_rows, iris_model, running_gateway
 
 
 def _tables(db: Path) -> set[str]:
@@ -71,3 +75,32 @@ def test_slow_uploads_are_cut_off_and_capped(tmp_path: Path) -> None:
                 s.close()
     assert set(statuses) <= {408, 503} and statuses.count(408) >= 1 and statuses.count(503) >= 1, statuses
     assert statuses.count(408) <= 20
+
+
+def _load_failures(g: Running, model: str) -> float:
+    status, text = g.admin.get("/metrics")
+    assert status == 200
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "analysim_gateway_model_load_failures_total" and s.labels.get("model") == model)  # fmt: skip
+
+
+def test_a_large_broken_model_row_is_parsed_once_until_it_changes(tmp_path: Path) -> None:
+    """A 4 MB model row that fails validation: parsed once, then answered 503 from memory
+    (it was parsed on the event loop on every request for it, stalling every other one);
+    parsed again once the row is replaced."""
+    db = tmp_path / "s.db"
+    with running_gateway(db) as g:
+        spec = json.dumps({"format": 1, "tree": {"left": list(range(500_000))}})
+        assert len(spec) > 3_000_000
+        with closing(sqlite3.connect(db)) as c:
+            c.execute("INSERT INTO models VALUES ('big', 1.0, ?, 1, 2, 0, 1000)", (spec,))
+            c.commit()
+        user = g.new_user("alice")
+        for _ in range(20):
+            status, body = user.post("/v1/models/big/predict", {"rows": [[1]]})
+            assert status == 503 and body["error"]["code"] == "model_unavailable"
+        assert _load_failures(g, "big") == 1
+        assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})[0] == 200
+        g.store.add_model(replace(iris_model(), id="big"), replace=True)  # the row changes: tried again
+        assert user.get("/v1/models/big")[0] == 200
+        assert _load_failures(g, "big") == 1
