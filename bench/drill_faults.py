@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Reliability drill: the faults of issue 34 injected into real processes, and what was lost.
+
+1. Stall drill: a lockstep replay (--jobs jobs of the synthetic trace, 16x8, two agents) in
+   which one agent is frozen with SIGSTOP past the heartbeat deadline and thawed with SIGCONT,
+   --stalls times; the same agent process must come back each time and the replay finish with
+   every job accounted for; then a client submits jobs, the scheduler is SIGKILLed and
+   restarted on its journal, and every acknowledged job must be there.
+2. The fault tests (one per fault, each against real processes, files and signals): poison
+   query-log rows, a monitor that cannot read the log, a killed monitor child, a full disk
+   under the journal, damaged journals (truncated, flipped bytes, WAL bytes, empty), a large
+   broken model row, a store missing its ledger, a flood of agent reports, malformed
+   protobuf and hostile ids, token rotation and SIGHUP, slow uploads, bounded latencies.
+
+Prints one Markdown table (the one in docs/reliability.md) and exits 1 if any drill lost
+acknowledged work, left a traceback, hung or failed.
+
+    .venv/bin/python bench/drill_faults.py                # everything (about 3-5 minutes)
+    .venv/bin/python bench/drill_faults.py --stalls 5 --jobs 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from contextlib import closing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analysim.clusters import parse_cluster, split_nodes  # noqa: E402
+from protos.analysim.v1 import scheduler_pb2 as spb  # noqa: E402
+from scheduler_svc.launcher import LocalRun  # noqa: E402
+from tests.polling import wait_until  # noqa: E402
+from tests.test_live_helpers import wait_port_free  # noqa: E402
+
+# Each fault test, with the fault it injects (issue 34's numbering).
+FAULT_TESTS = [
+    ("1 agent stalled past its deadline (lockstep)", "tests/test_live_faults.py::test_lockstep_agent_stalled_past_its_deadline_comes_back"),
+    ("2 poison query-log rows (7 kinds)", "tests/test_monitor_quarantine.py::test_poison_rows_are_quarantined_and_the_monitor_goes_on"),
+    ("2 monitor unable to read the log", "tests/test_monitor_quarantine.py::test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready"),
+    ("3 disk full under the journal", "tests/test_live_disk_full.py"),
+    ("4 damaged journals (cut, flipped, WAL, empty)", "tests/test_live_journal_damage.py"),
+    ("5 large broken model row", "tests/test_gateway_faults.py::test_a_large_broken_model_row_is_parsed_once_until_it_changes"),
+    ("6 store missing its ledger", "tests/test_gateway_faults.py::test_a_store_missing_its_ledger_is_refused_not_recreated"),
+    ("7 monitor child SIGKILLed", "tests/test_monitor_quarantine.py::test_a_killed_monitor_child_is_restarted"),
+    ("8 flood of agent reports (3 MB message)", "tests/test_live_log_flood.py"),
+    ("9 malformed protobuf, hostile ids", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
+    ("9 malformed protobuf (gateway)", "tests/test_contract_faults.py::test_gateway_answers_malformed_bytes_with_invalid_argument"),
+    ("9 tokens rotated, SIGHUP", "tests/test_contract_faults.py::test_tokens_rotated_under_a_running_scheduler_take_effect_at_once"),
+    ("10 50 uploads announcing 1 MB, sending 1 byte", "tests/test_gateway_faults.py::test_slow_uploads_are_cut_off_and_capped"),
+    ("10 per-step latencies bounded", "tests/test_latency_quantiles.py"),
+]
+
+
+def tracebacks(run: LocalRun) -> int:
+    return sum(p.log.read_text(errors="replace").count("Traceback") for p in [*run.agents.values(), run.scheduler])
+
+
+def stall_drill(tmp: Path, jobs: int, stalls: int) -> dict:
+    cluster, nodes = "16x8", 16
+    journal = tmp / "journal.db"
+    args = ["--jobs", str(jobs), "--seed", "11", "--heartbeat-deadline", "1.5", "--journal", str(journal),
+            "--cluster", cluster, "--log-level", "WARNING", "--no-offline-check"]
+    run = LocalRun(tmp / "procs")
+    start = time.monotonic()
+    try:
+        run.provision([n.name for n in parse_cluster(cluster).nodes], 2)
+        run.start_scheduler(args)
+        run.start_agents(cluster, nodes, 2)
+        first, count = split_nodes(nodes, 2)[1]
+        with run.client() as client:
+            client.wait_ready()
+            stalled = run.agents[1]
+            for i in range(stalls):
+                wait_until(lambda i=i: client.cluster_state().jobs_completed >= (i + 1) * jobs // (stalls + 2), 120,
+                           "progress")  # fmt: skip
+                client.pause()
+                stalled.popen.send_signal(signal.SIGSTOP)
+                try:
+                    client.resume()
+                    wait_until(lambda: client.cluster_state().nodes_down == count, 60, "the stalled agent's nodes down")
+                finally:
+                    stalled.popen.send_signal(signal.SIGCONT)
+                wait_until(lambda: client.cluster_state().nodes_down == 0, 60, "its nodes back")
+            summary = client.wait_done(300)
+            same_agent = stalled.alive() and run.agents[1] is stalled
+            acked = [client.submit(num_gpus=2, duration_s=600.0, job_id=f"drill-{i}").job_id for i in range(20)]
+            port = run.scheduler.info["grpc"]
+            run.kill(run.scheduler, signal.SIGKILL)
+            with closing(sqlite3.connect(journal)) as db:
+                journalled = {r[0] for r in db.execute("SELECT job_id FROM jobs")}
+            wait_port_free(port)
+            run.start_scheduler([*args, "--port", str(port)])
+            wait_until(lambda: client.cluster_state().clock.started, 120, "the agents back with the new scheduler")
+            done = spb.JOB_STATUS_COMPLETED
+            wait_until(lambda: all(client.get_job(j).status == done for j in acked), 300, "the client jobs completed")
+            kept = len(acked)
+            after = client.summary()[1]
+        unaccounted = summary["jobs_total"] - summary["jobs_completed"] - summary["jobs_failed"] - summary["jobs_cancelled"]
+        return {"drill": f"stall: SIGSTOP/SIGCONT an agent past its deadline x{stalls} (lockstep, {jobs} jobs), "
+                         "then SIGKILL the scheduler after 20 client jobs",
+                "faults": stalls + 1, "work": summary["jobs_total"] + len(acked),
+                "lost": unaccounted + (len(acked) - len(set(acked) & journalled)) + (len(acked) - kept),
+                "tracebacks": tracebacks(run), "ok": same_agent and unaccounted == 0 and kept == len(acked)
+                and after["jobs_total"] == summary["jobs_total"] + len(acked),
+                "seconds": time.monotonic() - start,
+                "note": f"agent sessions lost {summary['live']['agents_lost']}, same agent process: {same_agent}; "
+                        f"{after['jobs_completed']}/{after['jobs_total']} completed after the restart"}
+    finally:
+        run.stop()
+
+
+def fault_tests(tmp: Path) -> list[dict]:
+    report = tmp / "junit.xml"
+    ids = [t for _, t in FAULT_TESTS]
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *ids],
+                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
+    cases = []
+    for tc in ET.parse(report).getroot().iter("testcase"):
+        path = tc.get("classname", "").replace(".", "/") + ".py"
+        bad = any(c.tag in ("failure", "error") for c in tc)
+        skipped = any(c.tag == "skipped" for c in tc)
+        text = "".join(c.text or "" for c in tc)
+        cases.append({"path": path, "name": tc.get("name", ""), "ok": not bad, "skipped": skipped,
+                      "seconds": float(tc.get("time", 0)), "tracebacks": 0 if not bad else text.count("Traceback")})
+    out = []
+    for label, test in FAULT_TESTS:
+        path, _, name = test.partition("::")
+        mine = [c for c in cases if c["path"] == path and (not name or c["name"] == name)]
+        out.append({"drill": label, "faults": len(mine), "work": "", "lost": 0 if mine and all(c["ok"] for c in mine) else "?",
+                    "tracebacks": sum(c["tracebacks"] for c in mine), "ok": bool(mine) and all(c["ok"] for c in mine),
+                    "seconds": sum(c["seconds"] for c in mine),
+                    "note": f"`{test}`" + (" (skipped)" if any(c["skipped"] for c in mine) else "")})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--stalls", type=int, default=3)
+    ap.add_argument("--skip-tests", action="store_true", help="the stall drill only")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="analysim-drill-") as d:
+        rows = [stall_drill(Path(d), a.jobs, a.stalls)]
+        if not a.skip_tests:
+            rows += fault_tests(Path(d))
+    print("| drill | faults injected | acknowledged work | lost | tracebacks | result | wall s | notes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['drill']} | {r['faults']} | {r['work']} | {r['lost']} | {r['tracebacks']} | "
+              f"{'pass' if r['ok'] else 'FAIL'} | {r['seconds']:.1f} | {r['note']} |")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
