@@ -23,22 +23,38 @@ class _Malformed:
 _MALFORMED = _Malformed()
 
 
-class MalformedRequestGuard(grpc.aio.ServerInterceptor):
-    def __init__(self, domain: str) -> None:
-        self.domain = domain
-        self._wrapped: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the handler guarded)
+class WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that wraps each method's handler (``wrap``), once, on its first call."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the handler wrapped)
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:  # fmt: skip
         handler = await continuation(details)
-        if handler is None or handler.request_deserializer is None:
+        if handler is None or not self.wraps(handler):
             return handler
         cached = self._wrapped.get(details.method)
         if cached is None or cached[0] is not handler:
-            cached = self._wrapped[details.method] = (handler, self._guard(details.method, handler))
+            cached = self._wrapped[details.method] = (handler, self.wrap(details.method, handler))
         return cached[1]
 
-    def _guard(self, method: str, handler: Any) -> Any:
+    def wraps(self, handler: Any) -> bool:
+        return True
+
+    def wrap(self, method: str, handler: Any) -> Any:
+        raise NotImplementedError
+
+
+class MalformedRequestGuard(WrappingInterceptor):
+    def __init__(self, domain: str) -> None:
+        super().__init__()
+        self.domain = domain
+
+    def wraps(self, handler: Any) -> bool:
+        return handler.request_deserializer is not None
+
+    def wrap(self, method: str, handler: Any) -> Any:
         decode = handler.request_deserializer
         what = method.rsplit("/", 1)[-1]
         domain = self.domain
@@ -77,9 +93,16 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
             async for item in behavior(await checked(request, context), context):
                 yield item
 
-        make = {
-            (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
-        }[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
-        return make(stream if inspect.isasyncgenfunction(behavior) else call, request_deserializer=deserialize,
-                    response_serializer=handler.response_serializer)
+        return same_shape(handler, stream if inspect.isasyncgenfunction(behavior) else call, deserialize)
+
+
+def same_shape(handler: Any, behavior: Callable[..., Any], request_deserializer: Callable[[bytes], Any] | None = None) -> Any:
+    """A method handler of ``handler``'s shape (unary or streaming each way) that runs
+    ``behavior``, with ``handler``'s serializers unless another request deserializer is given:
+    what an interceptor that wraps a method returns."""
+    make = {
+        (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
+    return make(behavior, request_deserializer=request_deserializer or handler.request_deserializer,
+                response_serializer=handler.response_serializer)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from analysim.grpc_decode import WrappingInterceptor, same_shape
 
 # Wall seconds: unary calls take well under a millisecond; streams (an agent's session,
 # WatchEvents) last as long as the client stays.
@@ -19,28 +21,18 @@ HANDLING_BUCKETS = (1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300,
 LABELS = ["grpc_service", "grpc_method", "grpc_type"]
 
 
-class GrpcServerMetrics(grpc.aio.ServerInterceptor):
+class GrpcServerMetrics(WrappingInterceptor):
     def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
         self.started = Counter("analysim_grpc_server_started_total", "RPCs started on the server.", LABELS,
                                registry=registry)
         self.handled = Counter("analysim_grpc_server_handled_total",
                                "RPCs completed on the server, by status code.", [*LABELS, "grpc_code"], registry=registry)
         self.seconds = Histogram("analysim_grpc_server_handling_seconds", "Time from an RPC's start to its end.",
                                  LABELS, buckets=HANDLING_BUCKETS, registry=registry)
-        self._wrapped: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the handler wrapped)
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-                                details: grpc.HandlerCallDetails) -> Any:
-        handler = await continuation(details)
-        if handler is None:
-            return None
-        # One wrapped handler per method, made on its first call (label children included).
-        cached = self._wrapped.get(details.method)
-        if cached is None or cached[0] is not handler:
-            cached = self._wrapped[details.method] = (handler, self._wrap(details.method, handler))
-        return cached[1]
-
-    def _wrap(self, full_method: str, handler: Any) -> Any:
+    def wrap(self, full_method: str, handler: Any) -> Any:
+        """One wrapped handler per method, made on its first call (label children included)."""
         service, _, method = full_method.lstrip("/").rpartition("/")
         kind = ("bidi_stream" if handler.request_streaming and handler.response_streaming else
                 "client_stream" if handler.request_streaming else
@@ -88,9 +80,4 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
             finally:
                 done(context, start, error)
 
-        make = {
-            (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
-        }[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
-        return make(stream if inspect.isasyncgenfunction(behavior) else call,
-                    request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+        return same_shape(handler, stream if inspect.isasyncgenfunction(behavior) else call)

@@ -11,8 +11,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from contextlib import closing
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
 from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.launcher import LocalRun
-from tests.test_live_helpers import sample_sum, scrape, wait_until
+from tests.test_live_helpers import http_get, sample_sum, scrape, wait_until
 
 TMPFS_SIZE = "4m"
 
@@ -65,11 +63,7 @@ def _fill(path: Path) -> None:
 
 
 def _ready(host: str, port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http_get(host, port, "/readyz")
 
 
 def test_disk_full_refuses_submissions_keeps_serving_and_resumes(tmp_path: Path) -> None:

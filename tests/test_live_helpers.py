@@ -5,6 +5,7 @@ Prometheus text parsed with prometheus_client."""
 from __future__ import annotations
 
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +46,15 @@ def scrape(host: str, port: int) -> dict[str, list]:
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def http_get(host: str, port: int, path: str) -> tuple[int, str]:
+    """(status, body) of a plain GET, error statuses included (e.g. /readyz answering 503)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def sample_sum(samples: list, name: str, **labels: str) -> float:

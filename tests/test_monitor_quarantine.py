@@ -9,8 +9,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import urllib.error
-import urllib.request
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -22,9 +20,19 @@ from mlaas_monitor.model import Policy
 from mlaas_monitor.store import Store
 from tests.procs import descendants
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
+from tests.test_live_helpers import http_get
 from tests.test_monitor_durability import gone
 
 F = len(credit_model().schema)
+
+
+def _store(db: Path, policy: Policy | None = None) -> None:
+    """A store with the credit model (and its policy)."""
+    store = Store(db)
+    store.add_model(credit_model())
+    if policy is not None:
+        store.set_policy("credit", policy)
+    store.close()
 
 
 def _start(db: Path, port_file: Path) -> tuple[subprocess.Popen[str], Client]:
@@ -76,10 +84,7 @@ def _quarantined(admin: Client) -> dict[str, float]:
 
 def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> None:
     db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
-    store = Store(db)
-    store.add_model(credit_model())
-    store.set_policy("credit", Policy(reveal_leaf=True))
-    store.close()
+    _store(db, Policy(reveal_leaf=True))
     rows = credit_rows()
     proc, admin = _start(db, port_file)
     try:
@@ -114,11 +119,7 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
 
 
 def _ops(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http_get("127.0.0.1", port, path)
 
 
 def _monitor_up(port: int) -> float:
@@ -133,9 +134,7 @@ def test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready(tmp_path: Path) 
     but makes no progress; the gateway says so in analysim_gateway_monitor_up and /readyz, and
     both recover once the log is back."""
     db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
-    store = Store(db)
-    store.add_model(credit_model())
-    store.close()
+    _store(db)
     proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
                                port_file, "the gateway's port file")  # fmt: skip
     ops = ports["metrics"]
@@ -164,9 +163,7 @@ def test_a_killed_monitor_child_is_restarted(tmp_path: Path) -> None:
     """SIGKILL the monitor a gateway runs as its child: the gateway is not ready while it is
     gone, starts another (analysim_gateway_monitor_restarts_total), and monitoring resumes."""
     db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
-    store = Store(db)
-    store.add_model(credit_model())
-    store.close()
+    _store(db)
     rows = credit_rows()
     proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
                                port_file, "the gateway's port file")  # fmt: skip
