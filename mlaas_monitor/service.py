@@ -153,9 +153,9 @@ class Gateway:
         self._admin_hash = auth.hash_key(admin_key)
         self._models: dict[str, Model] = {}
         self._unavailable: dict[str, str] = {}  # model id -> why it cannot be loaded
-        # model id -> (config generation, row's created, reason) of a row that failed: not parsed
-        # again (a large broken row parsed on every request stalled the event loop) until it changes.
-        self._broken: dict[str, tuple[int, float | None, str]] = {}
+        # model id -> (row's created, reason) of a row that failed: not parsed again (a large
+        # broken row parsed on every request stalled the event loop) until it is written anew.
+        self._broken: dict[str, tuple[float | None, str]] = {}
         self._by_hash: dict[str, _User] = {}
         self._by_name: dict[str, _User] = {}
         self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
@@ -229,13 +229,13 @@ class Gateway:
             # isolated meanwhile: its routes answer 503 with the reason, every other model
             # keeps serving.
             broken = self._broken.get(model_id)
-            if broken is not None and broken[:2] == (self._config_generation, self.store.model_created(model_id)):
-                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[2]}", "model_id")
+            if broken is not None and broken[0] == self.store.model_created(model_id):
+                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[1]}", "model_id")
             try:
                 created = self.store.model_created(model_id)
                 m = self.store.load_model(model_id)
             except ModelUnavailable as e:
-                self._broken[model_id] = (self._config_generation, created, e.reason)
+                self._broken[model_id] = (created, e.reason)
                 self.metrics.model_load_failures.labels(model_id).inc()
                 self._mark_unavailable(model_id, e.reason)
                 raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e

@@ -332,13 +332,18 @@ class Store:
         """The store for messages: its path, or its URL without the password."""
         return self._backend.describe()
 
+    def _schema_version(self, db: Connection) -> int | None:
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return None if row is None else int(row[0])
+
     def _migrate(self) -> None:
         b = self._backend
         with self._write("migrated") as db:
             b.migration_lock(db)
-            if b.columns(db, "meta"):
-                # An existing store: every table it had must still be there. One re-created
-                # empty would lose its rows in silence (a ledger billed from zero).
+            if b.columns(db, "meta") and self._schema_version(db) == SCHEMA_VERSION:
+                # A store of this version: every table it had must still be there. One
+                # re-created empty would lose its rows in silence (a ledger billed from zero).
+                # (An older store is migrated: the tables its version lacks are made.)
                 missing = [t for t in _TABLES if not b.columns(db, t)]
                 if missing:
                     one = len(missing) == 1

@@ -440,11 +440,12 @@ class LiveScheduler:
             self._failures.append((ev.time_s, ev.job_id, ev.message))
 
     def _on_heartbeat(self, s: Session, hb: apb.Heartbeat) -> None:
-        if len(hb.nodes) > len(s.nodes):  # more than it holds: each node once at most
+        most = 2 * len(s.nodes) + 8  # an agent sends each of its nodes once
+        if len(hb.nodes) > most:
             self.metrics.agent_events.labels("oversized_heartbeat").inc()
             log.warning("agent %s sent telemetry for %d nodes, it holds %d; only the first %d read", s.agent_id,
-                        len(hb.nodes), len(s.nodes), len(s.nodes), extra={"source": s.agent_id})
-        for node in hb.nodes[:len(s.nodes)]:
+                        len(hb.nodes), len(s.nodes), most, extra={"source": s.agent_id})
+        for node in hb.nodes[:most]:
             i = self.node_index.get(node.node)
             if i is None or node.node not in s.nodes:
                 self.metrics.agent_events.labels("unknown_node").inc()

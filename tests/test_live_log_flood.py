@@ -56,6 +56,6 @@ def test_a_flood_of_bad_reports_is_counted_not_logged(tmp_path: Path) -> None:
                 call.cancel()
         log = run.scheduler.log.read_text()
     lines = [line for line in log.splitlines() if "agent-0" in line]
-    assert len(lines) <= 40, len(lines)
+    assert len(lines) <= 60, len(lines)
     assert len(log) < 20_000, len(log)
-    assert left_out >= 100_000 - 40
+    assert left_out >= 100_000 - 60
