@@ -42,21 +42,21 @@ from tests.polling import wait_until  # noqa: E402
 from tests.test_live_helpers import wait_port_free  # noqa: E402
 
 # Each fault test, with the fault it injects (issue 34's numbering).
-FAULT_TESTS = [
-    ("1 agent stalled past its deadline (lockstep)", "tests/test_live_faults.py::test_lockstep_agent_stalled_past_its_deadline_comes_back"),
-    ("2 poison query-log rows (7 kinds)", "tests/test_monitor_quarantine.py::test_poison_rows_are_quarantined_and_the_monitor_goes_on"),
-    ("2 monitor unable to read the log", "tests/test_monitor_quarantine.py::test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready"),
-    ("3 disk full under the journal", "tests/test_live_disk_full.py"),
-    ("4 damaged journals (cut, flipped, WAL, empty)", "tests/test_live_journal_damage.py"),
-    ("5 large broken model row", "tests/test_gateway_faults.py::test_a_large_broken_model_row_is_parsed_once_until_it_changes"),
-    ("6 store missing its ledger", "tests/test_gateway_faults.py::test_a_store_missing_its_ledger_is_refused_not_recreated"),
-    ("7 monitor child SIGKILLed", "tests/test_monitor_quarantine.py::test_a_killed_monitor_child_is_restarted"),
-    ("8 flood of agent reports (3 MB message)", "tests/test_live_log_flood.py"),
-    ("9 malformed protobuf, hostile ids", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
-    ("9 malformed protobuf (gateway)", "tests/test_contract_faults.py::test_gateway_answers_malformed_bytes_with_invalid_argument"),
-    ("9 tokens rotated, SIGHUP", "tests/test_contract_faults.py::test_tokens_rotated_under_a_running_scheduler_take_effect_at_once"),
-    ("10 50 uploads announcing 1 MB, sending 1 byte", "tests/test_gateway_faults.py::test_slow_uploads_are_cut_off_and_capped"),
-    ("10 per-step latencies bounded", "tests/test_latency_quantiles.py"),
+FAULT_TESTS = [  # (fault, how many injected, the test)
+    ("1 agent stalled past its deadline (lockstep)", "1", "tests/test_live_faults.py::test_lockstep_agent_stalled_past_its_deadline_comes_back"),
+    ("2 poison query-log rows (7 kinds)", "7", "tests/test_monitor_quarantine.py::test_poison_rows_are_quarantined_and_the_monitor_goes_on"),
+    ("2 monitor unable to read the log", "1", "tests/test_monitor_quarantine.py::test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready"),
+    ("3 disk full under the journal", "1", "tests/test_live_disk_full.py"),
+    ("4 damaged journals (cut, flipped, WAL, empty)", "4", "tests/test_live_journal_damage.py"),
+    ("5 large broken model row (20 requests)", "1", "tests/test_gateway_faults.py::test_a_large_broken_model_row_is_parsed_once_until_it_changes"),
+    ("6 store missing its ledger", "1", "tests/test_gateway_faults.py::test_a_store_missing_its_ledger_is_refused_not_recreated"),
+    ("7 monitor child SIGKILLed", "1", "tests/test_monitor_quarantine.py::test_a_killed_monitor_child_is_restarted"),
+    ("8 flood of agent reports (one 3 MB message)", "125,000", "tests/test_live_log_flood.py"),
+    ("9 malformed protobuf, hostile ids (scheduler)", "14", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
+    ("9 malformed protobuf (gateway)", "2", "tests/test_contract_faults.py::test_gateway_answers_malformed_bytes_with_invalid_argument"),
+    ("9 tokens rotated, SIGHUP", "2", "tests/test_contract_faults.py::test_tokens_rotated_under_a_running_scheduler_take_effect_at_once"),
+    ("10 uploads announcing 1 MB, sending 1 byte", "50", "tests/test_gateway_faults.py::test_slow_uploads_are_cut_off_and_capped"),
+    ("10 per-step latencies bounded (200,000 steps)", "-", "tests/test_latency_quantiles.py"),
 ]
 
 
@@ -120,7 +120,7 @@ def stall_drill(tmp: Path, jobs: int, stalls: int) -> dict:
 
 def fault_tests(tmp: Path) -> list[dict]:
     report = tmp / "junit.xml"
-    ids = [t for _, t in FAULT_TESTS]
+    ids = [t for _, _, t in FAULT_TESTS]
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *ids],
                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
     cases = []
@@ -132,13 +132,14 @@ def fault_tests(tmp: Path) -> list[dict]:
         cases.append({"path": path, "name": tc.get("name", ""), "ok": not bad, "skipped": skipped,
                       "seconds": float(tc.get("time", 0)), "tracebacks": 0 if not bad else text.count("Traceback")})
     out = []
-    for label, test in FAULT_TESTS:
+    for label, faults, test in FAULT_TESTS:
         path, _, name = test.partition("::")
         mine = [c for c in cases if c["path"] == path and (not name or c["name"] == name)]
-        out.append({"drill": label, "faults": len(mine), "work": "", "lost": 0 if mine and all(c["ok"] for c in mine) else "?",
+        out.append({"drill": label, "faults": faults, "work": "-", "lost": 0 if mine and all(c["ok"] for c in mine) else "?",
                     "tracebacks": sum(c["tracebacks"] for c in mine), "ok": bool(mine) and all(c["ok"] for c in mine),
                     "seconds": sum(c["seconds"] for c in mine),
-                    "note": f"`{test}`" + (" (skipped)" if any(c["skipped"] for c in mine) else "")})
+                    "note": f"`{test}` ({len(mine)} test{'s' * (len(mine) > 1)})"
+                            + (" (skipped)" if any(c["skipped"] for c in mine) else "")})
     return out
 
 
