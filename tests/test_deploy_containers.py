@@ -30,8 +30,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,14 +133,20 @@ class HealthChecks(threading.Thread):
         self.project, self.stopped = project, threading.Event()
 
     def run(self) -> None:
-        while not self.stopped.is_set():
-            names = containers.podman("ps", "--filter", f"label=com.docker.compose.project={self.project}",
-                                      "--format", "{{.Names}}", check=False).stdout.split()  # fmt: skip
-            for name in names:
-                # A check that hangs counts as failed; the next round runs it again.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    containers.podman("healthcheck", "run", name, check=False, timeout=30)
-            self.stopped.wait(2.0)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            while not self.stopped.is_set():
+                ps = containers.podman("ps", "--filter", f"label=com.docker.compose.project={self.project}",
+                                       "--format", "{{.Names}} {{.Status}}", check=False).stdout.splitlines()
+                # Those with a healthcheck (their status says how it went), all at once.
+                names = [line.split()[0] for line in ps if line.endswith(("(healthy)", "(unhealthy)", "(starting)"))]
+                list(pool.map(self.check, names))
+                self.stopped.wait(2.0)
+
+    @staticmethod
+    def check(name: str) -> None:
+        # A check that hangs counts as failed; the next round runs it again.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            containers.podman("healthcheck", "run", name, check=False, timeout=30)
 
 
 def override(tmp: Path, image: str, prometheus: str) -> Path:
@@ -211,6 +219,11 @@ def project(images: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -
 
 def test_the_stack_in_containers(project: Project) -> None:
     p = project
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:  # where the time goes (pytest -s shows it)
+        print(f"{time.monotonic() - t0:6.1f} s  {what}", file=sys.stderr)
+
     for s in HEALTHY:
         wait_until(lambda s=s: p.health(s) == "healthy", DEADLINE_S, f"{s}'s HEALTHCHECK", poll_s=0.5)
     running = containers.podman("ps", "--filter", f"label=com.docker.compose.project={p.name}",
@@ -220,11 +233,15 @@ def test_the_stack_in_containers(project: Project) -> None:
             uid = containers.podman("exec", p.container(s), "id", "-u").stdout.strip()
             assert uid == UID, f"{s} runs as uid {uid}"
 
+    mark("healthy, uid checked")
     prom = Prom(f"http://127.0.0.1:{p.port('prometheus', 9090)}")
     wait_until(lambda: urlopen_ok(f"{prom.url}/-/ready"), DEADLINE_S, "Prometheus ready")
     wait_targets_up(prom, 7, DEADLINE_S, "scheduler, 4 agents, gateway by DNS, prometheus")
+    mark("targets up")
     wait_extraction_alerts(prom, DEADLINE_S)
+    mark("extraction alerts")
     wait_every_panel_has_data(prom, DEADLINE_S)
+    mark("every panel has data")
     gpus_in_jobs = prom.query('count(DCGM_FI_DEV_GPU_UTIL{job="agent", pod!="", namespace="demo", container="job"})')
     assert gpus_in_jobs and float(gpus_in_jobs[0]["value"][1]) > 0, "no GPU of a running job under DCGM's names"
 
@@ -235,6 +252,7 @@ def test_the_stack_in_containers(project: Project) -> None:
         lambda: containers.podman("start", agent), DEADLINE_S)
     wait_until(lambda: p.health("agent-1") == "healthy", DEADLINE_S, "agent-1 healthy again", poll_s=0.5)
     assert_benign_users_never_alerted(prom)
+    mark("agent down and back")
 
     # `docker compose restart`: the journal and the store are on volumes, so both resume.
     before_t = virtual_time(prom)
@@ -243,6 +261,7 @@ def test_the_stack_in_containers(project: Project) -> None:
     started = prom.query('process_start_time_seconds{job="scheduler"}')[0]["value"][1]
     r = p.compose("restart", "--timeout", "5", *SERVICES, timeout=UP_DEADLINE_S)
     assert r.returncode == 0, r.stderr[-4000:]
+    mark("compose restart")
     for s in ("scheduler", "gateway"):
         wait_until(lambda s=s: p.health(s) == "healthy", DEADLINE_S, f"{s} healthy after the restart", poll_s=0.5)
     prom = Prom(f"http://127.0.0.1:{p.port('prometheus', 9090)}")  # restarted too (its data on its volume)
@@ -255,6 +274,7 @@ def test_the_stack_in_containers(project: Project) -> None:
     users_after = users(p)
     assert all(users_after.get(u, -1) >= n for u, n in users_before.items()), (users_before, users_after)
     wait_targets_up(prom, 7, DEADLINE_S, "everything back after the restart")
+    mark("resumed after the restart")
 
 
 def urlopen_ok(url: str) -> bool:
