@@ -142,6 +142,18 @@ def from_env_or_build(kind: str) -> str:
     return build()
 
 
+def for_test(kind: str) -> str:
+    """from_env_or_build for a test: skipped (with the reason) where the base images cannot be made."""
+    import pytest
+
+    try:
+        return from_env_or_build(kind)
+    except RuntimeError as e:
+        if "mmdebstrap not installed" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
 def main(argv: list[str]) -> int:
     if argv != ["build"]:
         print("usage: python3 -m tests.containers build", file=sys.stderr)

