@@ -56,8 +56,15 @@ def wait_targets_up(prom: Prom, count: int, deadline_s: float, what: str) -> Non
 
 def wait_extraction_alerts(prom: Prom, deadline_s: float) -> None:
     """The extraction alert fires for the pathfinding attacker and for the colluding group."""
-    wait_until(lambda: {a["subject"] for a in prom.alerts(EXTRACTION)} >= ATTACKERS, deadline_s,
-               "the extraction alert for the pathfinding attacker and the group", poll_s=0.2)
+    try:
+        wait_until(lambda: {a["subject"] for a in prom.alerts(EXTRACTION)} >= ATTACKERS, deadline_s,
+                   "the extraction alert for the pathfinding attacker and the group", poll_s=0.2)
+    except AssertionError as e:
+        status = {(r["metric"]["subject"], r["metric"]["method"]): r["value"][1]
+                  for r in prom.query("max by (subject, method) (analysim_extraction_status)")}
+        intent = {r["metric"]["subject"]: r["value"][1] for r in prom.query("analysim_extraction_intent_alarm")}
+        raise AssertionError(f"{e}: firing {prom.alerts(EXTRACTION)}, pending {prom.alerts(EXTRACTION, 'pending')}, "
+                             f"status {status}, intent {intent}") from None
 
 
 def panel_queries() -> list[tuple[str, str]]:
