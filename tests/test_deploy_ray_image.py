@@ -57,7 +57,7 @@ def test_the_rayjob_runs_in_the_kuberay_image(tmp_path: Path) -> None:
             "-v", f"{spec_dir}:{mounts['spec']}:ro", "-v", f"{results}:{mounts['results']}",
             image, "bash", "-c", script, check=False, timeout=600)
     finally:
-        containers.podman("rm", "-f", name, check=False)
+        containers.podman("rm", "-f", "--volumes", name, check=False)  # and the image VOLUME's anonymous one
     assert r.returncode == 0, f"the RayJob's entrypoint failed in the image:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     out = results / "sweep"
     table = list(csv.DictReader((out / "results.csv").open()))
