@@ -57,6 +57,28 @@ def default_profiles() -> list[str]:
     return [p for p in value.split(",") if p]
 
 
+def scrape_every(config: dict, interval: str) -> None:
+    """Scrape and evaluate the rules every ``interval`` (a test's pace) in a Prometheus config."""
+    config["global"].update(scrape_interval=interval, evaluation_interval=interval, scrape_timeout=interval)
+
+
+def write_rules(out: Path, alert_for: str | None = None) -> list[Path]:
+    """deploy/prometheus's rule files (those prometheus.yml names) written under ``out`` at the
+    same relative paths, every alert's ``for:`` replaced by ``alert_for``; their paths."""
+    src = DEPLOY / "prometheus"
+    paths = []
+    for rel in yaml.safe_load((src / "prometheus.yml").read_text())["rule_files"]:
+        rules = yaml.safe_load((src / rel).read_text())
+        for g in rules["groups"]:
+            for r in g["rules"]:
+                if alert_for and "for" in r:
+                    r["for"] = alert_for
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(yaml.safe_dump(rules, sort_keys=False))
+        paths.append(out / rel)
+    return paths
+
+
 @dataclass
 class Service:
     name: str
@@ -222,8 +244,7 @@ class LocalStack:
         out = self.workdir / "prometheus"
         (out / "rules").mkdir(parents=True, exist_ok=True)
         if scrape_interval:
-            config["global"].update(scrape_interval=scrape_interval, evaluation_interval=scrape_interval,
-                                    scrape_timeout=scrape_interval)  # fmt: skip
+            scrape_every(config, scrape_interval)
         for job in config["scrape_configs"]:
             # DNS discovery (a service's replicas) becomes the one local process's target.
             for sd in job.pop("dns_sd_configs", []):
@@ -237,15 +258,7 @@ class LocalStack:
                     elif (host, int(port)) in self.ports:
                         local.append(f"{LOOPBACK}:{self.ports[(host, int(port))]}")
                 sc["targets"] = local
-        config["rule_files"] = []
-        for rel in yaml.safe_load((src / "prometheus.yml").read_text())["rule_files"]:
-            rules = yaml.safe_load((src / rel).read_text())
-            for g in rules["groups"]:
-                for r in g["rules"]:
-                    if alert_for and "for" in r:
-                        r["for"] = alert_for
-            (out / rel).write_text(yaml.safe_dump(rules, sort_keys=False))
-            config["rule_files"].append(str(out / rel))
+        config["rule_files"] = [str(p) for p in write_rules(out, alert_for)]
         path = out / "prometheus.yml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         def ready() -> tuple[bool, str]:
             return agent.connected, "connected to the scheduler" if agent.connected else "not connected"
 
-        runner, port = await start_ops_server(registry_for(agent), args.host, args.metrics_port, ready)
+        runner, port = await start_ops_server(registry_for(agent, cluster.name), args.host, args.metrics_port, ready)
         if args.port_file:
             write_port_file(args.port_file, {"host": args.host, "metrics": port, "pid": os.getpid()})
         conn = Connection(agent, args.scheduler, args.connect_timeout, token=token, tls=tls)

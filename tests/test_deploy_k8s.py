@@ -4,7 +4,10 @@ manifests say what the stack needs: one scheduler with a Recreate strategy and i
 a PVC, agents as a StatefulSet whose pod name is the slice index and whose fleet size matches
 its replicas, the gateway with its store on a PVC and the admin key from a Secret, probes on
 /healthz and /readyz, requests and limits, scrape annotations, and the rules and dashboards as
-ConfigMaps equal to deploy/prometheus and deploy/grafana's files."""
+ConfigMaps equal to deploy/prometheus and deploy/grafana's files. No flag is needed
+(`kubectl apply -k` works as it is): the ConfigMaps' files are copies inside the kustomizations
+(deploy/k8s/copy_files.py), and a stale copy fails here. The image is analysim/analysim at the
+package's version, IfNotPresent (it is built and loaded locally, published nowhere)."""
 
 from __future__ import annotations
 
@@ -12,21 +15,26 @@ import functools
 import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.test_deploy_grafana import deploy_module
+
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 K8S_VERSION = "1.31.0"
+VERSION = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"analysim/analysim:{VERSION}"
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 
 
 @functools.cache
 def render(path: str) -> tuple[dict, ...]:
-    r = subprocess.run(["kubectl", "kustomize", "--load-restrictor=LoadRestrictionsNone", str(DEPLOY / "k8s" / path)],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    # No --load-restrictor: `kubectl apply -k` (and Argo CD, Flux) render with the default.
+    r = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s" / path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return tuple(d for d in yaml.safe_load_all(r.stdout) if d)
 
@@ -44,7 +52,7 @@ def env(container: dict) -> dict[str, object]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize("path", ["base", "overlays/local"])
+@pytest.mark.parametrize("path", ["base", "overlays/local", "overlays/replicas"])
 def test_renders_and_validates(path: str) -> None:
     import kubernetes_validate
 
@@ -95,6 +103,13 @@ def test_the_stack_as_the_issue_describes_it() -> None:
     assert vols["admin-key"]["secret"]["secretName"] == "analysim-admin-key"
     assert env(containers(gw)[-1])["ANALYSIM_ADMIN_KEY_FILE"] == "/run/secrets/analysim/admin_key"
 
+    # Grafana's admin password: a Secret, never its default.
+    graf = find(objs, "Deployment", "grafana")
+    path = env(containers(graf)[0])["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    mount = next(m for m in containers(graf)[0]["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    vol = next(v for v in graf["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    assert vol["secret"]["secretName"] == "analysim-grafana" and "GF_SECURITY_ADMIN_PASSWORD" not in env(containers(graf)[0])
+
     for o in objs:
         if o["kind"] not in ("Deployment", "StatefulSet"):
             continue
@@ -105,7 +120,7 @@ def test_the_stack_as_the_issue_describes_it() -> None:
             pod = o["spec"]["template"]
             assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
             main = pod["spec"]["containers"][0]
-            assert main["image"] == "analysim/analysim:latest"
+            assert main["image"] == IMAGE and main["imagePullPolicy"] == "IfNotPresent"
             assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
             assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
             assert {"name": "metrics", "containerPort": 9100} in main["ports"]
@@ -127,6 +142,23 @@ def test_configmaps_are_the_repository_files() -> None:
     components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in objs if o["kind"] == "StatefulSet"
                   or o["kind"] == "Deployment"}  # fmt: skip
     assert {"scheduler", "agent", "gateway"} <= components
+
+
+def test_the_project_image_everywhere_pinned_and_not_pulled() -> None:
+    for o in render("overlays/replicas"):
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            for c in containers(o):
+                if c["image"].startswith("analysim/"):
+                    assert (c["image"], c.get("imagePullPolicy")) == (IMAGE, "IfNotPresent"), \
+                        f"{o['metadata']['name']}/{c['name']}"
+
+
+def test_the_kustomizations_copies_are_fresh() -> None:
+    copy_files = deploy_module(DEPLOY / "k8s" / "copy_files.py")
+    assert set(copy_files.copies().values()) >= {*(DEPLOY / "prometheus" / "rules").glob("*.yml"),
+                                                 *(DEPLOY / "grafana" / "dashboards").glob("*.json")}
+    stale = [str(p.relative_to(DEPLOY)) for p in copy_files.stale()]
+    assert not stale, f"stale copies {stale}: run python deploy/k8s/copy_files.py"
 
 
 def test_service_monitor() -> None:

@@ -18,8 +18,11 @@ import yaml
 from analysim.cli import build_parser
 from analysim.sweep.spec import expand
 
-RAY_DIR = Path(__file__).resolve().parents[1] / "deploy" / "k8s" / "ray"
-IMAGE = "analysim/analysim:latest"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+RAY_DIR = DEPLOY / "k8s" / "ray"
+# The user the image runs as (deploy/Dockerfile's useradd): Ray's pods must be the same.
+IMAGE_UID = int(re.search(r"useradd [^\n]*--uid (\d+)", (DEPLOY / "Dockerfile").read_text()).group(1))
+IMAGE = "analysim/analysim-ray:0.1.0"  # deploy/Dockerfile with EXTRAS=postgres,ray,plots
 
 
 def docs() -> dict[str, dict]:
@@ -65,6 +68,7 @@ def test_ray_manifests_are_kuberay_objects_from_the_project_image():
             for group, pod in pods(spec):
                 assert all(isinstance(v, str) for v in group["rayStartParams"].values())  # map[string]string
                 assert pod["securityContext"]["runAsNonRoot"] is True
+                assert pod["securityContext"]["runAsUser"] == IMAGE_UID, name  # the image's own user
                 for c in pod["containers"]:
                     assert c["image"] == IMAGE, name
                     for kind in ("requests", "limits"):

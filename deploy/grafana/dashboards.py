@@ -183,6 +183,25 @@ def nodes() -> Dashboard:
             Panel("Healthy GPUs by agent", [(f"sum by (instance) (analysim_gpu_healthy{{{AGENT}}})", "{{instance}}")],
                   stack=True),
         ]),
+         # dcgm-exporter's names (node_agent/metrics.py): what dashboards for real GPU clusters read.
+         ("GPUs under dcgm-exporter's names", [
+            Panel("GPU utilization by job (pod)", [
+                ('avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{instance=~"$agent", pod!=""})', "{{namespace}}/{{pod}}")],
+                  unit="percent", max=100, width=8,
+                  description="DCGM_FI_DEV_GPU_UTIL of the GPUs each running job holds (pod = the job)."),
+            Panel("Framebuffer used by GPU model", [
+                ('sum by (modelName) (DCGM_FI_DEV_FB_USED{instance=~"$agent"})', "used {{modelName}}"),
+                ('sum by (modelName) (DCGM_FI_DEV_FB_FREE{instance=~"$agent"})', "free {{modelName}}")],
+                  unit="mbytes", width=8),
+            Panel("Power draw by node", [('sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE{instance=~"$agent"})', "{{Hostname}}")],
+                  unit="watt", stack=True, width=8),
+            Panel("GPU temperature (hottest) by node", [
+                ('max by (Hostname) (DCGM_FI_DEV_GPU_TEMP{instance=~"$agent"})', "{{Hostname}}")], unit="celsius", width=8),
+            Panel("SM clock by node", [('avg by (Hostname) (DCGM_FI_DEV_SM_CLOCK{instance=~"$agent"}) * 1e6', "{{Hostname}}")],
+                  unit="hertz", width=8),
+            Panel("XID errors", [('max by (Hostname) (DCGM_FI_DEV_XID_ERRORS{instance=~"$agent"})', "{{Hostname}}")],
+                  width=8, description="The last XID error of any GPU of the node (0: none)."),
+        ]),
          ("Agents", [
             Panel("Agents up (scraped) and connected (stream open)", [
                 ('up{job="agent", instance=~"$agent"}', "up {{instance}}"),

@@ -1,0 +1,116 @@
+"""What a running stack must show through Prometheus' HTTP API, whichever way it runs: as local
+processes (tests/test_deploy_stack.py) or in containers (tests/test_deploy_containers.py). Every
+wait polls its condition until a deadline."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from tests.polling import wait_until
+from tests.test_deploy_grafana import dashboards, expand, panels
+
+EXTRACTION = "AnalysimExtractionThresholdCrossed"
+# The tests' changes to compose's environment: attackers at 100 requests/s and jobs at 5/s (so
+# that it all happens within seconds), the scheduler at 3000x.
+TEST_RATES = {"traffic-gateway": {"ANALYSIM_ATTACK_RATE": "100", "ANALYSIM_QUERY_RATE": "10"},
+              "traffic-jobs": {"ANALYSIM_JOB_RATE": "5"}, "scheduler": {"ANALYSIM_SPEED": "3000"}}
+ATTACKERS = {"attacker-pathfinding", "group:ring"}
+BENIGN = ["benign-0", "benign-1", "benign-2"]
+
+
+class Prom:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def get(self, path: str, **params: str) -> Any:
+        q = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}{path}{q}", timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.get("/api/v1/query", query=expr)["result"]
+
+    def has_data(self, expr: str) -> bool:
+        """At least one sample with a number (not NaN: a quantile of nothing is no data)."""
+        return any(not math.isnan(float(r["value"][1])) for r in self.query(expr))
+
+    def alerts(self, name: str, state: str = "firing") -> list[dict]:
+        return [a["labels"] for a in self.get("/api/v1/alerts")["alerts"]
+                if a["labels"]["alertname"] == name and a["state"] == state]  # fmt: skip
+
+
+def wait_targets_up(prom: Prom, count: int, deadline_s: float, what: str) -> None:
+    def up() -> bool:
+        active = prom.get("/api/v1/targets")["activeTargets"]
+        return len(active) == count and all(t["health"] == "up" for t in active)
+
+    wait_until(up, deadline_s, f"every target scraped ({what})", poll_s=0.2)
+
+
+def wait_extraction_alerts(prom: Prom, deadline_s: float) -> None:
+    """The extraction alert fires for the pathfinding attacker and for the colluding group."""
+    try:
+        wait_until(lambda: {a["subject"] for a in prom.alerts(EXTRACTION)} >= ATTACKERS, deadline_s,
+                   "the extraction alert for the pathfinding attacker and the group", poll_s=0.2)
+    except AssertionError as e:
+        status = {(r["metric"]["subject"], r["metric"]["method"]): r["value"][1]
+                  for r in prom.query("max by (subject, method) (analysim_extraction_status)")}
+        intent = {r["metric"]["subject"]: r["value"][1] for r in prom.query("analysim_extraction_intent_alarm")}
+        raise AssertionError(f"{e}: firing {prom.alerts(EXTRACTION)}, pending {prom.alerts(EXTRACTION, 'pending')}, "
+                             f"status {status}, intent {intent}") from None
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(what, PromQL) of every panel query and every template variable of every dashboard."""
+    queries = [(f"{name}: {p['title']}", expand(t["expr"], d))
+               for name, d in dashboards().items() for p in panels(d) for t in p["targets"]]  # fmt: skip
+    for name, d in dashboards().items():
+        for v in d["templating"]["list"]:
+            if v["type"] == "query":
+                metric, label = v["query"]["query"][len("label_values("):-1].rsplit(", ", 1)
+                queries.append((f"{name}: ${v['name']}", expand(f"count by ({label}) ({metric})", d)))
+    return queries
+
+
+def wait_every_panel_has_data(prom: Prom, deadline_s: float) -> None:
+    missing = panel_queries()
+
+    def all_have_data() -> bool:
+        nonlocal missing
+        missing = [(what, q) for what, q in missing if not prom.has_data(q)]
+        return not missing
+
+    try:
+        wait_until(all_have_data, deadline_s, "data for every panel", poll_s=0.5)
+    except AssertionError:
+        raise AssertionError(f"no data for: {missing}") from None
+
+
+def agent_down_alert_fires_and_clears(prom: Prom, instance: str, kill: Callable[[], None],
+                                      start: Callable[[], None], deadline_s: float) -> None:
+    """AnalysimAgentDown fires for exactly that agent once it is killed, and clears once it is back."""
+    kill()
+    wait_until(lambda: [a["instance"] for a in prom.alerts("AnalysimAgentDown")] == [instance], deadline_s,
+               f"AnalysimAgentDown for {instance}", poll_s=0.2)
+    start()
+    wait_until(lambda: not prom.alerts("AnalysimAgentDown", "firing") and not prom.alerts("AnalysimAgentDown", "pending"),
+               deadline_s, "AnalysimAgentDown to clear", poll_s=0.2)
+
+
+def assert_benign_users_never_alerted(prom: Prom) -> None:
+    benign = prom.query(f'count_over_time(ALERTS{{alertname="{EXTRACTION}", subject=~"benign-.*"}}[10m])')
+    assert benign == [], f"the extraction alert was raised for benign users: {benign}"
+    # A benign user may well hold the small model by now (its fidelity warning says so: that is
+    # true), but its queries never look like an attack, which is what the alert pages for.
+    intent = {r["metric"]["subject"]: float(r["value"][1])
+              for r in prom.query('analysim_extraction_intent_alarm{subject=~"benign-.*"}')}
+    assert sorted(intent) == BENIGN and set(intent.values()) == {0.0}, intent
+    attackers = {r["metric"]["subject"] for r in prom.query("analysim_extraction_intent_alarm == 1")}
+    assert attackers >= ATTACKERS, attackers
