@@ -25,14 +25,16 @@ def check_outputs(out: Path, strategies: list[str]) -> dict:  # type: ignore[typ
     assert "tramer" not in json.dumps(summary).lower()  # no dataset-specific constants
     with (out / "curves.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert {r["strategy"] for r in rows} == set(strategies)
-    assert {"ig", "coverage_volume", "coverage_mass", "fidelity", "combined", "prada", "ood", "balanced_fidelity"} <= {
-        r["metric"] for r in rows
-    }
+    assert {r["strategy"] for r in rows} == set(strategies) - {"adaptive"}  # adaptive: a table of its own
+    assert {"ig", "coverage_volume", "coverage_mass", "fidelity", "combined", "best_copy", "prada", "ood", "boundary",
+            "balanced_fidelity", "balanced_fidelity_at_status"} <= {r["metric"] for r in rows}
     assert (out / "status_vs_queries.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for s in strategies:
-        assert (out / f"status_{s}.png").stat().st_size > 1000
-    assert "| strategy | method |" in (out / "table.md").read_text()
+        if s != "adaptive":  # a table of its own, no curve
+            assert (out / f"status_{s}.png").stat().st_size > 1000
+    table = (out / "table.md").read_text()
+    assert "| strategy | method |" in table and "| strategy | curves | calibration error |" in table
+    assert not (out / "store.db.monitor-lock").exists()  # the monitor's lock is no output
     return summary
 
 
@@ -56,18 +58,23 @@ def assert_acceptance(summary: dict) -> None:  # type: ignore[type-arg]
         assert acc["sybil_grouped_automatically"]
         sy = st["sybil"]
         assert sy["accounts_grouped"] == sy["accounts"] >= 2
-        assert sy["accounts_under_threshold"]["coverage_mass"]  # each account alone stays under coverage's threshold
 
 
 def test_monitor_eval_on_a_small_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "eval"
     code = cli_main(["monitor-eval", "--dataset", "wine", "--max-leaf-nodes", "12", "--strategies",
-                     "benign,random,pathfinding,colluding,sybil", "--benign-users", "6", "--accounts", "3",
-                     "--budget", "300", "--sybil-queries", "20", "--out", str(out)])  # fmt: skip
+                     "benign,random,pathfinding,colluding,sybil,adaptive", "--benign-users", "6", "--accounts", "3",
+                     "--budget", "300", "--sybil-queries", "20", "--adaptive-accounts", "1,3", "--out", str(out)])  # fmt: skip
     assert code == 0
     table = capsys.readouterr().out
     assert "| pathfinding | combined |" in table and "acceptance:" in table and "None" not in table
-    summary = check_outputs(out, ["benign", "random", "pathfinding", "colluding", "sybil"])
+    summary = check_outputs(out, ["benign", "random", "pathfinding", "colluding", "sybil", "adaptive"])
+    # The adaptive attacker: one row per k, each knowing the threshold; one account alone
+    # retires before it holds the model, and what it holds when first warned is reported.
+    ad = summary["strategies"]["adaptive"]["runs"]
+    assert [r["accounts"] for r in ad] == [1, 3] and "| 3 |" in table
+    assert ad[0]["accounts_retired"] == 1 and ad[0]["final_extent"] < 1.0
+    assert all(r["warned_at"] is None or r["extent_at_warning"] is not None for r in ad)
     assert summary["model"]["leaves"] >= 5  # wine grows 7 pure leaves under this cap
     col = summary["strategies"]["colluding"]
     assert all(s["coverage_mass"] < col["group_status"]["coverage_mass"] for s in col["member_status"].values())
@@ -108,6 +115,13 @@ def test_calibration_metrics_by_hand() -> None:
     assert cm["calibration_error"] == pytest.approx((abs(0.3 - 0.2) + abs(0.6 - 0.4)) / 2)
     assert r["methods"]["fidelity"]["first_warning"] is None and r["methods"]["fidelity"]["lead"] is None
     assert r["prada_alarm_at"] == 50 and r["ood_alarm_at"] == 50
+    assert cm["max_below_truth"] == pytest.approx(0.0)  # 0.3 >= 0.2, 0.6 >= 0.4
+    assert r["methods"]["fidelity"]["max_below_truth"] == pytest.approx(0.2)  # 0.2 against 0.4 at 50
+    # With the truth computed at the status points themselves, that truth is read instead.
+    aligned = analyse_curve(SubjectCurve("x", "u", status, truth, aligned=[(25, 0.75), (50, 0.8)]),
+                            dict.fromkeys(status[0][1], 0.5), margin=0.1, k=2, delta=0.8)  # fmt: skip
+    assert aligned["methods"]["coverage_mass"]["calibration_error"] == pytest.approx((0.2 + 0.0) / 2)
+    assert aligned["methods"]["ig"]["max_below_truth"] == pytest.approx(0.4)  # 0.1 against 0.5 at 25
     strict = analyse_curve(SubjectCurve("x", "u", status, truth), dict.fromkeys(status[0][1], 0.5), margin=0.05, k=2, delta=0.8)
     assert strict["methods"]["coverage_mass"]["warning_right"] is False
 
