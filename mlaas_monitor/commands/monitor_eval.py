@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", help="target column (default as for 'model train')")
     add_dataset_arguments(p)
     p.add_argument("--strategies", help="comma-separated, from benign, random, pathfinding, colluding, sybil, "
-                   "natural, confidence, slow, adaptive (default: all)")  # fmt: skip
+                   "natural, confidence, slow, adaptive, policies (default: all)")  # fmt: skip
     p.add_argument("--adaptive-accounts", default="1,4,16",
                    help="comma-separated account counts k for the adaptive attacker (default 1,4,16)")
     p.add_argument("--benign-users", type=positive_int, default=50, help="benign population size (default 50)")

@@ -23,7 +23,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,16 @@ from mlaas_monitor.training import encode_dataset, holdout_split, train_model
 ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confidence", "slow")
 # adaptive: path-finding that knows the monitor and stays under its threshold over k
 # accounts (adaptive.py), once per k in --adaptive-accounts; reported in a table of its own.
-EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive")
+# policies: the same tree served under each response policy of RESPONSE_POLICIES (output
+# post-processing as a defence), attacked by path-finding and natural sampling.
+EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "policies")
+RESPONSE_POLICIES = {
+    "leaf ids + confidence (2 decimals)": Policy(reveal_leaf=True, price_micros=0),
+    "confidence, 2 decimals (BigML)": Policy(price_micros=0),
+    "confidence, 1 decimal": Policy(confidence_decimals=1, price_micros=0),
+    "label only": Policy(reveal_confidence=False, price_micros=0),
+}
+POLICY_ATTACKERS = ("pathfinding", "natural")
 MODEL_ID = "target"
 GROUP = "colluders"
 SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -313,8 +322,8 @@ class _Run:
         name = name or f"acct-{self._users}"
         return str(self.admin.call("POST", "/v1/admin/users", {"name": name})["api_key"])
 
-    def history(self, subject: str) -> dict[str, Any]:
-        return self.admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/subjects/{subject}")  # type: ignore[no-any-return]
+    def history(self, subject: str, model_id: str = MODEL_ID) -> dict[str, Any]:
+        return self.admin.call("GET", f"/v1/admin/monitor/{model_id}/subjects/{subject}")  # type: ignore[no-any-return]
 
     def add_curve(self, strategy: str, subject: str, hist: dict[str, Any], truth: list[tuple[int, float]],
                   raw: list[tuple[int, float]] | None = None,
@@ -368,6 +377,10 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = Store(db, background_checkpoint=True)
     store.add_model(model)
+    if "policies" in opts.strategies:  # the same tree under each response policy
+        for i, pol in enumerate(RESPONSE_POLICIES.values()):
+            store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
+            store.set_policy(f"{MODEL_ID}-p{i}", pol)
     admin_key = secrets.token_urlsafe(24)
     summary: dict[str, Any] = {
         "dataset": opts.dataset,
@@ -404,6 +417,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
                     res = _benign(run, seed)
                 elif strategy == "adaptive":
                     res = _adaptive_all(run, seed, k)
+                elif strategy == "policies":
+                    res = _policies(run, seed, k, thresholds, delta)
                 else:
                     res = _attack(run, strategy, seed)
                 res["seconds"] = round(time.perf_counter() - t0, 2)
@@ -432,7 +447,7 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     from analysim.report import can_plot
 
     if can_plot():
-        _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
+        _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm, "boundary": config["boundary_alarm"]})
     return summary
 
 
@@ -452,19 +467,19 @@ def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
             f"PRADA alarms {ev.get('prada_alarms', 0)}/{ev.get('curves', 0)}, OOD alarms {ev.get('ood_alarms', 0)}")  # fmt: skip
 
 
-def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0) -> dict[str, Any]:
+def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID) -> dict[str, Any]:
     """Wait (polling, with a deadline) until the monitor has folded in every query these
     accounts sent, then have it evaluate every subject at the final count."""
     deadline = time.monotonic() + timeout
     want = set(names)
     while True:
-        users = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")["users"]
+        users = admin.call("GET", f"/v1/admin/monitor/{model_id}")["users"]
         if sum(u["n_queries"] for u in users if u["subject"] in want) >= sent:
             break
         if time.monotonic() > deadline:
             raise UserError("the monitor did not catch up with the queries sent")
         time.sleep(0.02)
-    return admin.call("POST", f"/v1/admin/monitor/{MODEL_ID}/evaluate", {})  # type: ignore[no-any-return]
+    return admin.call("POST", f"/v1/admin/monitor/{model_id}/evaluate", {})  # type: ignore[no-any-return]
 
 
 def _benign(run: _Run, seed: int) -> dict[str, Any]:
@@ -664,6 +679,56 @@ def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
     return out
 
 
+def _policies(run: _Run, seed: int, k: int, thresholds: dict[str, float], delta: float) -> dict[str, Any]:
+    """Each response policy as a defence: what path-finding and natural sampling extract
+    from the same tree served under it, and what the monitor's status says about them."""
+    rows = []
+    method = run.admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")["default_method"]
+    for i, (label, _) in enumerate(RESPONSE_POLICIES.items()):
+        model_id = f"{MODEL_ID}-p{i}"
+        for j, strategy in enumerate(POLICY_ATTACKERS):
+            name = f"policy{i}-{strategy}"
+            budget = run.opts.budget if strategy == "natural" else run.opts.pathfinding_budget
+            oracle = Oracle.connect(run.url, [run.new_key(name)], model_id, budget)
+            tracker = FidelityTracker(run.held_X, run.truth)
+            oracle.on_request = tracker
+            if strategy == "pathfinding":
+                pf = Pathfinding(oracle, seed + 10 * i + j)
+                tracker.box = pf.rebuild
+                rebuilt: Any = pf.run()
+            else:
+                rebuilt = run_natural(oracle, run.train_X, seed + 10 * i + j)
+            tracker.finish(oracle, rebuilt)
+            _settle(run.admin, [name], oracle.queries, model_id=model_id)
+            hist = run.history(name, model_id)
+            pts = [(p["n_queries"], {m: float(p.get(m, 0.0)) for m in METHODS}) for p in hist["history"]]
+            c = SubjectCurve(f"policy:{label}", name, pts, tracker.curve, tracker.truth_at(oracle, [n for n, _ in pts]))
+            r = analyse_curve(c, thresholds, run.opts.margin, k, delta)
+            m = r["methods"][method]
+            rows.append({"policy": label, "strategy": strategy, "queries": oracle.queries,
+                         "leaves_found": len(rebuilt.leaves) if isinstance(rebuilt, BoxRebuild) else None,
+                         "final_extent": extent(tracker.curve[-1][1], k), "final_status": m["final_status"],
+                         "calibration_error": m["calibration_error"], "max_below_truth": m["max_below_truth"],
+                         "first_warning": m["first_warning"], "queries_to_bf_090": r["queries_to_bf_090"]})  # fmt: skip
+            oracle.close()
+    return {"accounts": len(rows), "queries_used": sum(r["queries"] for r in rows), "runs": rows,
+            "table": format_policies(rows, method)}  # fmt: skip
+
+
+def format_policies(rows: list[dict[str, Any]], method: str) -> list[str]:
+    def f(v: Any) -> str:
+        return "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+    out = [f"Response policies as defences (the same tree; extent of the attacker's best copy, and {method} on it)", "",
+           f"| policy | attacker | queries | leaves found | extent at the end | {method} at the end | calibration error | "
+           "max below truth | first warning | queries to bf 0.9 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['policy']} | {r['strategy']} | {r['queries']} | {f(r['leaves_found'])} | {f(r['final_extent'])} | "
+                   f"{f(r['final_status'])} | {f(r['calibration_error'])} | {f(r['max_below_truth'])} | "
+                   f"{f(r['first_warning'])} | {f(r['queries_to_bf_090'])} |")  # fmt: skip
+    return out
+
+
 def _linked_subject(admin: ApiClient, names: list[str]) -> str | None:
     """The automatic link group holding the most of these accounts, if any."""
     groups = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")["groups"]
@@ -848,7 +913,7 @@ def _plot(
         fig.savefig(out / f"status_{s}.png", dpi=100)
         plt.close(fig)
     # The default method for every attacker, with each one's truth. Log x axis from the first
-    # evaluation on (queries are positive; the curves start at min_refit).
+    # evaluation on (queries are positive; the statuses start at min_refit).
     fig, ax = plt.subplots(figsize=(8, 4.8))
     first = []
     for i, s in enumerate(x for x in strategies if x != "benign"):
@@ -858,14 +923,15 @@ def _plot(
             if pts:
                 ax.plot(*zip(*pts, strict=True), color=color, label=s)
                 first.append(pts[0][0])
-            tr = [(n, v) for n, v in c.truth if n > 0]
+            # The truth from the monitor's first evaluation on (before it there is no status).
+            start = pts[0][0] if pts else 1
+            tr = [(n, v) for n, v in c.truth if n >= start]
             if tr:
                 ax.plot([n for n, _ in tr], [extent(v, k) for _, v in tr], color=color, linestyle="--", linewidth=0.8)
-                first.append(tr[0][0])
     ax.axhline(thresholds.get(method, 0.5), color="grey", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")
     if first:
-        ax.set_xlim(left=max(1, min(first)))
+        ax.set_xlim(left=max(1.0, 0.9 * min(first)))
     ax.set(xlabel="queries (log scale)", ylabel=f"{method} (solid), true extent (dashed)", ylim=(-0.02, 1.02),
            title=f"Default method ({method}) for each attacker, truth dashed")  # fmt: skip
     ax.grid(alpha=0.3, which="both")
