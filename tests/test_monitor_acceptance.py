@@ -132,3 +132,42 @@ def test_monitor_eval_errors_are_one_line(tmp_path: Path, capsys: pytest.Capture
     assert cli_main(["monitor-eval", "--dataset", "wine", "--accounts", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and "nosuch" in err[0] and "magic" in err[1] and "--accounts" in err[2]
+
+
+def _run_on_a_terminal(args: list[str]) -> str:
+    """Run ``analysim`` with its stderr on a real pseudo-terminal; what the terminal got."""
+    import fcntl
+    import os
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = os.openpty()
+    # A terminal of 100 columns (a fresh pseudo-terminal has none, and tqdm draws nothing on it).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "analysim", *args], stdout=subprocess.DEVNULL, stderr=slave,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(timeout=300) == 0
+    finally:
+        os.close(master)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_monitor_eval_shows_progress_on_a_terminal_unless_told_not_to(tmp_path: Path) -> None:
+    args = ["monitor-eval", "--dataset", "wine", "--max-leaf-nodes", "4", "--strategies", "random", "--budget", "30"]
+    shown = _run_on_a_terminal([*args, "--out", str(tmp_path / "a")])
+    assert "strategy" in shown and "\r" in shown  # a tqdm bar: unit "strategy", redrawn in place
+    quiet = _run_on_a_terminal([*args, "--no-progress", "--out", str(tmp_path / "b")])
+    assert "strategy" not in quiet and "random: 30 queries" in quiet  # the per-strategy lines stay

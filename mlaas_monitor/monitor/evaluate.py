@@ -931,7 +931,13 @@ def _plot(
     ax.axhline(thresholds.get(method, 0.5), color="grey", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")
     if first:
-        ax.set_xlim(left=max(1.0, 0.9 * min(first)))
+        lo = max(1.0, 0.9 * min(first))
+        ax.set_xlim(left=lo)
+        hi = ax.get_xlim()[1]
+        # Plain numbers at 1-2-5 steps: a reader should not have to decode 10^3.
+        ticks = [m * 10**e for e in range(0, 8) for m in (1, 2, 5) if lo <= m * 10**e <= hi]
+        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        ax.minorticks_off()
     ax.set(xlabel="queries (log scale)", ylabel=f"{method} (solid), true extent (dashed)", ylim=(-0.02, 1.02),
            title=f"Default method ({method}) for each attacker, truth dashed")  # fmt: skip
     ax.grid(alpha=0.3, which="both")
