@@ -351,6 +351,8 @@ def boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents:
         Xg = X[rows]
         lo, hi = Xg.min(axis=0), Xg.max(axis=0)
         allowed = [set(range(int(a), int(b) + 1)) if c else set() for a, b, c in zip(lo, hi, domain.categorical, strict=True)]
+        # Open beyond a domain edge the queries reached, as path-finding's boxes are.
+        lo, hi = np.where(lo <= domain.lo, -np.inf, lo), np.where(hi >= domain.hi, np.inf, hi)
         out.leaves.append(LeafBox(labels[rows[0]], lo, hi, allowed))
     return out
 

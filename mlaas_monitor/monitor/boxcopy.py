@@ -35,6 +35,8 @@ class Identities:
     rows: np.ndarray  # (m, d) rows of S (at most ROWS_PER_CLASS per owner class)
     truth: np.ndarray  # (m,) the owner's labels of those rows
     span: np.ndarray  # (d,) each feature's domain range (distances outside a box are shares of it)
+    dom_lo: np.ndarray  # (d,) the domain's edges: a box that reaches one is open beyond it
+    dom_hi: np.ndarray
     categorical: np.ndarray  # (d,) bool: no distance, only the violated predicate
 
     @property
@@ -60,7 +62,8 @@ def identities(
     keep = [rng.permutation(np.flatnonzero(owner == c))[:ROWS_PER_CLASS] for c in np.unique(owner)]
     pick = np.sort(np.concatenate(keep)) if keep else np.empty(0, np.int64)
     span = np.where(dom_hi > dom_lo, dom_hi - dom_lo, 1.0)
-    return Identities(group, label, np.asarray(S, np.float64)[pick], np.asarray(owner)[pick], span, np.asarray(categorical, bool))
+    return Identities(group, label, np.asarray(S, np.float64)[pick], np.asarray(owner)[pick], span,
+                      np.asarray(dom_lo, np.float64), np.asarray(dom_hi, np.float64), np.asarray(categorical, bool))  # fmt: skip
 
 
 def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
@@ -75,7 +78,11 @@ def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
     np.minimum.at(lo, ids.group, summary.lo)
     np.maximum.at(hi, ids.group, summary.hi)
     seen = np.flatnonzero(np.isfinite(lo[:, 0]))
-    lo, hi = lo[seen], hi[seen]
+    # A box that reaches the domain's edge is open beyond it (the subject probed the edge and
+    # stayed in the leaf; path-finding's boxes are open there too): held-out rows may lie
+    # outside the range the domain was taken from.
+    lo = np.where(lo[seen] <= ids.dom_lo, -np.inf, lo[seen])
+    hi = np.where(hi[seen] >= ids.dom_hi, np.inf, hi[seen])
     X = ids.rows
     # Per (row, box): violated predicates, ties broken by the distance outside the box (shares
     # of each numeric feature's range, scaled below one); accumulated per feature to keep
