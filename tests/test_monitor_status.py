@@ -12,7 +12,7 @@ import pytest
 
 from mlaas_monitor.datasets import load_dataset
 from mlaas_monitor.model import Model
-from mlaas_monitor.monitor.attacks import Oracle, Pathfinding, TreeRebuild, balanced_fidelity, boxes_from_log
+from mlaas_monitor.monitor.attacks import Oracle, Pathfinding, TreeRebuild, balanced_fidelity, box_copies
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM, BoundaryState
 from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.evaluate import extent
@@ -49,7 +49,7 @@ def test_best_copy_is_the_attackers_best_copy_all_along(pathfinding_log: tuple[M
     k = len(model.classes)
     for n in (30, X.shape[0] // 4, X.shape[0] // 2, X.shape[0]):
         copies = [TreeRebuild(X[:n], oracle.log_labels[:n]),
-                  boxes_from_log(oracle.domain, X[:n], oracle.log_labels[:n], oracle.log_ident[:n])]  # fmt: skip
+                  *box_copies(oracle.domain, X[:n], oracle.log_labels[:n], oracle.log_ident[:n])]  # fmt: skip
         best = max(extent(balanced_fidelity(c, S, truth), k) for c in copies if c is not None)
         assert monitor_status(model, X[:n], y[:n])["best_copy"] == pytest.approx(best, abs=1e-9), n
     # Path-finding ends with every leaf's box: the copy is exact, and the status says so.

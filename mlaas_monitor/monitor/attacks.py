@@ -335,15 +335,19 @@ def rebuild_from_log(oracle: Oracle) -> TreeRebuild:
     return TreeRebuild(X, oracle.log_labels)
 
 
-def boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> BoxRebuild | None:
+def boxes_from_log(
+    domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any], min_queries: int = 1
+) -> BoxRebuild | None:
     """The copy any attacker can build from answers that reveal leaf identities, whatever
-    it queried: per identity, the bounding box of its queries with that identity (every
-    whole value between the least and the greatest for a categorical feature: the tree
-    splits category indices by thresholds). None when the answers revealed labels only."""
+    it queried: per identity seen at least ``min_queries`` times, the bounding box of its
+    queries with that identity (every whole value between the least and the greatest for a
+    categorical feature: the tree splits category indices by thresholds). None when the
+    answers revealed labels only (or no identity was seen that often)."""
     groups: dict[Any, list[int]] = {}
     for i, ident in enumerate(idents):
         if ident is not None:
             groups.setdefault(ident, []).append(i)
+    groups = {k: v for k, v in groups.items() if len(v) >= min_queries}
     if not groups:
         return None
     out = BoxRebuild(domain)
@@ -357,9 +361,15 @@ def boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents:
     return out
 
 
-def boxes_from_oracle(oracle: Oracle) -> BoxRebuild | None:
+def box_copies(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> list[BoxRebuild | None]:
+    """The two box copies of the answers: every identity's box, and only those of identities
+    seen more than once (a one-query box is a leaf found but not explored yet)."""
+    return [boxes_from_log(domain, X, labels, idents), boxes_from_log(domain, X, labels, idents, min_queries=2)]
+
+
+def boxes_from_oracle(oracle: Oracle) -> list[BoxRebuild | None]:
     X = np.concatenate(oracle.log_X) if oracle.log_X else np.empty((0, oracle.domain.d))
-    return boxes_from_log(oracle.domain, X, oracle.log_labels, oracle.log_ident)
+    return box_copies(oracle.domain, X, oracle.log_labels, oracle.log_ident)
 
 
 class Pathfinding:

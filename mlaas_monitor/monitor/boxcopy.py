@@ -23,6 +23,7 @@ import numpy as np
 from mlaas_monitor.monitor.coverage import Regions, Summary
 from mlaas_monitor.monitor.infogain import balanced_agreement
 
+MIN_BOX_QUERIES = 2  # the second copy keeps the boxes of identities with at least this many queries
 ROWS_PER_CLASS = 1000  # rows of S per owner class the copy is scored on (balanced fidelity is a per-class mean)
 
 
@@ -67,8 +68,11 @@ def identities(
 
 
 def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
-    """Balanced fidelity (on S) of the copy made of the subject's identity boxes; 0 without
-    any box. Discrete features compare as the tree does (whole values inside the box)."""
+    """Balanced fidelity (on S) of the better of two copies made of the subject's identity
+    boxes: every box, and only the boxes of identities seen more than once (a box of one
+    query is a point: path-finding has found that leaf but not explored it yet, and the
+    point would take every row it is nearest to). 0 without any box. Discrete features
+    compare as the tree does (whole values inside the box)."""
     if ids.rows.shape[0] == 0 or not summary.counts.any():
         return 0.0
     g = ids.n_groups
@@ -78,6 +82,7 @@ def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
     np.minimum.at(lo, ids.group, summary.lo)
     np.maximum.at(hi, ids.group, summary.hi)
     seen = np.flatnonzero(np.isfinite(lo[:, 0]))
+    repeated = np.bincount(ids.group, weights=summary.counts, minlength=g)[seen] >= MIN_BOX_QUERIES
     # A box that reaches the domain's edge is open beyond it (the subject probed the edge and
     # stayed in the leaf; path-finding's boxes are open there too): held-out rows may lie
     # outside the range the domain was taken from.
@@ -94,5 +99,8 @@ def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
         key += (below > 0) | (above > 0)
         if not ids.categorical[j]:
             key += np.maximum(np.maximum(below, above), 0.0) / (ids.span[j] * (d + 1))
-    predicted = ids.label[seen][key.argmin(axis=1)]
-    return balanced_agreement(predicted, ids.truth)
+    labels = ids.label[seen]
+    best = balanced_agreement(labels[key.argmin(axis=1)], ids.truth)
+    if repeated.any() and not repeated.all():
+        best = max(best, balanced_agreement(labels[repeated][key[:, repeated].argmin(axis=1)], ids.truth))
+    return best

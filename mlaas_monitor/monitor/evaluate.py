@@ -43,7 +43,7 @@ from mlaas_monitor.monitor.attacks import (
     TreeRebuild,
     agreement,
     balanced_fidelity,
-    boxes_from_log,
+    box_copies,
     boxes_from_oracle,
     confidence_identity,
     rebuild_from_log,
@@ -263,7 +263,7 @@ class FidelityTracker:
         self.explored: list[tuple[int, int]] = []  # (queries, leaves path-finding had explored by then)
 
     def _record(self, n: int, rebuilt: Any, oracle: Oracle) -> None:
-        best = best_copy([rebuilt, rebuild_from_log(oracle), boxes_from_oracle(oracle)], self.X, self.truth)
+        best = best_copy([rebuilt, rebuild_from_log(oracle), *boxes_from_oracle(oracle)], self.X, self.truth)
         self.curve.append((n, best[0]))
         self.raw.append((n, best[1]))
 
@@ -289,7 +289,7 @@ class FidelityTracker:
         out = []
         for n in points:
             copies: list[Any] = [TreeRebuild(X[:n], oracle.log_labels[:n]),
-                                 boxes_from_log(oracle.domain, X[:n], oracle.log_labels[:n], oracle.log_ident[:n])]  # fmt: skip
+                                 *box_copies(oracle.domain, X[:n], oracle.log_labels[:n], oracle.log_ident[:n])]  # fmt: skip
             if self.box is not None:
                 done = max((c for q, c in self.explored if q <= n), default=0)
                 copies.append(BoxRebuild(self.box.domain, self.box.leaves[:done]))
@@ -458,6 +458,8 @@ def _progress_bar(total: int) -> Any:
 
 
 def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
+    if "runs" in res:  # adaptive, policies: a table of their own
+        return f"{strategy}: {len(res['runs'])} runs, {res['queries_used']} queries over {res['accounts']} account(s) (table below)"
     ev = res.get("evaluation") or {}
     m = ev.get("methods", {}).get(method, {})
     w = m.get("first_warning")
@@ -506,7 +508,7 @@ def _benign(run: _Run, seed: int) -> dict[str, Any]:
         truth = []
         for p in hist["history"]:
             n = p["n_queries"]
-            copies = [TreeRebuild(X[:n], o.log_labels[:n]), boxes_from_log(o.domain, X[:n], o.log_labels[:n], o.log_ident[:n])]
+            copies = [TreeRebuild(X[:n], o.log_labels[:n]), *box_copies(o.domain, X[:n], o.log_labels[:n], o.log_ident[:n])]
             truth.append((n, best_copy(copies, run.held_X, run.truth)[0]))
         run.add_curve("benign", name, hist, truth, aligned=truth)
         o.close()
