@@ -397,7 +397,9 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     gw = Gateway(store, admin_key)
     try:
         with GatewayThread(gw, extensions=[local_monitor_extension()]) as t:
-            admin = ApiClient(t.url, admin_key)
+            # The owner's calls wait longer than an attacker's: forcing an evaluation of every
+            # subject (POST .../evaluate) takes seconds on a loaded machine.
+            admin = ApiClient(t.url, admin_key, timeout=300.0)
             config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
             method = config["default_method"]
             summary["default_method"], summary["warning_threshold"] = method, config["thresholds"].get(method)
