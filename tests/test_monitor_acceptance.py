@@ -95,10 +95,11 @@ def test_monitor_eval_on_german_and_adult(tmp_path: Path, dataset: Path) -> None
         assert summary["acceptance"]["pathfinding_within_10x_reference"]
 
 
-# Adult's held-out set is 8,141 rows (every refit is scored on it): there, path-finding runs
-# as the sybil attack alone (the same algorithm over fresh accounts) to keep the test short.
+# Adult's held-out set is 8,141 rows (every refit, and the truth at every status point, is
+# scored on it): there, no path-finding (German runs it, and the sybil attack) to keep the
+# test short; the full evaluation in docs/monitor.md runs every strategy on Adult.
 STRATEGIES = {"german": ("benign", "random", "pathfinding", "sybil", "natural"),
-              "adult": ("benign", "random", "sybil", "natural")}  # fmt: skip
+              "adult": ("benign", "random", "natural")}  # fmt: skip
 
 
 def test_calibration_metrics_by_hand() -> None:
