@@ -233,7 +233,7 @@ def test_gateway_metrics_without_the_admin_key(tmp_path: Path) -> None:
         wait_until(lambda: {"ann", "bob", "group:pair"} <= subjects(), what="status series of both users and the group")
         m = scrape("127.0.0.1", g["metrics"])
         assert sample_sum(m["analysim_extraction_threshold"], "analysim_extraction_threshold",
-                          model="iris", method="coverage_mass") == 0.5
+                          model="iris", method="best_copy") == 0.5  # the default warning method
         assert sample_sum(m["analysim_gateway_user_rows"], "analysim_gateway_user_rows_total", user="ann") == 30
         assert sample_sum(m["analysim_build_info"], "analysim_build_info", service="gateway") == 1
         admin.call("POST", "/v1/admin/users/ann/revoke")

@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", help="target column (default as for 'model train')")
     add_dataset_arguments(p)
     p.add_argument("--strategies", help="comma-separated, from benign, random, pathfinding, colluding, sybil, "
-                   "natural, confidence, slow (default: all)")  # fmt: skip
+                   "natural, confidence, slow, adaptive, policies (default: all)")  # fmt: skip
+    p.add_argument("--adaptive-accounts", default="1,4,16",
+                   help="comma-separated account counts k for the adaptive attacker (default 1,4,16)")
     p.add_argument("--benign-users", type=positive_int, default=50, help="benign population size (default 50)")
     p.add_argument("--benign-median-queries", type=positive_int, default=40,
                    help="median queries per benign user; volumes are log-normal, sigma 1 (default 40)")  # fmt: skip
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--oracle", choices=("leaf", "confidence"), default="leaf",
                    help="what the policy reveals as leaf identity: leaf ids, or label + confidence (BigML)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none unless stderr is a terminal)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run)
 
@@ -53,13 +56,20 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory")
+    try:
+        adaptive = tuple(int(x) for x in args.adaptive_accounts.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--adaptive-accounts: expected comma-separated whole numbers, got {args.adaptive_accounts!r}") from None
+    if not adaptive or min(adaptive) < 1:
+        raise UserError("--adaptive-accounts: expected account counts of at least 1")
     opts = EvalOptions(
         dataset=args.dataset, out=out, strategies=strategies, accounts=args.accounts,
         max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, table=table_options(args),
         seed=args.seed, budget=args.budget, collude_base=args.collude_base, oracle=args.oracle,
         benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
-        reference_queries=args.reference_queries, sybil_queries=args.sybil_queries,
+        reference_queries=args.reference_queries, sybil_queries=args.sybil_queries, adaptive_accounts=adaptive,
     )  # fmt: skip
-    summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True))
+    progress = not args.no_progress and sys.stderr.isatty()
+    summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)
     print(format_table(summary))
     return 0

@@ -142,6 +142,7 @@ class Oracle:
         self._next = 0
         self.log_X: list[np.ndarray] = []  # every row sent, encoded, in order
         self.log_labels: list[int] = []
+        self.log_ident: list[Any] = []  # the leaf identity each answer revealed (None: label only)
         self.on_request: Callable[[Oracle], None] | None = None
 
     @classmethod
@@ -164,6 +165,7 @@ class Oracle:
         self.queries += len(preds)
         self.log_X.append(np.array(X, dtype=np.float64))
         self.log_labels += [p["label"] for p in preds]
+        self.log_ident += [leaf_identity(p) if "leaf" in p or "confidence" in p else None for p in preds]
         if self.on_request is not None:
             self.on_request(self)
         return preds
@@ -241,18 +243,25 @@ def confidence_identity(p: dict[str, Any]) -> Any:
 
 
 class TreeRebuild:
-    """A tree fitted on the (query, label) pairs an attacker collected."""
+    """A tree fitted (to purity) on the (query, label) pairs an attacker collected: the
+    monitor's T_u procedure (``fit_subject_tree``), so that the tree copy has one
+    implementation."""
 
     def __init__(self, X: np.ndarray, labels: Sequence[Any]) -> None:
-        from sklearn.tree import DecisionTreeClassifier
+        from mlaas_monitor.monitor.infogain import fit_subject_tree
 
         self.labels = list(labels)
-        self.est = DecisionTreeClassifier(random_state=0).fit(X, np.array([str(v) for v in labels])) if len(labels) else None
+        names = [str(v) for v in labels]
+        self.classes = sorted(set(names))
+        index = {c: i for i, c in enumerate(self.classes)}
+        y = np.array([index[c] for c in names], dtype=np.int64)
+        self.tree = fit_subject_tree(np.asarray(X, np.float32), y) if len(labels) else None
 
     def predict(self, X: np.ndarray) -> list[str]:
-        if self.est is None:
+        if self.tree is None:
             return ["?"] * X.shape[0]
-        return [str(v) for v in self.est.predict(X)]
+        leaves = self.tree.apply(np.asarray(X, np.float64))
+        return [self.classes[i] for i in self.tree.value[leaves].argmax(axis=1).tolist()]
 
 
 @dataclass
@@ -274,18 +283,25 @@ class BoxRebuild:
         if not self.leaves:
             return ["?"] * X.shape[0]
         n = X.shape[0]
-        cat = self.domain.categorical
-        viol = np.zeros((n, len(self.leaves)), dtype=np.int64)
+        dom = self.domain
+        cat = dom.categorical
+        span = np.where(dom.hi > dom.lo, dom.hi - dom.lo, 1.0)
+        d = X.shape[1]
+        key = np.zeros((n, len(self.leaves)), dtype=np.float64)
         for k, b in enumerate(self.leaves):
             num = np.less(X, b.lo) | np.greater(X, b.hi)
             num[:, cat] = False
-            v = num.sum(axis=1)
+            v = num.sum(axis=1).astype(np.float64)
             for j in np.flatnonzero(cat):
                 v += ~np.isin(X[:, j], list(b.allowed[j]))
-            viol[:, k] = v
+            # Ties broken by how far outside the box the point lies (numeric features, as
+            # shares of their range): below one, so it never outweighs a violated predicate.
+            out = np.maximum(np.maximum(b.lo - X, X - b.hi), 0.0) / span
+            out[:, cat] = 0.0
+            key[:, k] = v + np.nan_to_num(out, posinf=1.0).sum(axis=1) / (d + 1)
         # A point inside a discovered leaf gets its label; elsewhere (an undiscovered leaf)
-        # the leaf it is closest to by violated predicates.
-        best = viol.argmin(axis=1)
+        # the leaf it is closest to by violated predicates, then by distance.
+        best = key.argmin(axis=1)
         return [str(self.leaves[k].label) for k in best.tolist()]
 
 
@@ -317,6 +333,43 @@ def run_random(oracle: Oracle, seed: int = 0, batch: int = 1, default_budget: in
 def rebuild_from_log(oracle: Oracle) -> TreeRebuild:
     X = np.concatenate(oracle.log_X) if oracle.log_X else np.empty((0, oracle.domain.d))
     return TreeRebuild(X, oracle.log_labels)
+
+
+def boxes_from_log(
+    domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any], min_queries: int = 1
+) -> BoxRebuild | None:
+    """The copy any attacker can build from answers that reveal leaf identities, whatever
+    it queried: per identity seen at least ``min_queries`` times, the bounding box of its
+    queries with that identity (every whole value between the least and the greatest for a
+    categorical feature: the tree splits category indices by thresholds). None when the
+    answers revealed labels only (or no identity was seen that often)."""
+    groups: dict[Any, list[int]] = {}
+    for i, ident in enumerate(idents):
+        if ident is not None:
+            groups.setdefault(ident, []).append(i)
+    groups = {k: v for k, v in groups.items() if len(v) >= min_queries}
+    if not groups:
+        return None
+    out = BoxRebuild(domain)
+    for rows in groups.values():
+        Xg = X[rows]
+        lo, hi = Xg.min(axis=0), Xg.max(axis=0)
+        allowed = [set(range(int(a), int(b) + 1)) if c else set() for a, b, c in zip(lo, hi, domain.categorical, strict=True)]
+        # Open beyond a domain edge the queries reached, as path-finding's boxes are.
+        lo, hi = np.where(lo <= domain.lo, -np.inf, lo), np.where(hi >= domain.hi, np.inf, hi)
+        out.leaves.append(LeafBox(labels[rows[0]], lo, hi, allowed))
+    return out
+
+
+def box_copies(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> list[BoxRebuild | None]:
+    """The two box copies of the answers: every identity's box, and only those of identities
+    seen more than once (a one-query box is a leaf found but not explored yet)."""
+    return [boxes_from_log(domain, X, labels, idents), boxes_from_log(domain, X, labels, idents, min_queries=2)]
+
+
+def boxes_from_oracle(oracle: Oracle) -> list[BoxRebuild | None]:
+    X = np.concatenate(oracle.log_X) if oracle.log_X else np.empty((0, oracle.domain.d))
+    return box_copies(oracle.domain, X, oracle.log_labels, oracle.log_ident)
 
 
 class Pathfinding:

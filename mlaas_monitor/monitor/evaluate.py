@@ -23,7 +23,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 from analysim.errors import UserError
 from mlaas_monitor.datasets import TableOptions, load_dataset
 from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.adaptive import AccountOracle, AdaptivePathfinding, Checkpoint
 from mlaas_monitor.monitor.attacks import (
     ApiClient,
     BoxRebuild,
@@ -42,11 +43,14 @@ from mlaas_monitor.monitor.attacks import (
     TreeRebuild,
     agreement,
     balanced_fidelity,
+    box_copies,
+    boxes_from_oracle,
     confidence_identity,
     rebuild_from_log,
     run_natural,
     run_random,
 )
+from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
 from mlaas_monitor.monitor.linkage import LINK_PREFIX
@@ -56,7 +60,18 @@ from mlaas_monitor.store import Store
 from mlaas_monitor.training import encode_dataset, holdout_split, train_model
 
 ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confidence", "slow")
-EVAL_STRATEGIES = ("benign", *ATTACKERS)
+# adaptive: path-finding that knows the monitor and stays under its threshold over k
+# accounts (adaptive.py), once per k in --adaptive-accounts; reported in a table of its own.
+# policies: the same tree served under each response policy of RESPONSE_POLICIES (output
+# post-processing as a defence), attacked by path-finding and natural sampling.
+EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "policies")
+RESPONSE_POLICIES = {
+    "leaf ids + confidence (2 decimals)": Policy(reveal_leaf=True, price_micros=0),
+    "confidence, 2 decimals (BigML)": Policy(price_micros=0),
+    "confidence, 1 decimal": Policy(confidence_decimals=1, price_micros=0),
+    "label only": Policy(reveal_confidence=False, price_micros=0),
+}
+POLICY_ATTACKERS = ("pathfinding", "natural")
 MODEL_ID = "target"
 GROUP = "colluders"
 SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -84,6 +99,8 @@ class EvalOptions:
     reference_queries: int | None = None  # a published path-finding count to compare with
     sybil_queries: int = 100  # per sybil account
     slow_pause_s: float = 0.001
+    adaptive_accounts: tuple[int, ...] = (1, 4, 16)
+    adaptive_safety: float = 0.1  # an adaptive account retires this far below the threshold
 
 
 # ---- curves and their analysis (pure) ----
@@ -118,14 +135,23 @@ class SubjectCurve:
     strategy: str
     subject: str
     status: list[tuple[int, dict[str, float]]]  # (queries, status per method) at each evaluation
-    truth: list[tuple[int, float]]  # (queries, balanced fidelity of its copy)
+    truth: list[tuple[int, float]]  # (queries, balanced fidelity of its copy), as the attack went
+    # The same truth computed at each status point from exactly the queries the monitor had
+    # folded by then (None: read ``truth`` at or before the point).
+    aligned: list[tuple[int, float]] | None = None
+
+    def truth_at(self, n: int) -> float | None:
+        if self.aligned is not None:
+            return dict(self.aligned).get(n, value_at(self.truth, n))
+        return value_at(self.truth, n)
 
     def method(self, m: str) -> list[tuple[int, float]]:
-        return [(n, s[m]) for n, s in self.status]
+        return [(n, s.get(m, 0.0)) for n, s in self.status]
 
 
 def analyse_curve(
-    c: SubjectCurve, thresholds: dict[str, float], margin: float, k: int, delta: float, ood_alarm: float = 0.5
+    c: SubjectCurve, thresholds: dict[str, float], margin: float, k: int, delta: float, ood_alarm: float = 0.5,
+    boundary_alarm: float = BOUNDARY_ALARM,
 ) -> dict[str, Any]:
     q90 = first_at_least(c.truth, 0.9)
     out: dict[str, Any] = {"queries": c.status[-1][0] if c.status else 0, "queries_to_bf_090": q90,
@@ -133,12 +159,15 @@ def analyse_curve(
                            "final_bf": c.truth[-1][1] if c.truth else None, "methods": {}}  # fmt: skip
     for m in EXTENT_METHODS:
         pts = c.method(m)
-        errs = [abs(v - extent(value_at(c.truth, n) or 1.0 / k, k)) for n, v in pts]
-        t = thresholds[m]
+        signed = [v - extent(c.truth_at(n) or 1.0 / k, k) for n, v in pts]
+        errs = [abs(e) for e in signed]
+        t = thresholds.get(m, 0.5)
         w = first_at_least(pts, t)
-        ext_w = extent(value_at(c.truth, w) or 1.0 / k, k) if w is not None else None
+        ext_w = extent(c.truth_at(w) or 1.0 / k, k) if w is not None else None
         out["methods"][m] = {
             "calibration_error": float(np.mean(errs)) if errs else None,
+            # How far the status ever fell below the truth (0 if never).
+            "max_below_truth": float(max(0.0, -min(signed))) if signed else None,
             "threshold": t,
             "first_warning": w,
             "extent_at_warning": ext_w,
@@ -150,6 +179,9 @@ def analyse_curve(
     out["prada_alarm_at"] = first_at_least(prada, 1.0 - delta)
     out["prada_final"] = prada[-1][1] if prada else 0.0
     out["ood_alarm_at"] = first_at_least(c.method("ood"), ood_alarm)
+    # Quiring et al.'s alarm: the mean in-margin ratio above their threshold.
+    out["boundary_alarm_at"] = next((n for n, v in c.method("boundary") if v > boundary_alarm), None)
+    out["boundary_final"] = c.method("boundary")[-1][1] if c.status else 0.0
     return out
 
 
@@ -164,6 +196,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         leads = [r["lead"] for r in rs if r["lead"] is not None]
         agg["methods"][m] = {
             "calibration_error": float(np.mean(errs)) if errs else None,
+            "max_below_truth": max((r["max_below_truth"] for r in rs if r["max_below_truth"] is not None), default=None),
             "warnings": len(warned),
             "right_warnings": len(right),
             "warning_precision": len(right) / len(warned) if warned else None,
@@ -172,6 +205,8 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         }
     agg["prada_alarms"] = sum(r["prada_alarm_at"] is not None for r in results)
     agg["ood_alarms"] = sum(r["ood_alarm_at"] is not None for r in results)
+    agg["boundary_alarms"] = sum(r["boundary_alarm_at"] is not None for r in results)
+    agg["first_boundary_alarm"] = min((r["boundary_alarm_at"] for r in results if r["boundary_alarm_at"] is not None), default=None)
     agg["queries_to_bf_090"] = results[0]["queries_to_bf_090"] if len(results) == 1 else None
     agg["reached_bf_090"] = sum(r["queries_to_bf_090"] is not None for r in results)
     return agg
@@ -206,11 +241,17 @@ def _warned_in_time(r: dict[str, Any], m: str) -> bool:
 # ---- running it ----
 
 
+def best_copy(copies: list[Any], X: np.ndarray, truth: list[Any]) -> tuple[float, float]:
+    """(balanced fidelity, plain agreement) of the best of these copies (None: not built)."""
+    return max((balanced_fidelity(c, X, truth), agreement(c, X, truth)) for c in copies if c is not None)
+
+
 class FidelityTracker:
-    """What the attacker truly holds, as the attack goes: the balanced fidelity of the better
-    of its copies — the leaf boxes path-finding discovered (best-effort elsewhere) and a tree
-    fitted on every answer it got. Recorded after each request that added a leaf for
-    path-finding, and every ~2 % of queries."""
+    """What the attacker truly holds, as the attack goes: the balanced fidelity of the best
+    of the copies the suite knows how to build from its answers — the leaf boxes
+    path-finding discovered, the boxes of the leaf identities it was told (whatever it
+    queried) and a tree fitted on every answer it got. Recorded after each request that
+    added a leaf for path-finding, and every ~2 % of queries."""
 
     def __init__(self, X: np.ndarray, truth: list[Any]) -> None:
         self.X, self.truth = X, truth
@@ -219,16 +260,17 @@ class FidelityTracker:
         self._next = 1
         self._leaves = -1
         self.box: BoxRebuild | None = None
+        self.explored: list[tuple[int, int]] = []  # (queries, leaves path-finding had explored by then)
 
-    def _record(self, n: int, rebuilt: Any, oracle: Oracle | None = None) -> None:
-        copies = [rebuilt] if oracle is None or rebuilt is None else [rebuilt, rebuild_from_log(oracle)]
-        scored = [(balanced_fidelity(c, self.X, self.truth), agreement(c, self.X, self.truth)) for c in copies]
-        best = max(scored)
+    def _record(self, n: int, rebuilt: Any, oracle: Oracle) -> None:
+        best = best_copy([rebuilt, rebuild_from_log(oracle), *boxes_from_oracle(oracle)], self.X, self.truth)
         self.curve.append((n, best[0]))
         self.raw.append((n, best[1]))
 
     def __call__(self, oracle: Oracle) -> None:
         if self.box is not None:
+            if not self.explored or self.explored[-1][1] != len(self.box.leaves):
+                self.explored.append((oracle.queries, len(self.box.leaves)))
             # When a leaf is added (the box copy changes), and as the answers pile up (the
             # tree copy changes).
             if len(self.box.leaves) != self._leaves or oracle.queries >= self._next:
@@ -237,14 +279,28 @@ class FidelityTracker:
                 self._next = oracle.queries + max(10, oracle.queries // 50)
             return
         if oracle.queries >= self._next:
-            self._record(oracle.queries, rebuild_from_log(oracle))
+            self._record(oracle.queries, None, oracle)
             self._next = oracle.queries + max(10, oracle.queries // 50)
+
+    def truth_at(self, oracle: Oracle, points: list[int]) -> list[tuple[int, float]]:
+        """The balanced fidelity of the best copy from exactly the first n queries, for each
+        n in ``points`` (the monitor's evaluation points): what its status is compared with."""
+        X = np.concatenate(oracle.log_X) if oracle.log_X else np.empty((0, oracle.domain.d))
+        out = []
+        for n in points:
+            copies: list[Any] = [TreeRebuild(X[:n], oracle.log_labels[:n]),
+                                 *box_copies(oracle.domain, X[:n], oracle.log_labels[:n], oracle.log_ident[:n])]  # fmt: skip
+            if self.box is not None:
+                done = max((c for q, c in self.explored if q <= n), default=0)
+                copies.append(BoxRebuild(self.box.domain, self.box.leaves[:done]))
+            out.append((n, best_copy(copies, self.X, self.truth)[0]))
+        return out
 
     def finish(self, oracle: Oracle, rebuilt: Any) -> float:
         if self.curve and self.curve[-1][0] == oracle.queries:
             self.curve.pop()
             self.raw.pop()
-        self._record(oracle.queries, rebuilt, oracle if isinstance(rebuilt, BoxRebuild) else None)
+        self._record(oracle.queries, rebuilt, oracle)
         return self.curve[-1][1]
 
 
@@ -258,6 +314,7 @@ class _Run:
     train_X: np.ndarray
     rows: list[tuple[str, str, int, str, float]] = field(default_factory=list)  # curves.csv
     curves: list[SubjectCurve] = field(default_factory=list)
+    on_queries: Callable[[str, int], None] | None = None  # progress: (strategy, queries sent so far)
     _users: int = 0
 
     def new_key(self, name: str | None = None) -> str:
@@ -265,13 +322,16 @@ class _Run:
         name = name or f"acct-{self._users}"
         return str(self.admin.call("POST", "/v1/admin/users", {"name": name})["api_key"])
 
-    def history(self, subject: str) -> dict[str, Any]:
-        return self.admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/subjects/{subject}")  # type: ignore[no-any-return]
+    def history(self, subject: str, model_id: str = MODEL_ID) -> dict[str, Any]:
+        return self.admin.call("GET", f"/v1/admin/monitor/{model_id}/subjects/{subject}")  # type: ignore[no-any-return]
 
     def add_curve(self, strategy: str, subject: str, hist: dict[str, Any], truth: list[tuple[int, float]],
-                  raw: list[tuple[int, float]] | None = None) -> SubjectCurve:  # fmt: skip
+                  raw: list[tuple[int, float]] | None = None,
+                  aligned: list[tuple[int, float]] | None = None) -> SubjectCurve:  # fmt: skip
         pts = [(p["n_queries"], {m: float(p.get(m, 0.0)) for m in METHODS}) for p in hist["history"]]
-        c = SubjectCurve(strategy, subject, pts, truth)
+        c = SubjectCurve(strategy, subject, pts, truth, aligned)
+        for n, v in aligned or []:
+            self.rows.append((strategy, subject, n, "balanced_fidelity_at_status", v))
         self.curves.append(c)
         for n, st in pts:
             for m, v in st.items():
@@ -283,7 +343,9 @@ class _Run:
         return c
 
 
-def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bool = False) -> dict[str, Any]:
+    """The whole evaluation. ``progress``: a tqdm bar on stderr (the CLI passes it on a
+    terminal unless --no-progress), one step per strategy, the queries sent as it goes."""
     for s in opts.strategies:
         if s not in EVAL_STRATEGIES:
             raise UserError(f"--strategies: unknown strategy {s!r} (expected {', '.join(EVAL_STRATEGIES)})")
@@ -315,6 +377,10 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = Store(db, background_checkpoint=True)
     store.add_model(model)
+    if "policies" in opts.strategies:  # the same tree under each response policy
+        for i, pol in enumerate(RESPONSE_POLICIES.values()):
+            store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
+            store.set_policy(f"{MODEL_ID}-p{i}", pol)
     admin_key = secrets.token_urlsafe(24)
     summary: dict[str, Any] = {
         "dataset": opts.dataset,
@@ -331,7 +397,9 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     gw = Gateway(store, admin_key)
     try:
         with GatewayThread(gw, extensions=[local_monitor_extension()]) as t:
-            admin = ApiClient(t.url, admin_key)
+            # The owner's calls wait longer than an attacker's: forcing an evaluation of every
+            # subject (POST .../evaluate) takes seconds on a loaded machine.
+            admin = ApiClient(t.url, admin_key, timeout=300.0)
             config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
             method = config["default_method"]
             summary["default_method"], summary["warning_threshold"] = method, config["thresholds"].get(method)
@@ -339,22 +407,41 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
             run = _Run(t.url, admin, opts, held_X, truth, train_X)
             thresholds = {m: config["thresholds"].get(m, 0.5) for m in EXTENT_METHODS}
             delta, ood_alarm = config["prada_delta"], config["ood_alarm"]
+            bar = _progress_bar(len(opts.strategies)) if progress else None
+            run.on_queries = (lambda s, n: bar.set_postfix_str(f"{s}: {n} queries", refresh=False)) if bar else None
             for i, strategy in enumerate(opts.strategies):
+                if bar is not None:
+                    bar.set_description(strategy)
                 t0 = time.perf_counter()
                 seed = opts.seed + 1000 * (i + 1)  # distinct starts: attackers must not share probes by chance
                 before = len(run.curves)
-                res = _benign(run, seed) if strategy == "benign" else _attack(run, strategy, seed)
+                if strategy == "benign":
+                    res = _benign(run, seed)
+                elif strategy == "adaptive":
+                    res = _adaptive_all(run, seed, k)
+                elif strategy == "policies":
+                    res = _policies(run, seed, k, thresholds, delta)
+                else:
+                    res = _attack(run, strategy, seed)
                 res["seconds"] = round(time.perf_counter() - t0, 2)
-                per = [analyse_curve(c, thresholds, opts.margin, k, delta, ood_alarm) for c in run.curves[before:]]
+                per = [analyse_curve(c, thresholds, opts.margin, k, delta, ood_alarm, config["boundary_alarm"])
+                       for c in run.curves[before:]]  # fmt: skip
                 res["evaluation"] = aggregate(per) if per else None
                 if len(per) == 1:
                     res["curve"] = per[0]
                 summary["strategies"][strategy] = res
+                if bar is not None:
+                    bar.update(1)
+                    bar.clear()
                 log(_one_line(strategy, res, method))
+            if bar is not None:
+                bar.close()
             summary["sweep"] = sweep(run.curves, opts.margin, k, delta)
             admin.close()
     finally:
         store.close()
+        # The monitor the gateway started has exited with it; its lock file is no output.
+        Path(f"{db}.monitor-lock").unlink(missing_ok=True)
     summary["acceptance"] = _acceptance(summary)
     _write_curves(out / "curves.csv", run.rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -362,11 +449,19 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print) -> dict[str,
     from analysim.report import can_plot
 
     if can_plot():
-        _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm})
+        _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm, "boundary": config["boundary_alarm"]})
     return summary
 
 
+def _progress_bar(total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="strategy", leave=False, mininterval=0.5)
+
+
 def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
+    if "runs" in res:  # adaptive, policies: a table of their own
+        return f"{strategy}: {len(res['runs'])} runs, {res['queries_used']} queries over {res['accounts']} account(s) (table below)"
     ev = res.get("evaluation") or {}
     m = ev.get("methods", {}).get(method, {})
     w = m.get("first_warning")
@@ -376,19 +471,19 @@ def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
             f"PRADA alarms {ev.get('prada_alarms', 0)}/{ev.get('curves', 0)}, OOD alarms {ev.get('ood_alarms', 0)}")  # fmt: skip
 
 
-def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0) -> dict[str, Any]:
+def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID) -> dict[str, Any]:
     """Wait (polling, with a deadline) until the monitor has folded in every query these
     accounts sent, then have it evaluate every subject at the final count."""
     deadline = time.monotonic() + timeout
     want = set(names)
     while True:
-        users = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")["users"]
+        users = admin.call("GET", f"/v1/admin/monitor/{model_id}")["users"]
         if sum(u["n_queries"] for u in users if u["subject"] in want) >= sent:
             break
         if time.monotonic() > deadline:
             raise UserError("the monitor did not catch up with the queries sent")
         time.sleep(0.02)
-    return admin.call("POST", f"/v1/admin/monitor/{MODEL_ID}/evaluate", {})  # type: ignore[no-any-return]
+    return admin.call("POST", f"/v1/admin/monitor/{model_id}/evaluate", {})  # type: ignore[no-any-return]
 
 
 def _benign(run: _Run, seed: int) -> dict[str, Any]:
@@ -412,9 +507,12 @@ def _benign(run: _Run, seed: int) -> dict[str, Any]:
     for name, o in zip(names, oracles, strict=True):
         hist = run.history(name)
         X = np.concatenate(o.log_X)
-        truth = [(p["n_queries"], balanced_fidelity(TreeRebuild(X[: p["n_queries"]], o.log_labels[: p["n_queries"]]),
-                                                    run.held_X, run.truth)) for p in hist["history"]]  # fmt: skip
-        run.add_curve("benign", name, hist, truth)
+        truth = []
+        for p in hist["history"]:
+            n = p["n_queries"]
+            copies = [TreeRebuild(X[:n], o.log_labels[:n]), *box_copies(o.domain, X[:n], o.log_labels[:n], o.log_ident[:n])]
+            truth.append((n, best_copy(copies, run.held_X, run.truth)[0]))
+        run.add_curve("benign", name, hist, truth, aligned=truth)
         o.close()
     return {"accounts": n_users, "queries_used": int(vols.sum()),
             "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())}}  # fmt: skip
@@ -441,7 +539,7 @@ def _attack(run: _Run, strategy: str, seed: int) -> dict[str, Any]:
     elif strategy == "slow":
         oracle = PacedOracle(first.clients, MODEL_ID, first.domain, budget, opts.slow_pause_s)
     tracker = FidelityTracker(run.held_X, run.truth)
-    oracle.on_request = tracker
+    oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, strategy, run.on_queries)
     if base in PATHFINDING_BASED:
         ident = confidence_identity if strategy == "confidence" else None
         pf = Pathfinding(oracle, seed, identity=ident) if ident else Pathfinding(oracle, seed)
@@ -479,12 +577,160 @@ def _attack(run: _Run, strategy: str, seed: int) -> dict[str, Any]:
         subject = names[0]
     hist = run.history(subject)
     res["subject"] = subject
-    run.add_curve(strategy, subject, hist, tracker.curve, tracker.raw)
+    aligned = tracker.truth_at(oracle, [p["n_queries"] for p in hist["history"]])
+    run.add_curve(strategy, subject, hist, tracker.curve, tracker.raw, aligned)
     if strategy == "colluding":
         res["member_status"] = hist.get("member_status", {})
         res["group_status"] = hist["status"]
     oracle.close()
     return res
+
+
+def _reporting(tracker: FidelityTracker, strategy: str, report: Callable[[str, int], None]) -> Callable[[Oracle], None]:
+    def on_request(oracle: Oracle) -> None:
+        tracker(oracle)
+        report(strategy, oracle.queries)
+
+    return on_request
+
+
+def _adaptive_all(run: _Run, seed: int, k: int) -> dict[str, Any]:
+    rows = [_adaptive(run, accounts, seed + accounts, k) for accounts in run.opts.adaptive_accounts]
+    return {"accounts": sum(r["accounts"] for r in rows), "queries_used": sum(r["queries_used"] for r in rows),
+            "runs": rows, "table": format_adaptive(rows, run.opts.adaptive_safety)}  # fmt: skip
+
+
+def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
+    """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py). The
+    fidelity it holds when it is first warned, when the enforcement rule would first act on
+    it, and at the end: how much can be stolen unseen."""
+    admin, opts = run.admin, run.opts
+    config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
+    method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
+    enf = config["enforcement"]
+    names = [f"adaptive{accounts}-{i + 1}" for i in range(accounts)]
+    keys = [run.new_key(n) for n in names]
+    first = Oracle.connect(run.url, keys[:1], MODEL_ID, opts.pathfinding_budget)
+    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], MODEL_ID, first.domain, opts.pathfinding_budget)
+    first.close()
+    tracker = FidelityTracker(run.held_X, run.truth)
+    oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, f"adaptive k={accounts}", run.on_queries)
+
+    def subjects() -> list[dict[str, Any]]:
+        mine = set(names)
+        view = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")
+        return [u for u in view["users"] if u["subject"] in mine] + [
+            g for g in view["groups"] if mine.intersection(g.get("members", []))]  # fmt: skip
+
+    def intent(st: dict[str, float]) -> bool:
+        return st.get("prada", 0.0) >= 1.0 - config["prada_delta"] or st.get("ood", 0.0) >= config["ood_alarm"]
+
+    def look(account: int) -> Checkpoint:
+        # What the monitor says once it has folded every row this account sent.
+        want = {names[i]: oracle.sent[i] for i in range(accounts)}
+        deadline = time.monotonic() + 60
+        while True:
+            subs = subjects()
+            got = {u["subject"]: u["n_queries"] for u in subs}
+            if all(got.get(n, 0) >= c for n, c in want.items()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        name = names[account]
+        own = [x for x in subs if x["subject"] == name or name in x.get("members", [])]
+        return Checkpoint(oracle.queries, max((x["status"][method] for x in own), default=0.0),
+                          any(x.get("warned") for x in subs),
+                          any(x["status"][enf["method"]] >= enf["threshold"] and (not enf["intent"] or intent(x["status"]))
+                              for x in subs))  # fmt: skip
+
+    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look)
+    tracker.box = pf.rebuild
+    rebuilt = pf.run()
+    tracker.finish(oracle, rebuilt)
+    _settle(admin, names, oracle.queries)
+    final = look(0)
+    cps = [*pf.result.checkpoints, final]
+    warned_at = next((c.queries for c in cps if c.warned), None)
+    enforced_at = next((c.queries for c in cps if c.enforced), None)
+    subs = subjects()
+    ext = lambda q: extent(value_at(tracker.curve, q) or 1.0 / k, k)  # noqa: E731
+    oracle.close()
+    return {
+        "accounts": accounts, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
+        "accounts_retired": len(pf.result.retired),
+        "groups": sorted(g["subject"] for g in subs if g.get("members")),
+        "max_subject_status": max((x["status"][method] for x in subs), default=0.0),
+        "warned_at": warned_at, "extent_at_warning": None if warned_at is None else ext(warned_at),
+        "enforced_at": enforced_at, "extent_at_enforcement": None if enforced_at is None else ext(enforced_at),
+        "final_extent": extent(tracker.curve[-1][1], k), "final_balanced_fidelity": tracker.curve[-1][1],
+        "method": method, "threshold": threshold,
+    }  # fmt: skip
+
+
+def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
+    def f(v: Any) -> str:
+        return "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+    out = [f"Adaptive attacker (knows {rows[0]['method']} and its threshold {rows[0]['threshold']:.2f}; each account retires "
+           f"{safety} below it): extent = balanced fidelity beyond a constant copy of its pooled copy", "",
+           "| accounts k | queries | leaves found | accounts retired | groups formed | highest status | first warning at | "
+           "extent then | enforcement rule at | extent then | extent at the end (unwarned: stolen unseen) |",
+           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['accounts']} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
+                   f"{', '.join(r['groups']) or '–'} | {f(r['max_subject_status'])} | {f(r['warned_at'])} | "
+                   f"{f(r['extent_at_warning'])} | {f(r['enforced_at'])} | {f(r['extent_at_enforcement'])} | "
+                   f"{f(r['final_extent'])} |")  # fmt: skip
+    return out
+
+
+def _policies(run: _Run, seed: int, k: int, thresholds: dict[str, float], delta: float) -> dict[str, Any]:
+    """Each response policy as a defence: what path-finding and natural sampling extract
+    from the same tree served under it, and what the monitor's status says about them."""
+    rows = []
+    method = run.admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")["default_method"]
+    for i, (label, _) in enumerate(RESPONSE_POLICIES.items()):
+        model_id = f"{MODEL_ID}-p{i}"
+        for j, strategy in enumerate(POLICY_ATTACKERS):
+            name = f"policy{i}-{strategy}"
+            budget = run.opts.budget if strategy == "natural" else run.opts.pathfinding_budget
+            oracle = Oracle.connect(run.url, [run.new_key(name)], model_id, budget)
+            tracker = FidelityTracker(run.held_X, run.truth)
+            oracle.on_request = tracker
+            if strategy == "pathfinding":
+                pf = Pathfinding(oracle, seed + 10 * i + j)
+                tracker.box = pf.rebuild
+                rebuilt: Any = pf.run()
+            else:
+                rebuilt = run_natural(oracle, run.train_X, seed + 10 * i + j)
+            tracker.finish(oracle, rebuilt)
+            _settle(run.admin, [name], oracle.queries, model_id=model_id)
+            hist = run.history(name, model_id)
+            pts = [(p["n_queries"], {m: float(p.get(m, 0.0)) for m in METHODS}) for p in hist["history"]]
+            c = SubjectCurve(f"policy:{label}", name, pts, tracker.curve, tracker.truth_at(oracle, [n for n, _ in pts]))
+            r = analyse_curve(c, thresholds, run.opts.margin, k, delta)
+            m = r["methods"][method]
+            rows.append({"policy": label, "strategy": strategy, "queries": oracle.queries,
+                         "leaves_found": len(rebuilt.leaves) if isinstance(rebuilt, BoxRebuild) else None,
+                         "final_extent": extent(tracker.curve[-1][1], k), "final_status": m["final_status"],
+                         "calibration_error": m["calibration_error"], "max_below_truth": m["max_below_truth"],
+                         "first_warning": m["first_warning"], "queries_to_bf_090": r["queries_to_bf_090"]})  # fmt: skip
+            oracle.close()
+    return {"accounts": len(rows), "queries_used": sum(r["queries"] for r in rows), "runs": rows,
+            "table": format_policies(rows, method)}  # fmt: skip
+
+
+def format_policies(rows: list[dict[str, Any]], method: str) -> list[str]:
+    def f(v: Any) -> str:
+        return "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+    out = [f"Response policies as defences (the same tree; extent of the attacker's best copy, and {method} on it)", "",
+           f"| policy | attacker | queries | leaves found | extent at the end | {method} at the end | calibration error | "
+           "max below truth | first warning | queries to bf 0.9 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['policy']} | {r['strategy']} | {r['queries']} | {f(r['leaves_found'])} | {f(r['final_extent'])} | "
+                   f"{f(r['final_status'])} | {f(r['calibration_error'])} | {f(r['max_below_truth'])} | "
+                   f"{f(r['first_warning'])} | {f(r['queries_to_bf_090'])} |")  # fmt: skip
+    return out
 
 
 def _linked_subject(admin: ApiClient, names: list[str]) -> str | None:
@@ -531,21 +777,73 @@ def _acceptance(summary: dict[str, Any]) -> dict[str, Any]:
     return acc
 
 
+GOAL_CALIBRATION = 0.05  # mean |status - extent| along the curve
+GOAL_BELOW = 0.15  # never further below the truth than this
+GOAL_PRECISION = 0.95  # warnings right on the benign population
+
+
+def goals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per strategy, the default method against the issue's goals: calibration error <=
+    0.05, never more than 0.15 below the truth, warned before balanced fidelity 0.9 (an
+    attacker; a colluding or sybil group as a group), benign warnings right >= 95 %."""
+    method = summary["default_method"]
+    out: dict[str, dict[str, Any]] = {}
+    for s, r in summary["strategies"].items():
+        ev = r.get("evaluation")
+        if not ev:
+            continue
+        m = ev["methods"][method]
+        g: dict[str, Any] = {"calibration_error": m["calibration_error"], "max_below_truth": m["max_below_truth"]}
+        g["calibration_ok"] = m["calibration_error"] is not None and m["calibration_error"] <= GOAL_CALIBRATION
+        g["below_ok"] = m["max_below_truth"] is not None and m["max_below_truth"] <= GOAL_BELOW
+        if s == "benign":
+            g["precision"] = m["warning_precision"]
+            g["warning_ok"] = m["warning_precision"] is None or m["warning_precision"] >= GOAL_PRECISION
+        else:
+            c = r.get("curve") or {}
+            w, q90 = c.get("methods", {}).get(method, {}).get("first_warning"), c.get("queries_to_bf_090")
+            g["first_warning"], g["queries_to_bf_090"] = w, q90
+            g["warning_ok"] = q90 is None or (w is not None and w < q90)
+        out[s] = g
+    return out
+
+
 def format_table(summary: dict[str, Any]) -> str:
-    """The evaluation as a markdown table: per strategy and method, calibration error,
-    warnings right / issued, first warning, queries to balanced fidelity 0.9, lead, PRADA."""
+    """The evaluation as markdown: the goals (default method per strategy, with the intent
+    signals PRADA, OOD and Quiring et al.'s closeness to the boundary on the same streams),
+    then every extent method per strategy."""
 
     def f(v: Any, nd: int = 3) -> str:
         if v is None:
             return "–"
         return f"{v:.{nd}f}" if isinstance(v, float) else str(v)
 
+    def ok(v: bool) -> str:
+        return "yes" if v else "**no**"
+
     m0 = summary["model"]
-    lines = [f"{summary['dataset']}: {m0['leaves']} leaves, {m0['classes']} classes, majority share "
-             f"{m0['majority_share']:.3f}; default method {summary['default_method']} at "
+    method = summary["default_method"]
+    lines = [f"{summary['dataset']}: {m0['leaves']} leaves, {m0['classes']} classes, {m0['held_out_rows']} held-out rows, "
+             f"majority share {m0['majority_share']:.3f}; default method {method} at "
              f"{f(summary['warning_threshold'], 2)}, margin {summary['margin']}", "",
-             "| strategy | method | threshold | calibration error | right / warnings | first warning | "
-             "queries to bf 0.9 | lead | PRADA alarms | OOD alarms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             f"Goals ({method}): calibration error <= {GOAL_CALIBRATION}, never more than {GOAL_BELOW} below the truth, "
+             f"warned before bf 0.9 (benign: warnings right >= {GOAL_PRECISION})", "",
+             "| strategy | curves | calibration error | max below truth | first warning | queries to bf 0.9 | warning goal | "
+             "PRADA alarms | OOD alarms | boundary alarms (first) |", "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    gs = goals(summary)
+    for s, g in gs.items():
+        ev = summary["strategies"][s]["evaluation"]
+        n = ev["curves"]
+        if s == "benign":
+            mm = ev["methods"][method]
+            warn, q90 = f"{mm['right_warnings']}/{mm['warnings']} right", f"{ev['reached_bf_090']}/{n} reach"
+        else:
+            warn, q90 = f(g["first_warning"]), f(g["queries_to_bf_090"])
+        lines.append(f"| {s} | {n} | {f(g['calibration_error'])} ({ok(g['calibration_ok'])}) | {f(g['max_below_truth'])} "
+                     f"({ok(g['below_ok'])}) | {warn} | {q90} | {ok(g['warning_ok'])} | {ev['prada_alarms']}/{n} | "
+                     f"{ev['ood_alarms']}/{n} | {ev['boundary_alarms']}/{n} ({f(ev['first_boundary_alarm'])}) |")  # fmt: skip
+    lines += ["", "| strategy | method | threshold | calibration error | max below truth | right / warnings | first warning | "
+              "queries to bf 0.9 | lead |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for s, r in summary["strategies"].items():
         ev = r.get("evaluation")
         if not ev:
@@ -553,8 +851,11 @@ def format_table(summary: dict[str, Any]) -> str:
         q90 = ev["queries_to_bf_090"] if ev["curves"] == 1 else f"{ev['reached_bf_090']}/{ev['curves']} reach"
         for m, x in ev["methods"].items():
             lines.append(f"| {s} | {m} | {f(summary['config']['thresholds'].get(m, 0.5), 2)} | {f(x['calibration_error'])} | "
-                         f"{x['right_warnings']}/{x['warnings']} | {f(x['first_warning'])} | {f(q90)} | {f(x['lead'])} | "
-                         f"{ev['prada_alarms']}/{ev['curves']} | {ev['ood_alarms']}/{ev['curves']} |")  # fmt: skip
+                         f"{f(x['max_below_truth'])} | {x['right_warnings']}/{x['warnings']} | {f(x['first_warning'])} | "
+                         f"{f(q90)} | {f(x['lead'])} |")  # fmt: skip
+    for extra in ("adaptive", "policies"):
+        if summary["strategies"].get(extra):
+            lines += ["", *summary["strategies"][extra]["table"]]
     sy = summary["strategies"].get("sybil")
     if sy:
         per = ", ".join(f"{m} {f(v)}" for m, v in sy["max_account_status_by_method"].items())
@@ -580,13 +881,16 @@ def _plot(
     plt = pyplot()
 
     strategies = list(dict.fromkeys(c.strategy for c in curves))
-    # One figure per strategy: a panel per method, status vs queries with the truth overlaid
-    # (the extent: balanced fidelity on the status scale); the benign population as thin lines.
+    # One figure per strategy: a grid of panels, one per method, status vs queries with the
+    # truth overlaid (the extent: balanced fidelity on the status scale); the benign
+    # population as thin lines. Three columns, so that each panel is large enough to read.
+    cols = 3
+    rows = -(-len(METHODS) // cols)
     for s in strategies:
         cs = [c for c in curves if c.strategy == s]
-        fig, axes = plt.subplots(1, len(METHODS), figsize=(3.6 * len(METHODS), 3.4), sharey=True)
-        for ax, m in zip(np.atleast_1d(axes), METHODS, strict=True):
-            lw, alpha = (0.6, 0.5) if len(cs) > 1 else (1.5, 1.0)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), sharey=True, squeeze=False)
+        lw, alpha = (0.7, 0.5) if len(cs) > 1 else (1.6, 1.0)
+        for ax, m in zip(axes.flat, METHODS, strict=False):
             for c in cs:
                 pts = c.method(m)
                 if pts:
@@ -594,25 +898,54 @@ def _plot(
                 if m in EXTENT_METHODS and c.truth:  # intent has no truth to overlay
                     ax.plot([n for n, _ in c.truth], [extent(v, k) for _, v in c.truth], color="tab:orange",
                             linewidth=lw, alpha=alpha, linestyle="--")  # fmt: skip
-            ax.axhline(thresholds.get(m, 0.5) if m in EXTENT_METHODS else alarms.get(m, 0.5), color="grey", linewidth=0.6)
-            ax.set(title=m, xlabel="queries", ylim=(-0.02, 1.02))
-        np.atleast_1d(axes)[0].set_ylabel("status (blue) / true extent (orange, dashed)")
-        fig.suptitle(f"{s}: monitor status vs queries, truth overlaid", fontsize=10)
+            level = thresholds.get(m, 0.5) if m in EXTENT_METHODS else alarms.get(m, 0.5)
+            ax.axhline(level, color="grey", linewidth=0.8, linestyle=":")
+            kind = "extent" if m in EXTENT_METHODS else "intent"
+            ax.set_title(f"{m} ({kind}){'  default' if m == method else ''}", fontsize=11)
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=9)
+        for ax in axes.flat[len(METHODS):]:
+            ax.set_visible(False)
+        for ax in axes[-1]:
+            ax.set_xlabel("queries", fontsize=10)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("status", fontsize=10)
+        fig.suptitle(f"{s}: each method's status (blue) against the true extent (orange, dashed); "
+                     "grey: warning threshold or alarm level", fontsize=11)  # fmt: skip
         fig.tight_layout()
         fig.savefig(out / f"status_{s}.png", dpi=100)
         plt.close(fig)
-    # The default method for every attacker, with each one's truth.
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    # The default method for every attacker, with each one's truth. Log x axis from the first
+    # evaluation on (queries are positive; the statuses start at min_refit).
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    first = []
     for i, s in enumerate(x for x in strategies if x != "benign"):
         for c in (c for c in curves if c.strategy == s):
             color = f"C{i}"
             pts = c.method(method)
             if pts:
                 ax.plot(*zip(*pts, strict=True), color=color, label=s)
-            ax.plot([n for n, _ in c.truth], [extent(v, k) for _, v in c.truth], color=color, linestyle="--", linewidth=0.8)
-    ax.axhline(thresholds.get(method, 0.5), color="grey", linewidth=0.6)
-    ax.set(xscale="symlog", xlabel="queries", ylabel=f"{method} (solid), true extent (dashed)", ylim=(-0.02, 1.02))
-    ax.legend(fontsize=8)
+                first.append(pts[0][0])
+            # The truth from the monitor's first evaluation on (before it there is no status).
+            start = pts[0][0] if pts else 1
+            tr = [(n, v) for n, v in c.truth if n >= start]
+            if tr:
+                ax.plot([n for n, _ in tr], [extent(v, k) for _, v in tr], color=color, linestyle="--", linewidth=0.8)
+    ax.axhline(thresholds.get(method, 0.5), color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xscale("log")
+    if first:
+        lo = max(1.0, 0.9 * min(first))
+        ax.set_xlim(left=lo)
+        hi = ax.get_xlim()[1]
+        # Plain numbers at 1-2-5 steps: a reader should not have to decode 10^3.
+        ticks = [m * 10**e for e in range(0, 8) for m in (1, 2, 5) if lo <= m * 10**e <= hi]
+        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        ax.minorticks_off()
+    ax.set(xlabel="queries (log scale)", ylabel=f"{method} (solid), true extent (dashed)", ylim=(-0.02, 1.02),
+           title=f"Default method ({method}) for each attacker, truth dashed")  # fmt: skip
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=9, loc="upper left")
     fig.tight_layout()
     fig.savefig(out / "status_vs_queries.png", dpi=110)
     plt.close(fig)

@@ -59,6 +59,7 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                 prada_min_queries={"type": "integer", "minimum": 1, "maximum": 1_000_000},
                 ood_alarm={**unit, "description": "intent alarm when the out-of-distribution status reaches this"},
                 ood_min_queries={"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                boundary_alarm={**unit, "description": "Quiring et al.'s alarm on the mean in-margin ratio (reported only)"},
                 enforcement={
                     **_obj(action={"type": "string", "enum": list(ACTIONS)}, method=method, threshold=unit,
                            intent={"type": "boolean", "description": "act only on an attack-like stream"}),
