@@ -494,6 +494,11 @@ class LiveScheduler:
             if not self._taken(job_id):
                 return job_id
 
+    def default_vc(self) -> str:
+        """What a submission without a vc means: "default" on a cluster that names no VCs; on one
+        that does, nothing ("vc is required", with the list), rather than a VC it has not."""
+        return "" if self.cluster.vcs else "default"
+
     def validate(self, spec: JobSpec) -> None:
         c = self.cluster
         if not spec.job_id or len(spec.job_id) > 200:
@@ -504,6 +509,9 @@ class LiveScheduler:
             raise InvalidJob("num_gpus must be at least 1", "bad_gpus")
         if not 0 < spec.gpu_milli <= GPU_MILLI or (spec.gpu_milli < GPU_MILLI and spec.num_gpus != 1):
             raise InvalidJob("gpu_milli must be in 1..1000, and below 1000 only for a 1-GPU job", "bad_gpus")
+        if c.vcs and not spec.vc:
+            raise InvalidJob(f"vc is required on this cluster; its virtual clusters: {', '.join(v.name for v in c.vcs)}",
+                             "unknown_vc")
         if c.vcs and c.vc(spec.vc) is None:
             raise InvalidJob(f"unknown virtual cluster {spec.vc!r}; known: {', '.join(v.name for v in c.vcs)}",
                              "unknown_vc")

@@ -82,7 +82,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         job_id = request.job_id or live.next_client_id()
         spec = JobSpec(job_id=job_id, submit_s=live.event_time(), duration_s=request.duration_s,
                        num_gpus=request.num_gpus, gpu_milli=milli, cpu_milli=request.cpu_milli,
-                       memory_mib=request.memory_mib, vc=request.vc or "default", user=request.user,
+                       memory_mib=request.memory_mib, vc=request.vc or live.default_vc(), user=request.user,
                        gpu_models=tuple(request.gpu_models))
         try:
             live.submit_client(spec)
