@@ -148,10 +148,18 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict] | None, timeseries:
     return written
 
 
+def have_matplotlib() -> bool:
+    """Whether matplotlib can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # sys.modules holds None for it: imports of it fail
+        return False
+
+
 def can_plot() -> bool:
     """Whether matplotlib is installed; if not, says on stderr that default plots are skipped
     (asked-for ones, --plots, are an error: ``pyplot``)."""
-    if importlib.util.find_spec("matplotlib") is not None:
+    if have_matplotlib():
         return True
     print("plots skipped: matplotlib is not installed (pip install 'analysim[plots]')", file=sys.stderr)
     return False

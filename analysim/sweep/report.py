@@ -22,7 +22,7 @@ import numpy as np
 
 from analysim import __version__
 from analysim.errors import UserError
-from analysim.report import pyplot
+from analysim.report import have_matplotlib, pyplot
 from analysim.sweep.results import (
     GROUP_BY_ALL_BUT,
     HIGHER_IS_BETTER,
@@ -48,6 +48,7 @@ COLUMNS = (
     ("frag GPUs", "fragmentation_gpus", 1, "{:.1f}"),
 )
 MAX_LINES = 10  # lines per time-series panel
+NO_FIGURES = "Figure skipped: matplotlib is not installed (pip install 'analysim[plots]')."
 MAX_PANELS = 9
 
 
@@ -379,8 +380,13 @@ def render(folder: Path) -> str:
     if d.inflate:  # a sweep of the FGD experiment: its figure first, the replay ones only if any
         sections = (("Fragmentation as the cluster fills", fig_inflate),) + tuple(
             s for s in sections if d.replay)
+    # The tables need no matplotlib: without it the page has them, and says where the figures went.
+    plotting = have_matplotlib()
     for title, make in sections:
         parts.append(f"<h2>{title}</h2>")
+        if not plotting:
+            parts.append(f"<p class=note>{NO_FIGURES}</p>")
+            continue
         fig = make(d)
         if fig is None:
             parts.append("<p class=note>Not applicable: no replay-mode cell finished.</p>")
