@@ -18,6 +18,8 @@ from grpc_reflection.v1alpha import reflection
 
 from analysim import rpc_status
 from analysim.core.job import GPU_MILLI, JobSpec
+from analysim.grpc_reflection import SERVICE_NAMES as REFLECTION_NAMES
+from analysim.grpc_reflection import add_reflection
 from analysim.report import json_safe
 from protos.analysim.v1 import agent_pb2 as apb
 from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
@@ -310,9 +312,9 @@ def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Ser
         spb.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
         apb.DESCRIPTOR.services_by_name["AgentService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
+        *REFLECTION_NAMES,
     )
-    reflection.enable_server_reflection(names, server)
+    add_reflection(server, reflection.aio.ReflectionServicer(names))
     return server, hs
 
 
