@@ -237,7 +237,7 @@ def fig_mechanisms(d: SweepData) -> tuple[str, str] | str | None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xlabel(f"{key} in the cell")
         ax.grid(alpha=0.3)
-    axs[0].set_ylabel("avg JCT gain over no preemption/migration (%)")
+    axs[0].set_ylabel("avg JCT gain (%)\nover the same cell without them")
     axs[-1].legend(fontsize=7)
     fig.tight_layout()
     return _png(fig), ("Each point is a cell with preemption and/or migration on: how many it did against how much "
@@ -271,7 +271,7 @@ def fig_fairness(d: SweepData) -> tuple[str, str] | None:
         grid = np.array([[np.mean(slow[n][vc]) if slow[n].get(vc) else np.nan for vc in vcs] for n in names])
         im = a2.imshow(np.log10(np.maximum(grid, 1.0)), aspect="auto", cmap="magma_r")
         a2.set_xticks(np.arange(len(vcs)), vcs, rotation=60, fontsize=7)
-        a2.set_yticks(y, [""] * len(names))
+        a2.set_yticks(y, names, fontsize=7)  # rows read without going back to the left panel
         a2.set_xlabel("virtual cluster")
         fig.colorbar(im, ax=a2, label="log10 mean job slowdown")
     else:
