@@ -36,6 +36,13 @@ lint: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden_runs
 
+# Rewrite the sample outputs the docs show (README's sweep table, ...) from the commands that print
+# them (tests/docs_blocks.py; needs ../shared); tests/test_docs.py fails while one is stale. Run it
+# after a change that changes schedules, and commit the result.
+.PHONY: docs-samples
+docs-samples: $(STAMP)
+	$(BIN)/python -m tests.docs_blocks
+
 clean:
 	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache *.so analysim/core/*.so analysim/core/plugins/*.so
 
