@@ -76,6 +76,10 @@ def test_stack(tmp_path: Path) -> None:
             return len(active) == 7 and all(t["health"] == "up" for t in active)
 
         wait_until(targets_up, DEADLINE_S, "every target scraped (scheduler, 4 agents, gateway, prometheus)")
+        # The Prometheus page `make stack` prints opens (Debian's build has only the classic UI).
+        (ui,) = [line.split()[-1] for line in stack.endpoints() if line.startswith("prometheus ")]
+        with urllib.request.urlopen(ui, timeout=10) as r:
+            assert r.status == 200 and "<title>Prometheus" in r.read().decode(), ui
 
         # Extraction: the attacker and the group cross the threshold; no benign user ever does.
         def extraction_firing() -> set[str]:
