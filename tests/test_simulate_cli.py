@@ -173,6 +173,14 @@ def test_compare_shows_progress_on_a_terminal_only(tmp_path):
                                          "compare.png and one folder per run")
 
 
+def test_compare_both_without_a_mechanism_is_one_line(tmp_path):
+    r = analysim("compare", "--jobs", "50", "--both", "--out", str(tmp_path / "c"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "analysim compare: error: --both runs each combination with and without --preemption/--migration: "
+        "give one of them"]
+    assert not (tmp_path / "c").exists()
+
+
 def test_compare_run_killed_is_a_one_line_error_not_a_hang(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "analysim", "compare", "--jobs", "3000", "--cluster", "tiny",
                           "--policies", "fifo,srtf", "--preemption", "--workers", "2",

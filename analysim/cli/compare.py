@@ -46,8 +46,10 @@ def _combos(args: argparse.Namespace) -> list[tuple[str, str, bool, bool]]:
                 build_policy(pol, pl, backfill=args.backfill and pol.startswith("fifo"))
             except ValueError as e:
                 raise UserError(str(e)) from None
+    if args.both and not (args.preemption or args.migration):
+        raise UserError("--both runs each combination with and without --preemption/--migration: give one of them")
     mech = [(args.preemption, args.migration)]
-    if args.both and (args.preemption or args.migration):
+    if args.both:
         mech = [(False, False), (args.preemption, args.migration)]
     return [(pol, pl, pre, mig) for pol in policies for pl in placements for pre, mig in mech]
 
