@@ -48,6 +48,7 @@ docs-samples: $(STAMP)
 # compiled wheel (this machine's Python and platform only: linux_x86_64 is not for PyPI).
 .PHONY: dist
 dist: $(STAMP)
+	rm -rf build  # an earlier build's files would go into these
 	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
 	$(BIN)/python -m pip wheel --no-deps -w dist .

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,9 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _build_pure_wheel(out: Path) -> Path:
+    """From a copy of the checkout: setuptools builds in the source's build/, where an earlier
+    build's files would end up in this wheel (and this build's in the checkout)."""
+    src = out.parent / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "out", "*.egg-info",
+                                                             "__pycache__", ".pytest_cache", ".ruff_cache", "*.so"))
     env = {**os.environ, "ANALYSIM_PURE_PYTHON": "1"}
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                        "-w", str(out), str(ROOT)], env=env, capture_output=True, text=True, timeout=300)
+                        "-w", str(out), str(src)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (wheel,) = out.glob("analysim-*.whl")
     return wheel
