@@ -20,12 +20,12 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status as grpc_rpc_status
 
 from analysim import rpc_status
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.grpc_reflection import SERVICE_NAMES as REFLECTION_NAMES
 from analysim.grpc_reflection import add_reflection
 from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.service import ApiError, Gateway, PredictResult, Principal
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 
 STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,

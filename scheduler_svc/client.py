@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles, secure_channel
 from analysim.tokens import bearer
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.contract import summary_dict, value
 
 # While a run's end is being written out the scheduler refuses submissions with UNAVAILABLE and

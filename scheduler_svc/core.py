@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from analysim._protos.v1 import agent_pb2 as apb
 from analysim.core.cluster import ClusterSpec
 from analysim.core.engine import Decision, Engine, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
@@ -46,7 +47,6 @@ from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
 from analysim.simulation import RunOptions, filter_for_cluster, summary_header
-from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal
 from scheduler_svc.metrics import SchedulerMetrics
@@ -835,7 +835,7 @@ class LiveScheduler:
     def _publish(self, kind: str, job_id: str, nodes: Sequence[str], message: str, t: float | None = None) -> None:
         if not self.watchers:
             return
-        from protos.analysim.v1 import scheduler_pb2 as spb
+        from analysim._protos.v1 import scheduler_pb2 as spb
         from scheduler_svc.contract import value
 
         ev = spb.Event(time_s=self.engine.now if t is None else t, kind=value(spb.EventKind, kind), job_id=job_id,

@@ -17,14 +17,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from analysim import rpc_status
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.core.job import GPU_MILLI, JobSpec
 from analysim.grpc_reflection import SERVICE_NAMES as REFLECTION_NAMES
 from analysim.grpc_reflection import add_reflection
 from analysim.report import json_safe
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
 from scheduler_svc.contract import job_proto, summary_struct, word

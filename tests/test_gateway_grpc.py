@@ -17,11 +17,11 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_fields, refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import Limits
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.reflection import reflected_file_package, reflected_services
 from tests.test_gateway_helpers import (
     ADMIN_KEY,

@@ -12,12 +12,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.rpc_status import refusal_of
 from analysim.tokens import bearer
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.contract import word
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 from tests.threads import CheckedThread

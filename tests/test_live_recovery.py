@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
-from protos.analysim.v1 import scheduler_pb2 as spb
 from tests.test_live_helpers import live, wait_port_free, wait_until
 
 

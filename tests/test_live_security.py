@@ -14,14 +14,14 @@ import grpc
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.cli import main as analysim
 from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles
 from analysim.tokens import bearer
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.auth import new_token
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import ROOT

@@ -39,10 +39,10 @@ def test_pure_wheel_installs_and_simulates_outside_the_repository(tmp_path: Path
         names = z.namelist()
         meta = Parser().parsestr(z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode())
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert tops == {"analysim", "scheduler_svc", "node_agent", "mlaas_monitor", "protos"}, tops
+    assert tops == {"analysim", "scheduler_svc", "node_agent", "mlaas_monitor"}, tops  # no generic "protos"
     assert not any(n.endswith((".so", ".c", ".pyd")) for n in names)
     gen = [n for n in names if n.endswith(("_pb2.py", "_pb2_grpc.py"))]
-    assert gen and all(n.startswith("protos/analysim/v1/") for n in gen), gen
+    assert gen and all(n.startswith("analysim/_protos/v1/") for n in gen), gen
     classifiers = meta.get_all("Classifier")
     assert "Programming Language :: Python :: 3 :: Only" in classifiers and meta["License-Expression"] == "Apache-2.0"
 

@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
                            memory_mib=args.memory_mib)
         except grpc.RpcError as e:
             raise UserError(refusal(e)) from None
-    from protos.analysim.v1 import scheduler_pb2 as spb
+    from analysim._protos.v1 import scheduler_pb2 as spb
     from scheduler_svc.contract import word
 
     start = f", started at t={job.first_start_s:.1f}" if job.HasField("first_start_s") else ""
