@@ -36,8 +36,25 @@ lint: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden_runs
 
+# Rewrite the sample outputs the docs show (README's sweep table, ...) from the commands that print
+# them (tests/docs_blocks.py; needs ../shared); tests/test_docs.py fails while one is stale. Run it
+# after a change that changes schedules, and commit the result.
+.PHONY: docs-samples
+docs-samples: $(STAMP)
+	$(BIN)/python -m tests.docs_blocks
+
+# dist/: the pure-Python wheel (py3-none-any: any Python >= 3.11 and platform, no compiler), the
+# sdist (compiles the core at install where mypy and a C compiler are, as a checkout does), and the
+# compiled wheel (this machine's Python and platform only: linux_x86_64 is not for PyPI).
+.PHONY: dist
+dist: $(STAMP)
+	rm -rf build  # an earlier build's files would go into these
+	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
+	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
+	$(BIN)/python -m pip wheel --no-deps -w dist .
+
 clean:
-	rm -rf $(VENV) out build *.egg-info .pytest_cache .ruff_cache *.so analysim/core/*.so analysim/core/plugins/*.so
+	rm -rf $(VENV) out build dist *.egg-info .pytest_cache .ruff_cache *.so analysim/core/*.so analysim/core/plugins/*.so
 
 # Regenerate the Python gRPC code for every protos/**/*.proto (committed; a test fails when stale).
 .PHONY: protos protos-baseline

@@ -148,10 +148,18 @@ def write_run(out: Path, summary: dict, jobs: Sequence[dict] | None, timeseries:
     return written
 
 
+def have_matplotlib() -> bool:
+    """Whether matplotlib can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # sys.modules holds None for it: imports of it fail
+        return False
+
+
 def can_plot() -> bool:
     """Whether matplotlib is installed; if not, says on stderr that default plots are skipped
     (asked-for ones, --plots, are an error: ``pyplot``)."""
-    if importlib.util.find_spec("matplotlib") is not None:
+    if have_matplotlib():
         return True
     print("plots skipped: matplotlib is not installed (pip install 'analysim[plots]')", file=sys.stderr)
     return False
@@ -194,6 +202,8 @@ def plot_run(summary: dict, completed_jct: Sequence[float], ts: Sequence[dict], 
     if len(completed_jct):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         _cdf(ax, completed_jct, summary.get("policy", ""))
+        ax.set_title(f"{summary.get('policy')} on {summary.get('cluster')}: job completion time, "
+                     f"{len(completed_jct):,} completed jobs", fontsize=10)
         ax.set_xscale("log")
         ax.set_xlabel("job completion time (s)")
         ax.set_ylabel("fraction of jobs")
@@ -206,9 +216,9 @@ def plot_run(summary: dict, completed_jct: Sequence[float], ts: Sequence[dict], 
     return paths
 
 
-def _cdf(ax, values: Iterable[float], label: str) -> None:
+def _cdf(ax, values: Iterable[float], label: str, color: str | None = None) -> None:
     v = np.sort(np.asarray(list(values), dtype=float))
-    ax.plot(np.maximum(v, 1.0), np.arange(1, len(v) + 1) / len(v), label=label, lw=1.2)
+    ax.plot(np.maximum(v, 1.0), np.arange(1, len(v) + 1) / len(v), label=label, lw=1.2, color=color)
 
 
 def plot_inflate(rows: Sequence[dict], out: Path) -> list[Path]:
@@ -242,9 +252,11 @@ def plot_compare(results: Sequence[tuple[str, dict, Sequence[float]]], out: Path
     average JCT and utilization per run."""
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-    for label, _, done in results:
+    # One colour per run in both panels, so that a bar is read against its CDF line.
+    colors = [f"C{i % 10}" for i in range(len(results))]
+    for (label, _, done), color in zip(results, colors, strict=True):
         if len(done):
-            _cdf(a1, done, label)
+            _cdf(a1, done, label, color)
     a1.set_xscale("log")
     a1.set_xlabel("job completion time (s)")
     a1.set_ylabel("fraction of jobs")
@@ -253,7 +265,7 @@ def plot_compare(results: Sequence[tuple[str, dict, Sequence[float]]], out: Path
     labels = [r[0] for r in results]
     jct = [(r[1].get("avg_jct_s") or 0) / 3600 for r in results]
     y = np.arange(len(labels))
-    a2.barh(y, jct, color="tab:blue")
+    a2.barh(y, jct, color=colors)
     a2.set_yticks(y, labels, fontsize=7)
     a2.set_xlabel("average JCT (hours)")
     a2.invert_yaxis()

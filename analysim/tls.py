@@ -24,6 +24,37 @@ def _read(path: str | Path | None, what: str) -> bytes | None:
         raise UserError(f"{what} {path}: cannot read ({e.strerror})") from None
 
 
+# What each side of a TLS connection must be allowed to do by its certificate's extended key
+# usage (RFC 5280 4.2.1.12): a certificate that lists purposes, without this one, is refused by
+# the peer's handshake ("unsupported certificate purpose"), which a waiting client only sees as
+# a closed connection.
+_PURPOSE = {"server": ("serverAuth", "1.3.6.1.5.5.7.3.1"), "client": ("clientAuth", "1.3.6.1.5.5.7.3.2")}
+
+
+def check_purpose(cert_pem: bytes, path: str, flag: str, role: str) -> None:
+    """A one-line error when the certificate's extended key usage leaves out ``role`` ("server"
+    or "client"), saying what to add; one without the extension may do both."""
+    from cryptography import x509
+
+    name, oid = _PURPOSE[role]
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return
+    except ValueError as e:
+        raise UserError(f"{flag} {path}: not a PEM certificate ({e})") from None
+    has = [u.dotted_string for u in eku]
+    if oid in has:
+        return
+    names = {v[1]: v[0] for v in _PURPOSE.values()}
+    listed = ", ".join(names.get(u, u) for u in has) or "none"
+    use = "serve TLS" if role == "server" else "authenticate as a TLS client (mutual TLS)"
+    raise UserError(f"{flag} {path}: its extended key usage ({listed}) does not allow it to {use}: issue it with "
+                    f"extendedKeyUsage = {', '.join(dict.fromkeys([*(names.get(u, u) for u in has), name]))} "
+                    "(docs/live.md, TLS)")
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     cert: str | None = None
@@ -60,6 +91,7 @@ class TlsFiles:
             if self.ca:
                 raise UserError("--tls-ca on a server needs --tls-cert and --tls-key")
             return None
+        check_purpose(pair[1], str(self.cert), "--tls-cert", "server")
         ca = _read(self.ca, "--tls-ca")
         return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
@@ -68,14 +100,18 @@ class TlsFiles:
         if not self.enabled:
             return None
         pair = self._pair()
+        if pair is not None:
+            check_purpose(pair[1], str(self.cert), "--tls-cert", "client")
         return grpc.ssl_channel_credentials(root_certificates=_read(self.ca, "--tls-ca"),
                                             private_key=pair[0] if pair else None,
                                             certificate_chain=pair[1] if pair else None)
 
     def server_ssl_context(self) -> ssl.SSLContext | None:
         """For an HTTP server (aiohttp): None for plaintext."""
-        if self._pair() is None:
+        pair = self._pair()
+        if pair is None:
             return None
+        check_purpose(pair[1], str(self.cert), "--tls-cert", "server")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             ctx.load_cert_chain(self.cert, self.key)

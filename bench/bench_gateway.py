@@ -172,8 +172,8 @@ async def run_grpc(
 ) -> tuple:
     import grpc
 
-    from protos.analysim.v1 import prediction_pb2 as pb
-    from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
+    from analysim._protos.v1 import prediction_pb2 as pb
+    from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 
     def value(v: object) -> pb.Value:
         return pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v)
@@ -256,7 +256,7 @@ def h2load_body(proto: str, model: str, batch: list[list]) -> tuple[bytes, str, 
     """(body, path, extra headers) of one request of a scenario."""
     from grpc_health.v1 import health_pb2
 
-    from protos.analysim.v1 import prediction_pb2 as pb
+    from analysim._protos.v1 import prediction_pb2 as pb
 
     if proto == "http":
         return json.dumps({"rows": batch}).encode(), f"/v1/models/{model}/predict", ["content-type: application/json"]

@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysim._protos.v1 import scheduler_pb2 as spb  # noqa: E402
 from analysim.clusters import parse_cluster, split_nodes  # noqa: E402
-from protos.analysim.v1 import scheduler_pb2 as spb  # noqa: E402
 from scheduler_svc.launcher import LocalRun  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.test_live_helpers import wait_port_free  # noqa: E402

@@ -299,8 +299,20 @@ class LocalStack:
             state = "running" if s.proc is not None and s.proc.poll() is None else "done"
             lines.append(f"{name:<16} {state:<8} {'   '.join(parts) or '-'}   log {s.log}")
         if self.prometheus_port:
-            lines.append(f"{'prometheus':<16} running  http://{LOOPBACK}:{self.prometheus_port}")
+            lines.append(f"{'prometheus':<16} running  {prometheus_ui(f'http://{LOOPBACK}:{self.prometheus_port}')}")
         return lines
+
+
+def prometheus_ui(base: str) -> str:
+    """The page to open: Debian's Prometheus is built without the new (React) UI, which its other
+    pages 404 on, and serves the classic one under /classic/."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/classic/graph", timeout=5) as r:
+            return f"{base}/classic/graph" if r.status == 200 else base
+    except OSError:
+        return base
 
 
 def main(argv: list[str] | None = None) -> int:

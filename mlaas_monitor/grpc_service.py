@@ -17,15 +17,17 @@ from typing import Any
 import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status as grpc_rpc_status
 
 from analysim import rpc_status
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.grpc_decode import MalformedRequestGuard
+from analysim.grpc_reflection import SERVICE_NAMES as REFLECTION_NAMES
+from analysim.grpc_reflection import add_reflection
 from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.service import ApiError, Gateway, PredictResult, Principal
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 STATUS = {
@@ -392,7 +394,5 @@ def build_grpc_server(gw: Gateway, reuse_port: bool = False) -> GrpcServer:
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = [d.full_name for d in pb.DESCRIPTOR.services_by_name.values()]
-    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-        _AuthorisedReflection(gw, [*services, health.SERVICE_NAME, reflection.SERVICE_NAME]), server
-    )
+    add_reflection(server, _AuthorisedReflection(gw, [*services, health.SERVICE_NAME, *REFLECTION_NAMES]))
     return GrpcServer(server, health_servicer, services, predictions)

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
 from analysim.core.cluster import NodeSpec
 from analysim.core.job import GPU_MILLI
 from analysim.tls import TlsFiles, secure_channel
 from analysim.tokens import bearer
 from node_agent.telemetry import gpu_sample, unit
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 
 log = logging.getLogger("node_agent")
 INF = math.inf

@@ -16,7 +16,7 @@ from node_agent.agent import Agent
 from node_agent.telemetry import IDLE_SM_CLOCK_MHZ, GpuModel, gpu_uuid, pci_bus_id, spec
 
 if TYPE_CHECKING:
-    from protos.analysim.v1 import agent_pb2 as apb
+    from analysim._protos.v1 import agent_pb2 as apb
 
 GPU_LABELS = ["node", "gpu", "gpu_model"]
 MIB = 1024**2

@@ -1,7 +1,7 @@
 """A small synchronous Python client for the scheduler service.
 
     with SchedulerClient("127.0.0.1:50051") as c:
-        job = c.submit(num_gpus=4, duration_s=3600, vc="default")
+        job = c.submit(num_gpus=4, duration_s=3600, vc="ee9e8c")  # a VC of the cluster's
         print(c.get_job(job.job_id).status, c.cluster_state().clock.time_s)
 
 Methods return the message an RPC's response wraps (a Job, a ClusterState, a ClockState).
@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles, secure_channel
 from analysim.tokens import bearer
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.contract import summary_dict, value
 
 # While a run's end is being written out the scheduler refuses submissions with UNAVAILABLE and
@@ -29,6 +29,25 @@ from scheduler_svc.contract import summary_dict, value
 # (not a transport failure, e.g. a TLS mismatch, which must surface at once), so callers don't
 # each need a loop.
 WRITING_OUT_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
+class NotServing(TimeoutError):
+    """The scheduler did not answer its health check: why, in one line (the last RpcError)."""
+
+    def __init__(self, target: str, last: grpc.RpcError | None, after_s: float | None = None) -> None:
+        when = f"after {after_s:g} s" if after_s is not None else "(waiting would not help)"
+        why = f": {last.code().name}: {last.details()}" if last is not None else ""
+        super().__init__(f"scheduler at {target} not serving {when}{why}")
+        self.last = last
+
+
+def _final(e: grpc.RpcError) -> bool:
+    """A refusal of this client's TLS, not a server still starting: a handshake that failed
+    (gRPC's message for it, or the certificate error OpenSSL names)."""
+    details = (e.details() or "").lower()
+    return e.code() == grpc.StatusCode.UNAVAILABLE and any(
+        w in details for w in ("handshake failed", "certificate_verify_failed", "certificate verify failed",
+                               "ssl_error", "tlsv1 alert", "verification check failed"))
 
 
 class SchedulerClient:
@@ -50,18 +69,22 @@ class SchedulerClient:
         self.channel.close()
 
     def wait_ready(self, deadline_s: float = 30.0) -> None:
-        """Until the health service says SERVING (or raise TimeoutError)."""
+        """Until the health service says SERVING; else NotServing naming the last error, at
+        once when that error cannot pass by waiting (a TLS handshake refused)."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         end = time.monotonic() + deadline_s
+        last: grpc.RpcError | None = None
         while True:
             try:
                 r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-            except grpc.RpcError:
-                pass
+            except grpc.RpcError as e:
+                last = e
+                if _final(e):
+                    raise NotServing(self.target, e) from None
             if time.monotonic() > end:
-                raise TimeoutError(f"scheduler at {self.target} not serving after {deadline_s:g} s")
+                raise NotServing(self.target, last, deadline_s)
             time.sleep(0.05)
 
     def submit(self, num_gpus: int, duration_s: float, *, job_id: str = "", vc: str = "", user: str = "",

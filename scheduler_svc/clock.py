@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from protos.analysim.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2 as apb
 
 
 class VirtualClock:

@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
-from protos.analysim.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2 as spb
 
 
 def _prefix(enum: EnumTypeWrapper) -> str:

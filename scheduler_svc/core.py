@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from analysim._protos.v1 import agent_pb2 as apb
 from analysim.core.cluster import ClusterSpec
 from analysim.core.engine import Decision, Engine, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
@@ -46,7 +47,6 @@ from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
 from analysim.simulation import RunOptions, filter_for_cluster, summary_header
-from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
 from scheduler_svc.latency import LatencyQuantiles
@@ -509,6 +509,11 @@ class LiveScheduler:
             if not self._taken(job_id):
                 return job_id
 
+    def default_vc(self) -> str:
+        """What a submission without a vc means: "default" on a cluster that names no VCs; on one
+        that does, nothing ("vc is required", with the list), rather than a VC it has not."""
+        return "" if self.cluster.vcs else "default"
+
     def validate(self, spec: JobSpec) -> None:
         c = self.cluster
         if not spec.job_id or len(spec.job_id) > 200:
@@ -519,6 +524,9 @@ class LiveScheduler:
             raise InvalidJob("num_gpus must be at least 1", "bad_gpus")
         if not 0 < spec.gpu_milli <= GPU_MILLI or (spec.gpu_milli < GPU_MILLI and spec.num_gpus != 1):
             raise InvalidJob("gpu_milli must be in 1..1000, and below 1000 only for a 1-GPU job", "bad_gpus")
+        if c.vcs and not spec.vc:
+            raise InvalidJob(f"vc is required on this cluster; its virtual clusters: {', '.join(v.name for v in c.vcs)}",
+                             "unknown_vc")
         if c.vcs and c.vc(spec.vc) is None:
             raise InvalidJob(f"unknown virtual cluster {spec.vc!r}; known: {', '.join(v.name for v in c.vcs)}",
                              "unknown_vc")
@@ -845,7 +853,7 @@ class LiveScheduler:
     def _publish(self, kind: str, job_id: str, nodes: Sequence[str], message: str, t: float | None = None) -> None:
         if not self.watchers:
             return
-        from protos.analysim.v1 import scheduler_pb2 as spb
+        from analysim._protos.v1 import scheduler_pb2 as spb
         from scheduler_svc.contract import value
 
         ev = spb.Event(time_s=self.engine.now if t is None else t, kind=value(spb.EventKind, kind), job_id=job_id,

@@ -17,13 +17,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from analysim import rpc_status
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.core.job import GPU_MILLI, JobSpec
 from analysim.grpc_decode import MalformedRequestGuard
+from analysim.grpc_reflection import SERVICE_NAMES as REFLECTION_NAMES
+from analysim.grpc_reflection import add_reflection
 from analysim.report import json_safe
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
 from scheduler_svc.contract import job_proto, summary_struct, word
@@ -91,7 +93,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         job_id = request.job_id or live.next_client_id()
         spec = JobSpec(job_id=job_id, submit_s=live.event_time(), duration_s=request.duration_s,
                        num_gpus=request.num_gpus, gpu_milli=milli, cpu_milli=request.cpu_milli,
-                       memory_mib=request.memory_mib, vc=request.vc or "default", user=request.user,
+                       memory_mib=request.memory_mib, vc=request.vc or live.default_vc(), user=request.user,
                        gpu_models=tuple(request.gpu_models))
         try:
             live.submit_client(spec)
@@ -325,9 +327,9 @@ def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Ser
         spb.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
         apb.DESCRIPTOR.services_by_name["AgentService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
+        *REFLECTION_NAMES,
     )
-    reflection.enable_server_reflection(names, server)
+    add_reflection(server, reflection.aio.ReflectionServicer(names))
     return server, hs
 
 

@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from protos.analysim.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2 as apb
 
 INF = math.inf
 

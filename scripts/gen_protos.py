@@ -2,13 +2,13 @@
 """Regenerate the Python code for every ``protos/**/*.proto`` with grpc_tools.protoc.
 
 The include root is ``protos/`` (as buf.yaml's module root), so a proto imports another as
-``analysim/v1/<file>.proto`` and its descriptor is named so. The generated ``*_pb2.py``,
-``*_pb2.pyi`` and ``*_pb2_grpc.py`` files land next to each ``.proto``; protoc writes their
-imports of each other as ``analysim.v1...``, which would be our ``analysim`` package, so they
-are rewritten to ``protos.analysim.v1...``. The packages are importable from a checkout or an
-installed wheel. Files are
-processed in sorted order and written only when they differ, so a run is deterministic
-and a no-op when nothing changed.
+``analysim/v1/<file>.proto`` and its descriptor is named so. The ``.proto`` files stay in
+``protos/``; the generated ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` go to the package
+``analysim._protos`` (``protos/analysim/v1/x.proto`` -> ``analysim/_protos/v1/x_pb2.py``), under
+the project's own name rather than a generic top-level ``protos``. protoc writes their imports of
+each other as ``analysim.v1...``, which would be our ``analysim`` package, so they are rewritten
+to ``analysim._protos.v1...``. Files are processed in sorted order and written only when they
+differ, so a run is deterministic and a no-op when nothing changed.
 
     python scripts/gen_protos.py                 # regenerate in place
     python scripts/gen_protos.py --out DIR       # write the tree under DIR instead
@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = "protos"
+# The proto package root (the first folder under protos/) -> the Python package its code goes to.
+PACKAGES = {"analysim": "analysim._protos"}
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
@@ -34,18 +36,23 @@ def proto_files(root: Path = ROOT) -> list[Path]:
     return sorted(p.relative_to(root) for p in (root / PROTO_DIR).rglob("*.proto"))
 
 
-def _rewrite_imports(path: Path, packages: set[str]) -> None:
-    """``from analysim.v1 import x_pb2`` -> ``from protos.analysim.v1 import x_pb2``."""
-    pattern = re.compile(rf"^(from|import) ({'|'.join(map(re.escape, sorted(packages)))})\.", re.M)
-    text = path.read_text()
-    new = pattern.sub(rf"\1 {PROTO_DIR}.\2.", text)
-    if new != text:
-        path.write_text(new)
+def _rewrite_imports(text: str) -> str:
+    """``from analysim.v1 import x_pb2`` -> ``from analysim._protos.v1 import x_pb2``."""
+    pattern = re.compile(rf"^(from|import) ({'|'.join(map(re.escape, sorted(PACKAGES)))})\.", re.M)
+    return pattern.sub(lambda m: f"{m.group(1)} {PACKAGES[m.group(2)]}.", text)
+
+
+def _package_dir(proto: Path) -> Path:
+    """Where ``protos/<root>/<rest>/x.proto``'s code goes: ``<PACKAGES[root] as a path>/<rest>``."""
+    root, *rest = proto.relative_to(PROTO_DIR).parent.parts
+    if root not in PACKAGES:
+        raise SystemExit(f"gen_protos: {proto}: no Python package for protos/{root}/ (scripts/gen_protos.py PACKAGES)")
+    return Path(*PACKAGES[root].split("."), *rest)
 
 
 def generated_names(proto: Path) -> list[Path]:
-    stem = proto.with_suffix("")
-    return [stem.parent / (stem.name + suffix) for suffix in GENERATED_SUFFIXES]
+    """The generated files of ``proto`` (``protos/...``), relative to the repository root."""
+    return [_package_dir(proto) / (proto.stem + suffix) for suffix in GENERATED_SUFFIXES]
 
 
 def generate(out_dir: Path, root: Path = ROOT) -> list[Path]:
@@ -59,30 +66,33 @@ def generate(out_dir: Path, root: Path = ROOT) -> list[Path]:
         return []
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     include = root / PROTO_DIR
-    gen_dir = out_dir / PROTO_DIR
-    gen_dir.mkdir(parents=True, exist_ok=True)
-    args = [
-        "grpc_tools.protoc",
-        f"-I{include}",
-        f"-I{well_known}",
-        f"--python_out={gen_dir}",
-        f"--pyi_out={gen_dir}",
-        f"--grpc_python_out={gen_dir}",
-        *[str(root / p) for p in protos],
-    ]
-    if protoc.main(args) != 0:
-        raise SystemExit("gen_protos: protoc failed")
-    generated = [g for p in protos for g in generated_names(p)]
-    packages = {p.relative_to(PROTO_DIR).parts[0] for p in protos}
-    for g in generated:
-        _rewrite_imports(out_dir / g, packages)
+    generated: list[Path] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [
+            "grpc_tools.protoc",
+            f"-I{include}",
+            f"-I{well_known}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
+            *[str(root / p) for p in protos],
+        ]
+        if protoc.main(args) != 0:
+            raise SystemExit("gen_protos: protoc failed")
+        for p in protos:
+            # protoc mirrors the include-relative path (analysim/v1/x_pb2.py); move it to the package
+            for suffix, target in zip(GENERATED_SUFFIXES, generated_names(p), strict=True):
+                written = Path(tmp) / p.relative_to(PROTO_DIR).parent / (p.stem + suffix)
+                (out_dir / target).parent.mkdir(parents=True, exist_ok=True)
+                (out_dir / target).write_text(_rewrite_imports(written.read_text()))
+                generated.append(target)
     return generated
 
 
 def ensure_packages(root: Path) -> None:
     """Every directory holding generated code must be a package for the imports to work."""
     for proto in proto_files(root):
-        d = root / proto.parent
+        d = root / _package_dir(proto)
         while d != root:
             init = d / "__init__.py"
             if not init.exists():
@@ -113,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for rel in generate(Path(tmp)):
             target = ROOT / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
             if not target.exists() or not filecmp.cmp(Path(tmp) / rel, target, shallow=False):
                 target.write_bytes((Path(tmp) / rel).read_bytes())
                 print(f"wrote {rel}")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.core.job import JobStatus as CoreStatus
-from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.contract import job_proto, summary_dict, summary_struct, value, word
 
 

@@ -14,11 +14,11 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim._protos.v1 import agent_pb2 as apb
 from analysim.clusters import parse_cluster
 from analysim.ops_http import start_ops_server
 from node_agent.agent import Agent
 from node_agent.metrics import DCGM_GAUGES, registry_for
-from protos.analysim.v1 import agent_pb2 as apb
 
 # dcgm-exporter's default-counters.csv (the gauges; its counters are left out, see
 # node_agent/metrics.py) and the labels it puts on a GPU held by a Kubernetes pod.

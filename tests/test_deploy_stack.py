@@ -16,6 +16,7 @@ that it all happens within seconds), the scheduler at 3000x. Skipped only withou
 from __future__ import annotations
 
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,10 @@ def test_stack(tmp_path: Path) -> None:
                 wait_until(lambda n=name: stack.health(n, "/readyz")[0], DEADLINE_S, f"{name} /readyz")
         prom = Prom(stack.start_prometheus(scrape_interval="1s", alert_for="2s"))
         wait_targets_up(prom, 7, DEADLINE_S, "scheduler, 4 agents, gateway, prometheus")
+        # The Prometheus page `make stack` prints opens (Debian's build has only the classic UI).
+        (ui,) = [line.split()[-1] for line in stack.endpoints() if line.startswith("prometheus ")]
+        with urllib.request.urlopen(ui, timeout=10) as r:
+            assert r.status == 200 and "<title>Prometheus" in r.read().decode(), ui
         wait_extraction_alerts(prom, DEADLINE_S)
         wait_every_panel_has_data(prom, DEADLINE_S)
         # One agent SIGKILLed: the alert fires for it; back under the same index, it clears.

@@ -15,14 +15,14 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_fields, refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import Limits
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
+from tests.reflection import reflected_file_package, reflected_services
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     Running,
@@ -157,15 +157,15 @@ def test_health_is_serving_and_reflection_needs_a_key(gw: Running, channel: grpc
     health = health_pb2_grpc.HealthStub(channel)
     for service in ("", "analysim.v1.PredictionService"):
         assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == health_pb2.HealthCheckResponse.SERVING
-    refl = reflection_pb2_grpc.ServerReflectionStub(channel)
-    req = reflection_pb2.ServerReflectionRequest(list_services="")
-    with pytest.raises(grpc.RpcError) as exc:
-        list(refl.ServerReflectionInfo(iter([req])))
-    assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
     key = gw.new_key("g-refl")
-    (resp,) = list(refl.ServerReflectionInfo(iter([req]), metadata=md(key)))
-    names = {s.name for s in resp.list_services_response.service}
-    assert {"analysim.v1.PredictionService", "analysim.v1.QueryStreamService", "grpc.health.v1.Health"} <= names
+    for version in ("v1", "v1alpha"):  # v1: what grpcurl asks first
+        with pytest.raises(grpc.RpcError) as exc:
+            reflected_services(channel, version)
+        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        names = reflected_services(channel, version, md(key))
+        assert {"analysim.v1.PredictionService", "analysim.v1.QueryStreamService", "grpc.health.v1.Health",
+                "grpc.reflection.v1.ServerReflection"} <= names
+        assert reflected_file_package(channel, version, "analysim.v1.PredictionService", md(key)) == "analysim.v1"
 
 
 def test_query_stream_replays_the_log_then_follows_live(gw: Running, channel: grpc.Channel) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import ApiError, Gateway, Principal
 from mlaas_monitor.store import SCHEMA_VERSION, Store
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, Client, Running, credit_model, credit_rows, running_gateway
 
 PREDICT = "/v1/models/credit/predict"

@@ -45,7 +45,8 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
 def test_committed_descriptors_match_the_protos(tmp_path: Path) -> None:
     generate(tmp_path)
     for proto in sorted((ROOT / "protos").rglob("*.proto")):
-        rel = proto.relative_to(ROOT).with_suffix("")
+        # protos/analysim/v1/x.proto -> analysim/_protos/v1/x_pb2.py (scripts/gen_protos.py)
+        rel = Path("analysim", "_protos", *proto.relative_to(ROOT / "protos" / "analysim").parent.parts, proto.stem)
         module = ".".join(rel.parts) + "_pb2"
         committed = importlib.import_module(module).DESCRIPTOR.serialized_pb
         sys.path.insert(0, str(tmp_path))

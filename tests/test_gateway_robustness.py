@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.errors import UserError
 from mlaas_monitor.admin_key import load_admin_key
 from mlaas_monitor.auth import admin_key_problem
@@ -25,8 +27,6 @@ from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import MAX_QUOTA_ROWS, Gateway, Limits
 from mlaas_monitor.store import Store
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.polling import wait_until
 from tests.test_gateway_helpers import (
     ADMIN_KEY,

@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import prediction_pb2 as ppb
+from analysim._protos.v1 import prediction_pb2_grpc as ppb_grpc
 from analysim.tls import TlsFiles, secure_channel
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
-from protos.analysim.v1 import prediction_pb2 as ppb
-from protos.analysim.v1 import prediction_pb2_grpc as ppb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, credit_model
 from tests.tlscerts import CA
 

@@ -8,9 +8,9 @@ from concurrent import futures
 import grpc
 from grpc_status import rpc_status
 
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.rpc_status import SCHEDULER_DOMAIN, status_proto
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.client import SchedulerClient
 
 

@@ -12,12 +12,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.rpc_status import refusal_of
 from analysim.tokens import bearer
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.contract import word
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 from tests.threads import CheckedThread
@@ -84,6 +84,8 @@ INVALID = [
     (dict(num_gpus=2, duration_s=math.inf, vc="ee9e8c"), "duration_s must be"),
     (dict(num_gpus=0, duration_s=5.0, vc="ee9e8c"), "num_gpus must be at least 1"),
     (dict(num_gpus=2, duration_s=5.0, vc="nope"), "unknown virtual cluster 'nope'"),
+    # No vc on a cluster that names its VCs: required, with the list (not "unknown 'default'").
+    (dict(num_gpus=2, duration_s=5.0), "vc is required on this cluster; its virtual clusters: ee9e8c, 7f04ca, b436b2,"),
     (dict(num_gpus=2, duration_s=5.0, vc="ee9e8c", gpu_models=["Z80"]), "unknown GPU model 'Z80'"),
     (dict(num_gpus=600, duration_s=5.0, vc="ee9e8c"), "more than the cluster can ever hold"),
     (dict(num_gpus=2, duration_s=5.0, vc="ee9e8c", gpu_milli=500), "gpu_milli"),
@@ -132,13 +134,17 @@ def test_invalid_jobs_are_refused_with_invalid_argument(tmp_path: Path, capsys: 
                                        "field": "job_id"}
         assert analysim(["submit", "--scheduler", run.target, "--gpus", "4", "--duration", "-1", "--vc", "ee9e8c"]) == 2
         assert "--duration must be between 0.001 and 1e+08 s, got -1" in capsys.readouterr().err
+        token = ["--token-file", str(run.token_dir / "client.token")]
+        assert analysim(["submit", "--scheduler", run.target, *token, "--gpus", "4", "--duration", "5"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "vc is required on this cluster" in err[0] and err[0].endswith("(give --vc)"), err
         with pytest.raises(grpc.RpcError) as e:
             client.set_speed(-3.0)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert client.list_jobs().total == 1 and ok.job_id == "fine"
         sched = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
         # The CLI's own bounds check refused the -1 before sending it.
-        assert sample_sum(sched["analysim_jobs_rejected"], "analysim_jobs_rejected_total") == len(INVALID) + 1
+        assert sample_sum(sched["analysim_jobs_rejected"], "analysim_jobs_rejected_total") == len(INVALID) + 2
 
 
 def _nodes(*specs: tuple[str, int, str]) -> list[apb.NodeInfo]:

@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
-from protos.analysim.v1 import scheduler_pb2 as spb
 from scheduler_svc.launcher import LocalRun
 from tests.test_live_helpers import http_get, sample_sum, scrape, wait_until
 

@@ -10,7 +10,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from protos.analysim.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2 as spb
 from scheduler_svc.launcher import split_nodes
 from tests.test_live_helpers import live, sample_sum, scrape, wait_port_free, wait_until
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from analysim.cli import main as analysim
 from analysim.core.job import JobSpec
 from analysim.traces import Trace, write_canonical
 from scheduler_svc.launcher import ROOT
+from tests.reflection import reflected_file_package, reflected_services
 from tests.test_live_helpers import live, sample_sum, scrape
 
 CASES = {
@@ -81,11 +81,12 @@ def test_health_and_reflection(tmp_path: Path) -> None:
         for svc in ("", "analysim.v1.SchedulerService", "analysim.v1.AgentService"):
             assert h.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5).status == \
                 health_pb2.HealthCheckResponse.SERVING
-        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
-        resp = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                              timeout=5))
-        names = {s.name for s in resp[0].list_services_response.service}
-        assert {"analysim.v1.SchedulerService", "analysim.v1.AgentService", "grpc.health.v1.Health"} <= names
+        # Both reflection versions, with no metadata at all (as grpcurl sends): the schema is public.
+        for version in ("v1", "v1alpha"):
+            names = reflected_services(ch, version)
+            assert {"analysim.v1.SchedulerService", "analysim.v1.AgentService", "grpc.health.v1.Health",
+                    "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} <= names
+            assert reflected_file_package(ch, version, "grpc.reflection.v1.ServerReflection") == "grpc.reflection.v1"
 
 
 def test_analysim_up_end_to_end(tmp_path: Path) -> None:

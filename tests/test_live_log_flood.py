@@ -10,9 +10,9 @@ from pathlib import Path
 
 import grpc
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
 from analysim.tokens import bearer
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
 NODES = [f"node-{i:04d}" for i in range(4)]

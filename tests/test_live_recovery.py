@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
-from protos.analysim.v1 import scheduler_pb2 as spb
 from tests.test_live_helpers import live, wait_port_free, wait_until
 
 
@@ -130,6 +131,35 @@ def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "analysim up: error: analysim up always stops once the replay is done; --exit-when-done is an option of "
         "python -m scheduler_svc serve"]
+
+
+def test_up_removes_its_temporary_folder_unless_kept(tmp_path: Path) -> None:
+    """Its journal and bearer tokens go with it; --keep (or --workdir) keeps them."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    up = [sys.executable, "-m", "analysim", "up", "--jobs", "20", "--cluster", "4x8", "--no-progress",
+          "--no-offline-check"]
+    p = subprocess.run(up, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "(removed at the end: --keep keeps it)" in p.stdout
+    assert list(tmp.iterdir()) == []
+    p = subprocess.run([*up, "--keep"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (kept,) = tmp.iterdir()
+    assert f"logs       {kept}   tokens {kept / 'tokens'}\n" in p.stdout
+    assert (kept / "scheduler.log").exists() and (kept / "journal.db").exists()
+
+
+def test_up_plots_without_matplotlib_fails_before_starting(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from analysim.cli import main\n"
+            "sys.exit(main(['up', '--jobs', '5', '--cluster', '2x8', '--plots', '--out', 'o']))")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""  # no scheduler, no agents started
+    assert p.stderr.strip().splitlines() == ["analysim up: error: plots need matplotlib: pip install 'analysim[plots]'"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_job_after_the_end_reopens_the_run_and_is_written_out(tmp_path: Path) -> None:

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
 import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from analysim._protos.v1 import agent_pb2 as apb
+from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.cli import main as analysim
 from analysim.rpc_status import refusal_of
 from analysim.tls import TlsFiles
 from analysim.tokens import bearer
-from protos.analysim.v1 import agent_pb2 as apb
-from protos.analysim.v1 import agent_pb2_grpc as apb_grpc
-from protos.analysim.v1 import scheduler_pb2 as spb
-from protos.analysim.v1 import scheduler_pb2_grpc as spb_grpc
 from scheduler_svc.auth import new_token
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import ROOT
@@ -117,6 +119,48 @@ def test_tls_and_mutual_tls_refuse_plaintext_and_strangers_and_keep_lockstep_ide
         summary = client.wait_done(120)
     assert summary["fidelity"]["identical_jobs"] == 200
     assert (tmp_path / "live" / "jobs.csv").read_text() == (tmp_path / "offline" / "jobs.csv").read_text()
+
+
+def _up_mtls(tmp_path: Path, cert, ca: CA) -> subprocess.CompletedProcess:  # noqa: ANN001 — a tlscerts.Issued
+    return subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "5", "--cluster", "2x8", "--no-progress",
+                           "--tls-cert", cert.cert, "--tls-key", cert.key, "--tls-ca", ca.files.cert],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_certificate_purposes_are_checked_at_start(tmp_path: Path) -> None:
+    """Mutual TLS under `up` presents the server's certificate as the client's too: a serverAuth-only
+    one used to hang 30 s and end in a traceback (the peer's "unsupported certificate purpose")."""
+    ca = CA(tmp_path, "ca")
+    server_only = ca.issue("server-only", purposes=(ExtendedKeyUsageOID.SERVER_AUTH,))
+    started = time.monotonic()
+    p = _up_mtls(tmp_path, server_only, ca)
+    assert p.returncode == 2 and p.stdout == ""  # nothing started
+    assert p.stderr.strip().splitlines() == [
+        f"analysim up: error: --tls-cert {server_only.cert}: its extended key usage (serverAuth) does not allow it to "
+        "authenticate as a TLS client (mutual TLS): issue it with extendedKeyUsage = serverAuth, clientAuth "
+        "(docs/live.md, TLS)"]
+    assert time.monotonic() - started < 20
+    client_only = ca.issue("client-only", purposes=(ExtendedKeyUsageOID.CLIENT_AUTH,))
+    p = _serve(tmp_path, "--tls-cert", client_only.cert, "--tls-key", client_only.key)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"scheduler_svc: error: --tls-cert {client_only.cert}: its extended key usage (clientAuth) does not allow it "
+        "to serve TLS: issue it with extendedKeyUsage = clientAuth, serverAuth (docs/live.md, TLS)"]
+
+
+def test_up_names_a_handshake_that_cannot_succeed_at_once(tmp_path: Path) -> None:
+    """A certificate for another host: the client's handshake fails for good; `up` says so in one
+    line with the last gRPC error and the scheduler log's last line, not after 30 s of waiting."""
+    ca = CA(tmp_path, "ca")
+    elsewhere = ca.issue("elsewhere", hosts=("example.org",))
+    started = time.monotonic()
+    p = _up_mtls(tmp_path, elsewhere, ca)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(err) == 1, p.stderr
+    assert err[0].startswith("analysim up: error: scheduler at 127.0.0.1:")
+    assert "not serving (waiting would not help): UNAVAILABLE: " in err[0]
+    assert "Hostname Verification Check failed" in err[0]
+    assert "; the scheduler's log (" in err[0] and "scheduler.log) ends: " in err[0] and " scheduler INFO " in err[0]
+    assert time.monotonic() - started < 25
 
 
 def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:

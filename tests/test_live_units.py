@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analysim._protos.v1 import agent_pb2 as apb
 from analysim.clusters import parse_cluster
 from analysim.core.engine import Engine, EngineConfig
 from analysim.core.job import JobSpec, JobStatus
@@ -20,7 +21,6 @@ from analysim.errors import UserError
 from analysim.tokens import bearer
 from node_agent.agent import Agent
 from node_agent.telemetry import gpu_sample
-from protos.analysim.v1 import agent_pb2 as apb
 from scheduler_svc.auth import AGENT, CLIENT, Authenticator
 from scheduler_svc.bounds import job_problem
 from scheduler_svc.cli import parse_speed

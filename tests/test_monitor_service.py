@@ -12,6 +12,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim._protos.v1 import prediction_pb2 as pb
+from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.client import local_monitor_extension
@@ -19,8 +21,6 @@ from mlaas_monitor.monitor.core import EXTENT_METHODS
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
-from protos.analysim.v1 import prediction_pb2 as pb
-from protos.analysim.v1 import prediction_pb2_grpc as pb_grpc
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, wait_until
 
 _names = itertools.count()

@@ -28,9 +28,9 @@ def minimum(req: Requirement) -> Version:
 
 def generated_versions() -> tuple[set[Version], set[Version]]:
     grpc, pb = set(), set()
-    for f in (ROOT / "protos").rglob("*_pb2_grpc.py"):
+    for f in (ROOT / "analysim" / "_protos").rglob("*_pb2_grpc.py"):
         grpc |= {Version(v) for v in re.findall(r"GRPC_GENERATED_VERSION = '([\d.]+)'", f.read_text())}
-    for f in (ROOT / "protos").rglob("*_pb2.py"):
+    for f in (ROOT / "analysim" / "_protos").rglob("*_pb2.py"):
         m = re.search(r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),",
                       f.read_text())  # fmt: skip
         assert m, f"{f}: no runtime version check"

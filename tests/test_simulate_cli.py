@@ -134,6 +134,53 @@ def test_compare_runs_combinations_in_parallel(tmp_path):
     assert lines[0].startswith("run") and len([x for x in lines if x.startswith(("fifo", "srtf"))]) == 4
 
 
+def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str]:
+    """Run with stderr on a pseudo-terminal (as a user's shell has it): exit code, what it drew."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    # 30 rows of 120 columns: a new pseudo-terminal is 0 x 0, where tqdm draws nothing.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    return p.wait(timeout=300), drawn.decode(errors="replace")
+
+
+def test_compare_shows_progress_on_a_terminal_only(tmp_path):
+    argv = [sys.executable, "-m", "analysim", "compare", "--jobs", "200", "--policies", "fifo,srtf",
+            "--preemption", "--both", "--workers", "2", "--out", str(tmp_path / "c")]
+    code, drawn = _on_a_terminal(argv, tmp_path)
+    # One bar over every run's jobs (4 runs x 200), counted in the forked runs.
+    assert code == 0 and "comparing" in drawn and "800/800" in drawn, drawn
+    code, drawn = _on_a_terminal([*argv, "--no-progress"], tmp_path)
+    assert code == 0 and "comparing" not in drawn, drawn
+    r = analysim(*argv[3:], cwd=tmp_path)  # not a terminal: quiet
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.splitlines()[-1] == (f"wrote {tmp_path / 'c'}/compare.txt, compare.csv, compare.json, "
+                                         "compare.png and one folder per run")
+
+
+def test_compare_both_without_a_mechanism_is_one_line(tmp_path):
+    r = analysim("compare", "--jobs", "50", "--both", "--out", str(tmp_path / "c"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "analysim compare: error: --both runs each combination with and without --preemption/--migration: "
+        "give one of them"]
+    assert not (tmp_path / "c").exists()
+
+
 def test_compare_run_killed_is_a_one_line_error_not_a_hang(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "analysim", "compare", "--jobs", "3000", "--cluster", "tiny",
                           "--policies", "fifo,srtf", "--preemption", "--workers", "2",

@@ -78,15 +78,22 @@ def test_best_cell_per_metric_is_highlighted(sweep_dir):
     assert "<th>avg JCT (h) ↓</th>" in page and "± " in page
 
 
-def test_report_without_matplotlib_says_so(sweep_dir):
+def test_report_without_matplotlib_writes_its_tables(sweep_dir):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from analysim.cli import main\n"
             f"sys.exit(main(['report', {str(sweep_dir)!r}, '--out', {str(sweep_dir / 'x.html')!r}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    # analysim.report.pyplot's one message for every command that needs matplotlib (the plots extra)
-    assert r.stderr.strip() == "analysim report: error: plots need matplotlib: pip install 'analysim[plots]'"
-    assert not (sweep_dir / "x.html").exists()
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    # analysim.report.can_plot's one note for every command whose default plots are skipped
+    assert r.stderr.strip() == "plots skipped: matplotlib is not installed (pip install 'analysim[plots]')"
+    assert r.stdout.startswith(f"wrote {sweep_dir / 'x.html'} (")
+    page = (sweep_dir / "x.html").read_text()
+    # The same tables as with matplotlib, and a note where each figure would be.
+    full = (sweep_dir / "report.html").read_text()
+    assert page.count("<tr class='ok'>") == full.count("<tr class='ok'>") == 8
+    assert re.findall(r"<tbody>.*?</tbody>", page)[0] == re.findall(r"<tbody>.*?</tbody>", full)[0]
+    assert "<img" not in page
+    assert page.count("Figure skipped: matplotlib is not installed") == len(FIGURES)
 
 
 def test_report_of_a_folder_that_is_no_sweep(tmp_path):

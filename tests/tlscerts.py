@@ -45,14 +45,14 @@ class CA:
                      .sign(self.key, hashes.SHA256()))
         self.files = _write(folder / name, self.key, self.cert)
 
-    def issue(self, name: str) -> Issued:
-        """A certificate for 127.0.0.1 and localhost, for serving and for client authentication."""
+    def issue(self, name: str, purposes: tuple = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+              hosts: tuple[str, ...] = ("localhost", "127.0.0.1")) -> Issued:
+        """A certificate for ``hosts`` (names and IP addresses), by default for serving and for
+        client authentication (``purposes``: extended key usages)."""
         key = ec.generate_private_key(ec.SECP256R1())
+        names = [x509.IPAddress(ipaddress.ip_address(h)) if h[0].isdigit() else x509.DNSName(h) for h in hosts]
         cert = (_builder(name, self.name, key)
-                .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                               critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .add_extension(x509.SubjectAlternativeName(names), critical=False)
+                .add_extension(x509.ExtendedKeyUsage(list(purposes)), critical=False)
                 .sign(self.key, hashes.SHA256()))
         return _write(self.folder / name, key, cert)

@@ -4,7 +4,10 @@ table and write one combined plot."""
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,8 +46,10 @@ def _combos(args: argparse.Namespace) -> list[tuple[str, str, bool, bool]]:
                 build_policy(pol, pl, backfill=args.backfill and pol.startswith("fifo"))
             except ValueError as e:
                 raise UserError(str(e)) from None
+    if args.both and not (args.preemption or args.migration):
+        raise UserError("--both runs each combination with and without --preemption/--migration: give one of them")
     mech = [(args.preemption, args.migration)]
-    if args.both and (args.preemption or args.migration):
+    if args.both:
         mech = [(False, False), (args.preemption, args.migration)]
     return [(pol, pl, pre, mig) for pol in policies for pl in placements for pre, mig in mech]
 
@@ -53,21 +58,79 @@ def _label(pol: str, pl: str, pre: bool, mig: bool) -> str:
     return f"{pol}/{pl}" + ("+preempt" if pre else "") + ("+migrate" if mig else "")
 
 
-def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool], trace, cluster) -> tuple[str, dict, list[float]]:
+class _JobsEnded:
+    """The progress bar of every run at once: each run (a forked process or this one) adds the jobs
+    it ended to one shared counter, in batches (a lock per job would cost), and a thread here
+    redraws the bar from it twice a second. None of it exists without a terminal."""
+
+    BATCH = 256
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.count = multiprocessing.get_context("fork").Value("q", 0)
+        self.bar = tqdm(total=total, unit="job", desc="comparing", leave=False, mininterval=0.5, dynamic_ncols=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._draw, daemon=True)
+        self._thread.start()
+
+    def counter(self) -> _RunCounter:
+        """The ``on_job_end`` of one run (called in the process that runs it)."""
+        return _RunCounter(self)
+
+    def add(self, n: int) -> None:
+        with self.count.get_lock():
+            self.count.value += n
+
+    def _draw(self) -> None:
+        while not self._stop.wait(0.5):
+            self.bar.update(self.count.value - self.bar.n)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.bar.update(self.count.value - self.bar.n)
+        self.bar.refresh()  # the final count, drawn once before the bar clears its line
+        self.bar.close()
+
+
+class _RunCounter:
+    """One run's share of ``_JobsEnded``: called per ended job, adds them in batches."""
+
+    def __init__(self, shared: _JobsEnded) -> None:
+        self.shared, self.pending = shared, 0
+
+    def __call__(self) -> None:
+        self.pending += 1
+        if self.pending == _JobsEnded.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        self.shared.add(self.pending)
+        self.pending = 0
+
+
+def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool], trace, cluster,
+         progress: _JobsEnded | None = None) -> tuple[str, dict, list[float]]:
     """One run, written to its folder (jobs.csv as it goes): (label, summary, JCTs of the completed jobs)."""
     pol, pl, pre, mig = combo
     ns = argparse.Namespace(**{**vars(args), "preemption": pre, "migration": mig,
                                "backfill": args.backfill and pol.startswith("fifo")})
     opts = run_options(ns, pol, pl)
     label = _label(*combo)
-    result, _ = run_and_write(args.out / label.replace("/", "_"), trace, cluster, opts, plots=False)
+    ended = progress.counter() if progress is not None else None
+    result, _ = run_and_write(args.out / label.replace("/", "_"), trace, cluster, opts, plots=False,
+                              on_job_end=ended)
+    if ended is not None:
+        ended.flush()
     return label, result.summary, result.completed_jct.tolist()
 
 
-def _run_forked(args: argparse.Namespace, combos: list, trace, cluster, workers: int) -> list:
+def _run_forked(args: argparse.Namespace, combos: list, trace, cluster, workers: int,
+                progress: _JobsEnded | None) -> list:
     tasks = ForkedTasks(workers)
     for i, combo in enumerate(combos):
-        tasks.submit(i, _safe_one, args, combo, trace, cluster)
+        tasks.submit(i, _safe_one, args, combo, trace, cluster, progress)
     results: list = [None] * len(combos)
     for done in tasks.finished():
         if done.died:
@@ -92,13 +155,20 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     workers = max(1, min(args.workers, len(combos)))
+    # As simulate and sweep: a bar on a terminal, nothing otherwise or with --no-progress (inflate
+    # runs end no jobs: no bar either).
+    progress = (_JobsEnded(len(combos) * len(trace.jobs))
+                if args.mode == "replay" and trace.jobs and not args.no_progress and sys.stderr.isatty() else None)
     try:
         if workers == 1:
-            results = [_one(args, c, trace, cluster) for c in combos]
+            results = [_one(args, c, trace, cluster, progress) for c in combos]
         else:
-            results = _run_forked(args, combos, trace, cluster, workers)
+            results = _run_forked(args, combos, trace, cluster, workers, progress)
     except ValueError as e:  # e.g. every job filtered out
         raise UserError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.close()
     table = summary_table([(label, s) for label, s, _ in results])
     print(table)
     rows = [{"run": label, **{k: v for k, v in s.items() if not isinstance(v, dict)}} for label, s, _ in results]
@@ -109,5 +179,6 @@ def main(args: argparse.Namespace) -> int:
     if plotted:
         plot_compare(results, args.out)
     (args.out / "compare.txt").write_text(table + "\n")
-    print(f"wrote {args.out}/compare.csv, compare.json{', compare.png' if plotted else ''} and one folder per run")
+    png = ", compare.png" if plotted else ""
+    print(f"wrote {args.out}/compare.txt, compare.csv, compare.json{png} and one folder per run")
     return 0

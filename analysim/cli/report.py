@@ -20,9 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from analysim.report import can_plot
     from analysim.sweep.report import render
 
     out = args.out or args.dir / "report.html"
-    out.write_text(render(args.dir))
+    page = render(args.dir)
+    can_plot()  # without matplotlib, a note on stderr: the tables are written, the figures skipped
+    out.write_text(page)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): open it in a browser")
     return 0

@@ -29,6 +29,8 @@ def refusal(e) -> str:  # noqa: ANN001 — a grpc.RpcError
 
     hint = {grpc.StatusCode.UNAUTHENTICATED: f" (give --token-file or ${TOKEN_ENV})",
             grpc.StatusCode.PERMISSION_DENIED: " (this token's role may not do that)"}.get(e.code(), "")
+    if e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details().startswith("vc is required"):
+        hint = " (give --vc)"
     return f"{e.code().name}: {e.details()}{hint}"
 
 
@@ -58,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, required=True, help="GPUs the job needs")
     p.add_argument("--duration", type=float, required=True, metavar="S", help="its run time in virtual seconds")
     p.add_argument("--gpu-milli", type=int, default=0, help="share of one GPU in thousandths (GPU-sharing jobs)")
-    p.add_argument("--vc", default="", help="virtual cluster (default: 'default')")
+    p.add_argument("--vc", default="", help="virtual cluster: required when the cluster names its VCs (the "
+                                           "refusal lists them); otherwise 'default'")
     p.add_argument("--user", default="")
     p.add_argument("--gpu-model", action="append", default=[], help="allowed GPU model (repeatable)")
     p.add_argument("--id", default="", help="job id (default: chosen by the scheduler)")
@@ -85,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
                            memory_mib=args.memory_mib)
         except grpc.RpcError as e:
             raise UserError(refusal(e)) from None
-    from protos.analysim.v1 import scheduler_pb2 as spb
+    from analysim._protos.v1 import scheduler_pb2 as spb
     from scheduler_svc.contract import word
 
     start = f", started at t={job.first_start_s:.1f}" if job.HasField("first_start_s") else ""

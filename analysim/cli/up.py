@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from analysim.clusters import parse_cluster
 from analysim.errors import UserError
 from analysim.report import summary_table
 
-UP_ONLY = {"agents", "progress_s", "func", "command", "workdir"}
+UP_ONLY = {"agents", "progress_s", "func", "command", "workdir", "keep"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_service_arguments(p)
     p.add_argument("--agents", type=int, default=2, help="agent processes sharing the nodes (default 2)")
     p.add_argument("--progress-s", type=float, default=0.5, help=argparse.SUPPRESS)
-    p.add_argument("--workdir", type=Path, help="where the processes' logs and port files go (default: a temp folder)")
+    p.add_argument("--workdir", type=Path,
+                   help="where the processes' logs, port files, tokens and journal go, kept afterwards "
+                        "(default: a temporary folder, removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder (printed as 'logs') afterwards")
     p.set_defaults(func=main)
 
 
@@ -74,9 +78,7 @@ def cluster_spec(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from analysim.portfile import write_port_file
     from analysim.tls import TlsFiles
-    from scheduler_svc.launcher import LocalRun
 
     if args.agents < 1:
         raise UserError("--agents must be at least 1")
@@ -89,21 +91,42 @@ def main(args: argparse.Namespace) -> int:
     if args.exit_when_done:
         raise UserError("analysim up always stops once the replay is done; --exit-when-done is an option of "
                         "python -m scheduler_svc serve")
-    # The children run in the repository root: every path they get is absolute.
-    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))).resolve()
+    if args.plots:
+        from analysim.report import pyplot
+
+        pyplot()  # matplotlib is there, or a one-line error before anything starts
     for name in ("tls_cert", "tls_key", "tls_ca"):
         if getattr(args, name):
             setattr(args, name, str(Path(getattr(args, name)).resolve()))
+    # What the agents and this command present and trust: the scheduler's CA, or its own
+    # (self-signed) certificate; with --tls-ca (mutual TLS), the same certificate as clients.
+    tls = TlsFiles(ca=args.tls_ca or args.tls_cert, cert=args.tls_cert if args.tls_ca else None,
+                   key=args.tls_key if args.tls_ca else None)
+    # Unreadable files or a certificate that may not do both (serve, and be a client for mutual
+    # TLS): one line now, not a scheduler that never answers.
+    TlsFiles(args.tls_cert, args.tls_key, args.tls_ca).server_credentials()
+    tls.channel_credentials()
+    # The children run in the repository root: every path they get is absolute.
+    temporary = args.workdir is None
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="analysim-up-"))).resolve()
+    try:
+        return _run(args, cluster, spec, workdir, tls)
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)  # its journal and bearer tokens with it
+
+
+def _run(args: argparse.Namespace, cluster, spec: str, workdir: Path, tls) -> int:  # noqa: ANN001
+    from analysim.portfile import write_port_file
+    from scheduler_svc.client import NotServing
+    from scheduler_svc.launcher import LocalRun
+
     sched_args = forward_args(args)
     if args.journal is None:
         # With the logs, and fresh: resuming is for an explicit --journal.
         for suffix in ("", "-wal", "-shm"):
             (workdir / f"journal.db{suffix}").unlink(missing_ok=True)
         sched_args += ["--journal", str(workdir / "journal.db")]
-    # What the agents and this command present and trust: the scheduler's CA, or its own
-    # (self-signed) certificate; with --tls-ca (mutual TLS), the same certificate as clients.
-    tls = TlsFiles(ca=args.tls_ca or args.tls_cert, cert=args.tls_cert if args.tls_ca else None,
-                   key=args.tls_key if args.tls_ca else None)
     run = LocalRun(workdir, tls=tls)
     run.provision([n.name for n in cluster.nodes], args.agents)
     # SIGTERM (e.g. from `timeout` or a supervisor) stops the children in order, as Ctrl-C does.
@@ -114,12 +137,17 @@ def main(args: argparse.Namespace) -> int:
         run.start_agents(spec, len(cluster.nodes), args.agents)
         for i, p in sorted(run.agents.items()):
             print(f"agent {i:<4} {p.info['host']}:{p.info['metrics']}/metrics   pid {p.pid}")
-        print(f"logs       {workdir}   tokens {run.token_dir}")
+        kept = "" if args.workdir is not None or args.keep else "   (removed at the end: --keep keeps it)"
+        print(f"logs       {workdir}   tokens {run.token_dir}{kept}")
         if args.port_file:
             write_port_file(args.port_file, {**info, "agents": {i: p.info for i, p in run.agents.items()},
                                              "workdir": str(workdir), "tokens": str(run.token_dir)})
         with run.client() as client:
-            client.wait_ready()
+            try:
+                client.wait_ready()
+            except NotServing as e:
+                last = run.scheduler.tail(1) if run.scheduler is not None else ""
+                raise UserError(f"{e}; the scheduler's log ({run.scheduler.log}) ends: {last or '(empty)'}") from None
             summary = _follow(client, run, args)
         _report(summary, args)
         return 0

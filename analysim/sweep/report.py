@@ -22,7 +22,7 @@ import numpy as np
 
 from analysim import __version__
 from analysim.errors import UserError
-from analysim.report import pyplot
+from analysim.report import have_matplotlib, pyplot
 from analysim.sweep.results import (
     GROUP_BY_ALL_BUT,
     HIGHER_IS_BETTER,
@@ -48,6 +48,7 @@ COLUMNS = (
     ("frag GPUs", "fragmentation_gpus", 1, "{:.1f}"),
 )
 MAX_LINES = 10  # lines per time-series panel
+NO_FIGURES = "Figure skipped: matplotlib is not installed (pip install 'analysim[plots]')."
 MAX_PANELS = 9
 
 
@@ -236,7 +237,7 @@ def fig_mechanisms(d: SweepData) -> tuple[str, str] | str | None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xlabel(f"{key} in the cell")
         ax.grid(alpha=0.3)
-    axs[0].set_ylabel("avg JCT gain over no preemption/migration (%)")
+    axs[0].set_ylabel("avg JCT gain (%)\nover the same cell without them")
     axs[-1].legend(fontsize=7)
     fig.tight_layout()
     return _png(fig), ("Each point is a cell with preemption and/or migration on: how many it did against how much "
@@ -270,7 +271,7 @@ def fig_fairness(d: SweepData) -> tuple[str, str] | None:
         grid = np.array([[np.mean(slow[n][vc]) if slow[n].get(vc) else np.nan for vc in vcs] for n in names])
         im = a2.imshow(np.log10(np.maximum(grid, 1.0)), aspect="auto", cmap="magma_r")
         a2.set_xticks(np.arange(len(vcs)), vcs, rotation=60, fontsize=7)
-        a2.set_yticks(y, [""] * len(names))
+        a2.set_yticks(y, names, fontsize=7)  # rows read without going back to the left panel
         a2.set_xlabel("virtual cluster")
         fig.colorbar(im, ax=a2, label="log10 mean job slowdown")
     else:
@@ -379,8 +380,13 @@ def render(folder: Path) -> str:
     if d.inflate:  # a sweep of the FGD experiment: its figure first, the replay ones only if any
         sections = (("Fragmentation as the cluster fills", fig_inflate),) + tuple(
             s for s in sections if d.replay)
+    # The tables need no matplotlib: without it the page has them, and says where the figures went.
+    plotting = have_matplotlib()
     for title, make in sections:
         parts.append(f"<h2>{title}</h2>")
+        if not plotting:
+            parts.append(f"<p class=note>{NO_FIGURES}</p>")
+            continue
         fig = make(d)
         if fig is None:
             parts.append("<p class=note>Not applicable: no replay-mode cell finished.</p>")

@@ -1,6 +1,6 @@
 import datetime
 
-from protos.analysim.v1 import agent_pb2 as _agent_pb2
+from analysim._protos.v1 import agent_pb2 as _agent_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers

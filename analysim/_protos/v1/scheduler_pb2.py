@@ -22,7 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from protos.analysim.v1 import agent_pb2 as analysim_dot_v1_dot_agent__pb2
+from analysim._protos.v1 import agent_pb2 as analysim_dot_v1_dot_agent__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 

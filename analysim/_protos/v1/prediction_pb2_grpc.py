@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.analysim.v1 import prediction_pb2 as analysim_dot_v1_dot_prediction__pb2
+from analysim._protos.v1 import prediction_pb2 as analysim_dot_v1_dot_prediction__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
