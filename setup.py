@@ -24,6 +24,7 @@ COMPILED = [
     "analysim/core/job.py",
     "analysim/core/metrics.py",
     "analysim/core/placement.py",
+    "analysim/core/victims.py",
     "analysim/core/plugins/__init__.py",
     "analysim/core/plugins/migration.py",
     "analysim/core/plugins/preemption.py",

@@ -1,4 +1,4 @@
-"""The one guard for tests that read ../shared (real traces, datasets, the PAI reference): such a
+"""The one guard for tests that read ../shared (real traces, datasets, the PAI and Helios references): such a
 test is marked ``shared`` and skipped, naming the file, when any file it reads is absent."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces"
 DATASETS = SHARED / "datasets"
 PAI = SHARED / "reference" / "pai_sim"
+HELIOS = SHARED / "reference" / "helios"
 
 
 def shared_marks(*paths: Path) -> list[pytest.MarkDecorator]:

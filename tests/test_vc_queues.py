@@ -231,13 +231,16 @@ def test_a_failure_that_asked_for_cpu_does_not_cover_a_later_job_that_asks_for_n
 
 def test_jumps_over_jobs_that_fail_as_worse_are_taken_again_after_a_reclaim():
     # Two 4-GPU nodes; VCs q0, q1, q2 (quota 8/3 each); EASY backfilling with preemption; every job
-    # arrives at 0. j0 (4 GPUs) and a0-a3 (1 each) borrow both nodes for q0; a4 cannot fit and
-    # blocks q0's queues; a5 would fail as no smaller than a4, and the merge jumps over q0's jobs.
-    # b (q1, within quota) reclaims j0's node, which clears the pass's failures: the jump must be
+    # arrives at 0. a0-a3 (1 GPU each, on n0) and then j0 (4 GPUs, on n1) borrow both nodes for q0;
+    # a4 cannot fit and blocks q0's queues; a5 would fail as no smaller than a4, and the merge jumps
+    # over q0's jobs. b (q1, within quota) reclaims from q0, newest first: j0 is the least
+    # important victim that frees room for it, so j0's node is reclaimed (j0 then waits for the
+    # next event, holding q0's reservation). That clears the pass's failures: the jump must be
     # taken again, so that c is launched in this pass, in its place before a4 and a5 are tried again.
     spec = ClusterSpec("b", tuple(NodeSpec(f"n{i}", "r0", "V100", 4, 32000, 64000) for i in range(2)),
                        tuple(VCSpec(f"q{i}", 8 / 3) for i in range(3)))
-    jobs = ([JobSpec("j0", 0, 5, 4, vc="q0")] + [JobSpec(f"a{i}", 0, 5, 1, vc="q0") for i in range(6)]
+    jobs = ([JobSpec(f"a{i}", 0, 5, 1, vc="q0") for i in range(4)] + [JobSpec("j0", 0, 5, 4, vc="q0")]
+            + [JobSpec(f"a{i}", 0, 5, 1, vc="q0") for i in range(4, 6)]
             + [JobSpec("b", 0, 5, 1, vc="q1"), JobSpec("c", 0, 5, 1, vc="q0")])
     config = EngineConfig(preemption=True)
     ours = _decisions(Engine, spec, jobs, "fifo-backfill", config)

@@ -20,11 +20,12 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
-from analysim.core import placement
+from analysim.core import placement, victims
 from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER, EventQueue
 from analysim.core.framework import Policy
 from analysim.core.job import GPU_MILLI, MAX_TIME_S, JobRun, JobSpec, JobStatus, Placement, by_fields
+from analysim.core.placement import cpu_mem_on
 
 if TYPE_CHECKING:
     from analysim.core.fragmentation import FragmentationIndex
@@ -99,6 +100,25 @@ class _Extra:
     none_vc_version: int = -1
     none_node_version: int = -1
     none_by_vc_until: float = -math.inf
+    # When it was last evicted by a preemption: it is not launched again at that instant (see
+    # Engine._preempt).
+    evicted_at: float = -math.inf
+
+
+@dataclass(slots=True)
+class _Room:
+    """The whole GPUs free on one dedicated VC's nodes (see Engine._scope_room)."""
+
+    version: tuple[int, int]  # (Engine._running_version, Engine._node_version) when found
+    most: int  # the most whole GPUs free on one of its nodes that is up
+    total: int  # the whole GPUs free on its nodes that are up
+    smallest: int  # the GPUs of its smallest node
+    largest: int  # the GPUs of its largest node
+
+    def cannot_fit(self, w: int) -> bool:
+        """Whether no job of ``w`` whole GPUs can fit on these nodes as they stand (as _width_keys
+        asks of the whole cluster: one that fits on any node of them, or one wider than all)."""
+        return self.most < w <= self.smallest or self.total < w
 
 
 @dataclass(slots=True)
@@ -166,8 +186,10 @@ class Engine:
         # request shape: a pass with them leaves out the shapes whose every request is at least
         # one that failed in the pass (see _shape_order). Only the lists a pass reads are kept:
         # the per-shape ones when it may preempt or migrate, else the per-width ones.
-        self._pending_of_width: dict[int, SortedList] | None = None
-        self._pending_of_vc_width: dict[str, dict[int, SortedList]] | None = None
+        # A width's bucket is (width, scope): the scope is a dedicated VC's name (its jobs run only
+        # on its own nodes, so whether a width can fit is asked of those: see _scope_room), else None.
+        self._pending_of_width: dict[tuple[int, str | None], SortedList] | None = None
+        self._pending_of_vc_width: dict[str, dict[tuple[int, str | None], SortedList]] | None = None
         self._pending_of_vc_shape: dict[str, dict[tuple, SortedList]] | None = None
         # Whether a failed placement may evict (post-filters) or move (rebalance) running jobs.
         self._can_preempt = self.config.preemption and bool(policy.post_filters)
@@ -226,6 +248,10 @@ class Engine:
         # submitted job is checked, and traces repeat a few shapes.
         self._fits_empty: dict[tuple, bool] = {}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
+        # A dedicated VC's node indexes, and what _scope_room last found free on them.
+        self._vc_nodes: dict[str, list[int]] = {
+            vc: [i for i, owner in enumerate(self.state.owner_vc) if owner == vc] for vc in self._vc_dedicated}
+        self._rooms: dict[str, _Room] = {}
         self._vc_names = frozenset(v.name for v in spec.vcs)
         # quota_of's answers, looked up a few times per job per pass under per-VC queues.
         self._quota_by_vc = {v.name: None if v.name in self._vc_dedicated else v.quota_gpus for v in spec.vcs}
@@ -246,6 +272,7 @@ class Engine:
         self._idle: tuple[int, int, float] | None = None
         self._queue_version = 0  # bumped by every change to the queue's key lists
         self._pass_hold = math.inf  # the pass's failures hold until then (see _QuietPass)
+        self._evicted_at = -math.inf  # the time of the last eviction by a preemption (see _preempt)
         self._backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
         # The last answers of _next_backfill_effect in a pass that only launches, by what it reads:
         # (the key asked after, the answer). The merge asks again from each later key of a VC,
@@ -638,7 +665,7 @@ class Engine:
             return self.pending_by_vc()
         return list(self._pending_by_seq.values())
 
-    def _merge_widths(self, lists: dict[int, SortedList]) -> Iterator[JobRun]:
+    def _merge_widths(self, lists: dict[tuple[int, str | None], SortedList]) -> Iterator[JobRun]:
         """Pending jobs in queue-key order from per-width lists (see _width_keys)."""
         by_seq = self._pending_by_seq
         for key in self._width_keys(lists):
@@ -646,18 +673,21 @@ class Engine:
             if job is not None:
                 yield job
 
-    def _width_keys(self, lists: dict[int, SortedList]) -> Iterator[tuple]:
+    def _width_keys(self, lists: dict[tuple[int, str | None], SortedList]) -> Iterator[tuple]:
         """Keys in order from per-width lists, leaving out a width once no job
         of it could fit, for the rest of a pass that only launches (free GPUs only shrink): a
         width no larger than the smallest node, when no node has that many whole GPUs free; a
-        width larger than every node, when all nodes together do not. The pass would pass over
-        each such job as one that cannot fit (see the capacity checks in _pass)."""
+        width larger than every node, when all nodes together do not. The nodes are those of the
+        bucket's scope: a dedicated VC's own, else all of them (see _scope_room). The pass would
+        pass over each such job as one that cannot fit (see the capacity checks in _pass)."""
         st = self.state
         small, gmax = st.smallest_node_gpus, self._gmax
         heap = _merge_heap(lists)
         while heap:
-            key, w, _, it = heap[0]
-            if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax):
+            key, bucket, _, it = heap[0]
+            w, scope = bucket
+            if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax
+                      or scope is not None and self._scope_room(scope).cannot_fit(w)):
                 heapq.heappop(heap)
                 continue
             yield key
@@ -665,7 +695,27 @@ class Engine:
             if nxt is None:
                 heapq.heappop(heap)
             else:
-                heapq.heapreplace(heap, (nxt, w, 0, it))
+                heapq.heapreplace(heap, (nxt, bucket, 0, it))
+
+    def _width_bucket(self, spec: JobSpec) -> tuple[int, str | None]:
+        """A pending job's per-width bucket: its whole GPUs, and its VC if that VC has dedicated nodes."""
+        return _width(spec), spec.vc if spec.vc in self._vc_dedicated else None
+
+    def _scope_room(self, vc: str) -> _Room:
+        """The whole GPUs free on a dedicated VC's own nodes that are up, as they stand: asked by
+        _width_keys as it leaves out widths (kept while the running jobs and the nodes stay the
+        same). Without it, on a cluster of dedicated VCs, one VC's idle nodes keep every width
+        of every other VC in the pass, whose jobs are then passed over one by one."""
+        version = (self._running_version, self._node_version)
+        got = self._rooms.get(vc)
+        if got is None or got.version != version:
+            st = self.state
+            nodes = self._vc_nodes[vc]
+            free = [int(st.full_free[n]) for n in nodes if st.up[n]]
+            got = self._rooms[vc] = _Room(version, max(free, default=0), sum(free),
+                                          min((int(st.gpus[n]) for n in nodes), default=0),
+                                          max((int(st.gpus[n]) for n in nodes), default=0))
+        return got
 
     def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str], gangs_per_request: bool,
                      unsearched: _Unsearched | None) -> Iterator[JobRun]:
@@ -739,6 +789,8 @@ class Engine:
                         i += 1
                         gangs_dropped.append((vc, shape))
                         continue
+                elif ex.evicted_at == self.now:
+                    self._pass_hold = self.now  # evicted at this instant: it waits (see _pass)
                 else:
                     last = key
                     yield job
@@ -823,7 +875,7 @@ class Engine:
         if self._pending_of_vc is not None:
             _file(self._pending_of_vc, vc, key)
         if self._pending_of_width is not None:
-            _file(self._pending_of_width, _width(spec), key)
+            _file(self._pending_of_width, self._width_bucket(spec), key)
         for nested, bucket in self._nested_lists(spec, work):
             _file(nested.setdefault(vc, {}), bucket, key)
 
@@ -835,7 +887,7 @@ class Engine:
         if self._pending_of_vc is not None:
             _unfile(self._pending_of_vc, vc, key)
         if self._pending_of_width is not None:
-            _unfile(self._pending_of_width, _width(spec), key)
+            _unfile(self._pending_of_width, self._width_bucket(spec), key)
         for nested, bucket in self._nested_lists(spec, work):
             _unfile(nested[vc], bucket, key)
             if not nested[vc]:
@@ -844,7 +896,7 @@ class Engine:
     def _nested_lists(self, spec: JobSpec, work: float) -> Iterator[tuple[dict, object]]:
         """The per-VC-and-bucket key lists this engine keeps, each with the job's bucket."""
         if self._pending_of_vc_width is not None:
-            yield self._pending_of_vc_width, _width(spec)
+            yield self._pending_of_vc_width, self._width_bucket(spec)
         if self._pending_of_vc_shape is not None:
             yield self._pending_of_vc_shape, spec.request
         if self._pending_of_vc_demand is not None:
@@ -1403,7 +1455,9 @@ class Engine:
             self._pass_hold = math.inf
             if blocking and not pol.backfill and self._pending_of_vc is not None:
                 source = self._blocking_order(blocked, jump=self._skip_ahead)
-            elif blocking and self._skip_ahead:
+            elif blocking and self._skip_ahead and self._evicted_at != self.now:
+                # (EASY's jumps read the pass's failures, and a victim held out at its eviction
+                # instant blocks its queues without one: such a pass walks every job.)
                 source = self._backfill_order(blocked, failed, only_capacity, quotas_matter)
             elif only_capacity and self._skip_ahead and self._pending_of_width is not None:
                 source = self._merge_widths(self._pending_of_width)
@@ -1444,7 +1498,11 @@ class Engine:
                 held = [blocked[sc] for sc in scopes if sc in blocked]
                 if held and not pol.backfill:
                     continue  # behind a blocked head of its own queue
-            if only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional and (
+            if extra[spec.job_id].evicted_at == self.now:
+                # Evicted at this instant: it waits, blocking its queues as a failure would, and
+                # what this pass leaves holds no later than now (see _preempt).
+                self._pass_hold = self.now
+            elif only_capacity and 0 < g <= gmax and g > ffmax and not spec.is_fractional and (
                     g <= st.smallest_node_gpus or self.one_node(spec)):
                 pass  # cannot fit: a failure, as below
             elif not self.spec.allow_borrowing and not self.within_quota(job):
@@ -1814,160 +1872,22 @@ class Engine:
                 else:
                     got.discard(job)
 
-    def candidates_by_node(self, spec: JobSpec, candidates: list[JobRun]) -> tuple[dict[int, list[JobRun]], dict[int, int]]:
-        """The candidates on each node open to the job, in their order, and the GPUs they hold
-        there: what victims_that_fit reads for a job that fits on one node (a plugin that also
-        reads it passes it on)."""
-        allowed = self.open_nodes(spec)
-        by_node: dict[int, list[JobRun]] = {}
-        held: dict[int, int] = {}
-        for v in candidates:
-            for n, slots in v.placed.gpus:
-                if allowed[n]:
-                    on = by_node.get(n)
-                    if on is None:
-                        by_node[n] = [v]
-                        held[n] = len(slots)
-                    else:
-                        on.append(v)
-                        held[n] += len(slots)
-        return by_node, held
+    def candidates_by_node(self, spec: JobSpec, candidates: list[JobRun]) -> victims.ByNode:
+        """For plugins: the candidates grouped by node (victims.candidates_by_node)."""
+        return victims.candidates_by_node(self, spec, candidates)
 
     def victims_that_fit(self, job: JobRun, candidates: list[JobRun],
-                         by_node_of: tuple[dict[int, list[JobRun]], dict[int, int]] | None = None) -> list[JobRun] | None:
-        """The shortest prefix of ``candidates`` (least important first) whose eviction lets
-        ``job`` run; for a job that fits on one node, the node needing the fewest evictions
-        (``by_node_of``: candidates_by_node of these, if the caller has it)."""
-        if not candidates:
-            return None
-        spec = job.spec
-        static = self.static_mask(spec)
-        k = self.gang_size(spec)
-        whole = not spec.is_fractional
-        if k == 1:
-            st = self.state
-            by_node, held = by_node_of if by_node_of is not None else self.candidates_by_node(spec, candidates)
-            if spec.num_gpus and whole and self._eviction_hopeless(spec, k, held):
-                return None
-            best: tuple[int, int, list[JobRun]] | None = None
-            for n in sorted(by_node):
-                if whole and all(v.spec.gpu_milli == GPU_MILLI for v in by_node[n]):
-                    # Whole-GPU jobs on whole GPUs: each GPU an eviction frees is then wholly free,
-                    # so the node's count of wholly free GPUs is counted on, without its row.
-                    found = self._fewest_on_node(spec, n, by_node[n], None if best is None else best[0])
-                    if found is not None:
-                        best = (len(found), n, found)
-                        if len(found) == 1:
-                            break
-                    continue
-                # What node n would have free after each eviction: one row, not a whole clone.
-                row = st.free_milli[n].copy()
-                cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
-                chosen: list[JobRun] = []
-                for v in by_node[n]:
-                    vs, vpl = v.spec, v.placement
-                    assert vpl is not None
-                    for vn, slots in vpl.gpus:
-                        if vn == n:
-                            row[list(slots)] += vs.gpu_milli
-                            freed_cpu, freed_mem = _cpu_mem_on(vs, slots, len(vpl.gpus))
-                            cpu += freed_cpu
-                            mem += freed_mem
-                    chosen.append(v)
-                    if best is not None and len(chosen) >= best[0]:
-                        break  # cannot beat the best node found so far
-                    if cpu >= spec.cpu_milli and mem >= spec.memory_mib and (
-                            (row >= spec.gpu_milli).any() if spec.is_fractional
-                            else int((row == GPU_MILLI).sum()) >= spec.num_gpus):
-                        best = (len(chosen), n, list(chosen))
-                        break
-                if best is not None and best[0] == 1:
-                    break  # one eviction on the lowest such node: nothing does better
-            return best[2] if best else None
-        if spec.num_gpus and whole and self._eviction_hopeless(spec, k, self.candidates_by_node(spec, candidates)[1]):
-            return None
-        if (whole and not spec.cpu_milli and not spec.memory_mib
-                and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)):
-            return self._shortest_gang_prefix(spec.num_gpus, self.open_nodes(spec), k, candidates)
-        trial = self.state.clone()
-        chosen = []
-        for v in candidates:
-            self.release_on(trial, v)
-            chosen.append(v)
-            if placement.can_place(self, spec, static, trial):
-                return chosen
-        return None
-
-    def _fewest_on_node(self, spec: JobSpec, n: int, on_node: list[JobRun], fewer_than: int | None) -> list[JobRun] | None:
-        """The shortest prefix of ``on_node`` (whole-GPU jobs on node ``n``) whose eviction lets the
-        whole-GPU job ``spec`` fit on ``n``, if shorter than ``fewer_than``: victims_that_fit's
-        per-node search, where the whole GPUs an eviction frees are its slots on ``n``."""
-        st = self.state
-        full = int(st.full_free[n])
-        cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
-        for i, v in enumerate(on_node):
-            if fewer_than is not None and i + 1 >= fewer_than:
-                return None  # cannot beat the best node found so far
-            vs, vpl = v.spec, v.placed
-            for vn, slots in vpl.gpus:
-                if vn == n:
-                    full += len(slots)
-                    freed_cpu, freed_mem = _cpu_mem_on(vs, slots, len(vpl.gpus))
-                    cpu += freed_cpu
-                    mem += freed_mem
-            if cpu >= spec.cpu_milli and mem >= spec.memory_mib and full >= spec.num_gpus:
-                return on_node[:i + 1]
-        return None
-
-    def _shortest_gang_prefix(self, g: int, allowed: list[bool], k: int, candidates: list[JobRun]) -> list[JobRun] | None:
-        """victims_that_fit's search for a gang of ``g`` whole GPUs over at least ``k`` nodes that
-        asks for no CPU or memory, among whole-GPU candidates: what can_place reads of a trial
-        allocation is then each allowed node's count of wholly free GPUs, which an eviction raises
-        by its slots there. So the counts are kept sorted and the gang fits once the ``k`` largest
-        (all of them, with relaxed locality) hold ``g`` (see placement._gang_fits)."""
-        st = self.state
-        cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
-        every = self.config.relaxed_locality or k >= len(cap)
-        counts = sorted(cap)
-        total = sum(cap)
-        for i, v in enumerate(candidates):
-            for n, slots in v.placed.gpus:
-                if allowed[n]:
-                    c = cap[n]
-                    cap[n] = c + len(slots)
-                    total += len(slots)
-                    del counts[bisect.bisect_left(counts, c)]
-                    bisect.insort(counts, c + len(slots))
-            if (total if every else sum(counts[-k:])) >= g:
-                return candidates[:i + 1]
-        return None
-
-    def _eviction_hopeless(self, spec: JobSpec, k: int, held: dict[int, int]) -> bool:
-        """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
-        ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
-        the GPUs the candidates hold per node open to the job (``held``: see candidates_by_node),
-        so a hopeless job skips the trials of every prefix. (Placement is monotone in free
-        capacity: no prefix fits where all of them do not.)"""
-        if k == 0:
-            return True
-        st = self.state
-        g = spec.num_gpus
-        if k == 1:  # (the general bound below with one node: no node reaches g)
-            return st.max_full_free() < g and all(int(st.full_free[n]) + h < g for n, h in held.items())
-        if self.config.relaxed_locality:
-            return st.total_full_free + sum(held.values()) < g
-        # At most: a touched node's whole GPUs free plus those its candidates hold; any other
-        # node's, the largest free whole-GPU block.
-        most = sorted([int(st.full_free[n]) + h for n, h in held.items()] + [st.max_full_free()] * k,
-                      reverse=True)
-        return sum(most[:k]) < g
+                         by_node_of: victims.ByNode | None = None) -> list[JobRun] | None:
+        """For plugins: the victims among ``candidates`` (least important first) that let ``job``
+        run, by the one victim rule (victims.py), or None."""
+        return victims.victims_that_fit(self, job, candidates, by_node_of)
 
     @staticmethod
     def release_on(state: ClusterState, job: JobRun) -> None:
         spec, pl = job.spec, job.placement
         assert pl is not None
         for n, slots in pl.gpus:
-            cpu, mem = _cpu_mem_on(spec, slots, len(pl.gpus))
+            cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
             state.release(n, slots, spec.gpu_milli, cpu, mem)
 
     # ------------------------------------------------------------ state transitions
@@ -1975,7 +1895,7 @@ class Engine:
     def _launch(self, job: JobRun, pl: Placement, record: bool = True) -> None:
         spec = job.spec
         for n, slots in pl.gpus:
-            cpu, mem = _cpu_mem_on(spec, slots, len(pl.gpus))
+            cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
             self.state.allocate(n, slots, spec.gpu_milli, cpu, mem)
             self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
         ex = self.extra[spec.job_id]
@@ -2044,7 +1964,13 @@ class Engine:
             self._ends_of_vc[job.spec.vc].remove(entry)
 
     def _preempt(self, job: JobRun) -> None:
+        """Evict a running job for a waiting one (a post-filter's victim). It is not launched again
+        at this instant, by this pass or the passes that follow it at the same time: that would be
+        a move (a migration's work, counted as one), or a cascade, where the victim evicts others
+        in turn, each paying the restore overhead. It waits for the next pass after this instant
+        (a pass runs when something changes: an arrival, an end, a node event, a timer)."""
         nodes = self._stop(job)
+        self.extra[job.job_id].evicted_at = self._evicted_at = self.now
         self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
         job.overhead_s = self.config.restore_overhead_s
         job.preemptions += 1
@@ -2193,14 +2119,6 @@ def _unfile(lists: dict, bucket: object, key: tuple) -> None:
     mine.remove(key)
     if not mine:
         del lists[bucket]
-
-
-def _cpu_mem_on(spec: JobSpec, slots: tuple[int, ...], nodes: int) -> tuple[int, int]:
-    """The CPU and memory a job holds on a node where it holds ``slots``, of the ``nodes`` it spans:
-    in proportion to its GPUs there (evenly for a CPU-only job), as a launch takes them and a
-    stop gives them back."""
-    share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / nodes
-    return round(spec.cpu_milli * share), round(spec.memory_mib * share)
 
 
 def _started_before(a: JobRun, b: JobRun) -> bool:

@@ -55,6 +55,14 @@ def _lowest_free(row: np.ndarray, count: int) -> tuple[int, ...]:
     return tuple((row == GPU_MILLI).nonzero()[0][:count].tolist())
 
 
+def cpu_mem_on(spec: JobSpec, slots: tuple[int, ...], nodes: int) -> tuple[int, int]:
+    """The CPU and memory a job holds on a node where it holds ``slots``, of the ``nodes`` it spans:
+    in proportion to its GPUs there (evenly for a CPU-only job), as a launch takes them and a
+    stop gives them back."""
+    share = len(slots) / max(spec.num_gpus, 1) if spec.num_gpus else 1.0 / nodes
+    return round(spec.cpu_milli * share), round(spec.memory_mib * share)
+
+
 def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int:
     """The fewest nodes a job can span: 1 when some candidate node is big enough."""
     if spec.num_gpus <= 1 or spec.num_gpus <= state.smallest_node_gpus:

@@ -7,6 +7,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from analysim.core.job import JobRun, JobSpec
+from analysim.core.victims import ByNode
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -191,7 +192,7 @@ class PriorityPreemption:
 
     @staticmethod
     def _usage_after_most(spec: JobSpec, candidates: list[JobRun],
-                          by_node_of: tuple[dict[int, list[JobRun]], dict[int, int]] | None, ctx: Engine) -> float:
+                          by_node_of: ByNode | None, ctx: Engine) -> float:
         """The job's VC's usage after evicting the most any victims among the candidates could
         take off it, asked before any eviction is tried: if that leaves the VC over its quota, no
         victims would do. The victims are a prefix of the candidates, or for a job that fits on

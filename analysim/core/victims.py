@@ -1,0 +1,350 @@
+"""Victim search: which running jobs to evict so that a waiting job can run.
+
+One rule, for every post-filter (priority preemption, quota reclaim), for one-node jobs and
+gangs, whole and fractional GPUs. A plugin hands over its candidates least important first (its
+queue's preemption rank, lowest first; a reclaim's newest first); a candidate's *position* in
+that list is its importance. Among the sets of candidates whose eviction lets the job run, the
+one chosen has
+
+1. the least important most-important victim (the lowest highest position);
+2. then the fewest victims;
+3. then the fewest GPUs freed beyond need: the victims' GPUs (all of them, on every node they
+   hold), less those the job needed freed on its node (a one-node job of whole GPUs; else none);
+4. then the lowest node index (a one-node job: the node it goes to);
+5. then, so that the choice is a total order, the least important victims, compared from the
+   most important down.
+
+This is the order in which the Kubernetes scheduler's DefaultPreemption picks a node (lowest
+highest-priority victim, then fewer victims, ...); docs/simulation.md ("Victims") says where ours
+differs and why.
+
+How it is found. Placement is monotone in free capacity, so a set fits only if the prefix of the
+candidates up to its most important member fits: the shortest prefix that fits (on some node,
+for a one-node job) ends at the lowest most-important victim ``m`` there is (rule 1). Rules 2-5
+then choose among the subsets of that prefix that keep ``m`` (without ``m`` none fits): exactly,
+by size, while the prefix holds at most ``EXACT_LIMIT`` others; beyond that greedily, sparing the
+most important first while the job still fits (Kubernetes' "reprieve"), which gives a set none
+of whose victims could be spared, not always the smallest. The prefix search is the hot part (most
+searches fail); the choice within a prefix runs only for a search that finds victims.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from analysim.core import placement
+from analysim.core.job import GPU_MILLI, JobRun, JobSpec
+from analysim.core.placement import cpu_mem_on
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+# Up to this many candidates besides the most important victim, the fewest victims are found
+# exactly (2**12 subsets at most, and only for a search that finds victims); beyond, greedily.
+EXACT_LIMIT: Final = 12
+
+# Candidates grouped by node (see candidates_by_node): the candidates on each node open to the job,
+# in their order; the GPUs they hold there; and their positions in the candidate list.
+ByNode = tuple[dict[int, list[JobRun]], dict[int, int], dict[int, list[int]]]
+
+
+def candidates_by_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun]) -> ByNode:
+    """The candidates on each node open to the job, in their order, the GPUs they hold there, and
+    their positions among ``candidates``: what victims_that_fit reads for a job that fits on one
+    node (a plugin that also reads it passes it on)."""
+    allowed = ctx.open_nodes(spec)
+    by_node: dict[int, list[JobRun]] = {}
+    held: dict[int, int] = {}
+    at: dict[int, list[int]] = {}
+    for i, v in enumerate(candidates):
+        for n, slots in v.placed.gpus:
+            if allowed[n]:
+                on = by_node.get(n)
+                if on is None:
+                    by_node[n] = [v]
+                    held[n] = len(slots)
+                    at[n] = [i]
+                else:
+                    on.append(v)
+                    held[n] += len(slots)
+                    at[n].append(i)
+    return by_node, held, at
+
+
+def victims_that_fit(ctx: Engine, job: JobRun, candidates: list[JobRun], by_node_of: ByNode | None = None) -> list[JobRun] | None:
+    """The victims the rule above chooses among ``candidates`` (least important first), in their
+    order, or None when evicting them all would not let ``job`` run (``by_node_of``:
+    candidates_by_node of these, if the caller has it)."""
+    if not candidates:
+        return None
+    spec = job.spec
+    k = ctx.gang_size(spec)
+    whole = not spec.is_fractional
+    if k == 1:
+        got = by_node_of if by_node_of is not None else candidates_by_node(ctx, spec, candidates)
+        if spec.num_gpus and whole and eviction_hopeless(ctx, spec, k, got[1]):
+            return None
+        return _one_node(ctx, spec, candidates, got)
+    if spec.num_gpus and whole and eviction_hopeless(ctx, spec, k, candidates_by_node(ctx, spec, candidates)[1]):
+        return None
+    counted = (whole and not spec.cpu_milli and not spec.memory_mib
+               and all(v.spec.gpu_milli == GPU_MILLI for v in candidates))
+    if counted:
+        length = _shortest_gang_prefix(ctx, spec.num_gpus, ctx.open_nodes(spec), k, candidates)
+    else:
+        length = _shortest_prefix_by_trial(ctx, spec, candidates)
+    if not length:
+        return None
+    prefix = candidates[:length]
+    fits = _gang_counted_fit(ctx, spec, k) if counted else _gang_trial_fit(ctx, spec)
+    return _fewest_within(prefix, fits, 0)
+
+
+# ------------------------------------------------------------------ one-node jobs
+
+
+def _one_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun], got: ByNode) -> list[JobRun] | None:
+    by_node, _held, at = got
+    st = ctx.state
+    whole = not spec.is_fractional
+    best = len(candidates)  # the lowest most-important position found (rule 1); none yet
+    ends: list[tuple[int, int]] = []  # the nodes that reach it, with their prefix lengths
+    for n, on in by_node.items():
+        pos = at[n]
+        if whole and all(v.spec.gpu_milli == GPU_MILLI for v in on):
+            length = _prefix_counted(ctx, spec, n, on, pos, best)
+        else:
+            length = _prefix_by_row(ctx, spec, n, on, pos, best)
+        if length:
+            p = pos[length - 1]
+            if p < best:
+                best, ends = p, [(n, length)]
+            elif p == best:
+                ends.append((n, length))  # (the same victim, a gang, on several nodes)
+    if not ends:
+        return None
+    choice: tuple[tuple[int, int, int], list[JobRun]] | None = None
+    for n, length in ends:
+        need = max(0, spec.num_gpus - int(st.full_free[n])) * GPU_MILLI if whole else 0
+        victims = _fewest_within(by_node[n][:length], _node_fit(ctx, spec, n), need)
+        key = (len(victims), _milli(victims) - need, n)
+        if choice is None or key < choice[0]:
+            choice = (key, victims)
+    assert choice is not None
+    return choice[1]
+
+
+def _prefix_counted(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
+    """The length of the shortest prefix of ``on`` (whole-GPU candidates on node ``n``) whose
+    eviction lets the whole-GPU job ``spec`` fit on ``n``, if it ends at a position no higher than
+    ``best``; else 0. Each GPU such an eviction frees is wholly free, so the node's count of wholly
+    free GPUs is counted on, without its row."""
+    st = ctx.state
+    full = int(st.full_free[n])
+    cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
+    for i, v in enumerate(on):
+        if pos[i] > best:
+            return 0  # its most important victim would rank above the best found
+        vs, vpl = v.spec, v.placed
+        for vn, slots in vpl.gpus:
+            if vn == n:
+                full += len(slots)
+                freed_cpu, freed_mem = cpu_mem_on(vs, slots, len(vpl.gpus))
+                cpu += freed_cpu
+                mem += freed_mem
+        if cpu >= spec.cpu_milli and mem >= spec.memory_mib and full >= spec.num_gpus:
+            return i + 1
+    return 0
+
+
+def _prefix_by_row(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
+    """_prefix_counted for any job and candidates: what node ``n`` would have free after each
+    eviction, as one row (not a whole clone of the allocation)."""
+    st = ctx.state
+    row = st.free_milli[n].copy()
+    cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
+    for i, v in enumerate(on):
+        if pos[i] > best:
+            return 0
+        freed_cpu, freed_mem = _release_on_row(v, n, row)
+        cpu += freed_cpu
+        mem += freed_mem
+        if cpu >= spec.cpu_milli and mem >= spec.memory_mib and (
+                (row >= spec.gpu_milli).any() if spec.is_fractional
+                else int((row == GPU_MILLI).sum()) >= spec.num_gpus):
+            return i + 1
+    return 0
+
+
+def _release_on_row(v: JobRun, n: int, row: np.ndarray) -> tuple[int, int]:
+    """Give back on ``row`` (node ``n``'s free thousandths per GPU, a copy) what ``v`` holds there;
+    the CPU and memory it holds there."""
+    vs, vpl = v.spec, v.placed
+    cpu = mem = 0
+    for vn, slots in vpl.gpus:
+        if vn == n:
+            row[list(slots)] += vs.gpu_milli
+            freed_cpu, freed_mem = cpu_mem_on(vs, slots, len(vpl.gpus))
+            cpu += freed_cpu
+            mem += freed_mem
+    return cpu, mem
+
+
+def _node_fit(ctx: Engine, spec: JobSpec, n: int) -> Callable[[list[JobRun]], bool]:
+    """Whether ``spec`` fits on node ``n`` with a given set of its candidates evicted."""
+    st = ctx.state
+
+    def fits(evicted: list[JobRun]) -> bool:
+        row = st.free_milli[n].copy()
+        cpu, mem = int(st.cpu_free[n]), int(st.mem_free[n])
+        for v in evicted:
+            freed_cpu, freed_mem = _release_on_row(v, n, row)
+            cpu += freed_cpu
+            mem += freed_mem
+        if cpu < spec.cpu_milli or mem < spec.memory_mib:
+            return False
+        if spec.is_fractional:
+            return bool((row >= spec.gpu_milli).any())
+        return int((row == GPU_MILLI).sum()) >= spec.num_gpus
+
+    return fits
+
+
+# ------------------------------------------------------------------ gangs
+
+
+def _shortest_gang_prefix(ctx: Engine, g: int, allowed: list[bool], k: int, candidates: list[JobRun]) -> int:
+    """The length of the shortest prefix of ``candidates`` whose eviction lets a gang of ``g``
+    whole GPUs over at least ``k`` nodes that asks for no CPU or memory fit, among whole-GPU
+    candidates (0: none does). What can_place reads of a trial allocation is then each allowed
+    node's count of wholly free GPUs, which an eviction raises by its slots there. So the counts
+    are kept sorted and the gang fits once the ``k`` largest (all of them, with relaxed locality)
+    hold ``g`` (see placement._gang_fits)."""
+    st = ctx.state
+    cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
+    every = ctx.config.relaxed_locality or k >= len(cap)
+    counts = sorted(cap)
+    total = sum(cap)
+    for i, v in enumerate(candidates):
+        for n, slots in v.placed.gpus:
+            if allowed[n]:
+                c = cap[n]
+                cap[n] = c + len(slots)
+                total += len(slots)
+                del counts[bisect.bisect_left(counts, c)]
+                bisect.insort(counts, c + len(slots))
+        if (total if every else sum(counts[-k:])) >= g:
+            return i + 1
+    return 0
+
+
+def _gang_counted_fit(ctx: Engine, spec: JobSpec, k: int) -> Callable[[list[JobRun]], bool]:
+    """Whether the gang fits with a set evicted, by the counts _shortest_gang_prefix reads."""
+    st = ctx.state
+    allowed = ctx.open_nodes(spec)
+    every = ctx.config.relaxed_locality or k >= len(allowed)
+    base = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
+
+    def fits(evicted: list[JobRun]) -> bool:
+        cap = list(base)
+        for v in evicted:
+            for n, slots in v.placed.gpus:
+                if allowed[n]:
+                    cap[n] += len(slots)
+        return (sum(cap) if every else sum(sorted(cap)[-k:])) >= spec.num_gpus
+
+    return fits
+
+
+def _shortest_prefix_by_trial(ctx: Engine, spec: JobSpec, candidates: list[JobRun]) -> int:
+    """The length of the shortest prefix of ``candidates`` whose eviction lets the job fit, by a
+    trial allocation (0: none does)."""
+    static = ctx.static_mask(spec)
+    trial = ctx.state.clone()
+    for i, v in enumerate(candidates):
+        ctx.release_on(trial, v)
+        if placement.can_place(ctx, spec, static, trial):
+            return i + 1
+    return 0
+
+
+def _gang_trial_fit(ctx: Engine, spec: JobSpec) -> Callable[[list[JobRun]], bool]:
+    static = ctx.static_mask(spec)
+
+    def fits(evicted: list[JobRun]) -> bool:
+        trial = ctx.state.clone()
+        for v in evicted:
+            ctx.release_on(trial, v)
+        return placement.can_place(ctx, spec, static, trial)
+
+    return fits
+
+
+# ------------------------------------------------------------------ the choice within a prefix
+
+
+def _fewest_within(prefix: list[JobRun], fits: Callable[[list[JobRun]], bool], need: int) -> list[JobRun]:
+    """Rules 2, 3 and 5 within ``prefix``, the shortest prefix that fits: the subsets that keep its
+    last (most important) candidate and fit, by fewest victims, then fewest GPUs freed (``need``
+    is the same for all of them), then the least important; in candidate order."""
+    m, others = prefix[-1], prefix[:-1]
+    if len(others) > EXACT_LIMIT:
+        return _reprieved(m, others, fits)
+    for size in range(len(others) + 1):
+        best: tuple[int, tuple[int, ...]] | None = None
+        for combo in itertools.combinations(range(len(others)), size):
+            chosen = [others[i] for i in combo]
+            chosen.append(m)
+            if fits(chosen):
+                key = (_milli(chosen) - need, tuple(reversed(combo)))
+                if best is None or key < best:
+                    best = key
+        if best is not None:
+            picked = sorted(best[1])
+            return [others[i] for i in picked] + [m]
+    raise AssertionError("the shortest prefix that fits does not fit")
+
+
+def _reprieved(m: JobRun, others: list[JobRun], fits: Callable[[list[JobRun]], bool]) -> list[JobRun]:
+    """Kubernetes' reprieve: from the most important of ``others`` down, spare each candidate whose
+    eviction the job does not need."""
+    kept = list(others)
+    for i in range(len(others) - 1, -1, -1):
+        trial = kept[:i] + kept[i + 1:]
+        if fits(trial + [m]):
+            kept = trial
+    return kept + [m]
+
+
+def _milli(jobs: list[JobRun]) -> int:
+    """The GPUs (in thousandths) the jobs hold, on every node."""
+    return sum(v.spec.num_gpus * v.spec.gpu_milli for v in jobs)
+
+
+# ------------------------------------------------------------------ bounds
+
+
+def eviction_hopeless(ctx: Engine, spec: JobSpec, k: int, held: dict[int, int]) -> bool:
+    """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
+    ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
+    the GPUs the candidates hold per node open to the job (``held``: see candidates_by_node),
+    so a hopeless job skips the trials of every prefix. (Placement is monotone in free
+    capacity: no prefix fits where all of them do not.)"""
+    if k == 0:
+        return True
+    st = ctx.state
+    g = spec.num_gpus
+    if k == 1:  # (the general bound below with one node: no node reaches g)
+        return st.max_full_free() < g and all(int(st.full_free[n]) + h < g for n, h in held.items())
+    if ctx.config.relaxed_locality:
+        return st.total_full_free + sum(held.values()) < g
+    # At most: a touched node's whole GPUs free plus those its candidates hold; any other
+    # node's, the largest free whole-GPU block.
+    most = sorted([int(st.full_free[n]) + h for n, h in held.items()] + [st.max_full_free()] * k,
+                  reverse=True)
+    return sum(most[:k]) < g
