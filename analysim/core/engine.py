@@ -112,8 +112,7 @@ class _Room:
     version: tuple[int, int]  # (Engine._running_version, Engine._node_version) when found
     most: int  # the most whole GPUs free on one of its nodes that is up
     total: int  # the whole GPUs free on its nodes that are up
-    smallest: int  # the GPUs of its smallest node
-    largest: int  # the GPUs of its largest node
+    smallest: int  # the GPUs of its smallest node (Engine._vc_smallest)
 
     def cannot_fit(self, w: int) -> bool:
         """Whether no job of ``w`` whole GPUs can fit on these nodes as they stand (as _width_keys
@@ -248,9 +247,12 @@ class Engine:
         # submitted job is checked, and traces repeat a few shapes.
         self._fits_empty: dict[tuple, bool] = {}
         self._vc_dedicated = {v.name for v in spec.vcs if v.nodes}
-        # A dedicated VC's node indexes, and what _scope_room last found free on them.
+        # A dedicated VC's node indexes, the GPUs of its smallest node, and what _scope_room last
+        # found free on them.
         self._vc_nodes: dict[str, list[int]] = {
             vc: [i for i, owner in enumerate(self.state.owner_vc) if owner == vc] for vc in self._vc_dedicated}
+        self._vc_smallest: dict[str, int] = {
+            vc: min((int(self.state.gpus[n]) for n in nodes), default=0) for vc, nodes in self._vc_nodes.items()}
         self._rooms: dict[str, _Room] = {}
         self._vc_names = frozenset(v.name for v in spec.vcs)
         # quota_of's answers, looked up a few times per job per pass under per-VC queues.
@@ -712,9 +714,7 @@ class Engine:
             st = self.state
             nodes = self._vc_nodes[vc]
             free = [int(st.full_free[n]) for n in nodes if st.up[n]]
-            got = self._rooms[vc] = _Room(version, max(free, default=0), sum(free),
-                                          min((int(st.gpus[n]) for n in nodes), default=0),
-                                          max((int(st.gpus[n]) for n in nodes), default=0))
+            got = self._rooms[vc] = _Room(version, max(free, default=0), sum(free), self._vc_smallest[vc])
         return got
 
     def _shape_order(self, failed: dict, quotas_matter: bool, vcs: Iterable[str], gangs_per_request: bool,

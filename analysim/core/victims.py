@@ -174,11 +174,19 @@ def _prefix_by_row(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: li
         freed_cpu, freed_mem = _release_on_row(v, n, row)
         cpu += freed_cpu
         mem += freed_mem
-        if cpu >= spec.cpu_milli and mem >= spec.memory_mib and (
-                (row >= spec.gpu_milli).any() if spec.is_fractional
-                else int((row == GPU_MILLI).sum()) >= spec.num_gpus):
+        if _fits_row(spec, row, cpu, mem):
             return i + 1
     return 0
+
+
+def _fits_row(spec: JobSpec, row: np.ndarray, cpu: int, mem: int) -> bool:
+    """Whether ``spec`` fits on one node with ``row`` (its free thousandths per GPU), ``cpu`` and
+    ``mem`` free."""
+    if cpu < spec.cpu_milli or mem < spec.memory_mib:
+        return False
+    if spec.is_fractional:
+        return bool((row >= spec.gpu_milli).any())
+    return int((row == GPU_MILLI).sum()) >= spec.num_gpus
 
 
 def _release_on_row(v: JobRun, n: int, row: np.ndarray) -> tuple[int, int]:
@@ -206,11 +214,7 @@ def _node_fit(ctx: Engine, spec: JobSpec, n: int) -> Callable[[list[JobRun]], bo
             freed_cpu, freed_mem = _release_on_row(v, n, row)
             cpu += freed_cpu
             mem += freed_mem
-        if cpu < spec.cpu_milli or mem < spec.memory_mib:
-            return False
-        if spec.is_fractional:
-            return bool((row >= spec.gpu_milli).any())
-        return int((row == GPU_MILLI).sum()) >= spec.num_gpus
+        return _fits_row(spec, row, cpu, mem)
 
     return fits
 
@@ -225,9 +229,7 @@ def _shortest_gang_prefix(ctx: Engine, g: int, allowed: list[bool], k: int, cand
     node's count of wholly free GPUs, which an eviction raises by its slots there. So the counts
     are kept sorted and the gang fits once the ``k`` largest (all of them, with relaxed locality)
     hold ``g`` (see placement._gang_fits)."""
-    st = ctx.state
-    cap = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
-    every = ctx.config.relaxed_locality or k >= len(cap)
+    cap, every = _gang_counts(ctx, allowed, k)
     counts = sorted(cap)
     total = sum(cap)
     for i, v in enumerate(candidates):
@@ -243,12 +245,18 @@ def _shortest_gang_prefix(ctx: Engine, g: int, allowed: list[bool], k: int, cand
     return 0
 
 
+def _gang_counts(ctx: Engine, allowed: list[bool], k: int) -> tuple[list[int], bool]:
+    """Each node's wholly free GPUs (0 on a node not ``allowed``), and whether a gang over at least
+    ``k`` nodes may then take all of them (relaxed locality, or no fewer nodes than ``k``) rather
+    than only the ``k`` largest counts."""
+    cap = [int(c) if ok else 0 for c, ok in zip(ctx.state.full_free.tolist(), allowed, strict=True)]
+    return cap, ctx.config.relaxed_locality or k >= len(cap)
+
+
 def _gang_counted_fit(ctx: Engine, spec: JobSpec, k: int) -> Callable[[list[JobRun]], bool]:
     """Whether the gang fits with a set evicted, by the counts _shortest_gang_prefix reads."""
-    st = ctx.state
     allowed = ctx.open_nodes(spec)
-    every = ctx.config.relaxed_locality or k >= len(allowed)
-    base = [int(c) if ok else 0 for c, ok in zip(st.full_free.tolist(), allowed, strict=True)]
+    base, every = _gang_counts(ctx, allowed, k)
 
     def fits(evicted: list[JobRun]) -> bool:
         cap = list(base)
