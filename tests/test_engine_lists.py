@@ -1,4 +1,5 @@
-"""The engine's reads of sortedcontainers' SortedList internals agree with its public API."""
+"""The core's reads of sortedcontainers' SortedList internals (sorted_keys.py) agree with its public API,
+for the release line pyproject.toml pins."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from analysim.core.engine import _first_after, _keys_from
+from analysim.core.sorted_keys import first_after as _first_after
+from analysim.core.sorted_keys import first_key
+from analysim.core.sorted_keys import keys_from as _keys_from
 
 KEYS = st.tuples(st.tuples(st.integers(-3, 3), st.floats(0, 10, allow_nan=False)), st.integers(0, 10_000))
 
@@ -19,6 +22,8 @@ def test_first_after_is_the_key_at_bisect_right(keys, after, load):
     sl._reset(load)
     i = sl.bisect_right(after)
     assert _first_after(sl, after) == (sl[i] if i < len(sl) else None)
+    if sl:
+        assert first_key(sl) == sl[0]
     for k in keys[:20]:  # keys present: the next one, never itself
         j = sl.bisect_right(k)
         assert _first_after(sl, k) == (sl[j] if j < len(sl) else None)

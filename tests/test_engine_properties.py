@@ -11,11 +11,12 @@ from hypothesis import HealthCheck, assume, event, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
+from analysim.core import victims
 from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
 from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
-from analysim.core.placement import can_place, gang_size, single_node_fit
+from analysim.core.placement import can_place, gang_size, release_on, single_node_fit
 from analysim.core.policies import build_policy
 
 POLICIES = ["fifo", "fifo-backfill", "sjf", "srtf", "tiresias", "qssf", "fair"]
@@ -76,7 +77,7 @@ class CheckedEngine(Engine):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self.checked_decisions, self.checked_now = 0, 0.0
-        # The time of the last scheduling pass, as its count (Engine._pass_no) shows after each
+        # The time of the last scheduling pass, as its count (Engine.pass_no) shows after each
         # event time (see check_work_conserving).
         self.last_pass_at, self.passes_seen = -1.0, 0
         # The engine dispatches events through this table: wrap each handler with the checks.
@@ -138,8 +139,8 @@ class CheckedEngine(Engine):
         for the next pass after their eviction instant (no cascades: Engine._preempt). (A pass runs
         when something changed: an arrival, an end, a node event, a timer; not on the engine's
         stale completion events, which live runs do not have.)"""
-        if self._pass_no != self.passes_seen:
-            self.last_pass_at, self.passes_seen = self.now, self._pass_no
+        if self.pass_no != self.passes_seen:
+            self.last_pass_at, self.passes_seen = self.now, self.pass_no
         if self.policy.queue.blocking:
             return
         st_ = self.state
@@ -299,33 +300,12 @@ def test_same_inputs_same_decisions(sc):
     assert a.recorder.samples == b.recorder.samples
 
 
-class _NoShortcuts(Engine):
-    """The reference pass: it walks every waiting job (no widths, shapes or VCs left out, no jumps
-    over a VC's jobs, no attempt left unmade), every search for victims starts afresh (no memo of
-    earlier failures), and the running jobs are ranked anew, one by one, whenever they are asked
-    for."""
-
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self._skip_ahead = False
-
-    def plugin_memo(self) -> dict:
-        return {}
-
-    def vc_memo(self, vc) -> dict:
-        return {}
-
-    def lasting_memo(self) -> dict:
-        return {}
-
-    def ranks_hold_until(self, vc):
-        return self.now  # (no rank is taken to stand: nothing is kept that would read it)
-
-    def ranked_running(self, vc):
-        q = self.policy.queue
-        pool = self.running if vc is None else self.running_by_vc.get(vc, {})
-        rows = sorted(((q.preempt_rank(r, self), r.last_start_s, r.seq), r) for r in pool.values())
-        return [k[0] for k, _ in rows], [r for _, r in rows]
+def _NoShortcuts(*args, **kw) -> Engine:
+    """The reference engine (Engine's ``shortcuts`` off): it walks every waiting job (no widths,
+    shapes or VCs left out, no jumps over a VC's jobs, no attempt left unmade), every search for
+    victims starts afresh (NullMemos), and the running jobs are ranked anew, one by one, whenever
+    they are asked for (ranked.FreshRanking)."""
+    return Engine(*args, shortcuts=False, **kw)
 
 
 def _decisions_of(cls, spec, jobs, policy, placement, config, failures, cancels, queue_options=None):
@@ -675,7 +655,7 @@ def _rule_victims(engine, waiting, candidates):
         chosen = [i for i in range(len(candidates)) if mask >> i & 1]
         trial = engine.state.clone()
         for i in chosen:
-            Engine.release_on(trial, candidates[i])
+            release_on(trial, candidates[i])
         freed = sum(candidates[i].spec.num_gpus * candidates[i].spec.gpu_milli for i in chosen)
         if one:
             ok = static & single_node_fit(trial, waiting)
@@ -718,7 +698,7 @@ def test_victims_that_fit_follow_the_victim_rule_for_one_node_jobs(case):
     waiting = job.spec
     best = _rule_victims(engine, waiting, candidates)
     event(f"evictions: {len(best) if best else 0}")
-    assert engine.victims_that_fit(job, candidates) == best
+    assert victims.victims_that_fit(engine, job, candidates) == best
 
 
 @settings(max_examples=200, deadline=None)
@@ -729,11 +709,11 @@ def test_victims_beyond_the_exact_search_are_least_important_and_none_can_be_spa
     # node ends there), and none of its victims could be spared.
     engine, job, candidates, static = _one_node_eviction(case)
     waiting = job.spec
-    got = engine.victims_that_fit(job, candidates)
+    got = victims.victims_that_fit(engine, job, candidates)
     trial = engine.state.clone()
     lowest = None
     for i, v in enumerate(candidates):
-        Engine.release_on(trial, v)
+        release_on(trial, v)
         if (static & single_node_fit(trial, waiting)).any():
             lowest = i
             break
@@ -747,7 +727,7 @@ def test_victims_beyond_the_exact_search_are_least_important_and_none_can_be_spa
         t = engine.state.clone()
         for v in got:
             if v is not spared:
-                Engine.release_on(t, v)
+                release_on(t, v)
         return bool((static & single_node_fit(t, waiting)).any())
 
     assert fits_without(None) and not any(fits_without(v) for v in got)
@@ -798,7 +778,7 @@ def test_victims_that_fit_follow_the_victim_rule_for_gangs(case):
     best = _rule_victims(engine, waiting, candidates)
     whole = not waiting.cpu_milli and all(v.spec.gpu_milli == GPU_MILLI for v in candidates)
     event(f"counted: {whole}; evictions: {len(best) if best else 0}")
-    assert engine.victims_that_fit(job, candidates) == best
+    assert victims.victims_that_fit(engine, job, candidates) == best
 
 
 def _cascades(decisions) -> list:

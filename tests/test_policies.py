@@ -121,7 +121,7 @@ def test_build_policy_refuses_options_a_queue_does_not_take():
 
 
 def test_a_queue_whose_keys_differ_in_length_is_refused():
-    # The engine's merges compare queue keys laid out flat (engine._merge_entry), which orders
+    # The engine's merges compare queue keys laid out flat (orders.merge_entry), which orders
     # keys of different lengths unlike tuples do: such a queue is refused by name, not obeyed wrongly.
     from analysim.core.engine import Engine, EngineConfig
     from analysim.core.plugins.queue import _QueueSort

@@ -139,17 +139,11 @@ def test_per_vc_queues_never_start_a_job_on_gpus_its_vc_may_not_use(sc):
     assert all(engine.jobs[j].end_s is not None for j in accepted)  # and nobody waits forever
 
 
-class _WalkEveryJob(Engine):
-    """The reference reading of per-VC queues: every pass walks every waiting job and skips those
-    behind a blocked head one by one (the engine leaves out whole VCs, and jumps over a VC's jobs
-    that would borrow while the shared queue is blocked, for speed)."""
-
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self._skip_ahead = False
-
-    def _vc_blocked(self, vc: str, blocked: dict) -> bool:
-        return False
+def _WalkEveryJob(*args, **kw) -> Engine:
+    """The reference reading of per-VC queues (Engine's ``shortcuts`` off): every pass walks every
+    waiting job and skips those behind a blocked head one by one (the engine leaves out whole VCs,
+    and jumps over a VC's jobs that would borrow while the shared queue is blocked, for speed)."""
+    return Engine(*args, shortcuts=False, **kw)
 
 
 def _decisions(cls: type[Engine], spec: ClusterSpec, jobs: list[JobSpec], policy: str, config: EngineConfig):

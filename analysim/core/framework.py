@@ -6,7 +6,13 @@ For each pending job, in the order QueueSort gives:
                                  \\ nothing fits: post-filter (preempt victims) or migrate (defragment)
 
 plus a periodic ``rebalance`` hook. A Policy is a composition of small plugins; the engine owns all
-state changes, plugins only look at the context and answer.
+state changes, plugins only look at the engine through the ``Handle`` and answer.
+
+Optional plugin interfaces (Kubernetes' EnqueueExtensions and the like): ``FailureHints`` and
+``PerRequestHints`` for post-filters and rebalance, ``QueueTraits`` for the queue's flags. The engine
+checks each once, when it starts (hints.failure_checks, hints.answer_per_request, QueueTraits.of),
+never by name in a pass. (By attribute, not isinstance: the compiled core cannot make a Protocol
+runtime-checkable.)
 """
 
 from __future__ import annotations
@@ -16,11 +22,128 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
-from analysim.core.job import JobRun
+from analysim.core.cluster import ClusterSpec, ClusterState
+from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.fragmentation import FragmentationIndex
+    from analysim.core.records import EngineConfig
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Handle:
+    """What a plugin may read of the engine and ask of it: the narrow interface every plugin gets
+    as ``ctx`` (Kubernetes' framework.Handle). The engine is the one implementation.
+
+    A class, not a typing.Protocol: the compiled core (mypyc) calls through a class natively and
+    through a Protocol as generic Python attribute lookups, on the paths every attempt takes."""
+
+    now: float  # virtual seconds
+    state: ClusterState  # the nodes and their free GPUs, CPU and memory (read only)
+    spec: ClusterSpec
+    config: EngineConfig
+    policy: Policy
+    traits: QueueTraits  # the queue's flags, read once (QueueTraits.of)
+    rng: np.random.Generator  # the run's one random stream (seeded by EngineConfig.seed)
+    running: dict[str, JobRun]  # job id -> running job
+    running_by_vc: dict[str, dict[str, JobRun]]  # VC -> job id -> running job
+
+    # The nodes open to a job (kept until a node goes down or up).
+    def static_key(self, spec: JobSpec) -> tuple:
+        """What ``static_mask`` reads of a job: jobs with the same key may use the same nodes."""
+        raise NotImplementedError
+
+    def static_mask(self, spec: JobSpec) -> np.ndarray:
+        """Nodes the job may ever use right now: up, of an allowed GPU model, open to its VC."""
+        raise NotImplementedError
+
+    def open_nodes(self, spec: JobSpec) -> list[bool]:
+        """static_mask as a list (for loops over running jobs' nodes)."""
+        raise NotImplementedError
+
+    def open_to_every_node(self, spec: JobSpec) -> bool:
+        """Whether static_mask is all True."""
+        raise NotImplementedError
+
+    def one_node(self, spec: JobSpec) -> bool:
+        """Whether the job must fit on one node: some node open to it (up) has enough GPUs."""
+        raise NotImplementedError
+
+    def gang_size(self, spec: JobSpec) -> int:
+        """placement.gang_size over the nodes open to the job."""
+        raise NotImplementedError
+
+    # Quotas.
+    def quota_of(self, vc: str) -> float | None:
+        """GPUs guaranteed to a VC; None when it has none (no VCs, or dedicated nodes)."""
+        raise NotImplementedError
+
+    def within_quota(self, job: JobRun) -> bool:
+        """Whether the job keeps its VC within its quota if it runs now."""
+        raise NotImplementedError
+
+    def vc_over_quota(self, vc: str) -> bool:
+        """Whether the VC holds more GPUs than its quota (it borrows, and can be reclaimed from)."""
+        raise NotImplementedError
+
+    # Jobs.
+    def expected_end(self, job: JobRun) -> float:
+        """When a running job ends if nothing happens to it (inf for a job not running)."""
+        raise NotImplementedError
+
+    def remaining_now(self, job: JobRun) -> float:
+        """Work left at ``now``, for a running job counting the progress of its current segment."""
+        raise NotImplementedError
+
+    def attained_now(self, job: JobRun) -> float:
+        """GPU-seconds the job has run, counting its current segment."""
+        raise NotImplementedError
+
+    def head_of_line(self) -> JobRun | None:
+        """The pending job the queue would look at first."""
+        raise NotImplementedError
+
+    def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
+        """The running jobs of ``vc`` (every running job for None), ascending by (preemption rank,
+        last start, seq), with their ranks alongside for bisecting (analysim.core.ranked)."""
+        raise NotImplementedError
+
+    def ranks_hold_until(self, vc: str | None) -> float:
+        """A time before which no preemption rank of ``vc``'s running jobs can move."""
+        raise NotImplementedError
+
+    def fragmentation_index(self) -> FragmentationIndex:
+        """FGD's per-node expected fragmentation, brought up to date with the allocation."""
+        raise NotImplementedError
+
+    # Memos (analysim.core.memos): each plugin keys its entries with its own name.
+    def plugin_memo(self) -> dict:
+        """Lives while the pass and the running jobs stay the same."""
+        raise NotImplementedError
+
+    def vc_memo(self, vc: str) -> dict:
+        """Lives while ``vc``'s running jobs and the nodes stay the same."""
+        raise NotImplementedError
+
+    def lasting_memo(self) -> dict:
+        """Lives while the nodes stay the same; entries say themselves how long they hold."""
+        raise NotImplementedError
+
+    def stopped_demand(self, vc: str) -> float:
+        """The GPUs (gpu_demand) of every stop of a job of ``vc`` so far: ended, evicted or moved."""
+        raise NotImplementedError
+
+    # Requests.
+    def set_timer(self, at: float, job: JobRun | None = None, tag: str = "") -> None:
+        """Re-examine ``job`` (re-key it if pending) and run a pass at ``at``."""
+        raise NotImplementedError
+
+    def rekey(self, job: JobRun) -> None:
+        """The job's queue key changed while it was pending."""
+        raise NotImplementedError
+
 
 
 class QueueSort(Protocol):
@@ -32,37 +155,42 @@ class QueueSort(Protocol):
     # The key may change while a job waits for reasons other than the plugin's own timers:
     # the queue is re-sorted on every pass.
     dynamic: ClassVar[bool]
+    # The optional flags below (absent: False) are read once, into QueueTraits.
+    # preemptive: ranks running jobs below waiting ones, so a post-filter may evict them.
+    # per_vc_order: order() gets ``pending`` per VC (a dict VC -> iterator of its jobs in key order).
+    # ranks_follow_keys: a waiting job's preempt_rank never orders before that of a job ahead of it.
+    # running_ranks_only_rise: a running job's preempt_rank never moves later while it runs.
+    # per_job_rank_times: running ranks change one job at a time, at preempt_rank_until.
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         """Sort key of a pending job; lower runs first. Must not change while the job waits,
         unless ``dynamic`` or the plugin calls ``ctx.rekey(job)``. Every key of a queue has the
         same length (the engine's merges compare keys laid out flat, field by field)."""
 
-    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+    def priority(self, job: JobRun, ctx: Handle) -> tuple:
         """Comparable across pending and running jobs; lower is more important. Preemption only
         ever evicts jobs whose priority is strictly greater than the preemptor's."""
 
-    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+    def preempt_rank(self, job: JobRun, ctx: Handle) -> tuple:
         """What preemption compares (by default the priority): a waiting job may evict a running
         one ranked strictly lower."""
 
-    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+    def preempt_ranks(self, running: list[JobRun], ctx: Handle) -> list[tuple]:
         """preempt_rank of each running job, in one go (the engine ranks a VC's running jobs once
         per pass that looks for victims)."""
 
-    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Handle) -> float:
         """A time before which none of these running jobs' preempt_rank can change while they keep
         running (``ctx.now``: it may change at once); the engine does not rank them again before."""
 
-    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
-        """The same for one running job. Read only when the queue's ``per_job_rank_times`` is True
-        (its running jobs' ranks change one job at a time, at times known ahead): the engine then
-        ranks again only the jobs whose time has come."""
+    def preempt_rank_until(self, job: JobRun, ctx: Handle) -> float:
+        """The same for one running job. Read only under ``per_job_rank_times``: the
+        engine then ranks again only the jobs whose time has come."""
 
-    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+    def order(self, pending: Iterable[JobRun], ctx: Handle) -> Iterator[JobRun]:
         """The order of one scheduling pass. May be lazy and consult ``ctx`` as jobs get placed."""
 
-    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+    def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
         """Hook: 'arrival', 'launch', 'stop', 'complete'. Lets a plugin keep its own state."""
 
 
@@ -71,10 +199,10 @@ class Score(Protocol):
 
     name: ClassVar[str]
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         """Scores for ``nodes`` (indexes), higher is better. Ties go to the lowest node index."""
 
-    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Handle) -> tuple[int, tuple[int, ...]] | None:
         """Optional: a single-node placement (node, GPU slots) chosen directly. Return None to let
         the binder use ``score``. Plugins that judge whole placements (FGD) implement this."""
 
@@ -84,32 +212,13 @@ class PostFilter(Protocol):
 
     name: ClassVar[str]
 
-    def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
+    def victims(self, job: JobRun, ctx: Handle) -> list[JobRun] | None:
         ...
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+    def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """A time before which the answer for ``job`` (waiting, with the same key) stays the same
         while the running jobs and the nodes do (``ctx.now``: it may change at once). The engine
         does not ask again, for a job whose attempt failed, before then."""
-
-    def answers_per_request(self, ctx: Engine) -> bool:
-        """Optional (absent: False). Whether, at one time with the same running jobs and nodes,
-        ``victims`` finds none for every waiting job of a VC and request (JobSpec.request) that
-        the queue orders after one of them it found none for (and ``holds_until`` holds for them
-        as long): then, once a gang of a VC and request has failed in a pass, the engine passes
-        over that VC's later gangs of the request until something changes, instead of asking
-        for each (a pass tries every waiting gang)."""
-
-    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
-        """Optional (absent: the engine always asks ``victims``). A time before which ``victims``
-        surely finds none for ``job`` while the running jobs and the nodes stay the same, known
-        without a search (e.g. the job would take its VC over its quota); ``ctx.now`` or earlier
-        when only a search can tell. A job that does not fit on the free GPUs by count, and for
-        which every plugin its attempt would ask says so, is passed over without an attempt:
-        most waiting jobs on a busy cluster are such, and are asked again after every stop.
-        With ``finds_none_by_vc`` (optional class attribute, absent: False), the answer reads
-        nothing of the running jobs but those of the job's VC, and stands across other VCs'
-        launches and stops: the engine does not ask again before one of its own VC."""
 
 
 class Rebalance(Protocol):
@@ -117,20 +226,58 @@ class Rebalance(Protocol):
 
     name: ClassVar[str]
 
-    def unblock(self, job: JobRun, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]] | None:
+    def unblock(self, job: JobRun, ctx: Handle) -> list[tuple[JobRun, int, tuple[int, ...]]] | None:
         """Moves (job, destination node, GPU slots) that would let ``job`` fit on one node."""
 
-    def rebalance(self, ctx: Engine) -> list[tuple[JobRun, int, tuple[int, ...]]]:
+    def rebalance(self, ctx: Handle) -> list[tuple[JobRun, int, tuple[int, ...]]]:
         ...
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+    def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """As PostFilter.holds_until, for ``unblock``."""
 
-    def answers_per_request(self, ctx: Engine) -> bool:
-        """As PostFilter.answers_per_request, for ``unblock`` and ``holds_until``."""
 
-    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
-        """Optional: as PostFilter.finds_none_until, for ``unblock``."""
+class FailureHints(Protocol):
+    """Optional, for post-filters and rebalance: a sure-failure hint (analysim.core.hints)."""
+
+    # Whether finds_none_until reads nothing of the running jobs but those of the job's VC: the
+    # answer then stands across other VCs' launches and stops, and is not asked again before one
+    # of its own VC.
+    finds_none_by_vc: ClassVar[bool]
+
+    def finds_none_until(self, job: JobRun, ctx: Handle) -> float:
+        """A time before which the plugin surely finds nothing for ``job`` while the running jobs
+        and the nodes stay the same, known without a search (e.g. the job would take its VC over
+        its quota); ``ctx.now`` or earlier when only a search can tell. A job that does not fit on
+        the free GPUs by count, and for which every plugin its attempt would ask says so, is passed
+        over without an attempt: most waiting jobs on a busy cluster are such, and are asked again
+        after every stop."""
+
+
+class PerRequestHints(Protocol):
+    """Optional, for post-filters and rebalance (absent: the plugin does not answer per request)."""
+
+    def answers_per_request(self, ctx: Handle) -> bool:
+        """Whether, at one time with the same running jobs and nodes, the plugin finds nothing for
+        every waiting job of a VC and request (JobSpec.request) that the queue orders after one of
+        them it found nothing for (and ``holds_until`` holds for them as long): then, once a gang
+        of a VC and request has failed in a pass, the engine passes over that VC's later gangs of
+        the request until something changes, instead of asking for each."""
+
+
+@dataclass(frozen=True)
+class QueueTraits:
+    """A queue's optional flags (see QueueSort), read once when the engine starts."""
+
+    preemptive: bool = False
+    per_vc_order: bool = False
+    ranks_follow_keys: bool = False
+    running_ranks_only_rise: bool = False
+    per_job_rank_times: bool = False
+
+    @staticmethod
+    def of(queue: QueueSort) -> QueueTraits:
+        return QueueTraits(**{f: bool(getattr(queue, f, False)) for f in (
+            "preemptive", "per_vc_order", "ranks_follow_keys", "running_ranks_only_rise", "per_job_rank_times")})
 
 
 @dataclass

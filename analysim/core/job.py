@@ -118,3 +118,12 @@ class JobRun:
         if self.placement is None:
             raise ValueError(f"job {self.spec.job_id!r} is not placed")
         return self.placement
+
+    def remaining_at(self, now: float) -> float:
+        """A running job's work left at ``now``, counting the progress of its current segment (the
+        overhead it pays first makes none)."""
+        return max(0.0, self.remaining_s - max(0.0, (now - self.last_start_s) - self.overhead_s) / self.placed.slowdown)
+
+    def attained_at(self, now: float) -> float:
+        """A running job's GPU-seconds at ``now``, counting its current segment."""
+        return self.attained_gpu_s + (now - self.last_start_s) * self.spec.gpu_demand

@@ -15,7 +15,7 @@ from analysim.core.cluster import ClusterState
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, Placement
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 
 def single_node_fit(state: ClusterState, spec: JobSpec) -> np.ndarray:
@@ -77,7 +77,7 @@ def gang_size(state: ClusterState, spec: JobSpec, candidates: np.ndarray) -> int
     return k
 
 
-def bind(ctx: Engine, job: JobRun, static_ok: np.ndarray) -> Placement | None:
+def bind(ctx: Handle, job: JobRun, static_ok: np.ndarray) -> Placement | None:
     """The placement the policy's score plugin prefers, or None when the job cannot run now."""
     spec, state = job.spec, ctx.state
     k_min = gang_size(state, spec, static_ok)
@@ -99,7 +99,7 @@ def bind(ctx: Engine, job: JobRun, static_ok: np.ndarray) -> Placement | None:
     return Placement(gpus=(chosen,), slowdown=1.0)
 
 
-def can_place(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterState) -> bool:
+def can_place(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: ClusterState) -> bool:
     """Whether the job would fit on ``state`` (a hypothetical copy, e.g. after evicting victims)."""
     k_min = gang_size(state, spec, static_ok)
     if k_min == 0:
@@ -134,7 +134,7 @@ def _gang_fits(cap: np.ndarray, g: int, k_min: int, relaxed: bool) -> bool:
     return int(np.partition(cap, -k_min)[-k_min:].sum()) >= g
 
 
-def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: ClusterState, k_min: int) -> Placement | None:
+def _bind_gang(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: ClusterState, k_min: int) -> Placement | None:
     """Whole GPUs over several nodes: fill the emptiest nodes first so the job spans as few as
     possible, inside one rack when one rack can take it (best-fit across racks)."""
     g = spec.num_gpus
@@ -184,3 +184,11 @@ def _bind_gang(ctx: Engine, spec: JobSpec, static_ok: np.ndarray, state: Cluster
     if cross_rack:
         slowdown += ctx.spec.cross_rack_slowdown
     return Placement(gpus=tuple(gpus), slowdown=slowdown)
+
+
+def release_on(state: ClusterState, job: JobRun) -> None:
+    """Release a running job's GPUs, CPU and memory on ``state`` (the cluster's, or a trial copy)."""
+    spec, pl = job.spec, job.placed
+    for n, slots in pl.gpus:
+        cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
+        state.release(n, slots, spec.gpu_milli, cpu, mem)

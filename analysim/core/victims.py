@@ -42,7 +42,7 @@ from analysim.core.job import GPU_MILLI, JobRun, JobSpec
 from analysim.core.placement import cpu_mem_on
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 # Up to this many candidates besides the most important victim, the fewest victims are found
 # exactly (2**12 subsets at most, and only for a search that finds victims); beyond, greedily.
@@ -53,7 +53,7 @@ EXACT_LIMIT: Final = 12
 ByNode = tuple[dict[int, list[JobRun]], dict[int, int], dict[int, list[int]]]
 
 
-def candidates_by_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun]) -> ByNode:
+def candidates_by_node(ctx: Handle, spec: JobSpec, candidates: list[JobRun]) -> ByNode:
     """The candidates on each node open to the job, in their order, the GPUs they hold there, and
     their positions among ``candidates``: what victims_that_fit reads for a job that fits on one
     node (a plugin that also reads it passes it on)."""
@@ -76,7 +76,7 @@ def candidates_by_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun]) -> 
     return by_node, held, at
 
 
-def victims_that_fit(ctx: Engine, job: JobRun, candidates: list[JobRun], by_node_of: ByNode | None = None) -> list[JobRun] | None:
+def victims_that_fit(ctx: Handle, job: JobRun, candidates: list[JobRun], by_node_of: ByNode | None = None) -> list[JobRun] | None:
     """The victims the rule above chooses among ``candidates`` (least important first), in their
     order, or None when evicting them all would not let ``job`` run (``by_node_of``:
     candidates_by_node of these, if the caller has it)."""
@@ -108,7 +108,7 @@ def victims_that_fit(ctx: Engine, job: JobRun, candidates: list[JobRun], by_node
 # ------------------------------------------------------------------ one-node jobs
 
 
-def _one_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun], got: ByNode) -> list[JobRun] | None:
+def _one_node(ctx: Handle, spec: JobSpec, candidates: list[JobRun], got: ByNode) -> list[JobRun] | None:
     by_node, _held, at = got
     st = ctx.state
     whole = not spec.is_fractional
@@ -139,7 +139,7 @@ def _one_node(ctx: Engine, spec: JobSpec, candidates: list[JobRun], got: ByNode)
     return choice[1]
 
 
-def _prefix_counted(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
+def _prefix_counted(ctx: Handle, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
     """The length of the shortest prefix of ``on`` (whole-GPU candidates on node ``n``) whose
     eviction lets the whole-GPU job ``spec`` fit on ``n``, if it ends at a position no higher than
     ``best``; else 0. Each GPU such an eviction frees is wholly free, so the node's count of wholly
@@ -162,7 +162,7 @@ def _prefix_counted(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: l
     return 0
 
 
-def _prefix_by_row(ctx: Engine, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
+def _prefix_by_row(ctx: Handle, spec: JobSpec, n: int, on: list[JobRun], pos: list[int], best: int) -> int:
     """_prefix_counted for any job and candidates: what node ``n`` would have free after each
     eviction, as one row (not a whole clone of the allocation)."""
     st = ctx.state
@@ -203,7 +203,7 @@ def _release_on_row(v: JobRun, n: int, row: np.ndarray) -> tuple[int, int]:
     return cpu, mem
 
 
-def _node_fit(ctx: Engine, spec: JobSpec, n: int) -> Callable[[list[JobRun]], bool]:
+def _node_fit(ctx: Handle, spec: JobSpec, n: int) -> Callable[[list[JobRun]], bool]:
     """Whether ``spec`` fits on node ``n`` with a given set of its candidates evicted."""
     st = ctx.state
 
@@ -222,7 +222,7 @@ def _node_fit(ctx: Engine, spec: JobSpec, n: int) -> Callable[[list[JobRun]], bo
 # ------------------------------------------------------------------ gangs
 
 
-def _shortest_gang_prefix(ctx: Engine, g: int, allowed: list[bool], k: int, candidates: list[JobRun]) -> int:
+def _shortest_gang_prefix(ctx: Handle, g: int, allowed: list[bool], k: int, candidates: list[JobRun]) -> int:
     """The length of the shortest prefix of ``candidates`` whose eviction lets a gang of ``g``
     whole GPUs over at least ``k`` nodes that asks for no CPU or memory fit, among whole-GPU
     candidates (0: none does). What can_place reads of a trial allocation is then each allowed
@@ -245,7 +245,7 @@ def _shortest_gang_prefix(ctx: Engine, g: int, allowed: list[bool], k: int, cand
     return 0
 
 
-def _gang_counts(ctx: Engine, allowed: list[bool], k: int) -> tuple[list[int], bool]:
+def _gang_counts(ctx: Handle, allowed: list[bool], k: int) -> tuple[list[int], bool]:
     """Each node's wholly free GPUs (0 on a node not ``allowed``), and whether a gang over at least
     ``k`` nodes may then take all of them (relaxed locality, or no fewer nodes than ``k``) rather
     than only the ``k`` largest counts."""
@@ -253,7 +253,7 @@ def _gang_counts(ctx: Engine, allowed: list[bool], k: int) -> tuple[list[int], b
     return cap, ctx.config.relaxed_locality or k >= len(cap)
 
 
-def _gang_counted_fit(ctx: Engine, spec: JobSpec, k: int) -> Callable[[list[JobRun]], bool]:
+def _gang_counted_fit(ctx: Handle, spec: JobSpec, k: int) -> Callable[[list[JobRun]], bool]:
     """Whether the gang fits with a set evicted, by the counts _shortest_gang_prefix reads."""
     allowed = ctx.open_nodes(spec)
     base, every = _gang_counts(ctx, allowed, k)
@@ -269,25 +269,25 @@ def _gang_counted_fit(ctx: Engine, spec: JobSpec, k: int) -> Callable[[list[JobR
     return fits
 
 
-def _shortest_prefix_by_trial(ctx: Engine, spec: JobSpec, candidates: list[JobRun]) -> int:
+def _shortest_prefix_by_trial(ctx: Handle, spec: JobSpec, candidates: list[JobRun]) -> int:
     """The length of the shortest prefix of ``candidates`` whose eviction lets the job fit, by a
     trial allocation (0: none does)."""
     static = ctx.static_mask(spec)
     trial = ctx.state.clone()
     for i, v in enumerate(candidates):
-        ctx.release_on(trial, v)
+        placement.release_on(trial, v)
         if placement.can_place(ctx, spec, static, trial):
             return i + 1
     return 0
 
 
-def _gang_trial_fit(ctx: Engine, spec: JobSpec) -> Callable[[list[JobRun]], bool]:
+def _gang_trial_fit(ctx: Handle, spec: JobSpec) -> Callable[[list[JobRun]], bool]:
     static = ctx.static_mask(spec)
 
     def fits(evicted: list[JobRun]) -> bool:
         trial = ctx.state.clone()
         for v in evicted:
-            ctx.release_on(trial, v)
+            placement.release_on(trial, v)
         return placement.can_place(ctx, spec, static, trial)
 
     return fits
@@ -337,7 +337,7 @@ def _milli(jobs: list[JobRun]) -> int:
 # ------------------------------------------------------------------ bounds
 
 
-def eviction_hopeless(ctx: Engine, spec: JobSpec, k: int, held: dict[int, int]) -> bool:
+def eviction_hopeless(ctx: Handle, spec: JobSpec, k: int, held: dict[int, int]) -> bool:
     """Whether even evicting every candidate leaves too few whole GPUs for a job that needs
     ``spec.num_gpus`` of them on ``k`` nodes (any number with relaxed locality): a bound from
     the GPUs the candidates hold per node open to the job (``held``: see candidates_by_node),

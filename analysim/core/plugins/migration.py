@@ -11,7 +11,7 @@ from analysim.core import placement
 from analysim.core.job import GPU_MILLI, JobRun, JobStatus
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 Move = tuple[JobRun, int, tuple[int, ...]]
 
@@ -26,20 +26,21 @@ class DefragMigration:
     """
 
     name: ClassVar[str] = "defrag"
+    finds_none_by_vc: ClassVar[bool] = False  # (finds_none_until reads every VC's free GPUs)
 
     def __init__(self, max_candidates: int = 16) -> None:
         self.max_candidates = max_candidates
 
-    def unblock(self, job: JobRun, ctx: Engine) -> list[Move] | None:
+    def unblock(self, job: JobRun, ctx: Handle) -> list[Move] | None:
         static = ctx.static_mask(job.spec)
         if not self._may_move_for(job, static, ctx):
             return None
         return self._search(job, static, ctx)[0]
 
-    def answers_per_request(self, ctx: Engine) -> bool:
+    def answers_per_request(self, ctx: Handle) -> bool:
         return True  # (the search is by request and the nodes open to it: see _search)
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+    def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """The answer reads the running jobs, and the time only through which of them are about
         to finish: it holds until a movable job on a node the search looked at comes within the
         overhead of its end (a node it did not look at may lose its movable jobs: it only drops
@@ -49,12 +50,12 @@ class DefragMigration:
             return math.inf
         return self._search(job, static, ctx)[1]
 
-    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+    def finds_none_until(self, job: JobRun, ctx: Handle) -> float:
         """No moves for a job they could not let run (see _may_move_for), while the nodes stand."""
         return -math.inf if self._may_move_for(job, None, ctx) else math.inf
 
     @staticmethod
-    def _may_move_for(job: JobRun, static: np.ndarray | None, ctx: Engine) -> bool:
+    def _may_move_for(job: JobRun, static: np.ndarray | None, ctx: Handle) -> bool:
         """Whether moves could let the job run: a whole-GPU job that fits on one node, with
         enough whole GPUs free on its nodes (``static``, the job's static_mask, found if None),
         summed (moving jobs around cannot create any). Asked before the search's memo: most
@@ -68,7 +69,7 @@ class DefragMigration:
             return True  # (the sum over every node is total_full_free)
         return int(st.full_free[static if static is not None else ctx.static_mask(spec)].sum()) >= spec.num_gpus
 
-    def _search(self, job: JobRun, static: np.ndarray, ctx: Engine) -> tuple[list[Move] | None, float]:
+    def _search(self, job: JobRun, static: np.ndarray, ctx: Handle) -> tuple[list[Move] | None, float]:
         """The moves, and until when they hold. They depend on the job's shape, the allocation, the
         running jobs and the time, the last three fixed for the memo's life: identical requests
         are searched once."""
@@ -83,7 +84,7 @@ class DefragMigration:
         return found
 
     @staticmethod
-    def _movable(ctx: Engine) -> dict[int, list[JobRun]]:
+    def _movable(ctx: Handle) -> dict[int, list[JobRun]]:
         """Running whole-GPU jobs on one node, by node, that are not about to finish."""
         min_left = ctx.config.migration_overhead_s
         movable: dict[int, list[JobRun]] = {}
@@ -95,7 +96,7 @@ class DefragMigration:
         return movable
 
     def _unblock(self, job: JobRun, static: np.ndarray, movable: dict[int, list[JobRun]],
-                 ctx: Engine) -> tuple[list[Move] | None, float]:
+                 ctx: Handle) -> tuple[list[Move] | None, float]:
         spec = job.spec
         st = ctx.state
         deficit = spec.num_gpus - st.full_free
@@ -132,7 +133,7 @@ class DefragMigration:
         return None, until
 
     @staticmethod
-    def _fits_only_on(mover: JobRun, node: int, fitting: dict[tuple, tuple[np.ndarray, int]], ctx: Engine) -> bool:
+    def _fits_only_on(mover: JobRun, node: int, fitting: dict[tuple, tuple[np.ndarray, int]], ctx: Handle) -> bool:
         """Whether ``mover`` fits on no node but ``node`` as the nodes stand (by request and the
         nodes open to it, in ``fitting``)."""
         spec = mover.spec
@@ -161,12 +162,12 @@ class DefragMigration:
         return None
 
     @staticmethod
-    def _place(job: JobRun, node: int, movers: list[JobRun], ctx: Engine) -> list[Move] | None:
+    def _place(job: JobRun, node: int, movers: list[JobRun], ctx: Handle) -> list[Move] | None:
         """Where the movers go (best fit, on a trial copy of the allocation), None if the job
         still does not fit on ``node`` or some mover fits nowhere else."""
         trial = ctx.state.clone()
         for r in movers:
-            ctx.release_on(trial, r)
+            placement.release_on(trial, r)
         if not placement.single_node_fit(trial, job.spec)[node]:
             return None  # CPU or memory, not GPUs, is what blocks
         moves: list[Move] = []
@@ -183,7 +184,7 @@ class DefragMigration:
             moves.append((r, d, slots))
         return moves
 
-    def rebalance(self, ctx: Engine) -> list[Move]:
+    def rebalance(self, ctx: Handle) -> list[Move]:
         head = ctx.head_of_line()
         if head is None or head.status is not JobStatus.PENDING:
             return []

@@ -6,18 +6,19 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from analysim.core import victims as victims_mod
 from analysim.core.job import JobRun, JobSpec
 from analysim.core.victims import ByNode
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 
 class PriorityPreemption:
     """Evict running jobs that the queue ranks strictly below the waiting job, least important
     (then most recently started) first, as few as possible.
 
-    The running jobs come ranked from the engine (``Engine.ranked_running``, once per pass and
+    The running jobs come ranked from the engine (``Handle.ranked_running``, once per pass and
     running set), so the candidates are a bisected suffix rather than a re-ranking per waiting
     job; a waiting job that a search for a job of its shape and VC shows to find no victims
     (the same rank, or for most failures any rank at least as low) is not searched for.
@@ -31,9 +32,9 @@ class PriorityPreemption:
     name: ClassVar[str] = "priority"
     finds_none_by_vc: ClassVar[bool] = True  # (with quotas it searches only the VC: see finds_none_until)
 
-    def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
+    def victims(self, job: JobRun, ctx: Handle) -> list[JobRun] | None:
         q = ctx.policy.queue
-        if not getattr(q, "preemptive", False):
+        if not ctx.traits.preemptive:
             return None
         spec = job.spec
         mine = q.preempt_rank(job, ctx)
@@ -65,7 +66,7 @@ class PriorityPreemption:
             allowed = ctx.open_nodes(spec)
             candidates = [r for r in candidates if any(allowed[n] for n in r.placed.nodes)]
         one_node = ctx.one_node(spec)
-        by_node_of = ctx.candidates_by_node(spec, candidates) if one_node else None
+        by_node_of = victims_mod.candidates_by_node(ctx, spec, candidates) if one_node else None
         # (The VC's usage after evicting the most any victims could take off it.)
         after = self._usage_after_most(spec, candidates, by_node_of, ctx) if same_vc_only else 0.0
         if not candidates or quota is not None and after + spec.gpu_demand > quota + 1e-9:
@@ -73,7 +74,7 @@ class PriorityPreemption:
             if same_vc_only:
                 self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, after, ctx))
             return None
-        victims = ctx.victims_that_fit(job, candidates, by_node_of)
+        victims = victims_mod.victims_that_fit(ctx, job, candidates, by_node_of)
         if victims is None:
             known.fail_from(mine, lasting=True)
         elif same_vc_only and self._over_quota(spec, victims, ctx):
@@ -87,20 +88,20 @@ class PriorityPreemption:
             victims = None
         return victims
 
-    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+    def finds_none_until(self, job: JobRun, ctx: Handle) -> float:
         """Without ranking the running jobs: under a queue that does not preempt, never any; with
         quotas, none while the VC's memo says a job of this shape ranked as high found too few
         candidates or too little of the VC's usage among them (see victims; most jobs that wait
         in a VC running over its quota are such)."""
         q = ctx.policy.queue
-        if not getattr(q, "preemptive", False):
+        if not ctx.traits.preemptive:
             return math.inf
         spec = job.spec
         if ctx.quota_of(spec.vc) is None or q.dynamic:  # (a dynamic key: its rank may move while it waits)
             return -math.inf
         return self._vc_none_until((self.name, spec.vc, spec.request), q.preempt_rank(job, ctx), ctx)
 
-    def _vc_none_until(self, shape: tuple, rank: tuple, ctx: Engine) -> float:
+    def _vc_none_until(self, shape: tuple, rank: tuple, ctx: Handle) -> float:
         """Until when, as a search of the VC found, a job of ``shape`` ranked ``rank`` finds no
         victims: too few candidates, or too little of the VC's usage among them, as the VC's
         running jobs stood when a job of this shape ranked as high found so (the VC's memo), or
@@ -113,7 +114,7 @@ class PriorityPreemption:
         return self._short_until(shape, rank, ctx)
 
     @staticmethod
-    def _hold_for_vc(shape: tuple, rank: tuple, ctx: Engine, over_by: float) -> None:
+    def _hold_for_vc(shape: tuple, rank: tuple, ctx: Handle, over_by: float) -> None:
         """Note in the VC's memo that jobs of ``shape`` ranked ``rank`` or lower find too few
         candidates or too little usage among them (a lower rank has a prefix of the candidates):
         while the VC's running jobs stay the same, until one of their ranks may move, or for
@@ -124,15 +125,14 @@ class PriorityPreemption:
         spec_vc = shape[1]
         memo = ctx.vc_memo(spec_vc)
         held = memo.get(shape)
-        q = ctx.policy.queue
-        until = math.inf if getattr(q, "running_ranks_only_rise", False) else ctx.ranks_hold_until(spec_vc)
+        until = math.inf if ctx.traits.running_ranks_only_rise else ctx.ranks_hold_until(spec_vc)
         if held is None or rank < held[0] or ctx.now >= held[1]:
             memo[shape] = (rank, until)
         if over_by > _MARGIN:
             ctx.lasting_memo()[shape] = (rank, over_by, ctx.stopped_demand(spec_vc), until)
 
     @staticmethod
-    def _over_quota_by(spec: JobSpec, after: float, ctx: Engine) -> float:
+    def _over_quota_by(spec: JobSpec, after: float, ctx: Handle) -> float:
         """By how much the job's VC would run over its quota with the job running and its usage
         brought down to ``after``."""
         quota = ctx.quota_of(spec.vc)
@@ -140,7 +140,7 @@ class PriorityPreemption:
         return after + spec.gpu_demand - quota
 
     @staticmethod
-    def _short_until(shape: tuple, rank: tuple, ctx: Engine) -> float:
+    def _short_until(shape: tuple, rank: tuple, ctx: Handle) -> float:
         """Until when a job of ``shape`` ranked ``rank`` finds no victims because its VC would stay
         over its quota whatever it evicted, by the margin a search of the shape found (see
         _hold_for_vc); ``now`` or earlier if it may find some. The margin lasts across the VC's
@@ -157,23 +157,22 @@ class PriorityPreemption:
             return cast(float, until)
         return -math.inf
 
-    def answers_per_request(self, ctx: Engine) -> bool:
+    def answers_per_request(self, ctx: Handle) -> bool:
         """Under a queue that ranks no running job below a waiting one there are no victims; under
         one whose waiting jobs rank in key order, a job the queue orders later has a prefix of
         the earlier one's candidates (least important first), and a gang of the same request
         fits after none of its prefixes either."""
-        q = ctx.policy.queue
-        return not getattr(q, "preemptive", False) or getattr(q, "ranks_follow_keys", False)
+        return not ctx.traits.preemptive or ctx.traits.ranks_follow_keys
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+    def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """The answer for a waiting job reads its rank (fixed while it waits, unless the queue's
         keys are dynamic), the running jobs and their ranks, which the queue may say stand."""
         q = ctx.policy.queue
-        if not getattr(q, "preemptive", False):
+        if not ctx.traits.preemptive:
             return math.inf
         if q.dynamic:
             return ctx.now
-        if getattr(q, "running_ranks_only_rise", False):
+        if ctx.traits.running_ranks_only_rise:
             # Its candidates only shrink while the running jobs stay the same; a failure that
             # more candidates could not have undone stands as long as they do.
             known = ctx.plugin_memo().get((self.name, job.spec.vc, job.spec.request))
@@ -183,7 +182,7 @@ class PriorityPreemption:
         return ctx.ranks_hold_until(job.spec.vc if ctx.quota_of(job.spec.vc) is not None else None)
 
     @staticmethod
-    def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> bool:
+    def _over_quota(spec: JobSpec, evicted: list[JobRun], ctx: Handle) -> bool:
         """Whether the job's VC would still run over its quota with ``evicted`` gone."""
         after = PriorityPreemption._usage_after(spec, evicted, ctx)
         quota = ctx.quota_of(spec.vc)
@@ -192,11 +191,11 @@ class PriorityPreemption:
 
     @staticmethod
     def _usage_after_most(spec: JobSpec, candidates: list[JobRun],
-                          by_node_of: ByNode | None, ctx: Engine) -> float:
+                          by_node_of: ByNode | None, ctx: Handle) -> float:
         """The job's VC's usage after evicting the most any victims among the candidates could
         take off it, asked before any eviction is tried: if that leaves the VC over its quota, no
         victims would do. The victims are a prefix of the candidates, or for a job that fits on
-        one node (``by_node_of``: Engine.candidates_by_node), a prefix of the candidates on one
+        one node (``by_node_of``: victims.candidates_by_node), a prefix of the candidates on one
         node (each counted whole). The float partial sums of a prefix, in the same order, are at
         most the full sum, so this never says so wrongly."""
         if by_node_of is None:
@@ -210,7 +209,7 @@ class PriorityPreemption:
         return ctx.state.vc_used.get(spec.vc, 0.0) - most
 
     @staticmethod
-    def _usage_after(spec: JobSpec, evicted: list[JobRun], ctx: Engine) -> float:
+    def _usage_after(spec: JobSpec, evicted: list[JobRun], ctx: Handle) -> float:
         """The job's VC's usage with ``evicted`` gone."""
         return ctx.state.vc_used.get(spec.vc, 0.0) - sum(v.spec.gpu_demand for v in evicted)
 
@@ -251,7 +250,7 @@ class QuotaReclaim:
     name: ClassVar[str] = "reclaim"
     finds_none_by_vc: ClassVar[bool] = True  # (see finds_none_until)
 
-    def victims(self, job: JobRun, ctx: Engine) -> list[JobRun] | None:
+    def victims(self, job: JobRun, ctx: Handle) -> list[JobRun] | None:
         spec = job.spec
         if self._reclaims_nothing(job, ctx):
             return None
@@ -268,23 +267,23 @@ class QuotaReclaim:
         loans = [(r.last_start_s, r.seq, r) for vc in lenders for r in ctx.running_by_vc[vc].values()
                  if any(allowed[n] for n in r.placed.nodes)]
         loans.sort(reverse=True)
-        memo[request] = victims = ctx.victims_that_fit(job, [row[2] for row in loans]) if loans else None
+        memo[request] = victims = victims_mod.victims_that_fit(ctx, job, [row[2] for row in loans]) if loans else None
         return victims
 
-    def holds_until(self, job: JobRun, ctx: Engine) -> float:
+    def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """The answer reads the quotas, the running jobs and their start times only: it holds
         while they stay the same."""
         return math.inf
 
-    def finds_none_until(self, job: JobRun, ctx: Engine) -> float:
+    def finds_none_until(self, job: JobRun, ctx: Handle) -> float:
         """Never anything for a job that reclaims nothing (_reclaims_nothing), while its VC's
         usage stays the same; else only a search can tell."""
         return math.inf if self._reclaims_nothing(job, ctx) else -math.inf
 
     @staticmethod
-    def _reclaims_nothing(job: JobRun, ctx: Engine) -> bool:
+    def _reclaims_nothing(job: JobRun, ctx: Handle) -> bool:
         """A job of a VC without a quota, or one it would take over its quota, takes nothing back."""
         return ctx.quota_of(job.spec.vc) is None or not ctx.within_quota(job)
 
-    def answers_per_request(self, ctx: Engine) -> bool:
+    def answers_per_request(self, ctx: Handle) -> bool:
         return True  # (the job's VC and request, and the running jobs: see victims)

@@ -14,7 +14,7 @@ from mypy_extensions import mypyc_attr
 from analysim.core.job import JobRun, JobStatus
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (and so may any queue made of one)
@@ -37,35 +37,35 @@ class _QueueSort:
     # jobs whose time has come, not every running job (see engine._RankedRunning).
     per_job_rank_times: ClassVar[bool] = False
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         raise NotImplementedError
 
-    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+    def priority(self, job: JobRun, ctx: Handle) -> tuple:
         return self.key(job, ctx)
 
-    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+    def preempt_rank(self, job: JobRun, ctx: Handle) -> tuple:
         """What preemption compares: a waiting job may evict a running one ranked strictly lower."""
         return self.priority(job, ctx)
 
-    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+    def preempt_ranks(self, running: list[JobRun], ctx: Handle) -> list[tuple]:
         """preempt_rank of each of these running jobs (a queue may compute them in one go: every
         running job of a VC is ranked on each pass that looks for victims)."""
         return [self.preempt_rank(j, ctx) for j in running]
 
-    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Handle) -> float:
         """A time before which none of these running jobs' preempt_rank can change while they keep
         running (the engine then does not rank them again); ``ctx.now``: it may change at once."""
         return ctx.now
 
-    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
+    def preempt_rank_until(self, job: JobRun, ctx: Handle) -> float:
         """A time before which this running job's preempt_rank cannot change while it runs (read
         only with per_job_rank_times); ``ctx.now``: it may change at once."""
         return ctx.now
 
-    def order(self, pending: Iterable[JobRun], ctx: Engine) -> Iterator[JobRun]:
+    def order(self, pending: Iterable[JobRun], ctx: Handle) -> Iterator[JobRun]:
         return iter(pending)
 
-    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+    def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
         pass
 
 
@@ -75,7 +75,7 @@ class Fifo(_QueueSort):
     name: ClassVar[str] = "fifo"
     blocking: ClassVar[bool] = True
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         return (job.spec.submit_s,)
 
 
@@ -84,7 +84,7 @@ class ShortestJobFirst(_QueueSort):
 
     name: ClassVar[str] = "sjf"
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         return (job.spec.duration_s or 0.0, job.spec.submit_s)
 
 
@@ -97,18 +97,16 @@ class ShortestRemainingTimeFirst(_QueueSort):
     ranks_follow_keys: ClassVar[bool] = True  # (a waiting job's priority is its key: neither moves)
     running_ranks_only_rise: ClassVar[bool] = True  # (work left only shrinks while a job runs)
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         return (job.remaining_s + job.overhead_s, job.spec.submit_s)
 
-    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+    def priority(self, job: JobRun, ctx: Handle) -> tuple:
         return (ctx.remaining_now(job) + (job.overhead_s if job.status is JobStatus.PENDING else 0.0),
                 job.spec.submit_s)
 
-    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
+    def preempt_ranks(self, running: list[JobRun], ctx: Handle) -> list[tuple]:
         now = ctx.now
-        # priority of a running job, with Engine.remaining_now written out (same operations)
-        return [(max(0.0, j.remaining_s - max(0.0, (now - j.last_start_s) - j.overhead_s) / j.placed.slowdown) + 0.0,
-                 j.spec.submit_s) for j in running]
+        return [(j.remaining_at(now) + 0.0, j.spec.submit_s) for j in running]  # (priority, as running)
 
 
 class Tiresias(_QueueSort):
@@ -139,7 +137,7 @@ class Tiresias(_QueueSort):
         # The thresholds it has reached: they are sorted.
         return bisect_right(self.thresholds, attained_gpu_s - self._base.get(job.job_id, 0.0))
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         promote = self._promote_at.get(job.job_id)
         if promote is not None and ctx.now >= promote:
             job.queue_level = 0
@@ -147,28 +145,25 @@ class Tiresias(_QueueSort):
             del self._promote_at[job.job_id]
         return (job.queue_level, job.spec.submit_s)
 
-    def priority(self, job: JobRun, ctx: Engine) -> tuple:
+    def priority(self, job: JobRun, ctx: Handle) -> tuple:
         if job.status is JobStatus.RUNNING:
             return (self.level(job, ctx.attained_now(job)), job.spec.submit_s)
         return (job.queue_level, job.spec.submit_s)
 
-    def preempt_rank(self, job: JobRun, ctx: Engine) -> tuple:
+    def preempt_rank(self, job: JobRun, ctx: Handle) -> tuple:
         # Only a lower level evicts: FIFO within a level must not make jobs evict each other.
-        # (priority's level, written out: every running job is ranked on every pass that preempts.)
         if job.status is JobStatus.RUNNING:
-            attained = job.attained_gpu_s + (ctx.now - job.last_start_s) * job.spec.gpu_demand  # attained_now
-            return (bisect_right(self.thresholds, attained - self._base.get(job.job_id, 0.0)),)
+            return (self.level(job, job.attained_at(ctx.now)),)
         return (job.queue_level,)
 
-    def preempt_ranks(self, running: list[JobRun], ctx: Engine) -> list[tuple]:
-        now, base, thresholds = ctx.now, self._base, self.thresholds
-        return [(bisect_right(thresholds, j.attained_gpu_s + (now - j.last_start_s) * j.spec.gpu_demand
-                              - base.get(j.job_id, 0.0)),) for j in running]
+    def preempt_ranks(self, running: list[JobRun], ctx: Handle) -> list[tuple]:
+        now = ctx.now
+        return [(self.level(j, j.attained_at(now)),) for j in running]
 
-    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Engine) -> float:
+    def preempt_ranks_hold_until(self, running: list[JobRun], ctx: Handle) -> float:
         return min([self.preempt_rank_until(j, ctx) for j in running], default=math.inf)
 
-    def preempt_rank_until(self, job: JobRun, ctx: Engine) -> float:
+    def preempt_rank_until(self, job: JobRun, ctx: Handle) -> float:
         # A running job's level changes when its attained service reaches the next threshold.
         # The time that happens is computed with a margin (a billionth of the magnitudes involved,
         # far above the rounding of the level's own arithmetic) so that the level surely has
@@ -187,7 +182,7 @@ class Tiresias(_QueueSort):
         margin = 1e-9 * (abs(at) + (abs(thresholds[i]) + abs(b) + abs(job.attained_gpu_s)) / d) + 1e-6
         return at - margin
 
-    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+    def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
         if kind == "launch":
             self._promote_at.pop(job.job_id, None)
             # Wake up whenever the job crosses a threshold: it drops a level and may be evicted.
@@ -233,12 +228,12 @@ class QuasiShortestServiceFirst(_QueueSort):
                 return sum(h) / len(h)
         return self.prior_s
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         if job.estimate_s is None:
             job.estimate_s = self.estimate(job)
         return (job.estimate_s * max(job.spec.gpu_demand, 1e-3), job.spec.submit_s)
 
-    def on_event(self, kind: str, job: JobRun, ctx: Engine) -> None:
+    def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
         if kind == "complete":
             owner = self._owner(job)
             run = job.end_s - job.first_start_s if job.end_s is not None and job.first_start_s is not None else 0.0
@@ -256,14 +251,14 @@ class FairShare(_QueueSort):
     dynamic: ClassVar[bool] = True
     per_vc_order: ClassVar[bool] = True  # FIFO within a VC is the key's order: the engine keeps it per VC
 
-    def key(self, job: JobRun, ctx: Engine) -> tuple:
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
         return (job.spec.submit_s,)
 
-    def _usage(self, vc: str, ctx: Engine) -> float:
+    def _usage(self, vc: str, ctx: Handle) -> float:
         share = ctx.quota_of(vc) or 1.0
         return ctx.state.vc_used.get(vc, 0.0) / max(share, 1e-9)
 
-    def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Engine) -> Iterator[JobRun]:  # type: ignore[override]
+    def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Handle) -> Iterator[JobRun]:  # type: ignore[override]
         # Each VC's jobs come in (submit time, seq) order from the engine's per-VC lists: a pass
         # costs the jobs it looks at, not a sort of the whole queue. A VC's next job is taken
         # only when it is its turn (the engine may leave out jobs as the pass goes).

@@ -9,10 +9,10 @@ import numpy as np
 from analysim.core.job import GPU_MILLI, JobRun
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
 
 
-def _free_after(job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+def _free_after(job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
     """Free GPU capacity (in GPUs, shares included) each node would have left after the job."""
     return ctx.state.free_total[nodes] / GPU_MILLI - job.spec.gpu_demand
 
@@ -20,10 +20,10 @@ def _free_after(job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
 class _Score:
     name: ClassVar[str] = ""
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         raise NotImplementedError
 
-    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Handle) -> tuple[int, tuple[int, ...]] | None:
         return None
 
 
@@ -32,7 +32,7 @@ class BestFit(_Score):
 
     name: ClassVar[str] = "consolidate"
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         return -_free_after(job, nodes, ctx)
 
 
@@ -41,7 +41,7 @@ class Spread(_Score):
 
     name: ClassVar[str] = "spread"
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         return _free_after(job, nodes, ctx)
 
 
@@ -50,7 +50,7 @@ class RandomFit(_Score):
 
     name: ClassVar[str] = "random"
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         return ctx.rng.random(len(nodes))
 
 
@@ -60,12 +60,12 @@ class FragmentationGradientDescent(_Score):
 
     name: ClassVar[str] = "fgd"
 
-    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Engine) -> tuple[int, tuple[int, ...]] | None:
+    def choose(self, job: JobRun, feasible: np.ndarray, ctx: Handle) -> tuple[int, tuple[int, ...]] | None:
         from analysim.core.fragmentation import fgd_choose
 
         return fgd_choose(ctx.fragmentation_index(), ctx.state, job.spec, feasible)
 
-    def score(self, job: JobRun, nodes: np.ndarray, ctx: Engine) -> np.ndarray:
+    def score(self, job: JobRun, nodes: np.ndarray, ctx: Handle) -> np.ndarray:
         return -_free_after(job, nodes, ctx)  # only reached if choose() declines: best fit
 
 

@@ -1,0 +1,348 @@
+"""EASY backfilling: reservations for blocked heads, and the pass order that jumps over the jobs
+they keep out.
+
+A blocked head gets a reservation at the earliest time enough GPUs free up (the shadow time, and
+the GPUs spare then); a later job may go ahead of it if it ends by then or uses only spare GPUs.
+Under per-VC FIFO each blocked queue scope (cycle_state.queue_scopes) holds its own reservation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final, cast
+
+import numpy as np
+from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
+
+from analysim.core.cycle_state import CycleState, fails_as_worse, failure_vc, scopes_blocked_by
+from analysim.core.job import GPU_MILLI, JobRun
+from analysim.core.orders import jump
+from analysim.core.sorted_keys import NextKeys, first_after, first_key, keys_from, merge_heap, push_from
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+class RunningEnds:
+    """Running jobs by expected end, (end, GPUs, seq), globally and per dedicated VC: the shadow
+    time is found by walking the earliest ends, not by sorting every running job.
+
+    Invariant: every running job has exactly one entry in ``every`` (and one in its VC's list if
+    its VC has dedicated nodes), with its current expected end."""
+
+    def __init__(self, dedicated: set[str]) -> None:
+        self.dedicated = dedicated
+        self.every = SortedList()
+        self.of_vc: dict[str, SortedList] = {}
+
+    def add(self, job: JobRun, end: float) -> None:
+        entry = (end, job.spec.gpu_demand, job.seq)
+        self.every.add(entry)
+        if job.spec.vc in self.dedicated:
+            self.of_vc.setdefault(job.spec.vc, SortedList()).add(entry)
+
+    def remove(self, job: JobRun, end: float) -> None:
+        entry = (end, job.spec.gpu_demand, job.seq)
+        self.every.remove(entry)
+        if job.spec.vc in self.dedicated:
+            self.of_vc[job.spec.vc].remove(entry)
+
+
+# ------------------------------------------------------------------------- reservations
+
+def reserve(eng: Engine, head: JobRun, scope: str | None) -> tuple[float, float]:
+    """The reservation of a blocked head in ``scope``: (shadow time, GPUs spare then)."""
+    ends = eng.ends
+    assert ends is not None
+    if scope is not None and scope in eng.dedicated:
+        # A dedicated VC's head can only get its own nodes' GPUs.
+        st = eng.state
+        own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
+        free = float(st.free_total[own].sum()) / GPU_MILLI
+        walk = ends.of_vc.get(scope, ())
+    else:
+        free = eng.state.free_gpus_total()
+        walk = ends.every
+    need = head.spec.gpu_demand
+    # In (end, GPUs) order; jobs with equal end and GPUs add the same, so seq's order among them
+    # does not change a sum.
+    for entry in walk:
+        end, gpus, _ = cast(tuple[float, float, int], entry)  # (typed: unboxed in the compiled loop)
+        free += gpus
+        if free >= need:
+            return end, free - need
+    return math.inf, 0.0
+
+
+def may_backfill(eng: Engine, job: JobRun, reservation: tuple[float, float]) -> bool:
+    shadow, spare = reservation
+    return eng.now + job.overhead_s + job.remaining_s <= shadow or job.spec.gpu_demand <= spare
+
+
+def note_backfill_hold(c: CycleState, job: JobRun, held: list[tuple[float, float]]) -> None:
+    """A job that may backfill only because it ends by a shadow time may not a little later: the
+    pass's answer for it holds until then, less a margin far above the rounding of ``now + work``."""
+    work = job.overhead_s + job.remaining_s
+    for shadow, spare in held:
+        if job.spec.gpu_demand > spare:
+            c.held_until(shadow - work - (1e-9 * (abs(shadow) + work) + 1e-6))
+
+
+def consume_reservation(eng: Engine, job: JobRun, reservation: tuple[float, float]) -> tuple[float, float]:
+    shadow, spare = reservation
+    if eng.now + job.overhead_s + job.remaining_s <= shadow:
+        return reservation
+    return shadow, spare - job.spec.gpu_demand
+
+
+# ---------------------------------------------------------------------- the pass's order
+
+def _width_cannot_fit(eng: Engine, w: int) -> tuple[bool, bool]:
+    """(a job of this width takes the pass's "cannot fit" path, which blocks its queues; it is a
+    gang the pass passes over as larger than all free GPUs). Both False for widths whose answer
+    depends on the job (nodes of several sizes)."""
+    st = eng.state
+    return 0 < w <= st.smallest_node_gpus and w > st.max_full_free(), w > eng.gmax and w > st.total_full_free
+
+
+def _held(eng: Engine, vc: str, demand: float, blocked: dict, scopes: tuple) -> list[tuple[float, float]]:
+    """The reservations a job of ``vc`` asking for ``demand`` GPUs must let it pass, when every
+    queue the VC's jobs block (``scopes``) is blocked."""
+    if eng.within_quota_of(vc, demand):  # (a VC with one queue has no quota to exceed)
+        return [blocked[scopes[0]]]
+    return [blocked[sc] for sc in scopes]
+
+
+def _backfill_effect(eng: Engine, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool,
+                     only_capacity: bool) -> bool:
+    """Whether the pass would do anything with this pending job (see backfill_order)."""
+    spec = job.spec
+    w = 0 if spec.is_fractional else spec.num_gpus
+    cannot, gang_cannot = _width_cannot_fit(eng, w) if only_capacity else (False, False)
+    if narrowed:
+        return not (cannot or gang_cannot) and all(
+            may_backfill(eng, job, r) for r in _held(eng, spec.vc, spec.gpu_demand, blocked, scopes))
+    if eng.within_quota_of(spec.vc, spec.gpu_demand):
+        return True  # not held by the shared queue
+    return cannot or may_backfill(eng, job, blocked[None])
+
+
+def _worse_from(eng: Engine, vc: str, failed: dict, quotas_matter: bool) -> int | None:
+    """The width from which every waiting one-node whole-GPU job of ``vc`` fails as no smaller than
+    a request that failed in the pass, or None. Only when no waiting job names GPU models: then
+    each such job has the signature of the VC's unconstrained whole-GPU requests, and one that
+    failed asking no CPU or memory is no larger than any of them of its width or more."""
+    if eng.squeue.with_models:
+        return None
+    req = failed.get(((), failure_vc(eng, vc, quotas_matter), False))
+    if req is None or req[0] < 1 or req[2] or req[3]:
+        return None
+    return int(req[0])
+
+
+def _next_as_wide(eng: Engine, c: CycleState, vc: str, after: tuple, gpus: int) -> tuple | None:
+    """The first key past ``after`` of a job of ``vc`` that may ask for ``gpus`` GPUs or more
+    (fractional and CPU-only jobs, width 0, ask for at most one). The merge asks from ever later
+    keys: each list's next key past the last ``after`` is kept (NextKeys)."""
+    merge = c.wide_merges.get((vc, gpus))
+    if merge is None or after < merge.after:
+        lists = eng.squeue.of_vc_dw
+        assert lists is not None
+        merge = c.wide_merges[vc, gpus] = NextKeys(
+            [keys for (_, width, _), keys in lists[vc].items() if width >= gpus or (width == 0 and gpus <= 1)], after)
+    return merge.next_after(after)
+
+
+# Bucket b of queued work holds [2^(b-1), 2^b) seconds (b = 0: under 1 s), widened by a second
+# either side for the rounding of now + overhead + work; b = int(work).bit_length() <= 34.
+_WORK_BUCKET_BOUNDS: Final = [((2.0 ** (b - 1) if b else 0.0) - 1.0, 2.0 ** b + 1.0) for b in range(64)]
+# A work bucket's list against its reservations.
+_SKIP: Final = 0
+_SURE: Final = 1
+_WALK: Final = 2
+
+
+def _bucket_verdict(held: list[tuple[float, float]], demand: float, b: int, now: float) -> int:
+    """Whether every job of a list (GPU demand ``demand``, work bucket ``b``) fails some
+    reservation (_SKIP), passes every one (_SURE), or only the exact test can tell (_WALK)."""
+    low, high = _WORK_BUCKET_BOUNDS[b]
+    sure = True
+    for shadow, spare in held:
+        if demand <= spare or now + high <= shadow:
+            continue
+        if now + low > shadow:
+            return _SKIP  # every job here ends past this shadow time and does not fit in its spare
+        sure = False
+    return _SURE if sure else _WALK
+
+
+def _walk_bucket(eng: Engine, c: CycleState, walk: tuple, keys: SortedList, after: tuple,
+                 held: list[tuple[float, float]], best: tuple | None) -> tuple | None:
+    """The first job of a list past ``after`` that passes every reservation, read from there up to
+    ``best``. What a read found stands for a later ask before it while the reservations are the
+    same (the lists do not change during a pass)."""
+    known = c.backfill_walks.get(walk)
+    if known is not None and known[0] <= after and (known[1] is None or after < known[1]):
+        return known[1]
+    by_seq = eng.squeue.by_seq
+    for k in keys_from(keys, after, False):
+        if best is not None and not k < best:
+            return None  # (nothing earlier than the best so far here; not kept: the read was cut)
+        job = by_seq.get(k[1])
+        if job is not None and all(may_backfill(eng, job, r) for r in held):
+            c.backfill_walks[walk] = (after, k)
+            return k
+    c.backfill_walks[walk] = (after, None)
+    return None
+
+
+def _bucket_held(eng: Engine, vc: str, demand: float, width: int, blocked: dict, scopes: tuple,
+                 narrowed: bool, only_capacity: bool) -> list[tuple[float, float]] | None:
+    """The reservations the jobs of a (demand, width) list must pass (None: none of them has an
+    effect, leave the list out; []: every one has)."""
+    cannot, gang_cannot = _width_cannot_fit(eng, width) if only_capacity else (False, False)
+    if narrowed:
+        return None if cannot or gang_cannot else _held(eng, vc, demand, blocked, scopes)
+    if cannot or eng.within_quota_of(vc, demand):
+        return []
+    return [blocked[None]]
+
+
+def _first_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
+                           worse_from: int | None, before: tuple | None) -> tuple | None:
+    best = before
+    # One-node widths whose jobs all fail as worse (_worse_from): left out (an empty range without).
+    worse_lo, worse_hi = (worse_from, eng.state.smallest_node_gpus) if worse_from is not None else (1, 0)
+    now = eng.now
+    held_of: dict[tuple[float, int], list[tuple[float, float]] | None] = {}
+    lists = eng.squeue.of_vc_dw
+    assert lists is not None
+    for (demand, width, b), keys in lists[vc].items():
+        if worse_lo <= width <= worse_hi:
+            continue
+        if (demand, width) not in held_of:
+            held_of[demand, width] = _bucket_held(eng, vc, demand, width, c.blocked, scopes, narrowed,
+                                                  c.only_capacity)
+        got = held_of[demand, width]
+        if got is None:
+            continue
+        held = cast(list[tuple[float, float]], got)  # (typed: the compiled loops compare unboxed floats)
+        verdict = _bucket_verdict(held, demand, b, now)
+        if verdict == _SKIP:
+            continue
+        if verdict == _SURE:
+            # (A list whose first key is no earlier than the best so far cannot give an earlier one.)
+            if best is not None and not first_key(keys) < best:
+                continue
+            found = first_after(keys, after)
+        else:
+            found = _walk_bucket(eng, c, (vc, demand, width, b, tuple(held)), keys, after, held, best)
+        if found is not None and (best is None or found < best):
+            best = found
+    return best
+
+
+def _next_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
+                          worse_from: int | None = None, before: tuple | None = None) -> tuple | None:
+    """The first key past ``after`` of a job of ``vc`` that backfill_order does not jump over, or
+    ``before`` if none comes earlier, from the per-demand, width and work-bucket lists: a list whose
+    jobs all fail some reservation holding them is left out, one whose jobs all pass every one (or
+    need none) gives its first key past ``after``, and the few on a shadow time's boundary are
+    walked with the exact test."""
+    if not c.only_capacity or before is not None:
+        # (With preemption or migration the same question is hardly ever asked twice.)
+        return _first_backfill_effect(eng, c, vc, after, scopes, narrowed, worse_from, before)
+    # What it reads besides the lists: quotas and free GPUs (launches and stops change them), and
+    # the reservations of the VC's queues.
+    asked = ("effect", vc, narrowed, eng.world.running, tuple([c.blocked.get(sc) for sc in scopes]), worse_from)
+    last = c.next_answers.get(asked)
+    if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
+        return last[1]
+    best = _first_backfill_effect(eng, c, vc, after, scopes, narrowed, worse_from, None)
+    c.next_answers[asked] = (after, best)
+    return best
+
+
+def _shared_jump(eng: Engine, c: CycleState, vc: str, key: tuple, scopes: tuple) -> tuple | None:
+    """Where a VC's jobs held by the shared reservation resume: once a request has failed, a later
+    job as large takes the failure path and blocks its VC's queue instead, so the jump stops at any
+    that may be."""
+    wide = None
+    if c.failed:
+        # (Only a failure of a signature this VC's jobs have counts: with quotas that matter, the VC's own.)
+        mine = failure_vc(eng, vc, c.quotas_matter)
+        widths = [req[0] for sig, req in c.failed.items() if sig[1] == mine]
+        if widths:
+            wide = _next_as_wide(eng, c, vc, key, min(widths))
+    return _next_backfill_effect(eng, c, vc, key, scopes, False, before=wide)
+
+
+def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
+    """Pending jobs in key order, leaving out jobs the pass would pass over with no effect:
+    - once every queue a VC's jobs block is blocked (until then, a job that is not placed blocks
+      its queues), those its reservations keep from backfilling (they only lose spare GPUs during a
+      pass), those that fail as no smaller than a request that failed in the pass and, in a pass
+      that only launches, those of widths that cannot fit as capacity stands (it only shrinks): the
+      merge jumps to the VC's next job that is none of these. With preemption or migration, a job
+      taken off its GPUs may bring a VC back within quota, out of the shared queue: such jumps are
+      taken again after one;
+    - before that, with the shared queue blocked, a VC's jobs that would borrow, could fit, and the
+      shared reservation keeps out: the merge jumps to the VC's next job that is within quota,
+      cannot fit (it blocks) or may backfill, or, once a request has failed in the pass, may ask for
+      as many GPUs. In a pass that only launches, a launch or a failure can turn a job jumped over
+      into one that blocks, so such jumps are taken again from each job the pass looks at; with
+      preemption or migration, from each job after which a job was stopped."""
+    sq = eng.squeue
+    lists = sq.of_vc
+    assert lists is not None
+    blocked, only_capacity = c.blocked, c.only_capacity
+    scopes_of = {vc: scopes_blocked_by(eng, vc) for vc in lists}
+    heap = merge_heap(lists)
+    gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
+    narrowed: set[str] = set()
+    jumped: set[str] = set()  # VCs with a jump ahead that the next job's launch or failure may undo
+    until_stop: set[str] = set()  # with preemption or migration, VCs with a jump ahead only a stop may undo
+    stops = eng.world.stops
+    while heap:
+        key, vc, g, it = heapq.heappop(heap)
+        if g != gen[vc]:
+            continue
+        jumped.discard(vc)
+        until_stop.discard(vc)
+        job = sq.by_seq.get(key[1])
+        if job is not None:
+            scopes = scopes_of[vc]
+            if vc in narrowed or all(sc in blocked for sc in scopes):
+                narrowed.add(vc)
+                # (A job that fails as no smaller than a failed request has no effect once its
+                # queues are blocked: it only fails again, in queues already blocked.)
+                if not _backfill_effect(eng, job, blocked, scopes, True, only_capacity) or (
+                        c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter)):
+                    worse_from = _worse_from(eng, vc, c.failed, c.quotas_matter) if c.failed else None
+                    jump(sq, heap, vc, _next_backfill_effect(eng, c, vc, key, scopes, True, worse_from), gen)
+                    if not only_capacity:
+                        until_stop.add(vc)
+                    continue
+            elif (len(scopes) == 2 and None in blocked and not _backfill_effect(eng, job, blocked, scopes, False,
+                                                                                only_capacity)
+                  and not (c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter))):
+                jump(sq, heap, vc, _shared_jump(eng, c, vc, key, scopes), gen)
+                # With preemption or migration (and so quotas that matter), what a launch or a
+                # failure of another VC's job changes turns none of the jobs jumped over into one
+                # the pass would not pass over: that VC's usage (which only rises), the shared
+                # spare GPUs (which only shrink) and the failures of that VC's own signature. A
+                # stop may bring them back within their VC's quota.
+                (until_stop if c.quotas_matter and not only_capacity else jumped).add(vc)
+                continue
+            yield job
+            if eng.world.stops != stops:
+                stops = eng.world.stops
+                jumped |= until_stop
+                until_stop.clear()
+            for v in jumped:  # taken again from here (see above)
+                gen[v] += 1
+                push_from(heap, v, keys_from(lists[v], key, False), gen[v])
+            jumped.clear()
+        push_from(heap, vc, it, g)

@@ -1,0 +1,189 @@
+"""The scheduling pass: one walk over the pending jobs, in the queue's order, placing what fits.
+
+For each job the order gives (orders.py, backfill.py): admit it (quota, a queue blocked ahead of
+it, EASY's reservations), pass over it where the pass already knows it fails (a request no smaller
+than one that failed, a failure memo that stands, a sure-failure hint), else attempt it: bind,
+then migration, then the post-filters. A job that fails blocks its queue scopes under a blocking
+queue. The pass leaves hints for the next one (hints.IdleHint, hints.QuietPass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Final
+
+from analysim.core import backfill, hints, orders, placement
+from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller, note_failure, queue_scopes
+from analysim.core.job import JobRun, JobStatus, Placement
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+# What a visit did with a job.
+_PASSED: Final = 0
+_FAILED: Final = 1
+_LAUNCHED: Final = 2
+
+
+def run_pass(eng: Engine) -> None:
+    """One scheduling pass (the queue's lists do not change during it: see SchedulingQueue)."""
+    eng.pass_no += 1
+    world = eng.world.running
+    idle, eng.idle = eng.idle, None
+    if idle is not None and idle.stands(world, eng.squeue.version, eng.now):
+        eng.idle = idle  # it would be that pass again
+        return
+    c = CycleState(world, eng.can_preempt, eng.can_migrate,
+                   bool(eng.spec.vcs) and (eng.can_preempt or not eng.spec.allow_borrowing), eng.checks)
+    source = _order(eng, c)
+    if source is None:
+        return
+    if c.only_capacity and eng.squeue.hopeless(eng.state, eng.gmax, eng.config.relaxed_locality):
+        return
+    given = _visit_all(eng, c, source)
+    if c.by_shape and not given and eng.world.running == world:
+        eng.idle = hints.IdleHint(world, eng.squeue.version, c.hold)
+    if eng.policy.queue.blocking and eng.shortcuts and eng.world.running == world:
+        eng.quiet = hints.QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), eng.squeue.last_key(), [])
+
+
+def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | None:
+    """The order this pass walks (None: the pass would repeat the last one, which changed nothing)."""
+    q, sq, skip = eng.policy.queue, eng.squeue, eng.shortcuts
+    quiet, eng.quiet = eng.quiet, None
+    if quiet is not None and quiet.resumable(c.world, eng.now):
+        if not quiet.new:
+            eng.quiet = quiet  # it would be that pass again
+            return None
+        c.blocked.update(quiet.blocked)
+        c.failed.update(quiet.failed)
+        c.hold = quiet.hold
+        return orders.resumed_order(sq, sorted(quiet.new))
+    if q.blocking and not eng.policy.backfill and sq.of_vc is not None:
+        return orders.blocking_order(eng, c, skip)
+    if q.blocking and skip and eng.evicted_at != eng.now:
+        # (EASY's jumps read the pass's failures, and a victim held out at its eviction instant
+        # blocks its queues without one: such a pass walks every job.)
+        return backfill.backfill_order(eng, c)
+    if c.only_capacity and skip and sq.of_width is not None:
+        return orders.merge_widths(eng, sq.of_width)
+    if c.only_capacity and skip and sq.of_vc_width is not None:
+        return {vc: orders.merge_widths(eng, lists) for vc, lists in sq.of_vc_width.items()}
+    if skip and sq.of_vc_shape is not None:
+        c.by_shape = True
+        per_request = hints.gangs_per_request(eng, eng.per_request, len(eng.failure_plugins))
+        if not q.dynamic:
+            return orders.shape_order(eng, c, list(sq.of_vc_shape), per_request)
+        return {vc: orders.shape_order(eng, c, (vc,), per_request) for vc in sq.of_vc_shape}
+    if q.dynamic:
+        return sq.jobs_by_vc() if eng.traits.per_vc_order else list(sq.by_seq.values())
+    return sq.jobs()
+
+
+def _visit_all(eng: Engine, c: CycleState, source: Iterable[JobRun] | dict[str, Iterator[JobRun]]) -> int:
+    """Visit every job the queue's order gives; the number given."""
+    q, st = eng.policy.queue, eng.state
+    blocking, backfilling = q.blocking, eng.policy.backfill
+    c.ffmax = st.max_full_free()
+    given = 0
+    for job in q.order(source, eng):  # type: ignore[arg-type]  # (a per-VC order is given the mapping)
+        given += 1
+        if job.status is not JobStatus.PENDING:
+            continue
+        scopes: tuple[str | None, ...] = ()
+        held: list = []
+        if blocking:
+            scopes = queue_scopes(eng, job)
+            held = [c.blocked[sc] for sc in scopes if sc in c.blocked]
+            if held and not backfilling:
+                continue  # behind a blocked head of its own queue
+        done = _visit(eng, c, job, held, scopes)
+        if done == _LAUNCHED:
+            c.ffmax = st.max_full_free()
+            if c.only_capacity and not blocking and eng.squeue.hopeless(st, eng.gmax, eng.config.relaxed_locality):
+                break
+        elif done == _FAILED and blocking:
+            for sc in eng.blocked_scopes(job):
+                if sc not in c.blocked:
+                    c.blocked[sc] = backfill.reserve(eng, job, sc) if backfilling else None
+            # (Once no job still waiting can pass a blocked head, the merge drops each VC as it
+            # next comes up, at less cost than a sweep over every VC after each failure.)
+    return given
+
+
+def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[str | None, ...]) -> int:
+    """Admit, pass over or attempt one pending job; launch it if it is placed."""
+    spec = job.spec
+    g = spec.num_gpus
+    st = eng.state
+    if eng.extra[spec.job_id].evicted_at == eng.now:
+        # Evicted at this instant: it waits, blocking its queues as a failure would, and what this
+        # pass leaves holds no later than now (see Engine._preempt).
+        c.held_until(eng.now)
+        return _FAILED
+    if (c.only_capacity and 0 < g <= eng.gmax and g > c.ffmax and not spec.is_fractional
+            and (g <= st.smallest_node_gpus or eng.one_node(spec))):
+        return _FAILED  # cannot fit: no node has that many whole GPUs free
+    if not eng.spec.allow_borrowing and not eng.within_quota(job):
+        return _PASSED  # over its VC's quota: waits without blocking other tenants
+    # A request at least as big as one that failed, with the same signature, fails too: passing
+    # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
+    # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
+    # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
+    sig = failure_sig(eng, spec, c.quotas_matter)
+    req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
+    gang = is_gang(eng, spec)
+    worse = None if gang else c.failed.get(sig)
+    pl = None
+    if worse is None or not no_smaller(req, worse):
+        if held:
+            reservations: list[tuple[float, float]] = held  # (EASY: each blocked queue has one)
+            if not all(backfill.may_backfill(eng, job, r) for r in reservations):
+                return _PASSED
+            backfill.note_backfill_hold(c, job, reservations)
+        pl = _attempt(eng, c, job, gang, (sig, req))
+    if pl is not None:
+        if held:
+            for sc in scopes:
+                r = c.blocked.get(sc)
+                if r is not None:
+                    c.blocked[sc] = backfill.consume_reservation(eng, job, r)
+        eng.dequeue(job)
+        eng.launch(job, pl)
+        return _LAUNCHED
+    if gang:
+        c.failed_gangs.add((sig, req))
+    else:
+        note_failure(c.failed, sig, req)
+    return _FAILED
+
+
+def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple) -> Placement | None:
+    """Try to place a job the pass does not already know to fail: bind, then migration, then the
+    post-filters. A failure is remembered with the job (hints: failure memo)."""
+    ex = eng.extra[job.job_id]
+    now, world = eng.now, eng.world.running
+    if ex.failed_world == world and now < ex.failed_until:
+        c.held_until(ex.failed_until)  # failed in an earlier pass, and nothing it reads has changed
+        return None
+    if gang and c.only_capacity and (job.spec.num_gpus > eng.state.total_full_free or signed in c.failed_gangs):
+        return None  # more whole GPUs than are free, or the same gang failed with more free
+    # An attempt known to fail without being made is recorded as made.
+    sure = -math.inf if c.checks is None else hints.surely_fails_until(eng, job, c.checks)
+    pl = None
+    if sure <= now:
+        pl = placement.bind(eng, job, eng.static_mask(job.spec))
+        if pl is None and c.can_migrate:
+            pl = eng.try_migration(job)
+            if pl is not None:
+                c.failed.clear()
+        if pl is None and c.can_preempt:
+            pl = eng.try_preemption(job)
+            if pl is not None:
+                c.failed.clear()
+    if pl is None and eng.shortcuts:
+        ex.failed_world = eng.world.running
+        ex.failed_until = sure if sure > now else hints.answers_hold_until(eng, job, c.can_migrate, c.can_preempt)
+        c.held_until(ex.failed_until)
+    return pl

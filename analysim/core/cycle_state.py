@@ -1,0 +1,122 @@
+"""What lives for one scheduling pass (Kubernetes' CycleState), and the queues a job waits in.
+
+A pass creates a CycleState, its orders and visits read and add to it, and it is dropped at the
+pass's end (the hints a pass leaves for the next are analysim.core.hints'). Nothing here outlives
+a pass, so nothing here needs an invalidation rule: free GPUs only shrink during a pass that only
+launches, and a stop (preemption, migration) clears what a stop can undo (``failed``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from analysim.core.hints import FailureChecks
+from analysim.core.job import JobRun, JobSpec
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+    from analysim.core.sorted_keys import NextKeys
+
+
+class CycleState:
+    """One pass's state. Invariants: ``failed[sig]`` is a request of that signature that failed
+    in this pass, with no smaller one failed (cleared by a successful eviction or move);
+    ``blocked`` holds every queue scope whose head failed in this pass, with its reservation
+    under EASY backfilling; ``hold`` is no later than any failure memo or backfill answer the
+    pass relied on."""
+
+    def __init__(self, world: int, can_preempt: bool, can_migrate: bool, quotas_matter: bool,
+                 checks: FailureChecks | None) -> None:
+        self.world = world  # World.running at the pass's start
+        self.can_preempt = can_preempt  # a failed placement may evict (post-filters)
+        self.can_migrate = can_migrate  # or move running jobs (rebalance)
+        self.only_capacity = not (can_preempt or can_migrate)  # launches only: free GPUs only shrink
+        # Whether a failure's signature names its VC: where quotas or dedicated nodes make VCs
+        # differ in what they can get (see failure_vc).
+        self.quotas_matter = quotas_matter
+        self.checks = checks  # the sure-failure hints (None: some plugin has none, or shortcuts off)
+        # scope -> (shadow time, spare GPUs then) under EASY, else None: the queues blocked so far.
+        self.blocked: dict[str | None, tuple[float, float] | None] = {}
+        self.failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
+        self.failed_gangs: set[tuple] = set()  # (signature, request) of gangs that failed (launches only)
+        self.hold = math.inf  # until when this pass's answers hold (see hints.QuietPass)
+        self.by_shape = False  # the pass reads the per-shape order (see hints.IdleHint)
+        self.ffmax = 0  # the most whole GPUs free on one node, as of the last launch
+        # EASY's answers within the pass (backfill.py), by what they read: the lists do not change
+        # during a pass, so an answer stands for later asks before it.
+        self.backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
+        self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
+        self.wide_merges: dict[tuple[str, int], NextKeys] = {}
+
+    def held_until(self, until: float) -> None:
+        """The pass relied on an answer that holds until ``until``."""
+        if until < self.hold:
+            self.hold = until
+
+
+def no_smaller(req: tuple, than: tuple) -> bool:
+    """Whether a request (GPUs, GPU share, CPU, memory) asks for at least as much as ``than`` of
+    each: where ``than`` failed, so does it."""
+    return req[0] >= than[0] and req[1] >= than[1] and req[2] >= than[2] and req[3] >= than[3]
+
+
+def note_failure(failed: dict, sig: tuple, req: tuple) -> None:
+    """Remember the smallest request of each signature that failed: kept when no smaller one
+    failed before."""
+    worse = failed.get(sig)
+    if worse is None or no_smaller(worse, req):
+        failed[sig] = req
+
+
+def failure_vc(eng: Engine, vc: str, quotas_matter: bool) -> str | None:
+    """The VC a failed request's signature names: its own where quotas or dedicated nodes make VCs
+    differ in what they can get, None where all share the pool."""
+    return vc if quotas_matter or vc in eng.dedicated else None
+
+
+def failure_sig(eng: Engine, spec: JobSpec, quotas_matter: bool) -> tuple:
+    """A job's failure signature: what, besides its request, decides whether it can fit."""
+    return (spec.gpu_models, spec.vc if quotas_matter or spec.vc in eng.dedicated else None, spec.is_fractional)
+
+
+def is_gang(eng: Engine, spec: JobSpec) -> bool:
+    """Whether the job may span nodes (wider than the smallest node, and no node open to it holds
+    it): a gang may fit where a smaller request failed, so gangs are always tried."""
+    return spec.num_gpus > eng.state.smallest_node_gpus and not eng.one_node(spec)
+
+
+def fails_as_worse(eng: Engine, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
+    """Whether the pass takes the job as failed without an attempt: a one-node request at least as
+    large as one that failed in the pass, with the same signature."""
+    spec = job.spec
+    worse = failed.get(failure_sig(eng, spec, quotas_matter))
+    return (worse is not None and no_smaller((spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
+            and not is_gang(eng, spec))
+
+
+# Per-VC FIFO: a blocking queue is one queue per VC guarantee, plus the shared pool's (None).
+
+def queue_scopes(eng: Engine, job: JobRun) -> tuple[str | None, ...]:
+    """The FIFO queues a pending job waits in, now: its own VC's, for a VC with a guarantee
+    (dedicated nodes or a quota), and the shared pool's (None) when it draws on GPUs no one
+    guarantees to it: a VC without quota (or no VCs at all), or a job that would borrow."""
+    spec = job.spec
+    vc = spec.vc
+    if vc in eng.dedicated:
+        return (vc,)
+    q = eng.quota_of(vc)
+    if q is None:
+        return (None,)
+    return (vc,) if eng.state.vc_used.get(vc, 0.0) + spec.gpu_demand <= q + 1e-9 else (vc, None)
+
+
+def scopes_blocked_by(eng: Engine, vc: str) -> tuple[str | None, ...]:
+    """The queues a job of ``vc`` that cannot be placed blocks: its own, and in the shared pool also
+    the shared queue, even when it is within its quota (a job that would borrow takes the free GPUs
+    a guaranteed head is waiting for). The first is the queue its every job waits in."""
+    if vc in eng.dedicated:
+        return (vc,)
+    if eng.quota_of(vc) is None:
+        return (None,)
+    return (vc, None)

@@ -1,0 +1,88 @@
+"""What the engine's answers are remembered by: the world's versions, and the plugins' memos.
+
+A placement attempt, and every plugin's answer, reads the running jobs and the nodes. ``World``
+counts their changes, so that an answer can be kept with the version it was found at and trusted
+while the version stands. ``Memos`` are the plugins' scratch space, each living as long as what
+its answers read (docs/engine.md lists them); ``NullMemos`` keeps nothing, for the reference engine
+the tests compare against (every search starts afresh).
+"""
+
+from __future__ import annotations
+
+from mypy_extensions import mypyc_attr
+
+
+class World:
+    """Versions of the allocation. Invariant: ``running`` changes with every launch, stop and node
+    event; ``of_vc[vc]`` with every launch and stop of a job of ``vc``; ``nodes`` with every node
+    going down or up. (A version only grows, so an equal version means nothing changed.)"""
+
+    def __init__(self) -> None:
+        self.running = 0  # launches, stops and node events so far
+        self.nodes = 0  # node events so far
+        self.of_vc: dict[str, int] = {}  # per VC, launches and stops of its jobs so far
+        self.stops = 0  # jobs taken off their GPUs so far (a subset of ``running``'s changes)
+
+    def vc_version(self, vc: str) -> int:
+        return self.of_vc.get(vc, 0)
+
+    def job_changed(self, vc: str) -> None:
+        """A job of ``vc`` launched or stopped."""
+        self.running += 1
+        self.of_vc[vc] = self.of_vc.get(vc, 0) + 1
+
+    def nodes_changed(self) -> None:
+        self.running += 1
+        self.nodes += 1
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Memos:
+    """The plugins' memos. Each plugin keys its entries with its own name.
+
+    - ``pass_memo``: while the pass and the running jobs stay the same (key: pass number, world
+      version, time), for what one waiting job's search found out about others (e.g. that none of
+      the same shape finds victims).
+    - ``vc_memo``: per VC, while that VC's running jobs and the nodes stay the same (other VCs'
+      launches and stops do not end it); an entry says itself until when it holds if it reads the
+      time.
+    - ``lasting``: while the nodes stay the same, for answers that say themselves how long they
+      hold (e.g. by how much a VC runs over its quota, which its launches do not shrink).
+    """
+
+    def __init__(self) -> None:
+        self._pass_key: tuple[int, int, float] | None = None
+        self._pass: dict = {}
+        self._vc: dict[str, tuple[tuple[int, int], dict]] = {}
+        self._lasting: dict = {}
+
+    def pass_memo(self, key: tuple[int, int, float]) -> dict:
+        if self._pass_key != key:
+            self._pass_key = key
+            self._pass.clear()
+        return self._pass
+
+    def vc_memo(self, vc: str, key: tuple[int, int]) -> dict:
+        got = self._vc.get(vc)
+        if got is None or got[0] != key:
+            got = self._vc[vc] = (key, {})
+        return got[1]
+
+    def lasting(self) -> dict:
+        return self._lasting
+
+    def nodes_changed(self) -> None:
+        self._lasting.clear()
+
+
+class NullMemos(Memos):
+    """Memos that keep nothing: every plugin search starts afresh (the reference engine)."""
+
+    def pass_memo(self, key: tuple[int, int, float]) -> dict:
+        return {}
+
+    def vc_memo(self, vc: str, key: tuple[int, int]) -> dict:
+        return {}
+
+    def lasting(self) -> dict:
+        return {}

@@ -1,0 +1,81 @@
+"""The engine's records: its configuration, its decisions, its refusals and its bookkeeping per job."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from analysim.core.job import by_fields
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the mechanism, independent of the policy.
+
+    Overheads are virtual seconds a job spends before making progress again: reloading its
+    checkpoint after a preemption (``restore_overhead_s``) or after being moved
+    (``migration_overhead_s``). Preemption always checkpoints; a node failure rolls a job back to
+    its last periodic checkpoint (every ``checkpoint_interval_s`` of progress; None: no periodic
+    checkpoints, so only preemption checkpoints survive).
+    """
+
+    preemption: bool = False
+    migration: bool = False
+    restore_overhead_s: float = 30.0
+    migration_overhead_s: float = 60.0
+    checkpoint_interval_s: float | None = 1800.0
+    rebalance_interval_s: float | None = None
+    relaxed_locality: bool = False
+    predict_completions: bool = True
+    seed: int = 0
+    # A run of millions of jobs keeps neither its ended jobs (the recorder has their rows; they are
+    # only counted, in forgotten_by_vc) nor its decision log.
+    keep_ended: bool = True
+    keep_decisions: bool = True
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Something the engine did, in the order it did it."""
+
+    time: float
+    kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
+    job_id: str
+    nodes: tuple[str, ...] = ()
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+class InfeasibleJob(ValueError):
+    """A job that can never run on this cluster. ``reason`` is a short code for filter counts."""
+
+    def __init__(self, message: str, reason: str = "infeasible") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class JobBook:
+    """Engine bookkeeping per job that plugins need not see."""
+
+    checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
+    expected_end_s: float = math.inf
+    qkey: tuple | None = None
+    qwork: float = 0.0  # overhead and work left when queued: a pending job ends this long after it starts
+    # The last attempt to place it failed in this world (World.running), and would fail the same
+    # way until this time (hints: failure memo).
+    failed_world: int = -1
+    failed_until: float = -math.inf
+    # The plugins whose finds_none_until reads only its VC (finds_none_by_vc) said, with the VC's
+    # running jobs at this version (World.of_vc) and the nodes at this one (World.nodes), that
+    # they find nothing for it until this time (hints.surely_fails_until).
+    none_vc_version: int = -1
+    none_node_version: int = -1
+    none_by_vc_until: float = -math.inf
+    # When it was last evicted by a preemption: it is not launched again at that instant (see
+    # Engine._preempt).
+    evicted_at: float = -math.inf
