@@ -351,7 +351,7 @@ def gang_scenario(draw):
 @given(gang_scenario())
 def test_gangs_passed_over_by_request_change_no_decision(sc):
     # With plugins that answer per VC and request, the pass leaves out a VC's other gangs of a
-    # request once one has failed, until the next launch or stop (Engine._shape_order).
+    # request once one has failed, until the next launch or stop (orders.shape_order).
     # Both must end alike: with the same decisions, or in the same livelock error. (SRTF with
     # preemption and quotas could livelock with gangs, with and without the shortcuts, until a
     # victim was made to wait for the next event; test_gangs_evict_without_cascades_or_livelock

@@ -264,7 +264,7 @@ def test_jumps_in_a_pass_that_only_launches_are_taken_again_after_each_job():
     # preemption on two 4-GPU nodes, quotas 2, 2 and 4, q0 borrowing with a long queue. In a pass
     # that only launches, a launch or a failure can turn a job of a VC jumped over as borrowing
     # into one that blocks (one that cannot fit, or fails as no smaller than a failed request of
-    # any VC): such jumps must be taken again after each job (see Engine._backfill_order).
+    # any VC): such jumps must be taken again after each job (see backfill.backfill_order).
     spec = ClusterSpec("b", tuple(NodeSpec(f"n{i}", "r0", "V100", 4, 32000, 64000) for i in range(2)),
                        (VCSpec("q0", 2), VCSpec("q1", 2), VCSpec("q2", 4)))
     shapes = [

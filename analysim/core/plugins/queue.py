@@ -34,7 +34,7 @@ class _QueueSort:
     running_ranks_only_rise: ClassVar[bool] = False
     # A running job's preempt_rank changes at times known ahead, one job at a time (Tiresias'
     # levels): preempt_rank_until says when for each job, and the engine ranks again only the
-    # jobs whose time has come, not every running job (see engine._RankedRunning).
+    # jobs whose time has come, not every running job (see ranked.RankedIndex).
     per_job_rank_times: ClassVar[bool] = False
 
     def key(self, job: JobRun, ctx: Handle) -> tuple:
