@@ -29,7 +29,7 @@ from mlaas_monitor.monitor.attacks import (
     star_boxes_from_log,
 )
 from mlaas_monitor.monitor.core import ModelMonitor, MonitorConfig
-from mlaas_monitor.monitor.evaluate import extent, held_at, running_max
+from mlaas_monitor.monitor.evaluate import SubjectCurve, extent, running_max
 from mlaas_monitor.store import SCHEMA_VERSION, Store
 from tests.test_attack_strategies import wine_model
 from tests.test_gateway_helpers import Running, iris_model, running_gateway
@@ -213,7 +213,8 @@ def _chunks(oracle: Oracle) -> list[list[object]]:
     return out
 
 
-def test_truth_is_the_best_copy_of_any_prefix() -> None:
+def test_truth_is_the_best_copy_so_far() -> None:
     assert running_max([(1, 0.2), (2, 0.5), (3, 0.4), (4, 0.6)]) == [(1, 0.2), (2, 0.5), (3, 0.5), (4, 0.6)]
-    # The attack's own curve counts between the monitor's points; a later point does not.
-    assert held_at([(10, 0.3), (20, 0.2)], [(5, 0.1), (15, 0.7), (25, 0.9)]) == [(10, 0.3), (20, 0.7)]
+    c = SubjectCurve("s", "u", [], [(5, 0.9), (15, 0.7)], aligned=[(10, 0.3), (20, 0.2)])
+    # At the status points, over the status points only; the attack's own curve, over its own.
+    assert (c.aligned, c.truth, c.pointwise) == ([(10, 0.3), (20, 0.3)], [(5, 0.9), (15, 0.9)], [(10, 0.3), (20, 0.2)])

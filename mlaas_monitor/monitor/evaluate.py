@@ -141,19 +141,6 @@ def running_max(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return out
 
 
-def held_at(points: list[tuple[int, float]], curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """The truth at each of ``points`` (the monitor's evaluation points) as the best copy of
-    any prefix of the answers up to it: those points' own copies and the attack's ``curve``
-    (copies recorded as it went, between the monitor's points too)."""
-    tagged = sorted([(n, 0, v) for n, v in curve] + [(n, 1, v) for n, v in points])
-    out, best = [], -math.inf
-    for n, kind, v in tagged:
-        best = max(best, v)
-        if kind == 1:
-            out.append((n, best))
-    return out
-
-
 def extent(bf: float, k: int) -> float:
     """Balanced fidelity on the status scale: 0 for a constant copy, 1 for an exact one."""
     return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
@@ -170,13 +157,17 @@ class SubjectCurve:
     # The same truth computed at each status point from exactly the queries the monitor had
     # folded by then (None: read ``truth`` at or before the point).
     aligned: list[tuple[int, float]] | None = None
+    pointwise: list[tuple[int, float]] | None = field(default=None, init=False)  # ``aligned`` before the running maximum
 
     def __post_init__(self) -> None:
-        # What the subject holds is the best copy of any prefix of its answers (the status,
-        # best_copy, is a running maximum for the same reason: docs/monitor.md).
+        # What the subject holds is the best copy it has built so far (the status, best_copy,
+        # is a running maximum for the same reason: docs/monitor.md). At the status points:
+        # the best over the same points the status saw (a copy between two evaluations is
+        # not one the monitor can score; curves.csv keeps each point's own copy too).
+        self.pointwise = self.aligned
         self.truth = running_max(self.truth)
         if self.aligned is not None:
-            self.aligned = held_at(self.aligned, self.truth)
+            self.aligned = running_max(self.aligned)
 
     def truth_at(self, n: int) -> float | None:
         if self.aligned is not None:
@@ -288,8 +279,9 @@ class FidelityTracker:
     """What the attacker truly holds, as the attack goes: the balanced fidelity of the best
     of the copies the suite knows how to build from its answers — the leaf boxes
     path-finding discovered, the boxes of the leaf identities it was told (whatever it
-    queried) and a tree fitted on every answer it got. Recorded after each request that
-    added a leaf for path-finding, and every ~2 % of queries."""
+    queried), path-finding's reading of those answers (star boxes) and a tree fitted on every
+    answer it got. Recorded after each request that added a leaf for path-finding, and every
+    ~2 % of queries; each point is the best copy so far (a copy built once stays built)."""
 
     def __init__(self, X: np.ndarray, truth: list[Any]) -> None:
         self.X, self.truth = X, truth
@@ -371,6 +363,8 @@ class _Run:
         c = SubjectCurve(strategy, subject, pts, truth, aligned)
         for n, v in c.aligned or []:
             self.rows.append((strategy, subject, n, "balanced_fidelity_at_status", v))
+        for n, v in c.pointwise or []:
+            self.rows.append((strategy, subject, n, "balanced_fidelity_at_status_pointwise", v))
         self.curves.append(c)
         for n, st in pts:
             for m, v in st.items():
