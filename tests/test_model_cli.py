@@ -73,6 +73,8 @@ def store_with_m(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["model", "train", "--db", "{db}", "--dataset", "nope", "--name", "x"], "neither a built-in"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "bad name"], "--name"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--decimals", "40"], "--confidence-decimals"),
+        (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--top-k", "0"], "--top-k"),
+        (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--confidence-noise", "3"], "--confidence-noise"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "m"], "already exists"),
         (["model", "list", "--db", "{tmp}/garbage.db"], "not a usable store"),
         (["gateway", "--db", "{db}"], "no admin key"),
