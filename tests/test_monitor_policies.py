@@ -18,8 +18,10 @@ import pytest
 
 from analysim._protos.v1 import prediction_pb2 as pb
 from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
+from mlaas_monitor.datasets import load_dataset
 from mlaas_monitor.model import Answer, Model, Policy
 from mlaas_monitor.monitor.attacks import (
+    Domain,
     Oracle,
     Pathfinding,
     TreeRebuild,
@@ -31,6 +33,7 @@ from mlaas_monitor.monitor.attacks import (
 from mlaas_monitor.monitor.core import ModelMonitor, MonitorConfig
 from mlaas_monitor.monitor.evaluate import SubjectCurve, extent, running_max
 from mlaas_monitor.store import SCHEMA_VERSION, Store
+from mlaas_monitor.training import encode_dataset, holdout_split
 from tests.test_attack_strategies import wine_model
 from tests.test_gateway_helpers import Running, iris_model, running_gateway
 
@@ -218,3 +221,25 @@ def test_truth_is_the_best_copy_so_far() -> None:
     c = SubjectCurve("s", "u", [], [(5, 0.9), (15, 0.7)], aligned=[(10, 0.3), (20, 0.2)])
     # At the status points, over the status points only; the attack's own curve, over its own.
     assert (c.aligned, c.truth, c.pointwise) == ([(10, 0.3), (20, 0.3)], [(5, 0.9), (15, 0.9)], [(10, 0.3), (20, 0.2)])
+
+
+def test_star_boxes_are_scored_on_the_rows_as_sent() -> None:
+    # Customer rows (wine's training rows) share values with S: box edges rounded to float32
+    # (T_u's copy of the queries) would miss them and score another copy than the attacker's.
+    model = replace(wine_model(), policy=Policy(reveal_leaf=True))
+    _, X_all, _, y_all = encode_dataset(load_dataset("wine"))
+    train = holdout_split(X_all, y_all, 0)[0]
+    dom = Domain.from_public(model.public()["features"])
+    S = model.validation_X
+    truth = [str(model.classes[i]) for i in model.answer(S).labels.tolist()]
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        X = train[rng.permutation(train.shape[0])[:10]]
+        ans = model.answer(X)
+        labels = [model.classes[i] for i in ans.labels.tolist()]
+        mon = ModelMonitor(model)
+        s = mon.ingest("u", X, ans.labels, 1)
+        mon.evaluate(s, None, 0.0, refit=True)
+        copies = [TreeRebuild(X, labels), *box_copies(dom, X, labels, [("leaf", int(v)) for v in ans.leaves])]
+        best = max(extent(balanced_fidelity(c, S, truth), 3) for c in copies if c is not None)
+        assert s.status["best_copy"] == pytest.approx(best, abs=1e-9)

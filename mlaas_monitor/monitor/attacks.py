@@ -377,15 +377,17 @@ def boxes_from_log(
     return out
 
 
-def star_boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> BoxRebuild | None:
+def star_boxes_from_log(
+    domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any], min_queries: int = 1
+) -> BoxRebuild | None:
     """Path-finding's reading of the answers, whatever was queried: per identity, from the
     first query that showed it (its centre), the bounding box of the queries with that
     identity that changed at most one feature of the centre (open beyond a domain edge;
     categorical features as ``boxes_from_log`` reads them, every index between the least and
     the greatest, since the tree splits category indices by thresholds). Where leaves share
     an identity this is the box path-finding builds along each feature, not the bounding box
-    of all the identity's queries (which can span most of the domain). None when no identity
-    was revealed."""
+    of all the identity's queries (which can span most of the domain). Only identities with
+    at least ``min_queries`` such queries; None when there is none."""
     centre: dict[Any, int] = {}
     of = np.array([-1 if ident is None else centre.setdefault(ident, i) for i, ident in enumerate(idents)], np.int64)
     if not centre:
@@ -395,6 +397,9 @@ def star_boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], id
     rows: dict[int, list[int]] = {}
     for i in np.flatnonzero(star).tolist():
         rows.setdefault(int(of[i]), []).append(i)
+    rows = {c: m for c, m in rows.items() if len(m) >= min_queries}
+    if not rows:
+        return None
     out = BoxRebuild(domain)
     for members in rows.values():
         Xg = X[members]
@@ -407,10 +412,10 @@ def star_boxes_from_log(domain: Domain, X: np.ndarray, labels: Sequence[Any], id
 
 def box_copies(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> list[BoxRebuild | None]:
     """The box copies of the answers: every identity's box, only those of identities seen
-    more than once (a one-query box is a leaf found but not explored yet), and the star
-    boxes (path-finding's reading, ``star_boxes_from_log``)."""
+    more than once (a one-query box is a leaf found but not explored yet), and the same two
+    of the star boxes (path-finding's reading, ``star_boxes_from_log``)."""
     return [boxes_from_log(domain, X, labels, idents), boxes_from_log(domain, X, labels, idents, min_queries=2),
-            star_boxes_from_log(domain, X, labels, idents)]  # fmt: skip
+            star_boxes_from_log(domain, X, labels, idents), star_boxes_from_log(domain, X, labels, idents, min_queries=2)]  # fmt: skip
 
 
 def boxes_from_oracle(oracle: Oracle) -> list[BoxRebuild | None]:

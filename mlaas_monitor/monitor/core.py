@@ -241,7 +241,7 @@ class SubjectState:
     prada: PradaState | None = None  # users only
     ood: OodState | None = None  # users only
     boundary: BoundaryState | None = None  # users only
-    star: StarState | None = None  # users only (not persisted: rebuilt from the logged queries after a restart)
+    star: StarState | None = None  # users only, with the summary (not persisted: rebuilt from the logged queries)
     _X: list[np.ndarray] = field(default_factory=list)
     _y: list[np.ndarray] = field(default_factory=list)
     _unfolded: int = 0  # trailing chunks of _X not yet in the summary
@@ -376,17 +376,30 @@ class ModelMonitor:
         return s
 
     def fold(self, s: SubjectState) -> Summary | None:
-        """Bring a user's summary up to date with its queries; returns it."""
+        """Bring a user's summary (and star boxes) up to date with its queries; returns it."""
         X = s.unfolded_rows()
         if X is not None and s.summary is not None:
-            s.summary.add(self.regions.leaf_index[self.tree.apply(X)], X)
+            pos = self.regions.leaf_index[self.tree.apply(X)]
+            s.summary.add(pos, X)
+            self._fold_star(s, pos, X)
         return s.summary
+
+    def _fold_star(self, s: SubjectState, pos: np.ndarray, X: np.ndarray) -> None:
+        # The rows as sent (float64), not T_u's float32 copy: the boxes are scored on S by
+        # distances, where float32 rounding would move a box's edge off a data value.
+        if self.identities is not None:
+            if s.star is None:
+                s.star = StarState()
+            s.star.fold(self.identities, pos, X)
 
     def restore_queries(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
         """After a restart: the user's summary and counts are loaded; only its raw queries
         (needed to refit T_u) come back from the query log; the links between accounts and
         PRADA's distances, functions of the query sequence, are rebuilt from them."""
-        self.user(user).append(X, labels, fold_later=False)
+        s = self.user(user)
+        s.append(X, labels, fold_later=False)
+        # The star boxes are not persisted: rebuilt from the logged queries, in their order.
+        self._fold_star(s, self.regions.leaf_index[self.tree.apply(X)], np.asarray(X, np.float64))
         if self.config.auto_link:
             self.linkage.add(user, X)
 
@@ -461,19 +474,10 @@ class ModelMonitor:
         return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
 
     def _star_extent(self, s: SubjectState, members: list[SubjectState] | None) -> float:
-        """The star copy's extent (path-finding's boxes), folding in each user's new queries."""
-        ids = self.identities
-        assert ids is not None
-        states = []
-        for u in [s] if members is None else members:
-            if u.star is None:
-                u.star = StarState()
-            if u.star.done < u.n_queries:
-                X, _ = u.data(self.n_features)
-                new = np.asarray(X[u.star.done :], np.float64)
-                u.star.fold(ids, self.regions.leaf_index[self.tree.apply(new)], new)
-            states.append(u.star)
-        return self._extent(star_copy_fidelity(ids, states))
+        """The star copy's extent (path-finding's boxes; folded with the summaries)."""
+        assert self.identities is not None
+        states = [u.star for u in ([s] if members is None else members) if u.star is not None]
+        return self._extent(star_copy_fidelity(self.identities, states))
 
     def _intent(self, s: SubjectState) -> tuple[float, float, float]:
         """Fold the user's queries the intent signals have not seen yet; (prada, ood, boundary)."""
