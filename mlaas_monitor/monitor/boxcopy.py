@@ -77,12 +77,14 @@ def identities(
                       np.asarray(dom_lo, np.float64), np.asarray(dom_hi, np.float64), np.asarray(categorical, bool))  # fmt: skip
 
 
-def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
+def box_copy_fidelity(ids: Identities, summary: Summary, order: np.ndarray | None = None) -> float:
     """Balanced fidelity (on S) of the better of two copies made of the subject's identity
     boxes: every box, and only the boxes of identities seen more than once (a box of one
     query is a point: path-finding has found that leaf but not explored it yet, and the
     point would take every row it is nearest to). 0 without any box. Discrete features
-    compare as the tree does (whole values inside the box)."""
+    compare as the tree does (whole values inside the box). Boxes of merged identities
+    overlap: a row inside several takes the first, by ``order`` (the arrival index of each
+    identity's first query: the order an attacker found them) where given."""
     if ids.rows.shape[0] == 0 or not summary.counts.any():
         return 0.0
     g = ids.n_groups
@@ -91,7 +93,14 @@ def box_copy_fidelity(ids: Identities, summary: Summary) -> float:
     hi = np.full((g, d), -np.inf)
     np.minimum.at(lo, ids.group, summary.lo)
     np.maximum.at(hi, ids.group, summary.hi)
-    return _score_boxes(ids, lo, hi, np.bincount(ids.group, weights=summary.counts, minlength=g))
+    return _score_boxes(ids, lo, hi, np.bincount(ids.group, weights=summary.counts, minlength=g), order)
+
+
+def found_order(states: Sequence[StarState]) -> np.ndarray | None:
+    """Per identity, the earliest arrival index of its first query over these states (a
+    pool's: each member's own indices, an approximation); None without any."""
+    found = [st.found for st in states if st.found is not None]
+    return np.minimum.reduce(found) if found else None
 
 
 @dataclass(eq=False)
@@ -146,9 +155,7 @@ def star_copy_fidelity(ids: Identities, states: Sequence[StarState]) -> float:
     counts = np.sum([st.counts for st in parts], axis=0)
     if not counts.any():
         return 0.0
-    # A pool's boxes in the order its members first found them (the earliest arrival index
-    # among members: the indices are each member's own, an approximation for a pool).
-    return _score_boxes(ids, lo, hi, counts, np.minimum.reduce([st.found for st in parts]))
+    return _score_boxes(ids, lo, hi, counts, found_order(parts))
 
 
 def _score_boxes(ids: Identities, lo: np.ndarray, hi: np.ndarray, counts: np.ndarray,

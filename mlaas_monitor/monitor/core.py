@@ -19,7 +19,13 @@ import numpy as np
 
 from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM, Boundary, BoundaryState, pooled
-from mlaas_monitor.monitor.boxcopy import StarState, box_copy_fidelity, identities, star_copy_fidelity
+from mlaas_monitor.monitor.boxcopy import (
+    StarState,
+    box_copy_fidelity,
+    found_order,
+    identities,
+    star_copy_fidelity,
+)
 from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, coverage, merge_all
 from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
@@ -447,9 +453,10 @@ class ModelMonitor:
         # A running maximum: a copy built once stays built. Copies are not monotone in their
         # boxes (a newly explored box can take held-out rows from a box that labelled them
         # better), and the subject keeps the copy it could make before (docs/monitor.md).
-        box = self._box_extent(summary)
+        stars = [u.star for u in ([s] if members is None else members) if u.star is not None]
+        box = self._box_extent(summary, stars)
         if self.identities is not None:
-            box = max(box, self._star_extent(s, members))
+            box = max(box, self._extent(star_copy_fidelity(self.identities, stars)))
         status["best_copy"] = max(status["best_copy"], status["fidelity"], box)
         if members is None:
             if refitting:  # on T_u's geometric schedule: a Shapiro-Wilk test costs about 1 ms
@@ -464,20 +471,17 @@ class ModelMonitor:
         ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
         return ev, self._warnings(s, ts)
 
-    def _box_extent(self, summary: Summary) -> float:
+    def _box_extent(self, summary: Summary, stars: list[StarState]) -> float:
         if self.identities is None:
             return 0.0
-        return self._extent(box_copy_fidelity(self.identities, summary))
+        # Overlapping boxes in the order the subject first saw their identities (kept with
+        # the star boxes), as an attacker's rebuild orders them.
+        return self._extent(box_copy_fidelity(self.identities, summary, found_order(stars)))
 
     def _extent(self, bf: float) -> float:
         k = self.n_classes
         return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
 
-    def _star_extent(self, s: SubjectState, members: list[SubjectState] | None) -> float:
-        """The star copy's extent (path-finding's boxes; folded with the summaries)."""
-        assert self.identities is not None
-        states = [u.star for u in ([s] if members is None else members) if u.star is not None]
-        return self._extent(star_copy_fidelity(self.identities, states))
 
     def _intent(self, s: SubjectState) -> tuple[float, float, float]:
         """Fold the user's queries the intent signals have not seen yet; (prada, ood, boundary)."""
