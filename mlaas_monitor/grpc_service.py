@@ -107,6 +107,11 @@ def rows_from_proto(rows: Any) -> list[Any]:
 _FRAGMENTS: weakref.WeakKeyDictionary[Model, list[bytes]] = weakref.WeakKeyDictionary()
 
 
+def _prediction(d: dict[str, Any]) -> pb.Prediction:
+    top = [pb.ClassConfidence(label=str(t["label"]), confidence=t["confidence"]) for t in d.get("top", ())]
+    return pb.Prediction(label=str(d["label"]), confidence=d.get("confidence"), leaf=d.get("leaf"), top=top)
+
+
 def _leaf_fragments(model: Model) -> list[bytes]:
     """Per node, the serialised ``predictions`` entry a row in that leaf gets under the
     model's policy (a Model is immutable; a policy change makes a new one)."""
@@ -115,12 +120,7 @@ def _leaf_fragments(model: Model) -> list[bytes]:
         labels, conf = model.node_answers
         n = model.tree.n_nodes
         preds = model.render(Answer(labels, conf, np.arange(n)))
-        frags = [
-            pb.PredictResponse(
-                predictions=[pb.Prediction(label=str(d["label"]), confidence=d.get("confidence"), leaf=d.get("leaf"))]
-            ).SerializeToString()
-            for d in preds
-        ]
+        frags = [pb.PredictResponse(predictions=[_prediction(d)]).SerializeToString() for d in preds]
         _FRAGMENTS[model] = frags
     return frags
 
@@ -128,12 +128,9 @@ def _leaf_fragments(model: Model) -> list[bytes]:
 def predict_response(result: PredictResult) -> pb.PredictResponse:
     """Concatenated wire fragments parse as one message (repeated fields append): this
     replaces building a Python message object per row."""
-    if result.answer is None:  # a replay: rare, so the plain way
-        return pb.PredictResponse(
-            predictions=[pb.Prediction(label=str(d["label"]), confidence=d.get("confidence"), leaf=d.get("leaf"))
-                         for d in result.predictions()],
-            query_id=result.query_id, charged=result.charged,
-        )  # fmt: skip
+    if result.answer is None or result.model.per_row:  # a replay (rare), or noise: the plain way
+        return pb.PredictResponse(predictions=[_prediction(d) for d in result.predictions()],
+                                  query_id=result.query_id, charged=result.charged)  # fmt: skip
     frags = _leaf_fragments(result.model)
     tail = pb.PredictResponse(query_id=result.query_id, charged=result.charged).SerializeToString()
     return pb.PredictResponse.FromString(b"".join([frags[i] for i in result.answer.leaves.tolist()]) + tail)

@@ -17,6 +17,7 @@ from mlaas_monitor.schema import Schema
 from mlaas_monitor.tree import Tree
 
 MICROS = 1_000_000  # prices and charges are integer micro-credits: no float drift in the ledger
+MAX_TOP_K = 1000  # more than any served model's classes: "all of them"
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,15 @@ class Policy:
     confidence_decimals: int = 2  # BigML-style rounding
     reveal_leaf: bool = False
     price_micros: int = 1000  # per answered row (0.001 credits)
+    # Output post-processing as a defence (the kinds IBM ART ships): how many of the leaf's
+    # class probabilities are revealed, most probable first (1: the label's alone, as on
+    # BigML; k >= 2 adds a ranked "top" list), and the standard deviation of Gaussian noise
+    # added to them before rounding (0: none). The noise is a function of the row and
+    # ``noise_seed`` only: the same row always gets the same answer (asking again averages
+    # nothing out), on every replica, and a run is reproducible.
+    top_k: int = 1
+    confidence_noise: float = 0.0
+    noise_seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -34,6 +44,9 @@ class Policy:
             "confidence_decimals": self.confidence_decimals,
             "reveal_leaf": self.reveal_leaf,
             "price": self.price_micros / MICROS,
+            "top_k": self.top_k,
+            "confidence_noise": self.confidence_noise,
+            "noise_seed": self.noise_seed,
         }
 
     def updated(self, changes: dict[str, Any]) -> Policy:
@@ -47,6 +60,18 @@ class Policy:
             elif key == "confidence_decimals":
                 if type(v) is not int or not 0 <= v <= 12:
                     raise PolicyError(key, "expected an integer from 0 to 12")
+                kw[key] = v
+            elif key == "top_k":
+                if type(v) is not int or not 1 <= v <= MAX_TOP_K:
+                    raise PolicyError(key, f"expected an integer from 1 to {MAX_TOP_K}")
+                kw[key] = v
+            elif key == "confidence_noise":
+                if type(v) not in (int, float) or not 0 <= v <= 1:
+                    raise PolicyError(key, "expected a number from 0 to 1")
+                kw[key] = float(v)
+            elif key == "noise_seed":
+                if type(v) is not int or not 0 <= v < 2**63:
+                    raise PolicyError(key, "expected an integer from 0 to 2^63 - 1")
                 kw[key] = v
             elif key == "price":
                 if type(v) not in (int, float) or not 0 <= v <= 1e6 or v != v:
@@ -64,18 +89,87 @@ class PolicyError(ValueError):
 
 
 def render_predictions(
-    classes: tuple[Any, ...], labels: np.ndarray, confidences: np.ndarray | None, leaves: np.ndarray | None
+    classes: tuple[Any, ...], labels: np.ndarray, confidences: np.ndarray | None, leaves: np.ndarray | None,
+    top: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """What a user is told, as JSON-ready dicts: the label, and the confidence and leaf id
-    where they were revealed (``None`` when hidden)."""
+    where they were revealed (``None`` when hidden); ``top`` (class indices and their
+    probabilities, (n, k) each, the label first) as a ranked list under a top-k policy."""
     out: list[dict[str, Any]] = [{"label": classes[i]} for i in labels.tolist()]
     if confidences is not None:
         for d, c in zip(out, confidences.tolist(), strict=True):
             d["confidence"] = c
+    if top is not None:
+        for d, cs, ps in zip(out, top[0].tolist(), top[1].tolist(), strict=True):
+            d["top"] = [{"label": classes[c], "confidence": p} for c, p in zip(cs, ps, strict=True)]
     if leaves is not None:
         for d, lf in zip(out, leaves.tolist(), strict=True):
             d["leaf"] = lf
     return out
+
+
+# ---- output post-processing: noise on confidences, top-k (pure) ----
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # SplitMix64's increment
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, elementwise on uint64 arrays (their arithmetic wraps)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def row_keys(X: np.ndarray, seed: int = 0) -> np.ndarray:
+    """A 64-bit key per row of X: a function of the row's values and ``seed`` only, not of
+    its place in a batch, the process or the replica that answers it."""
+    bits = np.ascontiguousarray(np.asarray(X, np.float64) + 0.0).view(np.uint64)  # + 0.0: -0.0 keys as 0.0
+    h = np.full(bits.shape[0], seed & _MASK64, np.uint64)
+    for j in range(bits.shape[1]):
+        h = _mix64((h + np.uint64(_GOLDEN)) ^ bits[:, j])
+    return h
+
+
+def _standard_normals(keys: np.ndarray, n: int) -> np.ndarray:
+    """(len(keys), n) standard normal draws, each a function of its key and column (Box-Muller
+    on two SplitMix64 streams)."""
+    out = np.empty((keys.shape[0], n), np.float64)
+    for c in range(n):
+        a = _mix64(keys + np.uint64(((2 * c + 1) * _GOLDEN) & _MASK64))
+        b = _mix64(keys + np.uint64(((2 * c + 2) * _GOLDEN) & _MASK64))
+        u1 = ((a >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53  # in (0, 1): log is finite
+        u2 = (b >> np.uint64(11)).astype(np.float64) / 2.0**53
+        out[:, c] = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+    return out
+
+
+def noisy_distribution(P: np.ndarray, labels: np.ndarray, keys: np.ndarray, scale: float) -> np.ndarray:
+    """Gaussian noise on class probabilities, as ART's GaussianNoise post-processor: add
+    N(0, scale^2) to each, clip at 0 and renormalise, so that each row stays a distribution.
+    One departure: the label keeps the largest probability (its value is swapped with the
+    largest where noise made another class win), since the gateway's label is the tree's
+    and the confidences must not contradict it. ``keys``: one per row (``row_keys``)."""
+    Q = np.clip(np.asarray(P, np.float64) + scale * _standard_normals(keys, P.shape[1]), 0.0, None)
+    total = Q.sum(axis=1, keepdims=True)
+    # All mass clipped away (only with scale >> 1): the row keeps its noise-free distribution.
+    Q = np.where(total > 0, Q / np.where(total > 0, total, 1.0), P)
+    rows = np.arange(Q.shape[0])
+    win = Q.argmax(axis=1)
+    largest, own = Q[rows, win], Q[rows, labels]
+    Q[rows, win] = own
+    Q[rows, labels] = largest
+    return Q
+
+
+def ranked(P: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k most probable classes and their probabilities, the label first, then by
+    probability (ties by class index): (class indices, probabilities), (n, min(k, K)) each."""
+    rows = np.arange(P.shape[0])
+    score = np.array(P, np.float64)
+    score[rows, labels] = np.inf
+    order = np.argsort(-score, axis=1, kind="stable")[:, : min(k, P.shape[1])]
+    return order, np.take_along_axis(np.asarray(P, np.float64), order, axis=1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +179,7 @@ class Answer:
     labels: np.ndarray  # class indices (int64)
     confidences: np.ndarray  # probability of the predicted class at the leaf
     leaves: np.ndarray  # node ids
+    keys: np.ndarray | None = None  # per row (row_keys, unseeded), where the policy adds noise
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +203,25 @@ class Model:
     def answer(self, X: np.ndarray) -> Answer:
         leaves = self.tree.apply(X)
         labels, conf = self.node_answers
-        return Answer(labels[leaves], conf[leaves], leaves)
+        p = self.policy
+        keys = row_keys(X) if p.confidence_noise > 0 else None
+        return Answer(labels[leaves], conf[leaves], leaves, keys)
+
+    @property
+    def per_row(self) -> bool:
+        """Whether answers depend on the row, not only on its leaf (noise on confidences):
+        then no per-leaf answer can be precomputed."""
+        return self.policy.reveal_confidence and self.policy.confidence_noise > 0
+
+    def _distribution(self, ans: Answer) -> np.ndarray:
+        """Each row's class probabilities as the policy reveals them, before rounding."""
+        P = self.tree.value[ans.leaves]
+        if not self.per_row:
+            return P
+        keys = ans.keys if ans.keys is not None else np.zeros(ans.leaves.shape[0], np.uint64)
+        # The row's key (any policy's) mixed with this policy's seed: another seed, other noise.
+        seeded = _mix64(keys ^ np.uint64(self.policy.noise_seed & _MASK64))
+        return noisy_distribution(P, ans.labels, seeded, self.policy.confidence_noise)
 
     @cached_property
     def _rounded_confidences(self) -> np.ndarray:
@@ -118,12 +231,28 @@ class Model:
     def revealed(self, ans: Answer) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The confidences and leaf ids as the policy lets the user see them."""
         p = self.policy
-        conf = self._rounded_confidences[ans.leaves] if p.reveal_confidence else None
+        if not p.reveal_confidence:
+            conf = None
+        elif self.per_row:
+            conf = np.round(self._distribution(ans)[np.arange(ans.labels.shape[0]), ans.labels], p.confidence_decimals)
+        else:
+            conf = self._rounded_confidences[ans.leaves]
         return conf, ans.leaves if p.reveal_leaf else None
+
+    def revealed_top(self, ans: Answer) -> tuple[np.ndarray, np.ndarray] | None:
+        """Under a top-k policy (k >= 2), each row's k most probable classes and their
+        probabilities as revealed (the label first; rounded, noisy where the policy adds
+        noise); None otherwise. The query log keeps the label's confidence: the rest is a
+        function of the leaf (or, with noise, of the row) and the policy."""
+        p = self.policy
+        if not p.reveal_confidence or p.top_k < 2:
+            return None
+        order, probs = ranked(self._distribution(ans), ans.labels, p.top_k)
+        return order, np.round(probs, p.confidence_decimals)
 
     def render(self, ans: Answer) -> list[dict[str, Any]]:
         """Predictions per the policy, as JSON-ready dicts."""
-        return render_predictions(self.classes, ans.labels, *self.revealed(ans))
+        return render_predictions(self.classes, ans.labels, *self.revealed(ans), self.revealed_top(ans))
 
     @cached_property
     def _json_fragments(self) -> list[str]:
@@ -135,7 +264,10 @@ class Model:
         return [json.dumps(d, separators=(",", ":")) for d in preds]
 
     def predictions_json(self, ans: Answer) -> str:
-        """``json.dumps(self.render(ans))``, without the per-row work."""
+        """``json.dumps(self.render(ans))``, without the per-row work (where answers are a
+        function of the leaf alone)."""
+        if self.per_row:
+            return json.dumps(self.render(ans), separators=(",", ":"))
         frag = self._json_fragments
         return "[" + ",".join([frag[i] for i in ans.leaves.tolist()]) + "]"
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from mlaas_monitor import auth
 from mlaas_monitor.commit import GroupCommitter
 from mlaas_monitor.limits import quota_allows
@@ -73,6 +75,9 @@ class PredictResult:
     query_id: int
     charged: float
     replay: AnsweredRequest | None = None
+    # A replay under a top-k policy: the same rows answered again (the request digest
+    # guarantees they are the ones first sent), for the ranked list the log does not keep.
+    again: Answer | None = None
 
     @property
     def replayed(self) -> bool:
@@ -81,7 +86,8 @@ class PredictResult:
     def predictions(self) -> list[dict[str, Any]]:
         if self.replay is not None:
             r = self.replay
-            return render_predictions(self.model.classes, r.labels, r.confidences, r.leaves)
+            top = self.model.revealed_top(self.again) if self.again is not None else None
+            return render_predictions(self.model.classes, r.labels, r.confidences, r.leaves, top)
         assert self.answer is not None
         return self.model.render(self.answer)
 
@@ -333,7 +339,7 @@ class Gateway:
         digest = None
         if request_key is not None:
             digest = request_digest(model_id, X)
-            replay = self._replay(name, model, request_key, digest)
+            replay = self._replay(name, model, request_key, digest, X)
             if replay is not None:
                 return replay
         served = model
@@ -372,7 +378,7 @@ class Gateway:
             if request_key is not None:
                 self._keys_in_flight.discard((name, request_key))
         if isinstance(seq, Refused):
-            return self._refused(seq, u, model, request_key, digest)
+            return self._refused(seq, u, model, request_key, digest, X)
         u.used_rows += n
         self.metrics.observe_answer(model_id, n, amount / MICROS)
         if self.stream.active:
@@ -380,12 +386,12 @@ class Gateway:
         return PredictResult(served, ans, seq, amount / MICROS)
 
     def _refused(self, r: Refused, u: _User, model: Model, request_key: str | None,
-                 digest: bytes | None) -> PredictResult:  # fmt: skip
+                 digest: bytes | None, X: np.ndarray) -> PredictResult:  # fmt: skip
         """What to tell a client whose answered query the commit refused (nothing was charged)."""
         name = u.record.name
         if r.reason == "duplicate":  # the same key committed meanwhile, through another replica
             assert request_key is not None and digest is not None
-            replay = self._replay(name, model, request_key, digest)
+            replay = self._replay(name, model, request_key, digest, X)
             if replay is not None:
                 return replay
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
@@ -399,7 +405,7 @@ class Gateway:
         self._reload_user(name)  # revoked or rotated by another replica
         raise ApiError(401, "unauthenticated", "invalid or revoked API key", "Authorization")
 
-    def _replay(self, user: str, model: Model, request_key: str, digest: bytes) -> PredictResult | None:
+    def _replay(self, user: str, model: Model, request_key: str, digest: bytes, X: np.ndarray) -> PredictResult | None:
         """The earlier answer to this user's request with this key, or None if there is none."""
         if (user, request_key) in self._keys_in_flight:
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
@@ -411,7 +417,8 @@ class Gateway:
             raise ApiError(422, "idempotency_key_reused", f"this Idempotency-Key was used for a different request"
                            f" (query {prior.query_id})", REQUEST_KEY_FIELD)  # fmt: skip
         self.metrics.observe_replay(model.id)
-        return PredictResult(model, None, prior.query_id, prior.amount_micros / MICROS, prior)
+        again = model.answer(X) if model.policy.top_k >= 2 and prior.confidences is not None else None
+        return PredictResult(model, None, prior.query_id, prior.amount_micros / MICROS, prior, again)
 
     # ---- usage ----
 

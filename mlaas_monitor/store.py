@@ -33,7 +33,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +48,7 @@ from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.store_backends import Backend, Connection, SqliteBackend, backend_for
 from mlaas_monitor.stream import QueryEvent
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHECKPOINT_INTERVAL_S = 0.5
 # How soon a client refused with 503 (the database unavailable) should retry.
 RETRY_AFTER_S = 1
@@ -64,7 +64,10 @@ CREATE TABLE IF NOT EXISTS models (
     reveal_confidence {INT} NOT NULL,
     confidence_decimals {INT} NOT NULL,
     reveal_leaf {INT} NOT NULL,
-    price_micros {INT} NOT NULL
+    price_micros {INT} NOT NULL,
+    top_k {INT} NOT NULL DEFAULT 1,    -- output post-processing (model.Policy)
+    confidence_noise {REAL} NOT NULL DEFAULT 0,
+    noise_seed {INT} NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY,
@@ -115,7 +118,15 @@ _MIGRATIONS: dict[int, list[str | tuple[str, str, str]]] = {
         ("users", "bucket_stamp", "{REAL}"),
         'UPDATE users SET rows_used = COALESCE((SELECT SUM(rows) FROM ledger WHERE ledger."user" = users.name), 0)',
     ],
+    # 3 -> 4: top-k and noise on confidences in the response policy (defaults: as before).
+    3: [
+        ("models", "top_k", "{INT} NOT NULL DEFAULT 1"),
+        ("models", "confidence_noise", "{REAL} NOT NULL DEFAULT 0"),
+        ("models", "noise_seed", "{INT} NOT NULL DEFAULT 0"),
+    ],
 }
+# The policy's columns, in Policy's field order (model.Policy(*row) rebuilds it).
+_POLICY_COLUMNS = "reveal_confidence, confidence_decimals, reveal_leaf, price_micros, top_k, confidence_noise, noise_seed"
 # After the migrations, on every open (each is idempotent).
 _DDL_AFTER = [
     'CREATE UNIQUE INDEX IF NOT EXISTS query_log_request ON query_log("user", request_key) WHERE request_key IS NOT NULL',
@@ -123,6 +134,15 @@ _DDL_AFTER = [
     " WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'query_log')",
     "INSERT INTO sequences (name, next) SELECT 'config', 1 WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'config')",
 ]
+
+
+def _policy_row(p: Policy) -> tuple[Any, ...]:
+    return (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, p.top_k,
+            p.confidence_noise, p.noise_seed)  # fmt: skip
+
+
+def _policy_of(row: Sequence[Any]) -> Policy:
+    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]), int(row[6]))
 
 
 class StoreUnavailable(ApiError):
@@ -427,17 +447,15 @@ class Store:
 
     def add_model(self, model: Model, replace: bool = False) -> None:
         p = model.policy
-        sql = "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO models (id, created, spec, {_POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         if replace:
-            sql += (" ON CONFLICT (id) DO UPDATE SET created = excluded.created, spec = excluded.spec,"
-                    " reveal_confidence = excluded.reveal_confidence, confidence_decimals = excluded.confidence_decimals,"
-                    " reveal_leaf = excluded.reveal_leaf, price_micros = excluded.price_micros")  # fmt: skip
+            sql += " ON CONFLICT (id) DO UPDATE SET created = excluded.created, spec = excluded.spec, " + ", ".join(
+                f"{c} = excluded.{c}" for c in _POLICY_COLUMNS.split(", "))
         try:
             with self._write() as db:
                 db.execute(
                     self._sql(sql),
-                    (model.id, time.time(), json.dumps(model.spec()), int(p.reveal_confidence),
-                     p.confidence_decimals, int(p.reveal_leaf), p.price_micros),
+                    (model.id, time.time(), json.dumps(model.spec()), *_policy_row(p)),
                 )  # fmt: skip
                 self._bump_config(db)
         except self._backend.integrity_errors as e:
@@ -456,13 +474,13 @@ class Store:
     def load_model(self, model_id: str) -> Model | None:
         with self._conn() as db:
             row = db.execute(
-                self._sql("SELECT spec, reveal_confidence, confidence_decimals, reveal_leaf, price_micros FROM models WHERE id=?"),
+                self._sql(f"SELECT spec, {_POLICY_COLUMNS} FROM models WHERE id=?"),
                 (model_id,),
             ).fetchone()
         if row is None:
             return None
         try:
-            policy = Policy(bool(row[1]), int(row[2]), bool(row[3]), int(row[4]))
+            policy = _policy_of(row[1:])
             return Model.from_spec(model_id, json.loads(row[0]), policy)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
             # Whatever a damaged or foreign row makes the decoder raise (JSONDecodeError and
@@ -472,14 +490,14 @@ class Store:
     def policies(self) -> dict[str, Policy]:
         """Every stored model's policy (what a replica refreshes when the config changes)."""
         with self._conn() as db:
-            rows = db.execute("SELECT id, reveal_confidence, confidence_decimals, reveal_leaf, price_micros FROM models")
-            return {r[0]: Policy(bool(r[1]), int(r[2]), bool(r[3]), int(r[4])) for r in rows}
+            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models")
+            return {r[0]: _policy_of(r[1:]) for r in rows}
 
     def set_policy(self, model_id: str, p: Policy) -> None:
         with self._write() as db:
             db.execute(
-                self._sql("UPDATE models SET reveal_confidence=?, confidence_decimals=?, reveal_leaf=?, price_micros=? WHERE id=?"),
-                (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, model_id),
+                self._sql("UPDATE models SET " + ", ".join(f"{c}=?" for c in _POLICY_COLUMNS.split(", ")) + " WHERE id=?"),
+                (*_policy_row(p), model_id),
             )
             self._bump_config(db)
 

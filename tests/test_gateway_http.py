@@ -243,7 +243,8 @@ def test_response_policy_controls_what_is_revealed_and_the_price(gw: Running) ->
     rows = iris_model().validation_X[:5].tolist()
     path = "/v1/models/iris/predict"
     status, policy = gw.admin.request("PUT", "/v1/admin/models/iris/policy", {"reveal_leaf": True, "confidence_decimals": 1, "price": 0.5})
-    assert status == 200 and policy == {"reveal_confidence": True, "confidence_decimals": 1, "reveal_leaf": True, "price": 0.5}
+    assert status == 200 and policy == {"reveal_confidence": True, "confidence_decimals": 1, "reveal_leaf": True, "price": 0.5,
+                                   "top_k": 1, "confidence_noise": 0.0, "noise_seed": 0}
     status, body = u.post(path, {"rows": rows})
     leaves = iris_model().tree.apply(np.array(rows)).tolist()
     assert [p["leaf"] for p in body["predictions"]] == leaves

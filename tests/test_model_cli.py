@@ -42,7 +42,8 @@ def test_train_list_show(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:5] == ["credit", Path(credit_csv()).name, "4", "2", "3"]
     r = run("model", "show", "--db", db, "credit")
     shown = json.loads(r.stdout)
-    assert shown["policy"] == {"reveal_confidence": True, "confidence_decimals": 2, "reveal_leaf": True, "price": 0.01}
+    assert shown["policy"] == {"reveal_confidence": True, "confidence_decimals": 2, "reveal_leaf": True, "price": 0.01,
+                              "top_k": 1, "confidence_noise": 0.0, "noise_seed": 0}
     assert "tree" not in shown
 
 
@@ -72,6 +73,8 @@ def store_with_m(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["model", "train", "--db", "{db}", "--dataset", "nope", "--name", "x"], "neither a built-in"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "bad name"], "--name"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--decimals", "40"], "--confidence-decimals"),
+        (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--top-k", "0"], "--top-k"),
+        (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "x", "--confidence-noise", "3"], "--confidence-noise"),
         (["model", "train", "--db", "{db}", "--dataset", "iris", "--name", "m"], "already exists"),
         (["model", "list", "--db", "{tmp}/garbage.db"], "not a usable store"),
         (["gateway", "--db", "{db}"], "no admin key"),

@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t.add_argument("--decimals", type=int, default=2, help="confidence rounding (default 2)")
     t.add_argument("--no-confidence", action="store_true", help="reveal the label only")
     t.add_argument("--reveal-leaf", action="store_true", help="also reveal the leaf id")
+    t.add_argument("--top-k", type=int, default=1,
+                   help="reveal the k most probable classes' confidences, ranked (default 1: the label's)")
+    t.add_argument("--confidence-noise", type=float, default=0.0,
+                   help="standard deviation of Gaussian noise on confidences (default 0: none)")
+    t.add_argument("--noise-seed", type=int, default=0, help="seed of that noise (the same row, the same answer)")
     add_dataset_arguments(t)
     t.set_defaults(func=_train)
 
@@ -70,7 +75,8 @@ def _train(args: argparse.Namespace) -> int:
     try:
         policy = Policy().updated(
             {"price": args.price, "confidence_decimals": args.decimals,
-             "reveal_confidence": not args.no_confidence, "reveal_leaf": args.reveal_leaf}
+             "reveal_confidence": not args.no_confidence, "reveal_leaf": args.reveal_leaf, "top_k": args.top_k,
+             "confidence_noise": args.confidence_noise, "noise_seed": args.noise_seed}
         )  # fmt: skip
     except PolicyError as e:
         raise UserError(f"--{e.field.replace('_', '-')}: {e.problem}") from e

@@ -144,6 +144,9 @@ class Oracle:
         self.log_labels: list[int] = []
         self.log_ident: list[Any] = []  # the leaf identity each answer revealed (None: label only)
         self.on_request: Callable[[Oracle], None] | None = None
+        # How the attacker reads a leaf identity from an answer (``rounding_identity`` for
+        # noisy confidences); the log's identities and path-finding's should agree.
+        self.identity: Callable[[dict[str, Any]], Any] = leaf_identity
 
     @classmethod
     def connect(cls, url: str, keys: Sequence[str], model_id: str, budget: int | None) -> Oracle:
@@ -165,7 +168,7 @@ class Oracle:
         self.queries += len(preds)
         self.log_X.append(np.array(X, dtype=np.float64))
         self.log_labels += [p["label"] for p in preds]
-        self.log_ident += [leaf_identity(p) if "leaf" in p or "confidence" in p else None for p in preds]
+        self.log_ident += [self.identity(p) if "leaf" in p or "confidence" in p else None for p in preds]
         if self.on_request is not None:
             self.on_request(self)
         return preds
@@ -234,9 +237,22 @@ def leaf_identity(p: dict[str, Any]) -> Any:
 
 
 def confidence_identity(p: dict[str, Any]) -> Any:
-    """The confidence oracle: (label, confidence) even when leaf ids are revealed; leaves
-    that share both are merged."""
-    return ("conf", p["label"], p.get("confidence"))
+    """The confidence oracle: (label, confidence, and the ranked top-k list where the policy
+    reveals one) even when leaf ids are revealed; leaves that share all of it are merged."""
+    top = tuple((t["label"], t["confidence"]) for t in p["top"]) if "top" in p else None
+    return ("conf", p["label"], p.get("confidence"), top)
+
+
+def rounding_identity(decimals: int) -> Callable[[dict[str, Any]], Any]:
+    """An oracle for noisy confidences: (label, confidence rounded to ``decimals``). Read as
+    they are, noisy confidences make every answer a new leaf (path-finding then never
+    finishes one); rounded, the noise mostly vanishes and leaves of close confidence merge."""
+
+    def identity(p: dict[str, Any]) -> Any:
+        c = p.get("confidence")
+        return ("conf", p["label"], None if c is None else round(float(c), decimals))
+
+    return identity
 
 
 # ---- rebuilt models ----
@@ -361,10 +377,45 @@ def boxes_from_log(
     return out
 
 
+def star_boxes_from_log(
+    domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any], min_queries: int = 1
+) -> BoxRebuild | None:
+    """Path-finding's reading of the answers, whatever was queried: per identity, from the
+    first query that showed it (its centre), the bounding box of the queries with that
+    identity that changed at most one feature of the centre (open beyond a domain edge;
+    categorical features as ``boxes_from_log`` reads them, every index between the least and
+    the greatest, since the tree splits category indices by thresholds). Where leaves share
+    an identity this is the box path-finding builds along each feature, not the bounding box
+    of all the identity's queries (which can span most of the domain). Only identities with
+    at least ``min_queries`` such queries; None when there is none."""
+    centre: dict[Any, int] = {}
+    of = np.array([-1 if ident is None else centre.setdefault(ident, i) for i, ident in enumerate(idents)], np.int64)
+    if not centre:
+        return None
+    X = np.asarray(X)[: of.shape[0]]
+    star = (of >= 0) & ((X[np.maximum(of, 0)] != X).sum(axis=1) <= 1)
+    rows: dict[int, list[int]] = {}
+    for i in np.flatnonzero(star).tolist():
+        rows.setdefault(int(of[i]), []).append(i)
+    rows = {c: m for c, m in rows.items() if len(m) >= min_queries}
+    if not rows:
+        return None
+    out = BoxRebuild(domain)
+    for members in rows.values():
+        Xg = X[members]
+        lo, hi = Xg.min(axis=0), Xg.max(axis=0)
+        allowed = [set(range(int(a), int(b) + 1)) if c else set() for a, b, c in zip(lo, hi, domain.categorical, strict=True)]
+        lo, hi = np.where(lo <= domain.lo, -np.inf, lo), np.where(hi >= domain.hi, np.inf, hi)
+        out.leaves.append(LeafBox(labels[members[0]], lo, hi, allowed))
+    return out
+
+
 def box_copies(domain: Domain, X: np.ndarray, labels: Sequence[Any], idents: Sequence[Any]) -> list[BoxRebuild | None]:
-    """The two box copies of the answers: every identity's box, and only those of identities
-    seen more than once (a one-query box is a leaf found but not explored yet)."""
-    return [boxes_from_log(domain, X, labels, idents), boxes_from_log(domain, X, labels, idents, min_queries=2)]
+    """The box copies of the answers: every identity's box, only those of identities seen
+    more than once (a one-query box is a leaf found but not explored yet), and the same two
+    of the star boxes (path-finding's reading, ``star_boxes_from_log``)."""
+    return [boxes_from_log(domain, X, labels, idents), boxes_from_log(domain, X, labels, idents, min_queries=2),
+            star_boxes_from_log(domain, X, labels, idents), star_boxes_from_log(domain, X, labels, idents, min_queries=2)]  # fmt: skip
 
 
 def boxes_from_oracle(oracle: Oracle) -> list[BoxRebuild | None]:

@@ -17,9 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from mlaas_monitor.model import Model
+from mlaas_monitor.model import Answer, Model
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM, Boundary, BoundaryState, pooled
-from mlaas_monitor.monitor.boxcopy import box_copy_fidelity, identities
+from mlaas_monitor.monitor.boxcopy import (
+    StarState,
+    box_copy_fidelity,
+    found_order,
+    identities,
+    star_copy_fidelity,
+)
 from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, coverage, merge_all
 from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
@@ -71,6 +77,11 @@ class MonitorConfig:
     # 0.9 balanced fidelity (monitor-eval's goals table, docs/monitor.md).
     thresholds: dict[str, float] = field(default_factory=lambda: {"best_copy": 0.5})
     default_method: str = "best_copy"
+    # A subject's first evaluation: after 10 queries, then at min_refit and on the schedule.
+    # On an easy model a customer's first rows already make a copy (breast_cancer's natural
+    # sampler held bf 0.9 after 21 queries, before the first evaluation at 25); one more
+    # small evaluation per account is the cost (docs/monitor.md, "Cost").
+    first_eval: int = 10
     min_refit: int = 25  # evaluate (coverage, warnings) at most every this many queries...
     refit_fraction: float = 0.05  # ... or this fraction of the subject's queries, whichever is more
     # T_u (the costly part) is refitted every max(min_refit, this * n) queries. 0.05, as the
@@ -92,6 +103,7 @@ class MonitorConfig:
         return {
             "thresholds": dict(self.thresholds),
             "default_method": self.default_method,
+            "first_eval": self.first_eval,
             "min_refit": self.min_refit,
             "refit_fraction": self.refit_fraction,
             "ig_refit_fraction": self.ig_refit_fraction,
@@ -126,7 +138,7 @@ class MonitorConfig:
                 if v not in METHODS:
                     raise ConfigError(key, f"expected one of {', '.join(METHODS)}")
                 kw[key] = v
-            elif key == "min_refit":
+            elif key in ("min_refit", "first_eval"):
                 if type(v) is not int or not 1 <= v <= 1_000_000:
                     raise ConfigError(key, "expected an integer from 1 to 1000000")
                 kw[key] = v
@@ -235,6 +247,7 @@ class SubjectState:
     prada: PradaState | None = None  # users only
     ood: OodState | None = None  # users only
     boundary: BoundaryState | None = None  # users only
+    star: StarState | None = None  # users only, with the summary (not persisted: rebuilt from the logged queries)
     _X: list[np.ndarray] = field(default_factory=list)
     _y: list[np.ndarray] = field(default_factory=list)
     _unfolded: int = 0  # trailing chunks of _X not yet in the summary
@@ -277,6 +290,26 @@ class SubjectState:
         return d
 
 
+def _next(n: int, min_refit: int, fraction: float) -> int:
+    """The query count of the next evaluation (or refit) after one at n: min_refit while an
+    early first evaluation (first_eval) came before it, then max(min_refit, fraction * n) later."""
+    return min_refit if n < min_refit else n + max(min_refit, math.ceil(fraction * n))
+
+
+def _leaf_answers(model: Model, nodes: np.ndarray) -> list[Any]:
+    """Per node, what a row landing there is told beyond its label, under the model's policy:
+    its confidence, or with top-k its confidence and ranked list (the gateway's own rendering,
+    so that the monitor's identities are exactly the answers')."""
+    labels, conf = model.node_answers
+    ans = Answer(labels[nodes], conf[nodes], nodes)
+    told, _ = model.revealed(ans)
+    assert told is not None
+    top = model.revealed_top(ans)
+    if top is None:
+        return told.tolist()
+    return [(c, tuple(zip(cs, ps, strict=True))) for c, cs, ps in zip(told.tolist(), top[0].tolist(), top[1].tolist(), strict=True)]
+
+
 class ModelMonitor:
     def __init__(self, model: Model, config: MonitorConfig | None = None) -> None:
         self.model_id = model.id
@@ -294,14 +327,17 @@ class ModelMonitor:
         self.ood = Ood(self.S, self.prada.scale, self.prada.categorical)
         self.boundary = Boundary.build(model.tree, dom_lo, dom_hi, self.S)
         # What the subject can tell apart, under the model's policy: leaf ids, (label,
-        # confidence) as revealed, or labels only (then no box copy: the tree refit is the copy).
+        # confidence or top-k list) as revealed, or labels only (then no box copy: the tree
+        # refit is the copy). Under noise on confidences (without leaf ids) no two answers in
+        # a leaf are alike: no identity finer than the label is revealed to an attacker that
+        # reads answers as they are (one that de-noises is a blind spot, docs/monitor.md).
         pol = model.policy
         leaf_nodes = self.regions.leaf_nodes
-        node_labels, node_conf = model.node_answers
+        node_labels, _ = model.node_answers
         self.identities = None
-        if pol.reveal_leaf or pol.reveal_confidence:
-            conf = None if pol.reveal_leaf else np.round(node_conf[leaf_nodes], pol.confidence_decimals)
-            self.identities = identities(self.regions, node_labels[leaf_nodes], conf, self.S, self.owner_labels,
+        if pol.reveal_leaf or (pol.reveal_confidence and not model.per_row):
+            told = None if pol.reveal_leaf else _leaf_answers(model, leaf_nodes)
+            self.identities = identities(self.regions, node_labels[leaf_nodes], told, self.S, self.owner_labels,
                                          dom_lo, dom_hi, self.prada.categorical)  # fmt: skip
         self.n_classes = max(2, int(np.unique(self.owner_labels).size)) if self.owner_labels.size else 2
         self.linkage = Linkage(self.n_features, self.config.link_min)
@@ -317,9 +353,9 @@ class ModelMonitor:
     def user(self, name: str) -> SubjectState:
         s = self.users.get(name)
         if s is None:
-            # First evaluation after min_refit queries, not at the first one: most accounts
+            # First evaluation after first_eval queries, not at the first one: most accounts
             # send few queries, and their statuses would be noise anyway.
-            first = self.config.min_refit
+            first = min(self.config.first_eval, self.config.min_refit)
             s = self.users[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
                                                 next_eval=first, next_refit=first, prada=PradaState(), ood=OodState(),
                                                 boundary=BoundaryState())  # fmt: skip
@@ -328,7 +364,7 @@ class ModelMonitor:
     def group(self, subject: str, members: tuple[str, ...]) -> SubjectState:
         s = self.groups.get(subject)
         if s is None:
-            first = self.config.min_refit
+            first = min(self.config.first_eval, self.config.min_refit)
             s = self.groups[subject] = SubjectState(subject, None, next_eval=first, next_refit=first)
         s.members = members
         return s
@@ -346,17 +382,30 @@ class ModelMonitor:
         return s
 
     def fold(self, s: SubjectState) -> Summary | None:
-        """Bring a user's summary up to date with its queries; returns it."""
+        """Bring a user's summary (and star boxes) up to date with its queries; returns it."""
         X = s.unfolded_rows()
         if X is not None and s.summary is not None:
-            s.summary.add(self.regions.leaf_index[self.tree.apply(X)], X)
+            pos = self.regions.leaf_index[self.tree.apply(X)]
+            s.summary.add(pos, X)
+            self._fold_star(s, pos, X)
         return s.summary
+
+    def _fold_star(self, s: SubjectState, pos: np.ndarray, X: np.ndarray) -> None:
+        # The rows as sent (float64), not T_u's float32 copy: the boxes are scored on S by
+        # distances, where float32 rounding would move a box's edge off a data value.
+        if self.identities is not None:
+            if s.star is None:
+                s.star = StarState()
+            s.star.fold(self.identities, pos, X)
 
     def restore_queries(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
         """After a restart: the user's summary and counts are loaded; only its raw queries
         (needed to refit T_u) come back from the query log; the links between accounts and
         PRADA's distances, functions of the query sequence, are rebuilt from them."""
-        self.user(user).append(X, labels, fold_later=False)
+        s = self.user(user)
+        s.append(X, labels, fold_later=False)
+        # The star boxes are not persisted: rebuilt from the logged queries, in their order.
+        self._fold_star(s, self.regions.leaf_index[self.tree.apply(X)], np.asarray(X, np.float64))
         if self.config.auto_link:
             self.linkage.add(user, X)
 
@@ -365,7 +414,7 @@ class ModelMonitor:
     def _schedule(self, s: SubjectState) -> None:
         c = self.config
         s.evaluated_at = s.n_queries
-        s.next_eval = s.n_queries + max(c.min_refit, math.ceil(c.refit_fraction * s.n_queries))
+        s.next_eval = _next(s.n_queries, c.min_refit, c.refit_fraction)
 
     def evaluate(
         self, s: SubjectState, members: list[SubjectState] | None, ts: float, refit: bool = False
@@ -391,7 +440,7 @@ class ModelMonitor:
             scores = score_tree(fit_subject_tree(X, y), self.S, self.owner_labels, self.ig_owner)
             status["ig"], status["fidelity"] = scores.ig, scores.fidelity
             c = self.config
-            s.next_refit = s.n_queries + max(c.min_refit, math.ceil(c.ig_refit_fraction * s.n_queries))
+            s.next_refit = _next(s.n_queries, c.min_refit, c.ig_refit_fraction)
         status["coverage_volume"], status["coverage_mass"] = coverage(self.regions, summary)
         # Coverage sees probes (path-finding) and misses natural queries, which stay inside
         # a few leaves' dense parts; T_u's fidelity is the reverse. Each underestimates what
@@ -399,8 +448,16 @@ class ModelMonitor:
         status["combined"] = max(status["coverage_mass"], status["fidelity"])
         # The best copy the subject can build from its answers: the tree fitted on them (T_u,
         # as last refitted) or the boxes of the leaf identities it was told (every
-        # evaluation: it costs O(|S| x identities x features) on at most 1,000 rows per class).
-        status["best_copy"] = max(status["fidelity"], self._box_extent(summary))
+        # evaluation: it costs O(|S| x identities x features) on at most 1,000 rows per class),
+        # or, where leaves share an identity, path-finding's own boxes (the star copy).
+        # A running maximum: a copy built once stays built. Copies are not monotone in their
+        # boxes (a newly explored box can take held-out rows from a box that labelled them
+        # better), and the subject keeps the copy it could make before (docs/monitor.md).
+        stars = [u.star for u in ([s] if members is None else members) if u.star is not None]
+        box = self._box_extent(summary, stars)
+        if self.identities is not None:
+            box = max(box, self._extent(star_copy_fidelity(self.identities, stars)))
+        status["best_copy"] = max(status["best_copy"], status["fidelity"], box)
         if members is None:
             if refitting:  # on T_u's geometric schedule: a Shapiro-Wilk test costs about 1 ms
                 status["prada"], status["ood"], status["boundary"] = self._intent(s)
@@ -414,12 +471,17 @@ class ModelMonitor:
         ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
         return ev, self._warnings(s, ts)
 
-    def _box_extent(self, summary: Summary) -> float:
+    def _box_extent(self, summary: Summary, stars: list[StarState]) -> float:
         if self.identities is None:
             return 0.0
+        # Overlapping boxes in the order the subject first saw their identities (kept with
+        # the star boxes), as an attacker's rebuild orders them.
+        return self._extent(box_copy_fidelity(self.identities, summary, found_order(stars)))
+
+    def _extent(self, bf: float) -> float:
         k = self.n_classes
-        bf = box_copy_fidelity(self.identities, summary)
         return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
+
 
     def _intent(self, s: SubjectState) -> tuple[float, float, float]:
         """Fold the user's queries the intent signals have not seen yet; (prada, ood, boundary)."""

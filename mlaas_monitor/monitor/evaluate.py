@@ -47,6 +47,7 @@ from mlaas_monitor.monitor.attacks import (
     boxes_from_oracle,
     confidence_identity,
     rebuild_from_log,
+    rounding_identity,
     run_natural,
     run_random,
 )
@@ -70,7 +71,14 @@ RESPONSE_POLICIES = {
     "confidence, 2 decimals (BigML)": Policy(price_micros=0),
     "confidence, 1 decimal": Policy(confidence_decimals=1, price_micros=0),
     "label only": Policy(reveal_confidence=False, price_micros=0),
+    # Appended, so that the rows above keep their seeds (seed + 10 * index).
+    "top-2 confidences (2 decimals)": Policy(top_k=2, price_micros=0),
+    "noise on confidences (sd 0.05, 2 decimals)": Policy(confidence_noise=0.05, noise_seed=1, price_micros=0),
 }
+# How the attackers read leaf identities under a policy (default: the leaf id, else label and
+# confidence as revealed). Under noise, read as they are, every answer is a new leaf and
+# path-finding never finishes one; the attacker rounds the noise away to one decimal.
+POLICY_IDENTITY = {"noise on confidences (sd 0.05, 2 decimals)": rounding_identity(1)}
 POLICY_ATTACKERS = ("pathfinding", "natural")
 MODEL_ID = "target"
 GROUP = "colluders"
@@ -123,6 +131,16 @@ def value_at(curve: list[tuple[int, float]], n: int) -> float | None:
     return best
 
 
+def running_max(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Each point's value raised to the largest so far: what a subject holds, since a copy
+    built once stays built (the subject keeps the copy it made from fewer answers)."""
+    out, best = [], -math.inf
+    for n, v in points:
+        best = max(best, v)
+        out.append((n, best))
+    return out
+
+
 def extent(bf: float, k: int) -> float:
     """Balanced fidelity on the status scale: 0 for a constant copy, 1 for an exact one."""
     return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
@@ -139,6 +157,17 @@ class SubjectCurve:
     # The same truth computed at each status point from exactly the queries the monitor had
     # folded by then (None: read ``truth`` at or before the point).
     aligned: list[tuple[int, float]] | None = None
+    pointwise: list[tuple[int, float]] | None = field(default=None, init=False)  # ``aligned`` before the running maximum
+
+    def __post_init__(self) -> None:
+        # What the subject holds is the best copy it has built so far (the status, best_copy,
+        # is a running maximum for the same reason: docs/monitor.md). At the status points:
+        # the best over the same points the status saw (a copy between two evaluations is
+        # not one the monitor can score; curves.csv keeps each point's own copy too).
+        self.pointwise = self.aligned
+        self.truth = running_max(self.truth)
+        if self.aligned is not None:
+            self.aligned = running_max(self.aligned)
 
     def truth_at(self, n: int) -> float | None:
         if self.aligned is not None:
@@ -250,8 +279,9 @@ class FidelityTracker:
     """What the attacker truly holds, as the attack goes: the balanced fidelity of the best
     of the copies the suite knows how to build from its answers — the leaf boxes
     path-finding discovered, the boxes of the leaf identities it was told (whatever it
-    queried) and a tree fitted on every answer it got. Recorded after each request that
-    added a leaf for path-finding, and every ~2 % of queries."""
+    queried), path-finding's reading of those answers (star boxes) and a tree fitted on every
+    answer it got. Recorded after each request that added a leaf for path-finding, and every
+    ~2 % of queries; each point is the best copy so far (a copy built once stays built)."""
 
     def __init__(self, X: np.ndarray, truth: list[Any]) -> None:
         self.X, self.truth = X, truth
@@ -264,7 +294,8 @@ class FidelityTracker:
 
     def _record(self, n: int, rebuilt: Any, oracle: Oracle) -> None:
         best = best_copy([rebuilt, rebuild_from_log(oracle), *boxes_from_oracle(oracle)], self.X, self.truth)
-        self.curve.append((n, best[0]))
+        # The best copy so far: the attacker keeps the copies it built from fewer answers.
+        self.curve.append((n, max(best[0], self.curve[-1][1]) if self.curve else best[0]))
         self.raw.append((n, best[1]))
 
     def __call__(self, oracle: Oracle) -> None:
@@ -330,13 +361,15 @@ class _Run:
                   aligned: list[tuple[int, float]] | None = None) -> SubjectCurve:  # fmt: skip
         pts = [(p["n_queries"], {m: float(p.get(m, 0.0)) for m in METHODS}) for p in hist["history"]]
         c = SubjectCurve(strategy, subject, pts, truth, aligned)
-        for n, v in aligned or []:
+        for n, v in c.aligned or []:
             self.rows.append((strategy, subject, n, "balanced_fidelity_at_status", v))
+        for n, v in c.pointwise or []:
+            self.rows.append((strategy, subject, n, "balanced_fidelity_at_status_pointwise", v))
         self.curves.append(c)
         for n, st in pts:
             for m, v in st.items():
                 self.rows.append((strategy, subject, n, m, v))
-        for n, v in truth:
+        for n, v in c.truth:
             self.rows.append((strategy, subject, n, "balanced_fidelity", v))
         for n, v in raw or []:
             self.rows.append((strategy, subject, n, "true_fidelity", v))
@@ -694,10 +727,11 @@ def _policies(run: _Run, seed: int, k: int, thresholds: dict[str, float], delta:
             name = f"policy{i}-{strategy}"
             budget = run.opts.budget if strategy == "natural" else run.opts.pathfinding_budget
             oracle = Oracle.connect(run.url, [run.new_key(name)], model_id, budget)
+            oracle.identity = POLICY_IDENTITY.get(label, oracle.identity)
             tracker = FidelityTracker(run.held_X, run.truth)
             oracle.on_request = tracker
             if strategy == "pathfinding":
-                pf = Pathfinding(oracle, seed + 10 * i + j)
+                pf = Pathfinding(oracle, seed + 10 * i + j, identity=oracle.identity)
                 tracker.box = pf.rebuild
                 rebuilt: Any = pf.run()
             else:

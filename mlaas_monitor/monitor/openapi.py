@@ -44,6 +44,8 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                     "a PUT replaces the whole map (a method left out or null is not warned on)",
                 },
                 default_method=method,
+                first_eval={"type": "integer", "minimum": 1, "maximum": 1_000_000,
+                            "description": "queries before a subject's first evaluation (then every min_refit or more)"},
                 min_refit={"type": "integer", "minimum": 1, "maximum": 1_000_000},
                 refit_fraction={"type": "number", "minimum": 0, "maximum": 10},
                 ig_refit_fraction={"type": "number", "minimum": 0, "maximum": 10},

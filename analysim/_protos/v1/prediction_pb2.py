@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61nalysim/v1/prediction.proto\x12\x0b\x61nalysim.v1\x1a\x19google/protobuf/any.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"1\n\x05Value\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x03Row\x12\"\n\x06values\x18\x01 \x03(\x0b\x32\x12.analysim.v1.Value\x12,\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x1c.analysim.v1.Row.FieldsEntry\x1a\x41\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12!\n\x05value\x18\x02 \x01(\x0b\x32\x12.analysim.v1.Value:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"q\n\x0b\x46\x65\x61tureInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04kind\x18\x02 \x01(\x0e\x32\x18.analysim.v1.FeatureKind\x12\x0b\n\x03min\x18\x03 \x01(\x01\x12\x0b\n\x03max\x18\x04 \x01(\x01\x12\x12\n\ncategories\x18\x05 \x03(\t\"{\n\tModelInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32\x18.analysim.v1.FeatureInfo\x12\x0f\n\x07\x63lasses\x18\x03 \x03(\t\x12%\n\x04\x63\x61rd\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.analysim.v1.ModelInfo\"#\n\x0fGetModelRequest\x12\x10\n\x08model_id\x18\x01 \x01(\t\"9\n\x10GetModelResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.analysim.v1.ModelInfo\"E\n\nPackedRows\x12\x0e\n\x06n_rows\x18\x01 \x01(\r\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\x12\n\ncategories\x18\x03 \x03(\t\"k\n\x0ePredictRequest\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x1e\n\x04rows\x18\x02 \x03(\x0b\x32\x10.analysim.v1.Row\x12\'\n\x06packed\x18\x03 \x01(\x0b\x32\x17.analysim.v1.PackedRows\"_\n\nPrediction\x12\r\n\x05label\x18\x01 \x01(\t\x12\x17\n\nconfidence\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04leaf\x18\x03 \x01(\x05H\x01\x88\x01\x01\x42\r\n\x0b_confidenceB\x07\n\x05_leaf\"b\n\x0fPredictResponse\x12,\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x17.analysim.v1.Prediction\x12\x10\n\x08query_id\x18\x02 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x03 \x01(\x01\"\x1f\n\x0fGetUsageRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\"N\n\nModelUsage\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x0f\n\x07queries\x18\x02 \x01(\x04\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x04 \x01(\x01\"y\n\x10GetUsageResponse\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\'\n\x06models\x18\x02 \x03(\x0b\x32\x17.analysim.v1.ModelUsage\x12\x0f\n\x07queries\x18\x03 \x01(\x04\x12\x0c\n\x04rows\x18\x04 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x05 \x01(\x01\"]\n\x14PredictStreamRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.analysim.v1.PredictRequest\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"S\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x8e\x01\n\x15PredictStreamResponse\x12.\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x1c.analysim.v1.PredictResponseH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.analysim.v1.ErrorStatusH\x00\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x42\x08\n\x06result\"J\n\x10SubscribeRequest\x12\x16\n\tafter_seq\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x08model_id\x18\x02 \x01(\tB\x0c\n\n_after_seq\"\xd3\x01\n\nQueryEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x10\n\x08model_id\x18\x04 \x01(\t\x12\x12\n\nn_features\x18\x05 \x01(\r\x12\x14\n\x08\x66\x65\x61tures\x18\x06 \x03(\x01\x42\x02\x10\x01\x12\x12\n\x06labels\x18\x07 \x03(\rB\x02\x10\x01\x12\x17\n\x0b\x63onfidences\x18\x08 \x03(\x01\x42\x02\x10\x01\x12\x12\n\x06leaves\x18\t \x03(\x05\x42\x02\x10\x01\";\n\x11SubscribeResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.analysim.v1.QueryEvent*c\n\x0b\x46\x65\x61tureKind\x12\x1c\n\x18\x46\x45\x41TURE_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46\x45\x41TURE_KIND_NUMERIC\x10\x01\x12\x1c\n\x18\x46\x45\x41TURE_KIND_CATEGORICAL\x10\x02\x32\x96\x03\n\x11PredictionService\x12M\n\nListModels\x12\x1e.analysim.v1.ListModelsRequest\x1a\x1f.analysim.v1.ListModelsResponse\x12G\n\x08GetModel\x12\x1c.analysim.v1.GetModelRequest\x1a\x1d.analysim.v1.GetModelResponse\x12\x44\n\x07Predict\x12\x1b.analysim.v1.PredictRequest\x1a\x1c.analysim.v1.PredictResponse\x12Z\n\rPredictStream\x12!.analysim.v1.PredictStreamRequest\x1a\".analysim.v1.PredictStreamResponse(\x01\x30\x01\x12G\n\x08GetUsage\x12\x1c.analysim.v1.GetUsageRequest\x1a\x1d.analysim.v1.GetUsageResponse2b\n\x12QueryStreamService\x12L\n\tSubscribe\x12\x1d.analysim.v1.SubscribeRequest\x1a\x1e.analysim.v1.SubscribeResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61nalysim/v1/prediction.proto\x12\x0b\x61nalysim.v1\x1a\x19google/protobuf/any.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"1\n\x05Value\x12\x10\n\x06number\x18\x01 \x01(\x01H\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x03Row\x12\"\n\x06values\x18\x01 \x03(\x0b\x32\x12.analysim.v1.Value\x12,\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x1c.analysim.v1.Row.FieldsEntry\x1a\x41\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12!\n\x05value\x18\x02 \x01(\x0b\x32\x12.analysim.v1.Value:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"q\n\x0b\x46\x65\x61tureInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04kind\x18\x02 \x01(\x0e\x32\x18.analysim.v1.FeatureKind\x12\x0b\n\x03min\x18\x03 \x01(\x01\x12\x0b\n\x03max\x18\x04 \x01(\x01\x12\x12\n\ncategories\x18\x05 \x03(\t\"{\n\tModelInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x08\x66\x65\x61tures\x18\x02 \x03(\x0b\x32\x18.analysim.v1.FeatureInfo\x12\x0f\n\x07\x63lasses\x18\x03 \x03(\t\x12%\n\x04\x63\x61rd\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.analysim.v1.ModelInfo\"#\n\x0fGetModelRequest\x12\x10\n\x08model_id\x18\x01 \x01(\t\"9\n\x10GetModelResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.analysim.v1.ModelInfo\"E\n\nPackedRows\x12\x0e\n\x06n_rows\x18\x01 \x01(\r\x12\x13\n\x07numbers\x18\x02 \x03(\x01\x42\x02\x10\x01\x12\x12\n\ncategories\x18\x03 \x03(\t\"k\n\x0ePredictRequest\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x1e\n\x04rows\x18\x02 \x03(\x0b\x32\x10.analysim.v1.Row\x12\'\n\x06packed\x18\x03 \x01(\x0b\x32\x17.analysim.v1.PackedRows\"\x8a\x01\n\nPrediction\x12\r\n\x05label\x18\x01 \x01(\t\x12\x17\n\nconfidence\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04leaf\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12)\n\x03top\x18\x04 \x03(\x0b\x32\x1c.analysim.v1.ClassConfidenceB\r\n\x0b_confidenceB\x07\n\x05_leaf\"4\n\x0f\x43lassConfidence\x12\r\n\x05label\x18\x01 \x01(\t\x12\x12\n\nconfidence\x18\x02 \x01(\x01\"b\n\x0fPredictResponse\x12,\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x17.analysim.v1.Prediction\x12\x10\n\x08query_id\x18\x02 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x03 \x01(\x01\"\x1f\n\x0fGetUsageRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\"N\n\nModelUsage\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x0f\n\x07queries\x18\x02 \x01(\x04\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x04 \x01(\x01\"y\n\x10GetUsageResponse\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\'\n\x06models\x18\x02 \x03(\x0b\x32\x17.analysim.v1.ModelUsage\x12\x0f\n\x07queries\x18\x03 \x01(\x04\x12\x0c\n\x04rows\x18\x04 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x05 \x01(\x01\"]\n\x14PredictStreamRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.analysim.v1.PredictRequest\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"S\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x8e\x01\n\x15PredictStreamResponse\x12.\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x1c.analysim.v1.PredictResponseH\x00\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x18.analysim.v1.ErrorStatusH\x00\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x42\x08\n\x06result\"J\n\x10SubscribeRequest\x12\x16\n\tafter_seq\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x08model_id\x18\x02 \x01(\tB\x0c\n\n_after_seq\"\xd3\x01\n\nQueryEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x10\n\x08model_id\x18\x04 \x01(\t\x12\x12\n\nn_features\x18\x05 \x01(\r\x12\x14\n\x08\x66\x65\x61tures\x18\x06 \x03(\x01\x42\x02\x10\x01\x12\x12\n\x06labels\x18\x07 \x03(\rB\x02\x10\x01\x12\x17\n\x0b\x63onfidences\x18\x08 \x03(\x01\x42\x02\x10\x01\x12\x12\n\x06leaves\x18\t \x03(\x05\x42\x02\x10\x01\";\n\x11SubscribeResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.analysim.v1.QueryEvent*c\n\x0b\x46\x65\x61tureKind\x12\x1c\n\x18\x46\x45\x41TURE_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46\x45\x41TURE_KIND_NUMERIC\x10\x01\x12\x1c\n\x18\x46\x45\x41TURE_KIND_CATEGORICAL\x10\x02\x32\x96\x03\n\x11PredictionService\x12M\n\nListModels\x12\x1e.analysim.v1.ListModelsRequest\x1a\x1f.analysim.v1.ListModelsResponse\x12G\n\x08GetModel\x12\x1c.analysim.v1.GetModelRequest\x1a\x1d.analysim.v1.GetModelResponse\x12\x44\n\x07Predict\x12\x1b.analysim.v1.PredictRequest\x1a\x1c.analysim.v1.PredictResponse\x12Z\n\rPredictStream\x12!.analysim.v1.PredictStreamRequest\x1a\".analysim.v1.PredictStreamResponse(\x01\x30\x01\x12G\n\x08GetUsage\x12\x1c.analysim.v1.GetUsageRequest\x1a\x1d.analysim.v1.GetUsageResponse2b\n\x12QueryStreamService\x12L\n\tSubscribe\x12\x1d.analysim.v1.SubscribeRequest\x1a\x1e.analysim.v1.SubscribeResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,8 +46,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUERYEVENT'].fields_by_name['confidences']._serialized_options = b'\020\001'
   _globals['_QUERYEVENT'].fields_by_name['leaves']._loaded_options = None
   _globals['_QUERYEVENT'].fields_by_name['leaves']._serialized_options = b'\020\001'
-  _globals['_FEATUREKIND']._serialized_start=2051
-  _globals['_FEATUREKIND']._serialized_end=2150
+  _globals['_FEATUREKIND']._serialized_start=2149
+  _globals['_FEATUREKIND']._serialized_end=2248
   _globals['_VALUE']._serialized_start=135
   _globals['_VALUE']._serialized_end=184
   _globals['_ROW']._serialized_start=187
@@ -70,30 +70,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PACKEDROWS']._serialized_end=831
   _globals['_PREDICTREQUEST']._serialized_start=833
   _globals['_PREDICTREQUEST']._serialized_end=940
-  _globals['_PREDICTION']._serialized_start=942
-  _globals['_PREDICTION']._serialized_end=1037
-  _globals['_PREDICTRESPONSE']._serialized_start=1039
-  _globals['_PREDICTRESPONSE']._serialized_end=1137
-  _globals['_GETUSAGEREQUEST']._serialized_start=1139
-  _globals['_GETUSAGEREQUEST']._serialized_end=1170
-  _globals['_MODELUSAGE']._serialized_start=1172
-  _globals['_MODELUSAGE']._serialized_end=1250
-  _globals['_GETUSAGERESPONSE']._serialized_start=1252
-  _globals['_GETUSAGERESPONSE']._serialized_end=1373
-  _globals['_PREDICTSTREAMREQUEST']._serialized_start=1375
-  _globals['_PREDICTSTREAMREQUEST']._serialized_end=1468
-  _globals['_ERRORSTATUS']._serialized_start=1470
-  _globals['_ERRORSTATUS']._serialized_end=1553
-  _globals['_PREDICTSTREAMRESPONSE']._serialized_start=1556
-  _globals['_PREDICTSTREAMRESPONSE']._serialized_end=1698
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1700
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1774
-  _globals['_QUERYEVENT']._serialized_start=1777
-  _globals['_QUERYEVENT']._serialized_end=1988
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1990
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=2049
-  _globals['_PREDICTIONSERVICE']._serialized_start=2153
-  _globals['_PREDICTIONSERVICE']._serialized_end=2559
-  _globals['_QUERYSTREAMSERVICE']._serialized_start=2561
-  _globals['_QUERYSTREAMSERVICE']._serialized_end=2659
+  _globals['_PREDICTION']._serialized_start=943
+  _globals['_PREDICTION']._serialized_end=1081
+  _globals['_CLASSCONFIDENCE']._serialized_start=1083
+  _globals['_CLASSCONFIDENCE']._serialized_end=1135
+  _globals['_PREDICTRESPONSE']._serialized_start=1137
+  _globals['_PREDICTRESPONSE']._serialized_end=1235
+  _globals['_GETUSAGEREQUEST']._serialized_start=1237
+  _globals['_GETUSAGEREQUEST']._serialized_end=1268
+  _globals['_MODELUSAGE']._serialized_start=1270
+  _globals['_MODELUSAGE']._serialized_end=1348
+  _globals['_GETUSAGERESPONSE']._serialized_start=1350
+  _globals['_GETUSAGERESPONSE']._serialized_end=1471
+  _globals['_PREDICTSTREAMREQUEST']._serialized_start=1473
+  _globals['_PREDICTSTREAMREQUEST']._serialized_end=1566
+  _globals['_ERRORSTATUS']._serialized_start=1568
+  _globals['_ERRORSTATUS']._serialized_end=1651
+  _globals['_PREDICTSTREAMRESPONSE']._serialized_start=1654
+  _globals['_PREDICTSTREAMRESPONSE']._serialized_end=1796
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1798
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1872
+  _globals['_QUERYEVENT']._serialized_start=1875
+  _globals['_QUERYEVENT']._serialized_end=2086
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=2088
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=2147
+  _globals['_PREDICTIONSERVICE']._serialized_start=2251
+  _globals['_PREDICTIONSERVICE']._serialized_end=2657
+  _globals['_QUERYSTREAMSERVICE']._serialized_start=2659
+  _globals['_QUERYSTREAMSERVICE']._serialized_end=2757
 # @@protoc_insertion_point(module_scope)

@@ -113,14 +113,24 @@ class PredictRequest(_message.Message):
     def __init__(self, model_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., packed: _Optional[_Union[PackedRows, _Mapping]] = ...) -> None: ...
 
 class Prediction(_message.Message):
-    __slots__ = ("label", "confidence", "leaf")
+    __slots__ = ("label", "confidence", "leaf", "top")
     LABEL_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     LEAF_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
     label: str
     confidence: float
     leaf: int
-    def __init__(self, label: _Optional[str] = ..., confidence: _Optional[float] = ..., leaf: _Optional[int] = ...) -> None: ...
+    top: _containers.RepeatedCompositeFieldContainer[ClassConfidence]
+    def __init__(self, label: _Optional[str] = ..., confidence: _Optional[float] = ..., leaf: _Optional[int] = ..., top: _Optional[_Iterable[_Union[ClassConfidence, _Mapping]]] = ...) -> None: ...
+
+class ClassConfidence(_message.Message):
+    __slots__ = ("label", "confidence")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    confidence: float
+    def __init__(self, label: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("predictions", "query_id", "charged")
