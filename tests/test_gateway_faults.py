@@ -93,7 +93,7 @@ def test_a_large_broken_model_row_is_parsed_once_until_it_changes(tmp_path: Path
         spec = json.dumps({"format": 1, "tree": {"left": list(range(500_000))}})
         assert len(spec) > 3_000_000
         with closing(sqlite3.connect(db)) as c:
-            c.execute("INSERT INTO models VALUES ('big', 1.0, ?, 1, 2, 0, 1000)", (spec,))
+            c.execute("INSERT INTO models (id, created, spec, reveal_confidence, confidence_decimals, reveal_leaf, price_micros) VALUES ('big', 1.0, ?, 1, 2, 0, 1000)", (spec,))
             c.commit()
         user = g.new_user("alice")
         for _ in range(20):

@@ -57,7 +57,7 @@ def _corrupt(db: Path, model_id: str, spec: str) -> None:
     """Store a model row as another tool (or a newer AnalySIM) might have left it."""
     con = sqlite3.connect(db)
     with con:
-        con.execute("INSERT INTO models VALUES (?, 0, ?, 1, 2, 0, 1000)", (model_id, spec))
+        con.execute("INSERT INTO models (id, created, spec, reveal_confidence, confidence_decimals, reveal_leaf, price_micros) VALUES (?, 0, ?, 1, 2, 0, 1000)", (model_id, spec))
     con.close()
 
 
