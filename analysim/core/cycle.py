@@ -77,7 +77,7 @@ def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[
             return orders.shape_order(eng, c, list(sq.of_vc_shape), per_request)
         return {vc: orders.shape_order(eng, c, (vc,), per_request) for vc in sq.of_vc_shape}
     if q.dynamic:
-        return sq.jobs_by_vc() if eng.traits.per_vc_order else list(sq.by_seq.values())
+        return sq.for_dynamic_order(eng.traits.per_vc_order)
     return sq.jobs()
 
 

@@ -425,8 +425,7 @@ class Engine(Handle):
             return None
         q = self.policy.queue
         if q.dynamic:
-            source = sq.jobs_by_vc() if self.traits.per_vc_order else list(sq.by_seq.values())
-            return next(q.order(source, self), None)  # type: ignore[arg-type]
+            return next(q.order(sq.for_dynamic_order(self.traits.per_vc_order), self), None)  # type: ignore[arg-type]
         return sq.by_seq[next(sq.keys())[1]]
 
     def _enqueue(self, job: JobRun) -> None:

@@ -267,6 +267,11 @@ class SchedulingQueue:
 
         return {vc: jobs(keys) for vc, keys in lists.items()}
 
+    def for_dynamic_order(self, per_vc: bool) -> list[JobRun] | dict[str, Iterator[JobRun]]:
+        """What a queue with a dynamic key orders: every pending job, or per VC (``per_vc_order``)
+        each VC's jobs in key order."""
+        return self.jobs_by_vc() if per_vc else list(self.by_seq.values())
+
     def last_key(self) -> tuple:
         """The largest pending key (a non-empty queue keeping ``every``)."""
         assert self.every is not None
