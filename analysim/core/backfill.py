@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final, cast
 
@@ -279,6 +280,32 @@ def _shared_jump(eng: Engine, c: CycleState, vc: str, key: tuple, scopes: tuple)
     return _next_backfill_effect(eng, c, vc, key, scopes, False, before=wide)
 
 
+def _held_out(eng: Engine) -> dict[str, list[tuple]]:
+    """The queue keys, per VC and in order, of the victims evicted at this instant that wait in the
+    lists (evicted by an earlier pass at this instant: a victim of this pass is queued at its end).
+    Each blocks its queues as a failure would, without one (cycle._visit), so no jump passes it."""
+    out: dict[str, list[tuple]] = {}
+    if eng.evicted_at != eng.now:
+        return out
+    for job in eng.evicted_now:
+        key = eng.extra[job.job_id].qkey
+        if key is not None and job.seq in eng.squeue.by_seq:
+            out.setdefault(job.spec.vc, []).append(key)
+    for keys in out.values():
+        keys.sort()
+    return out
+
+
+def _up_to_held_out(held_out: dict[str, list[tuple]], vc: str, after: tuple, to: tuple | None) -> tuple | None:
+    """A jump's target ``to`` past ``after``, or the VC's first held-out victim between them."""
+    keys = held_out.get(vc)
+    if keys:
+        i = bisect_right(keys, after)
+        if i < len(keys) and (to is None or keys[i] < to):
+            return keys[i]
+    return to
+
+
 def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
     """Pending jobs in key order, leaving out jobs the pass would pass over with no effect:
     - once every queue a VC's jobs block is blocked (until then, a job that is not placed blocks
@@ -293,7 +320,8 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
       cannot fit (it blocks) or may backfill, or, once a request has failed in the pass, may ask for
       as many GPUs. In a pass that only launches, a launch or a failure can turn a job jumped over
       into one that blocks, so such jumps are taken again from each job the pass looks at; with
-      preemption or migration, from each job after which a job was stopped."""
+      preemption or migration, from each job after which a job was stopped.
+    A victim evicted at this instant is always given, and no jump passes it (_held_out)."""
     sq = eng.squeue
     lists = sq.of_vc
     assert lists is not None
@@ -305,6 +333,7 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
     jumped: set[str] = set()  # VCs with a jump ahead that the next job's launch or failure may undo
     until_stop: set[str] = set()  # with preemption or migration, VCs with a jump ahead only a stop may undo
     stops = eng.world.stops
+    held_out = _held_out(eng)
     while heap:
         key, vc, g, it = heapq.heappop(heap)
         if g != gen[vc]:
@@ -314,21 +343,25 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
         job = sq.by_seq.get(key[1])
         if job is not None:
             scopes = scopes_of[vc]
-            if vc in narrowed or all(sc in blocked for sc in scopes):
+            if held_out and key in held_out.get(vc, ()):
+                pass  # a victim held out: given (it blocks its queues)
+            elif vc in narrowed or all(sc in blocked for sc in scopes):
                 narrowed.add(vc)
                 # (A job that fails as no smaller than a failed request has no effect once its
                 # queues are blocked: it only fails again, in queues already blocked.)
                 if not _backfill_effect(eng, job, blocked, scopes, True, only_capacity) or (
                         c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter)):
                     worse_from = _worse_from(eng, vc, c.failed, c.quotas_matter) if c.failed else None
-                    jump(sq, heap, vc, _next_backfill_effect(eng, c, vc, key, scopes, True, worse_from), gen)
+                    to = _next_backfill_effect(eng, c, vc, key, scopes, True, worse_from)
+                    jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to) if held_out else to, gen)
                     if not only_capacity:
                         until_stop.add(vc)
                     continue
             elif (len(scopes) == 2 and None in blocked and not _backfill_effect(eng, job, blocked, scopes, False,
                                                                                 only_capacity)
                   and not (c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter))):
-                jump(sq, heap, vc, _shared_jump(eng, c, vc, key, scopes), gen)
+                to = _shared_jump(eng, c, vc, key, scopes)
+                jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to) if held_out else to, gen)
                 # With preemption or migration (and so quotas that matter), what a launch or a
                 # failure of another VC's job changes turns none of the jobs jumped over into one
                 # the pass would not pass over: that VC's usage (which only rises), the shared

@@ -62,9 +62,7 @@ def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[
         return orders.resumed_order(sq, sorted(quiet.new))
     if q.blocking and not eng.policy.backfill and sq.of_vc is not None:
         return orders.blocking_order(eng, c, skip)
-    if q.blocking and skip and eng.evicted_at != eng.now:
-        # (EASY's jumps read the pass's failures, and a victim held out at its eviction instant
-        # blocks its queues without one: such a pass walks every job.)
+    if q.blocking and skip:
         return backfill.backfill_order(eng, c)
     if c.only_capacity and skip and sq.of_width is not None:
         return orders.merge_widths(eng, sq.of_width)

@@ -106,6 +106,7 @@ class Engine(Handle):
         self.quiet: hints.QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
         self.idle: hints.IdleHint | None = None  # the last per-shape pass, if it gave no job to attempt
         self.evicted_at = -math.inf  # the time of the last eviction by a preemption (see _preempt)
+        self.evicted_now: list[JobRun] = []  # the jobs evicted at evicted_at, in eviction order
         self.rooms = DedicatedRooms(self.state, self.dedicated)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
@@ -636,6 +637,9 @@ class Engine(Handle):
         in turn, each paying the restore overhead. It waits for the next pass after this instant
         (a pass runs when something changes: an arrival, an end, a node event, a timer)."""
         nodes = self._stop(job)
+        if self.evicted_at != self.now:
+            self.evicted_now = []
+        self.evicted_now.append(job)
         self.extra[job.job_id].evicted_at = self.evicted_at = self.now
         self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
         job.overhead_s = self.config.restore_overhead_s
