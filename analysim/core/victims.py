@@ -77,6 +77,19 @@ def candidates_by_node(ctx: Handle, spec: JobSpec, candidates: list[JobRun]) -> 
     return by_node, held, at
 
 
+def _held_by_node(ctx: Handle, spec: JobSpec, candidates: list[JobRun]) -> dict[int, int]:
+    """The GPUs the candidates hold on each node open to the job: candidates_by_node's second part
+    alone, for a gang's eviction bound (7 % of tiresias + both over the whole extract went into
+    building all three parts, py-spy)."""
+    allowed = ctx.open_nodes(spec)
+    held: dict[int, int] = {}
+    for v in candidates:
+        for n, slots in v.placed.gpus:
+            if allowed[n]:
+                held[n] = held.get(n, 0) + len(slots)
+    return held
+
+
 def victims_that_fit(ctx: Handle, job: JobRun, candidates: list[JobRun], by_node_of: ByNode | None = None) -> list[JobRun] | None:
     """The victims the rule above chooses among ``candidates`` (least important first), in their
     order, or None when evicting them all would not let ``job`` run (``by_node_of``:
@@ -91,7 +104,7 @@ def victims_that_fit(ctx: Handle, job: JobRun, candidates: list[JobRun], by_node
         if spec.num_gpus and whole and eviction_hopeless(ctx, spec, k, got[1]):
             return None
         return _one_node(ctx, spec, candidates, got)
-    if spec.num_gpus and whole and eviction_hopeless(ctx, spec, k, candidates_by_node(ctx, spec, candidates)[1]):
+    if spec.num_gpus and whole and eviction_hopeless(ctx, spec, k, _held_by_node(ctx, spec, candidates)):
         return None
     counted = (whole and not spec.cpu_milli and not spec.memory_mib
                and all(v.spec.gpu_milli == GPU_MILLI for v in candidates))
