@@ -569,6 +569,27 @@ def test_no_queue_exceeds_nominal_plus_borrowing_limit_and_no_node_lends_past_it
     assert checker.checked > 0 or not kept
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_partitions())
+def test_kueue_decisions_are_those_of_the_reference_engine(tmp_path, drawn):
+    # The pass's shortcuts (per-width merges, failure memos, failure signatures with the flavors)
+    # against the reference engine, which walks every waiting job and attempts each.
+    text, raw = drawn
+    cluster = _nodes((4, "V100", 8, 16))
+    part, _ = _read(tmp_path, text, cluster)
+    jobs = [_gpu_job(f"j{i}", vc, g, submit=round(s, 1), duration=round(d, 1)) for i, (vc, g, s, d) in enumerate(raw)]
+    kept, _ = assign_queues(jobs, part)
+    spec = dataclasses.replace(cluster, partition=part)
+    runs = []
+    for shortcuts in (True, False):
+        engine = Engine(spec, partition_policy(spec), EngineConfig(), shortcuts=shortcuts)
+        for j in kept:
+            engine.submit(j)
+        engine.run()
+        runs.append(engine.decisions)
+    assert runs[0] == runs[1]
+
+
 # --- the command line ------------------------------------------------------------------------------
 
 
