@@ -551,20 +551,30 @@ spec: {{clusterQueue: {name}}}""")
     return "".join(docs), jobs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(_partitions())
-def test_no_queue_exceeds_nominal_plus_borrowing_limit_and_no_node_lends_past_its_lending_limit(tmp_path, drawn):
+RANDOM_NODES = _nodes((4, "V100", 8, 16))
+
+
+def _run_drawn(tmp_path: Path, drawn: tuple, recorder=None, shortcuts: bool = True) -> tuple[Engine, Partition, int]:
+    """A drawn tree and its jobs through a real engine: the engine, the partition and how many
+    jobs some ClusterQueue could admit."""
     text, raw = drawn
-    cluster = _nodes((4, "V100", 8, 16))
-    part, _ = _read(tmp_path, text, cluster)
+    part, _ = _read(tmp_path, text, RANDOM_NODES)
     jobs = [_gpu_job(f"j{i}", vc, g, submit=round(s, 1), duration=round(d, 1)) for i, (vc, g, s, d) in enumerate(raw)]
     kept, _ = assign_queues(jobs, part)
-    spec = dataclasses.replace(cluster, partition=part)
-    checker = _Usage(part, [n.name for n in cluster.nodes])
-    engine = Engine(spec, partition_policy(spec), EngineConfig(), recorder=checker)
+    spec = dataclasses.replace(RANDOM_NODES, partition=part)
+    engine = Engine(spec, partition_policy(spec), EngineConfig(), recorder=recorder, shortcuts=shortcuts)
     for j in kept:
         engine.submit(j)
     engine.run()
+    return engine, part, len(kept)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_partitions())
+def test_no_queue_exceeds_nominal_plus_borrowing_limit_and_no_node_lends_past_its_lending_limit(tmp_path, drawn):
+    part, _ = _read(tmp_path, drawn[0], RANDOM_NODES)
+    checker = _Usage(part, [n.name for n in RANDOM_NODES.nodes])
+    engine, _, kept = _run_drawn(tmp_path, drawn, recorder=checker)
     assert all(j.end_s is not None for j in engine.jobs.values())  # every admissible job ran
     assert checker.checked > 0 or not kept
 
@@ -574,20 +584,9 @@ def test_no_queue_exceeds_nominal_plus_borrowing_limit_and_no_node_lends_past_it
 def test_kueue_decisions_are_those_of_the_reference_engine(tmp_path, drawn):
     # The pass's shortcuts (per-width merges, failure memos, failure signatures with the flavors)
     # against the reference engine, which walks every waiting job and attempts each.
-    text, raw = drawn
-    cluster = _nodes((4, "V100", 8, 16))
-    part, _ = _read(tmp_path, text, cluster)
-    jobs = [_gpu_job(f"j{i}", vc, g, submit=round(s, 1), duration=round(d, 1)) for i, (vc, g, s, d) in enumerate(raw)]
-    kept, _ = assign_queues(jobs, part)
-    spec = dataclasses.replace(cluster, partition=part)
-    runs = []
-    for shortcuts in (True, False):
-        engine = Engine(spec, partition_policy(spec), EngineConfig(), shortcuts=shortcuts)
-        for j in kept:
-            engine.submit(j)
-        engine.run()
-        runs.append(engine.decisions)
-    assert runs[0] == runs[1]
+    fast, _, _ = _run_drawn(tmp_path, drawn)
+    reference, _, _ = _run_drawn(tmp_path, drawn, shortcuts=False)
+    assert fast.decisions == reference.decisions
 
 
 # --- the command line ------------------------------------------------------------------------------
