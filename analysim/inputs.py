@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from analysim.argtypes import (
     nonneg_int,
@@ -18,10 +19,12 @@ from analysim.argtypes import (
 )
 from analysim.clusters import parse_cluster
 from analysim.core.cluster import ClusterSpec
+from analysim.errors import UserError
+from analysim.partitions import assign_queues, load_partition, without_vcs
 from analysim.simulation import MODES, RunOptions
 from analysim.traces import Trace, load_trace
 from analysim.traces.synthetic import generate
-from analysim.traces.vcmap import BY_SHARE, apply_vc_map
+from analysim.traces.vcmap import BY_SHARE, apply_vc_map, read_vc_map
 
 DEFAULT_SYNTHETIC_JOBS = 2000
 # The embedded trace offers a quarter of Philly's load, sized for the 128-GPU 'demo' cluster
@@ -54,6 +57,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "(a cluster that names its VCs refuses jobs of any other, and counts them as unknown_vc)")
     g.add_argument("--default-vc", metavar="NAME",
                    help="the cluster VC for trace VCs that neither the cluster nor --vc-map names")
+    g.add_argument("--partition", metavar="FILE",
+                   help="the cluster's logical partition, replacing its VCs: a YAML of Kueue objects "
+                        "(ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass; docs/kueue.md). "
+                        "A job goes to the LocalQueue named like its VC (or as --vc-map maps it, or --default-vc)")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed for the synthetic trace, random placement and sampling")
     g.add_argument("--mode", choices=MODES, default="replay",
                    help="replay the trace in time, or inflate: submit tasks, each placed at once or counted "
@@ -87,7 +94,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "preemption", "migration",
                       "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
                       "rebalance_interval", "relaxed_locality", "inflate_until", "stop_at_first_failure",
-                      "vc_map", "default_vc", "out", "no_plots", "no_progress", "func"})
+                      "vc_map", "default_vc", "partition", "out", "no_plots", "no_progress", "func"})
 SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
 
 
@@ -111,11 +118,33 @@ def load_inputs(args: argparse.Namespace, trace: Trace | None = None) -> tuple[T
     if trace is None:
         trace = read_trace(args)
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
+    if getattr(args, "partition", None):
+        return _on_partition(args, trace, cluster)
     vc_map = args.vc_map if args.vc_map in (None, BY_SHARE) else str(args.vc_map)
     jobs, changed = apply_vc_map(trace.jobs, cluster, vc_map, args.default_vc)
     if changed:
         trace = dataclasses.replace(trace, jobs=jobs)
     return trace, cluster
+
+
+def _on_partition(args: argparse.Namespace, trace: Trace, cluster: ClusterSpec) -> tuple[Trace, ClusterSpec]:
+    """The trace's jobs on the partition's LocalQueues (those no LocalQueue takes, or that no
+    ClusterQueue could ever admit, counted as filtered), and the cluster with the partition in
+    place of its VCs. Fields the file has that are accepted but not modelled are warned about."""
+    partition, warnings = load_partition(args.partition, cluster)
+    for w in warnings:
+        print(f"analysim: warning: {w}", file=sys.stderr)
+    if args.vc_map == BY_SHARE:
+        raise UserError("--vc-map share balances VCs over a cluster's quotas; under --partition map the "
+                        "trace's VCs to LocalQueues with a CSV (trace_vc,cluster_vc)")
+    targets = [lq for lq, _ in partition.queue_of]
+    mapping = read_vc_map(args.vc_map, cluster, targets) if args.vc_map else None
+    jobs, reasons = assign_queues(trace.jobs, partition, mapping, args.default_vc)
+    filtered = dict(trace.filtered)
+    for k, v in reasons.items():
+        filtered[k] = filtered.get(k, 0) + v
+    trace = dataclasses.replace(trace, jobs=jobs, filtered=filtered)
+    return trace, dataclasses.replace(without_vcs(cluster), partition=partition)
 
 
 def run_options(args: argparse.Namespace, policy: str, placement: str) -> RunOptions:

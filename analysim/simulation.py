@@ -17,9 +17,10 @@ import numpy as np
 
 from analysim.core.cluster import ClusterSpec
 from analysim.core.engine import Decision, Engine, EngineConfig, InfeasibleJob
+from analysim.core.framework import Policy
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
-from analysim.core.policies import build_policy
+from analysim.core.policies import PARTITION_QUEUES, build_policy, partition_policy
 
 MODES = ("replay", "inflate")
 
@@ -65,6 +66,9 @@ _HINTS = {
     "larger_than_cluster": "the jobs ask for more than the cluster can ever hold",
     "larger_than_vc_quota": "the jobs ask for more than their VC's quota and borrowing is off",
     "unknown_duration": "replay needs durations (this trace suits --mode inflate)",
+    "no_local_queue": "no LocalQueue of the partition is named like these jobs' VCs: map them with --vc-map FILE or --default-vc NAME",
+    "larger_than_queue_quota": "the jobs ask for more than their ClusterQueue could ever be admitted, borrowing all it may",
+    "resource_not_covered": "the jobs ask for a resource (or flavor nodes) their ClusterQueue has no quota for",
 }
 
 
@@ -134,7 +138,7 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     if opts.limit is not None and opts.limit < 1:
         raise ValueError(f"limit must be at least 1, got {opts.limit}")
     jobs = sorted(jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(jobs)
-    policy = build_policy(opts.policy, opts.placement, backfill=opts.backfill)
+    policy = _policy(cluster, opts)
     if opts.mode == "inflate":
         return _inflate(jobs, cluster, policy, opts, trace_filtered or {})
     span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
@@ -161,6 +165,21 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions,
                      completed_jct=recorder.ended.column("jct")[recorder.ended.status_is(JobStatus.COMPLETED)])
+
+
+def _policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
+    """The run's policy: the options', or on a cluster with a partition Kueue's (its queueing and
+    quota admission, the options' placement)."""
+    if cluster.partition is None:
+        return build_policy(opts.policy, opts.placement, backfill=opts.backfill)
+    if opts.policy not in PARTITION_QUEUES or opts.backfill:
+        raise ValueError(f"--partition: jobs are queued as Kueue queues them (priority, then creation, per "
+                         f"ClusterQueue), not by --policy {opts.policy}{' --backfill' if opts.backfill else ''}")
+    if opts.mode == "inflate":
+        raise ValueError("--partition: inflate mode places tasks without queues; a partition applies to replay")
+    if opts.preemption or opts.migration:
+        raise ValueError("--partition: Kueue's preemption (and migration) under a partition are not modelled yet")
+    return partition_policy(cluster, opts.placement)
 
 
 class JobSink(Protocol):

@@ -150,6 +150,8 @@ def _safe_one(*a) -> tuple[str, dict, list[float]] | ValueError | UserError:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.partition:
+        raise UserError("--partition: compare does not take a partition yet (analysim simulate does)")
     combos = _combos(args)
     trace, cluster = load_inputs(args)  # once, here: forked runs inherit it, and a bad input fails fast
     args.out.mkdir(parents=True, exist_ok=True)

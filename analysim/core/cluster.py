@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysim.core.job import GPU_MILLI, by_fields
+from analysim.core.partition import Partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,9 @@ class ClusterSpec:
     cross_node_slowdown: float = 0.0
     cross_rack_slowdown: float = 0.0
     description: str = ""
+    # A logical partition that replaces the VCs (analysim.core.partition: Kueue's ClusterQueues):
+    # runs on such a cluster admit jobs by its quotas (analysim.core.plugins.kueue).
+    partition: Partition | None = None
 
     @property
     def total_gpus(self) -> int:

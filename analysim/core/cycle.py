@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+
 from analysim.core import backfill, hints, orders, placement
 from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller, note_failure, queue_scopes
 from analysim.core.job import JobRun, JobStatus, Placement
@@ -125,11 +127,18 @@ def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[st
         return _FAILED  # cannot fit: no node has that many whole GPUs free
     if not eng.spec.allow_borrowing and not eng.within_quota(job):
         return _PASSED  # over its VC's quota: waits without blocking other tenants
+    admitted = None
+    if eng.admission is not None:
+        admitted = eng.admission.admit(job, eng)
+        if admitted is None:
+            return _PASSED  # not admitted by the partition's quotas now: waits
     # A request at least as big as one that failed, with the same signature, fails too: passing
     # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
     # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
     # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
     sig = failure_sig(eng, spec, c.quotas_matter)
+    if admitted is not None:
+        sig = (*sig, admitted[0])  # (the flavors assigned: which nodes the job may use)
     req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
     gang = is_gang(eng, spec)
     worse = None if gang else c.failed.get(sig)
@@ -140,7 +149,7 @@ def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[st
             if not all(backfill.may_backfill(eng, job, r) for r in reservations):
                 return _PASSED
             backfill.note_backfill_hold(c, job, reservations)
-        pl = _attempt(eng, c, job, gang, (sig, req))
+        pl = _attempt(eng, c, job, gang, (sig, req), None if admitted is None else admitted[1])
     if pl is not None:
         if held:
             for sc in scopes:
@@ -157,9 +166,11 @@ def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[st
     return _FAILED
 
 
-def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple) -> Placement | None:
-    """Try to place a job the pass does not already know to fail: bind, then migration, then the
-    post-filters. A failure is remembered with the job (hints: failure memo)."""
+def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple,
+             nodes: np.ndarray | None) -> Placement | None:
+    """Try to place a job the pass does not already know to fail: bind (on ``nodes``, those its
+    admission gave it, else every node open to it), then migration, then the post-filters. A
+    failure is remembered with the job (hints: failure memo)."""
     ex = eng.extra[job.job_id]
     now, world = eng.now, eng.world.running
     if ex.failed_world == world and now < ex.failed_until:
@@ -171,7 +182,7 @@ def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple)
     sure = -math.inf if c.checks is None else hints.surely_fails_until(eng, job, c.checks)
     pl = None
     if sure <= now:
-        pl = placement.bind(eng, job, eng.static_mask(job.spec))
+        pl = placement.bind(eng, job, eng.static_mask(job.spec) if nodes is None else nodes)
         if pl is None and c.can_migrate:
             pl = eng.try_migration(job)
             if pl is not None:

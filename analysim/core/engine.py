@@ -86,6 +86,11 @@ class Engine(Handle):
         # What a failed placement may do: evict (post-filters), move (rebalance).
         self.can_preempt = self.config.preemption and bool(policy.post_filters)
         self.can_migrate = self.config.migration and policy.rebalance is not None
+        # Quota admission by a plugin (a partition: Kueue's ClusterQueues), told of every launch and stop.
+        self.admission = policy.admission
+        if self.admission is not None and (self.config.preemption or self.config.migration):
+            raise ValueError(f"admission {self.admission.name!r}: preemption and migration under a partition "
+                             "are not modelled yet")
         # The pending jobs and the indexes the passes read (only those some pass reads).
         q = policy.queue
         self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, self.traits.per_vc_order,
@@ -581,6 +586,8 @@ class Engine(Handle):
             self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
         ex = self.extra[spec.job_id]
         self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
+        if self.admission is not None:
+            self.admission.on_launch(job, self)
         self.allocated_gpus += spec.gpu_demand
         job.status = JobStatus.RUNNING
         job.placement = pl
@@ -616,6 +623,8 @@ class Engine(Handle):
         for n, slots in pl.gpus:
             self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI
         self.state.vc_used[spec.vc] -= spec.gpu_demand
+        if self.admission is not None:
+            self.admission.on_stop(job, self)
         self._stopped_demand[spec.vc] = self._stopped_demand.get(spec.vc, 0.0) + spec.gpu_demand
         self.allocated_gpus -= spec.gpu_demand
         del self.running[spec.job_id]

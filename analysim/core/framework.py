@@ -221,6 +221,28 @@ class PostFilter(Protocol):
         does not ask again, for a job whose attempt failed, before then."""
 
 
+class Admission(Protocol):
+    """Quota admission before placement (Kueue's quota check; absent: the cluster's VC quotas).
+
+    ``admit`` answers for a pending job the pass is about to attempt: not now (None: the job is
+    passed over and waits), or the flavors it is assigned and the nodes they give it (within
+    ``ctx.static_mask``). The job is placed on those nodes or not at all (a gang, all or nothing);
+    the engine tells the plugin of every launch and stop, so that it keeps the usage. Its answer
+    may read only the running jobs (their usage) and the job: the engine's failure memo keys an
+    attempt's failure on the running jobs, and the pass's failure signatures carry the flavors."""
+
+    name: ClassVar[str]
+
+    def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
+        ...
+
+    def on_launch(self, job: JobRun, ctx: Handle) -> None:
+        """The job now holds what its last ``admit`` assigned (or, moved or resumed, what it held)."""
+
+    def on_stop(self, job: JobRun, ctx: Handle) -> None:
+        """The job holds nothing any more."""
+
+
 class Rebalance(Protocol):
     """Moves running jobs: on a blocked job (``unblock``) and periodically (``rebalance``)."""
 
@@ -288,6 +310,7 @@ class Policy:
     post_filters: list[PostFilter] = field(default_factory=list)
     rebalance: Rebalance | None = None
     backfill: bool = False  # EASY backfilling behind a blocked head (blocking queues only)
+    admission: Admission | None = None  # quota admission (None: the cluster's VC quotas)
 
     def describe(self) -> str:
         parts = [f"queue={self.queue.name}", f"score={self.score.name}"]
@@ -297,4 +320,6 @@ class Policy:
             parts.append("post-filter=" + "+".join(p.name for p in self.post_filters))
         if self.rebalance:
             parts.append(f"rebalance={self.rebalance.name}")
+        if self.admission:
+            parts.append(f"admission={self.admission.name}")
         return ", ".join(parts)

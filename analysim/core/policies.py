@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from analysim.core.cluster import ClusterSpec
 from analysim.core.framework import Policy
+from analysim.core.plugins.kueue import KueueAdmission, KueueQueue, KueueState
 from analysim.core.plugins.migration import DefragMigration
 from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
 from analysim.core.plugins.queue import QUEUE_SORTS
@@ -59,3 +61,21 @@ def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = Fal
         rebalance=DefragMigration(),
         backfill=backfill,
     )
+
+
+# The queue names a run under a partition accepts: Kueue orders its own queues.
+PARTITION_QUEUES = ("kueue", "fifo")
+
+
+def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy:
+    """The policy of a run on a cluster with a partition (``cluster.partition``): Kueue's queueing and
+    quota admission, the given placement; no preemption or migration (not modelled yet)."""
+    partition = cluster.partition
+    if partition is None:
+        raise ValueError(f"cluster {cluster.name!r} has no partition")
+    sname = SCORE_ALIASES.get(score, score)
+    if sname not in SCORES:
+        raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
+    state = KueueState(partition, [n.name for n in cluster.nodes])
+    return Policy(name=f"kueue/{sname}", queue=KueueQueue(state), score=SCORES[sname](),
+                  admission=KueueAdmission(state))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from analysim.core.cluster import ClusterSpec
@@ -24,8 +24,10 @@ from analysim.traces.base import CsvInput
 BY_SHARE = "share"
 
 
-def read_vc_map(path: str | Path, cluster: ClusterSpec) -> dict[str, str]:
-    known = {v.name for v in cluster.vcs}
+def read_vc_map(path: str | Path, cluster: ClusterSpec, targets: Collection[str] | None = None) -> dict[str, str]:
+    """Trace VC -> cluster VC from a map file; ``targets``: the names a cluster_vc may be (default
+    the cluster's VCs; a partition's LocalQueues under --partition)."""
+    known = {v.name for v in cluster.vcs} if targets is None else set(targets)
     mapping: dict[str, str] = {}
     with CsvInput(path, "VC map", ("trace_vc", "cluster_vc"), strict=True) as src:
         i_t, i_c = src.index["trace_vc"], src.index["cluster_vc"]
@@ -34,7 +36,8 @@ def read_vc_map(path: str | Path, cluster: ClusterSpec) -> dict[str, str]:
             if trace_vc in mapping:
                 raise src.error(line, "trace_vc", f"{trace_vc!r} is mapped twice")
             if cluster_vc not in known:
-                raise src.error(line, "cluster_vc", f"cluster {cluster.name!r} has no VC {cluster_vc!r}")
+                what = f"cluster {cluster.name!r} has no VC" if targets is None else "the partition has no LocalQueue"
+                raise src.error(line, "cluster_vc", f"{what} {cluster_vc!r}")
             mapping[trace_vc] = cluster_vc
     return mapping
 

@@ -1,0 +1,274 @@
+"""The logical partition of a cluster: who may use how much of what, and who lends to whom.
+
+One model that every partition format is read into (Kueue's ClusterQueues and Cohorts by
+analysim.partitions.kueue; the cluster spec's VCs by ``from_vcs``; Volcano queues or Slurm
+partitions later), and the one implementation of its quota arithmetic (``QuotaTree``).
+
+The model is Kueue's, which is general enough for the others: a tree whose leaves are **queues**
+(tenants' ClusterQueues, VCs) and whose inner nodes are **cohorts**; every node may hold quota,
+per (flavor, resource) — a flavor being a set of nodes (analysim.partitions' readers map
+Kueue's ResourceFlavor nodeLabels onto the cluster's nodes) — with three numbers:
+
+- ``nominal``: what the node brings to the tree;
+- ``borrowing_limit``: how much beyond what it brings it may take from its parent (None: no limit);
+- ``lending_limit``: how much of what it brings its parent may hand to others (None: all of it).
+
+Quantities are whole numbers in each resource's base unit (``UNITS``): GPUs in thousandths (a
+GPU-sharing job asks for part of one), CPU in millicores, memory in bytes.
+
+The arithmetic is Kueue's hierarchical cohorts (pkg/cache's resource nodes, re-stated here from its
+documentation and semantics): a node's *guaranteed* quota is what it keeps from its parent,
+``max(0, subtree - lending_limit)`` (0 without a lending limit); its *subtree quota* is its own
+nominal plus what each child lends up (the child's subtree quota less its guaranteed part); its
+*usage* is, for a queue, what its admitted jobs hold, and for a cohort the sum of its children's
+usage past their guaranteed quota. A queue may take ``available(queue)`` more, where for a node
+with a parent
+
+    available(n) = max(0, guaranteed(n) - usage(n))
+                   + min(available(parent(n)),
+                         subtree(n) - guaranteed(n) - max(0, usage(n) - guaranteed(n)) + borrowing_limit(n))
+
+(the ``min`` only with a borrowing limit), and ``subtree - usage`` at the root. A queue outside any
+cohort is its own root: it gets its nominal quota and nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysim.core.job import GPU_MILLI, JobSpec, by_fields
+
+GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+# The resources the cluster model has, and the base unit of each.
+UNITS = {GPU: "milli-GPU", CPU: "millicore", MEMORY: "byte"}
+MIB = 1 << 20
+
+
+def requests_of(spec: JobSpec) -> dict[str, int]:
+    """What a job asks for, per resource, in base units (resources it asks none of left out)."""
+    out: dict[str, int] = {}
+    gpu = spec.num_gpus * spec.gpu_milli
+    if gpu:
+        out[GPU] = gpu
+    if spec.cpu_milli:
+        out[CPU] = spec.cpu_milli
+    if spec.memory_mib:
+        out[MEMORY] = spec.memory_mib * MIB
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    nominal: int
+    borrowing_limit: int | None = None  # None: may borrow whatever its parent has
+    lending_limit: int | None = None  # None: lends all it does not use
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """A set of nodes that quota is kept for (Kueue's ResourceFlavor, resolved to node names)."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    """Resources whose flavor is chosen together, and the flavors in the order they are tried."""
+
+    resources: tuple[str, ...]
+    flavors: tuple[str, ...]
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+# Queueing strategies: a StrictFIFO queue's head that cannot be admitted blocks the jobs behind it;
+# under BestEffortFIFO they may go past it.
+STRICT_FIFO = "StrictFIFO"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionNode:
+    """A queue (a leaf: jobs are admitted to it) or a cohort (an inner node), with its quotas.
+
+    ``quotas``: ((flavor, resource), Quota) pairs. For a queue, ``groups`` says which flavors of
+    which resources it offers and in which order, ``strategy`` its queueing strategy, and
+    ``try_next_flavor`` whether a flavor that fits only by borrowing is kept while the next ones
+    are tried for one that fits without (Kueue's flavorFungibility.whenCanBorrow: TryNextFlavor)."""
+
+    name: str
+    is_queue: bool
+    parent: str | None = None
+    quotas: tuple[tuple[tuple[str, str], Quota], ...] = ()
+    groups: tuple[ResourceGroup, ...] = ()
+    strategy: str = BEST_EFFORT_FIFO
+    try_next_flavor: bool = False
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A whole partition: the flavors, the tree, which queue each job's tenant submits to
+    (``queue_of``: job VC -> queue name, Kueue's LocalQueue -> ClusterQueue) and the priority
+    classes (name -> value; a job's ``qos`` names its class, 0 when it names none)."""
+
+    flavors: tuple[Flavor, ...]
+    nodes: tuple[PartitionNode, ...]
+    queue_of: tuple[tuple[str, str], ...]
+    priorities: tuple[tuple[str, int], ...] = ()
+    source: str = ""
+
+    def node(self, name: str) -> PartitionNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def queue_for(self, vc: str) -> str | None:
+        for tenant, queue in self.queue_of:
+            if tenant == vc:
+                return queue
+        return None
+
+    def priority_of(self, spec: JobSpec) -> int:
+        for name, value in self.priorities:
+            if name == spec.qos:
+                return value
+        return 0
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+class QuotaTree:
+    """The partition's quota and usage, per node and (flavor, resource), as Kueue keeps them."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self.index: dict[str, int] = {n.name: i for i, n in enumerate(partition.nodes)}
+        if len(self.index) != len(partition.nodes):
+            raise ValueError("two partition nodes share a name")
+        self.parent: list[int] = [-1 if n.parent is None else self.index[n.parent] for n in partition.nodes]
+        self.children: list[list[int]] = [[] for _ in partition.nodes]
+        for i, p in enumerate(self.parent):
+            if p >= 0:
+                self.children[p].append(i)
+        self._check_acyclic()
+        self.quota: list[dict[tuple[str, str], Quota]] = [dict(n.quotas) for n in partition.nodes]
+        self.subtree: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
+        self.usage: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
+        for root in (i for i, p in enumerate(self.parent) if p < 0):
+            self._sum_subtree(root)
+
+    def _check_acyclic(self) -> None:
+        for start in range(len(self.parent)):
+            seen = {start}
+            p = self.parent[start]
+            while p >= 0:
+                if p in seen:
+                    raise ValueError(f"cohort {self.partition.nodes[p].name!r} is its own ancestor")
+                seen.add(p)
+                p = self.parent[p]
+
+    def _sum_subtree(self, i: int) -> None:
+        sub = self.subtree[i]
+        for fr, q in self.quota[i].items():
+            sub[fr] = q.nominal
+        for c in self.children[i]:
+            self._sum_subtree(c)
+            for fr, v in self.subtree[c].items():
+                sub[fr] = sub.get(fr, 0) + v - self.guaranteed(c, fr)
+
+    def guaranteed(self, i: int, fr: tuple[str, str]) -> int:
+        """What node ``i`` keeps from its parent: its subtree quota past its lending limit."""
+        q = self.quota[i].get(fr)
+        if q is None or q.lending_limit is None:
+            return 0
+        return max(0, self.subtree[i].get(fr, 0) - q.lending_limit)
+
+    def available(self, i: int, fr: tuple[str, str]) -> int:
+        """How much more of ``fr`` node ``i`` may take now (negative when over-admitted, e.g. a
+        quota lowered under running jobs)."""
+        sub, used = self.subtree[i].get(fr, 0), self.usage[i].get(fr, 0)
+        p = self.parent[i]
+        if p < 0:
+            return sub - used
+        guaranteed = self.guaranteed(i, fr)
+        from_parent = self.available(p, fr)
+        q = self.quota[i].get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            stored = sub - guaranteed  # what it lent up
+            used_up = max(0, used - guaranteed)  # what it uses of the parent's
+            from_parent = min(from_parent, stored - used_up + q.borrowing_limit)
+        return max(0, guaranteed - used) + from_parent
+
+    def potential(self, i: int, fr: tuple[str, str]) -> int:
+        """The most of ``fr`` node ``i`` could ever hold (nothing else in use)."""
+        p = self.parent[i]
+        sub = self.subtree[i].get(fr, 0)
+        if p < 0:
+            return sub
+        most = self.guaranteed(i, fr) + self.potential(p, fr)
+        q = self.quota[i].get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            most = min(most, sub + q.borrowing_limit)
+        return most
+
+    def add(self, i: int, fr: tuple[str, str], amount: int) -> None:
+        """Charge ``amount`` to node ``i``; what passes its guaranteed quota counts in its parent."""
+        local = max(0, self.guaranteed(i, fr) - self.usage[i].get(fr, 0))
+        self.usage[i][fr] = self.usage[i].get(fr, 0) + amount
+        p = self.parent[i]
+        if p >= 0 and amount > local:
+            self.add(p, fr, amount - local)
+
+    def remove(self, i: int, fr: tuple[str, str], amount: int) -> None:
+        """Undo ``add``: the parent gives back what the node held of it."""
+        held_up = self.usage[i].get(fr, 0) - self.guaranteed(i, fr)
+        self.usage[i][fr] = self.usage[i].get(fr, 0) - amount
+        p = self.parent[i]
+        if p >= 0 and held_up > 0:
+            self.remove(p, fr, min(amount, held_up))
+
+    def nominal(self, i: int, fr: tuple[str, str]) -> int:
+        q = self.quota[i].get(fr)
+        return 0 if q is None else q.nominal
+
+    def borrowing(self, i: int, fr: tuple[str, str]) -> int:
+        """How much of ``fr`` node ``i`` uses past its own subtree quota (0 within it)."""
+        return max(0, self.usage[i].get(fr, 0) - self.subtree[i].get(fr, 0))
+
+
+def from_vcs(vcs: list[tuple[str, float | None]], total_gpus: int, allow_borrowing: bool,
+             all_nodes: tuple[str, ...]) -> Partition:
+    """The cluster spec's VC model as a partition: each VC with a quota is a queue with that nominal
+    GPU quota in one cohort over the whole cluster, whose own quota is the shared pool (the GPUs no
+    VC is guaranteed); borrowing off is a borrowing limit of 0. (Dedicated nodes are their own
+    flavors in the VC model's engine path and not read here.)"""
+    flavor = "default"
+    fr = (flavor, GPU)
+    nodes = []
+    guaranteed = 0
+    for name, quota in vcs:
+        if quota is None:
+            continue
+        milli = round(quota * GPU_MILLI)
+        guaranteed += milli
+        nodes.append(PartitionNode(name, True, "cluster", ((fr, Quota(milli, None if allow_borrowing else 0)),),
+                                   (ResourceGroup((GPU,), (flavor,)),)))
+    shared = max(0, total_gpus * GPU_MILLI - guaranteed)
+    nodes.append(PartitionNode("cluster", False, None, ((fr, Quota(shared)),)))
+    return Partition((Flavor(flavor, all_nodes),), tuple(nodes), tuple((n.name, n.name) for n in nodes if n.is_queue),
+                     source="cluster VCs")

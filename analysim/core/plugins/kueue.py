@@ -1,0 +1,245 @@
+"""Kueue's admission, as plugins of the framework: the quota check (``KueueAdmission``, the
+Admission point) and Kueue's queueing (``KueueQueue``, the QueueSort point), over one partition
+(analysim.core.partition) and its quota tree.
+
+What they do, after Kueue's documentation (docs/kueue.md has the details and what is not modelled):
+
+- A job is a workload of the ClusterQueue its VC's LocalQueue points to. It is admitted when, for
+  each resource group its requests touch, a flavor is found, in the group's order, with
+  ``available`` quota for every requested resource of the group; one that fits within the queue's
+  nominal quota is taken at once, one that needs borrowing is taken at once under
+  ``whenCanBorrow: Borrow`` (the default) or kept while the next flavors are tried under
+  ``TryNextFlavor``. Admitted, it is placed on its flavors' nodes in one piece, or not at all.
+- Workloads are ordered by priority, then creation (submit) time, within a ClusterQueue; across
+  ClusterQueues, one pass first takes the workloads that fit within their queue's nominal quota,
+  then those that would borrow (Kueue prefers, in a cohort, the workloads that do not borrow).
+- Under StrictFIFO only a ClusterQueue's head is tried: a head that cannot be admitted or placed
+  blocks the workloads behind it; under BestEffortFIFO they go past it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
+
+from analysim.core.job import JobRun, JobStatus
+from analysim.core.partition import STRICT_FIFO, Partition, QuotaTree, requests_of
+from analysim.core.plugins.queue import _QueueSort
+
+if TYPE_CHECKING:
+    from analysim.core.framework import Handle
+
+
+class KueueState:
+    """What both plugins read: the partition, its quota tree, each queue's flavors as node masks,
+    and which flavors each running job holds."""
+
+    def __init__(self, partition: Partition, node_names: list[str]) -> None:
+        self.partition = partition
+        self.tree = QuotaTree(partition)
+        where = {n: i for i, n in enumerate(node_names)}
+        self.flavor_mask: dict[str, np.ndarray] = {}
+        for f in partition.flavors:
+            mask = np.zeros(len(node_names), dtype=bool)
+            mask[[where[n] for n in f.nodes]] = True
+            self.flavor_mask[f.name] = mask
+        self.queue_of: dict[str, int] = {vc: self.tree.index[q] for vc, q in partition.queue_of}
+        self.priority: dict[str, int] = dict(partition.priorities)
+        self.held: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...]]] = {}  # job -> (queue, charges)
+        # assign's answers, per queue and request, while the usage stays the same (``version``
+        # changes with every charge and release): most waiting jobs share a few shapes.
+        self.version = 0
+        self._answers: dict[tuple, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None] = {}
+        self._answers_version = 0
+        self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
+
+    def queue(self, job: JobRun) -> int:
+        return self.queue_of[job.spec.vc]
+
+    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None:
+        """The flavors Kueue would assign the job now (one per resource group its requests touch),
+        what it would charge, and whether it would borrow; None when no flavor fits."""
+        if self._answers_version != self.version:
+            self._answers.clear()
+            self._answers_version = self.version
+        q = self.queue(job)
+        key = (q, job.spec.request)
+        if key in self._answers:
+            return self._answers[key]
+        got = self._assign(job, q)
+        self._answers[key] = got
+        return got
+
+    def _assign(self, job: JobRun, q: int) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None:
+        tree = self.tree
+        node = self.partition.nodes[q]
+        requests = requests_of(job.spec)
+        flavors: list[str] = []
+        charges: list[tuple[tuple[str, str], int]] = []
+        borrows = False
+        try_next = node.try_next_flavor
+        for group in node.groups:
+            wanted = [(r, requests[r]) for r in group.resources if r in requests]
+            if not wanted:
+                continue
+            kept: tuple[str, bool] | None = None
+            for f in group.flavors:
+                fits, borrowing = True, False
+                for r, amount in wanted:
+                    fr = (f, r)
+                    if fr not in tree.quota[q] or tree.available(q, fr) < amount:
+                        fits = False
+                        break
+                    if tree.usage[q].get(fr, 0) + amount > tree.subtree[q].get(fr, 0):
+                        borrowing = True
+                if not fits:
+                    continue
+                if not borrowing:
+                    kept = (f, False)
+                    break
+                if kept is None:
+                    kept = (f, True)
+                if not try_next:
+                    break
+            if kept is None:
+                return None
+            flavors.append(kept[0])
+            borrows = borrows or kept[1]
+            charges += [((kept[0], r), amount) for r, amount in wanted]
+        return tuple(flavors), tuple(charges), borrows
+
+    def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...]) -> None:
+        for fr, amount in charges:
+            self.tree.add(q, fr, amount)
+        self.held[job.job_id] = (q, charges)
+        self.version += 1
+
+    def release(self, job: JobRun) -> None:
+        held = self.held.pop(job.job_id, None)
+        if held is None:
+            return
+        q, charges = held
+        for fr, amount in charges:
+            self.tree.remove(q, fr, amount)
+        self.version += 1
+
+
+class KueueAdmission:
+    """The quota check: admits a job to its ClusterQueue when a flavor assignment fits (above),
+    and keeps the usage of what runs."""
+
+    name: ClassVar[str] = "kueue"
+
+    def __init__(self, state: KueueState) -> None:
+        self.state = state
+
+    def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
+        st = self.state
+        got = st.assign(job)
+        if got is None:
+            return None
+        flavors, charges, _ = got
+        st.chosen[job.job_id] = (st.queue(job), charges, flavors)
+        mask = ctx.static_mask(job.spec)
+        for f in flavors:
+            mask = mask & st.flavor_mask[f]
+        return flavors, mask
+
+    def on_launch(self, job: JobRun, ctx: Handle) -> None:
+        chosen = self.state.chosen.pop(job.job_id, None)
+        if chosen is None:
+            raise AssertionError(f"kueue: job {job.job_id!r} launched without an admission")
+        q, charges, _ = chosen
+        self.state.charge(job, q, charges)
+
+    def on_stop(self, job: JobRun, ctx: Handle) -> None:
+        self.state.release(job)
+
+
+class KueueQueue(_QueueSort):
+    """Kueue's queueing: by priority, then creation time, per ClusterQueue; the workloads that fit
+    within nominal quota before those that would borrow; StrictFIFO queues only from their head.
+    Non-preemptive (Kueue's preemption is not modelled yet)."""
+
+    name: ClassVar[str] = "kueue"
+    # The order reads the quota usage (who would borrow), so it is taken afresh each pass; each
+    # LocalQueue's jobs come in key order from the engine's per-VC lists.
+    dynamic: ClassVar[bool] = True
+    per_vc_order: ClassVar[bool] = True
+
+    def __init__(self, state: KueueState) -> None:
+        self.state = state
+        nodes = state.partition.nodes
+        self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]
+        # A StrictFIFO queue's pending jobs by key, to know its head (jobs that end while pending,
+        # cancelled, are dropped when they come to the head).
+        self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
+        self.keyed: dict[str, tuple] = {}
+
+    def key(self, job: JobRun, ctx: Handle) -> tuple:
+        return self._key(job)
+
+    def _key(self, job: JobRun) -> tuple:
+        return (-self.state.priority.get(job.spec.qos, 0), job.spec.submit_s)
+
+    def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
+        q = self.state.queue(job)
+        if not self.strict[q]:
+            return
+        if kind in ("arrival", "stop"):
+            k = (self._key(job), job.seq)
+            self.keyed[job.job_id] = k
+            self.waiting[q].add(k + (job,))
+        elif kind == "launch":
+            known = self.keyed.pop(job.job_id, None)
+            if known is not None:
+                self.waiting[q].remove(known + (job,))
+
+    def _is_head(self, job: JobRun, q: int) -> bool:
+        waiting = self.waiting[q]
+        while waiting:
+            head = waiting[0]
+            if head[-1].status is JobStatus.PENDING:
+                return head[-1] is job
+            waiting.pop(0)  # (ended while pending: cancelled)
+            self.keyed.pop(head[-1].job_id, None)
+        return False
+
+    def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Handle) -> Iterator[JobRun]:  # type: ignore[override]
+        # Each ClusterQueue is a stream of its jobs in key order (its LocalQueues' lists merged);
+        # the heads of the streams are taken by (would borrow, key), Kueue's order across queues,
+        # lazily: a pass costs the jobs it looks at. A head's "would borrow" is read when it
+        # comes to the head and again when taken (usage only grows in a pass that only launches,
+        # so a head that came to borrow since goes back behind the others).
+        st = self.state
+        by_queue: dict[int, list[Iterator[JobRun]]] = {}
+        for vc, jobs in pending.items():
+            by_queue.setdefault(st.queue_of[vc], []).append(jobs)
+        streams: dict[int, Iterator[JobRun]] = {}
+        heap: list[tuple[bool, tuple, int, int, JobRun]] = []
+        for q, lists in by_queue.items():
+            streams[q] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+            self._push(heap, q, streams[q])
+        while heap:
+            borrows, key, seq, q, job = heapq.heappop(heap)
+            got = st.assign(job)
+            if not borrows and got is not None and got[2]:
+                heapq.heappush(heap, (True, key, seq, q, job))
+                continue
+            if self.strict[q] and not self._is_head(job, q):
+                continue  # behind its StrictFIFO queue's head, which was not admitted: the stream ends
+            yield job
+            self._push(heap, q, streams[q])
+
+    def _merge_key(self, job: JobRun) -> tuple:
+        return (self._key(job), job.seq)
+
+    def _push(self, heap: list[tuple[bool, tuple, int, int, JobRun]], q: int, stream: Iterator[JobRun]) -> None:
+        job = next(stream, None)
+        if job is not None:
+            got = self.state.assign(job)
+            heapq.heappush(heap, (got is not None and got[2], self._key(job), job.seq, q, job))

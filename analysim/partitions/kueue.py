@@ -1,0 +1,418 @@
+"""Kueue's objects as a cluster's partition: a multi-document YAML of ResourceFlavor, ClusterQueue,
+Cohort, LocalQueue and WorkloadPriorityClass (``kueue.x-k8s.io`` v1beta1 and v1beta2 field names;
+Cohort also v1alpha1), read into analysim.core.partition's model.
+
+Every field Kueue has is either modelled, accepted but not modelled (listed in docs/kueue.md, and
+warned about once per kind and field), or an error: an unknown kind or field, a bad value or a
+dangling reference is one line naming the file, the line, the document and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysim.core.cluster import ClusterSpec
+from analysim.core.partition import (
+    BEST_EFFORT_FIFO,
+    CPU,
+    GPU,
+    MEMORY,
+    STRICT_FIFO,
+    Flavor,
+    Partition,
+    PartitionNode,
+    Quota,
+    QuotaTree,
+    ResourceGroup,
+)
+from analysim.errors import InputFileError, UserError
+
+GROUP = "kueue.x-k8s.io"
+VERSIONS = {
+    "ResourceFlavor": ("v1beta1", "v1beta2"),
+    "ClusterQueue": ("v1beta1", "v1beta2"),
+    "LocalQueue": ("v1beta1", "v1beta2"),
+    "WorkloadPriorityClass": ("v1beta1", "v1beta2"),
+    "Cohort": ("v1alpha1", "v1beta1", "v1beta2"),
+}
+# metadata fields: name and namespace are read; the rest are what `kubectl get -o yaml` adds, and
+# change nothing Kueue does.
+_METADATA = ("name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
+             "creationTimestamp", "managedFields", "finalizers", "ownerReferences", "deletionTimestamp",
+             "deletionGracePeriodSeconds", "generateName", "selfLink")
+_READ_METADATA = ("name", "namespace")
+# Resources the cluster model has; others (pods, ephemeral-storage, extended resources) are
+# accepted in quotas and warned about: no job of a trace asks for them.
+MODELLED_RESOURCES = (GPU, CPU, MEMORY)
+# Kubernetes quantity suffixes.
+_SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
+           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+           "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)")
+# Base units per resource (analysim.core.partition.UNITS): GPUs in thousandths, CPU in
+# millicores, memory and anything else in the quantity's own unit.
+_SCALE = {GPU: 1000, CPU: 1000}
+
+
+@dataclass
+class _Read:
+    path: str
+    cluster: ClusterSpec
+    warned: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, field) -> first line
+    flavors: dict[str, tuple[Flavor, int]] = field(default_factory=dict)
+    cqs: dict[str, tuple[PartitionNode, int, str]] = field(default_factory=dict)  # name -> (node, line, cohort ref)
+    cohorts: dict[str, tuple[PartitionNode, int]] = field(default_factory=dict)
+    local: dict[str, tuple[str, int]] = field(default_factory=dict)  # LocalQueue name -> (ClusterQueue, line)
+    priorities: dict[str, int] = field(default_factory=dict)
+
+    def warn(self, kind: str, path: str, line: int) -> None:
+        """A field accepted but not modelled: warned about once per kind and field."""
+        self.warned.setdefault((kind, path), line)
+
+
+class _At:
+    """A YAML node with where it is: the file, document, object and field path, for errors."""
+
+    def __init__(self, read: _Read, node: yaml.Node, doc: int, what: str, path: str) -> None:
+        self.read, self.node, self.doc, self.what, self.path = read, node, doc, what, path
+
+    @property
+    def line(self) -> int:
+        return self.node.start_mark.line + 1
+
+    def error(self, problem: str) -> InputFileError:
+        where = f"document {self.doc}" + (f" ({self.what})" if self.what else "")
+        return InputFileError(self.read.path, self.line, None,
+                              f"{where}: {self.path + ': ' if self.path else ''}{problem}")
+
+    def child(self, node: yaml.Node, step: str) -> _At:
+        path = f"{self.path}.{step}" if self.path and not step.startswith("[") else self.path + step
+        return _At(self.read, node, self.doc, self.what, path)
+
+    def fields(self, known: tuple[str, ...], unmodelled: tuple[str, ...] = ()) -> dict[str, _At]:
+        """A mapping's fields: an unknown one is an error; an unmodelled one is warned about."""
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.error(f"expected a mapping, got {_kind(self.node)}")
+        out: dict[str, _At] = {}
+        for k, v in self.node.value:
+            name = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            at = self.child(v, name)
+            if name in out:
+                raise at.error("given twice")
+            if name not in known and name not in unmodelled:
+                allowed = ", ".join(known + unmodelled)
+                raise _At(self.read, k, self.doc, self.what, at.path).error(f"unknown field; known: {allowed}")
+            if name in unmodelled:
+                self.read.warn(self.what.split(" ")[0], at.path, at.line)
+            out[name] = at
+        return out
+
+    def items(self) -> list[_At]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.error(f"expected a list, got {_kind(self.node)}")
+        return [self.child(v, f"[{i}]") for i, v in enumerate(self.node.value)]
+
+    def value(self) -> Any:
+        if not isinstance(self.node, yaml.ScalarNode):
+            raise self.error(f"expected a value, got {_kind(self.node)}")
+        return yaml.SafeLoader("").construct_object(self.node)  # type: ignore[no-untyped-call]
+
+    def text(self) -> str:
+        v = self.value()
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            raise self.error(f"expected a name, got the number {v!r} (quote it, as Kubernetes wants: {self.node.value!r})")
+        if not isinstance(v, str) or not v:
+            raise self.error(f"expected a non-empty name, got {v!r}")
+        return v
+
+    def choice(self, options: tuple[str, ...]) -> str:
+        v = self.value()
+        if v not in options:
+            raise self.error(f"expected one of {', '.join(options)}, got {v!r}")
+        return str(v)
+
+    def whole(self) -> int:
+        v = self.value()
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(f"expected a whole number, got {v!r}")
+        return v
+
+    def quantity(self, resource: str) -> int:
+        """A Kubernetes quantity in the resource's base unit, rounded up (as Kubernetes rounds)."""
+        v = self.value()
+        m = _QUANTITY.fullmatch(str(v).strip()) if not isinstance(v, bool) and v is not None else None
+        if m is None:
+            raise self.error(f"expected a quantity (e.g. 8, 500m, 36Gi), got {v!r}")
+        try:
+            amount = Decimal(m[1]) * _SUFFIX[m[2]] * _SCALE.get(resource, 1)
+        except InvalidOperation:
+            raise self.error(f"expected a quantity, got {v!r}") from None
+        if amount < 0:
+            raise self.error(f"must not be negative, got {v!r}")
+        return int(amount.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _kind(node: yaml.Node) -> str:
+    return {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}.get(type(node), "a value")
+
+
+def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[str]]:
+    """The partition of ``path`` on ``cluster`` and the warnings (one per kind and field accepted but not modelled, with the first line it is on)."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    read = _Read(path, cluster)
+    try:
+        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InputFileError(path, mark.line + 1 if mark else None, None,
+                             f"bad YAML: {getattr(e, 'problem', None) or e}") from None
+    seen = 0
+    for i, node in enumerate(docs, 1):
+        if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
+            continue
+        seen += 1
+        _document(read, _At(read, node, i, "", ""))
+    if not seen:
+        raise UserError(f"{path}: no Kueue objects in this file")
+    return _resolve(read)
+
+
+def _document(read: _Read, at: _At) -> None:
+    top = at.fields(("apiVersion", "kind", "metadata", "spec", "value", "description"), ("status",))
+    for need in ("apiVersion", "kind", "metadata"):
+        if need not in top:
+            raise at.error(f"{need}: missing")
+    kind = top["kind"].text()
+    if kind not in VERSIONS:
+        raise top["kind"].error(f"unknown kind {kind!r}; known: {', '.join(VERSIONS)}")
+    api = top["apiVersion"].text()
+    group, _, version = api.partition("/")
+    if group != GROUP or version not in VERSIONS[kind]:
+        raise top["apiVersion"].error(f"{kind} is {', '.join(GROUP + '/' + v for v in VERSIONS[kind])}, not {api!r}")
+    meta = top["metadata"].fields(_READ_METADATA, tuple(f for f in _METADATA if f not in _READ_METADATA))
+    if "name" not in meta:
+        raise top["metadata"].error("name: missing")
+    name = meta["name"].text()
+    at.what = f"{kind} {name!r}"
+    for a in top.values():
+        a.what = at.what
+    if kind == "WorkloadPriorityClass":
+        if "spec" in top:
+            raise top["spec"].error("a WorkloadPriorityClass has value and description, no spec")
+        if "value" not in top:
+            raise at.error("value: missing")
+        _once(read.priorities, name, top["value"].whole(), top["value"])
+        return
+    for f in ("value", "description"):
+        if f in top:
+            raise top[f].error(f"unknown field for a {kind}; known: apiVersion, kind, metadata, spec, status")
+    spec = top.get("spec")
+    if kind == "ResourceFlavor":
+        _flavor(read, name, spec, at)
+    elif kind == "ClusterQueue":
+        _cluster_queue(read, name, spec, version, at)
+    elif kind == "Cohort":
+        _cohort(read, name, spec, version, at)
+    else:
+        _local_queue(read, name, spec, at)
+
+
+def _once(table: dict, name: str, value: Any, at: _At) -> None:
+    if name in table:
+        raise at.error(f"a second object named {name!r} of this kind")
+    table[name] = value
+
+
+def _flavor(read: _Read, name: str, spec: _At | None, at: _At) -> None:
+    labels: dict[str, str] = {}
+    if spec is not None and spec.node.tag != "tag:yaml.org,2002:null":
+        f = spec.fields(("nodeLabels",), ("nodeTaints", "tolerations", "topologyName"))
+        if "nodeLabels" in f:
+            nl = f["nodeLabels"]
+            if not isinstance(nl.node, yaml.MappingNode):
+                raise nl.error(f"expected a mapping of labels, got {_kind(nl.node)}")
+            for k, v in nl.node.value:
+                labels[str(k.value)] = str(nl.child(v, str(k.value)).value())
+    from analysim.partitions import node_labels
+
+    nodes = tuple(n.name for n in read.cluster.nodes
+                  if all(node_labels(n).get(k) == v for k, v in labels.items()))
+    if not nodes:
+        where = spec if spec is not None else at
+        raise where.error(f"nodeLabels {labels} match no node of cluster {read.cluster.name!r} "
+                          "(node labels: kubernetes.io/hostname, nvidia.com/gpu.product, nvidia.com/gpu.count, "
+                          "analysim.io/gpu-model, analysim.io/rack)")
+    _once(read.flavors, name, (Flavor(name, nodes), at.line), at)
+
+
+def _resource_groups(read: _Read, at: _At, owner: str) -> tuple[tuple[tuple[tuple[str, str], Quota], ...],
+                                                                tuple[ResourceGroup, ...]]:
+    quotas: list[tuple[tuple[str, str], Quota]] = []
+    groups: list[ResourceGroup] = []
+    flavor_seen: set[str] = set()
+    resource_seen: set[str] = set()
+    for g in at.items():
+        gf = g.fields(("coveredResources", "flavors"))
+        for need in ("coveredResources", "flavors"):
+            if need not in gf:
+                raise g.error(f"{need}: missing")
+        covered = tuple(r.text() for r in gf["coveredResources"].items())
+        for r, ra in zip(covered, gf["coveredResources"].items(), strict=True):
+            if r in resource_seen:
+                raise ra.error(f"resource {r!r} is covered by two resource groups")
+            resource_seen.add(r)
+            if r not in MODELLED_RESOURCES:
+                read.warn(owner, f"{ra.path} ({r})", ra.line)
+        names: list[str] = []
+        for fl in gf["flavors"].items():
+            ff = fl.fields(("name", "resources"))
+            if "name" not in ff:
+                raise fl.error("name: missing")
+            fname = ff["name"].text()
+            if fname in flavor_seen:
+                raise ff["name"].error(f"flavor {fname!r} is in two resource groups (or twice in one)")
+            flavor_seen.add(fname)
+            names.append(fname)
+            given: set[str] = set()
+            for res in (ff["resources"].items() if "resources" in ff else []):
+                rf = res.fields(("name", "nominalQuota", "borrowingLimit", "lendingLimit"))
+                if "name" not in rf or "nominalQuota" not in rf:
+                    raise res.error(f"{'name' if 'name' not in rf else 'nominalQuota'}: missing")
+                rname = rf["name"].text()
+                if rname not in covered:
+                    raise rf["name"].error(f"resource {rname!r} is not in this group's coveredResources {list(covered)}")
+                if rname in given:
+                    raise rf["name"].error(f"resource {rname!r} given twice for flavor {fname!r}")
+                given.add(rname)
+                nominal = rf["nominalQuota"].quantity(rname)
+                bl = rf["borrowingLimit"].quantity(rname) if "borrowingLimit" in rf else None
+                ll = rf["lendingLimit"].quantity(rname) if "lendingLimit" in rf else None
+                if ll is not None and ll > nominal and owner == "ClusterQueue":  # (a Cohort's lends its subtree's)
+                    raise rf["lendingLimit"].error(f"lendingLimit {ll} is more than nominalQuota {nominal} "
+                                                   "(in base units)")
+                quotas.append(((fname, rname), Quota(nominal, bl, ll)))
+            missing = [r for r in covered if r not in given]
+            if missing:
+                raise fl.error(f"flavor {fname!r} gives no quota for covered resource(s) {', '.join(missing)}")
+        groups.append(ResourceGroup(covered, tuple(names)))
+    return tuple(quotas), tuple(groups)
+
+
+def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _At) -> None:
+    if spec is None:
+        raise at.error("spec: missing")
+    cohort_field = "cohort" if version == "v1beta1" else "cohortName"
+    f = spec.fields((cohort_field, "resourceGroups", "queueingStrategy", "flavorFungibility", "namespaceSelector",
+                     "preemption", "stopPolicy"),
+                    ("fairSharing", "admissionChecks", "admissionChecksStrategy", "admissionScope"))
+    cohort = f[cohort_field].text() if cohort_field in f else ""
+    quotas, groups = _resource_groups(read, f["resourceGroups"], "ClusterQueue") if "resourceGroups" in f else ((), ())
+    strategy = f["queueingStrategy"].choice((STRICT_FIFO, BEST_EFFORT_FIFO)) if "queueingStrategy" in f else BEST_EFFORT_FIFO
+    try_next = False
+    if "flavorFungibility" in f:
+        # (v1beta1 says Borrow and Preempt where v1beta2 says MayStopSearch; both are taken)
+        ff = f["flavorFungibility"].fields(("whenCanBorrow", "whenCanPreempt"), ("preference",))
+        if "whenCanBorrow" in ff:
+            try_next = ff["whenCanBorrow"].choice(("Borrow", "MayStopSearch", "TryNextFlavor")) == "TryNextFlavor"
+        if "whenCanPreempt" in ff:
+            ff["whenCanPreempt"].choice(("Preempt", "MayStopSearch", "TryNextFlavor"))  # (no preemption yet)
+    if "namespaceSelector" in f:
+        sel = f["namespaceSelector"]
+        if not (isinstance(sel.node, yaml.MappingNode) and not sel.node.value):
+            read.warn("ClusterQueue", sel.path + " (not {}: jobs reach a ClusterQueue by their LocalQueue)", sel.line)
+    if "preemption" in f:
+        p = f["preemption"].fields(("reclaimWithinCohort", "withinClusterQueue", "borrowWithinCohort"))
+        for k, options in (("reclaimWithinCohort", ("Never", "LowerPriority", "Any")),
+                           ("withinClusterQueue", ("Never", "LowerPriority", "LowerOrNewerEqualPriority"))):
+            if k in p and p[k].choice(options) != "Never":
+                read.warn("ClusterQueue", p[k].path + " (not Never)", p[k].line)
+        if "borrowWithinCohort" in p:
+            b = p["borrowWithinCohort"].fields(("policy", "maxPriorityThreshold"))
+            if "policy" in b and b["policy"].choice(("Never", "LowerPriority")) != "Never":
+                read.warn("ClusterQueue", b["policy"].path + " (not Never)", b["policy"].line)
+            if "maxPriorityThreshold" in b:
+                b["maxPriorityThreshold"].whole()
+    if "stopPolicy" in f and f["stopPolicy"].choice(("None", "Hold", "HoldAndDrain")) != "None":
+        read.warn("ClusterQueue", f["stopPolicy"].path + " (not None)", f["stopPolicy"].line)
+    node = PartitionNode(name, True, cohort or None, quotas, groups, strategy, try_next)
+    if name in read.cqs:
+        raise at.error(f"a second ClusterQueue named {name!r}")
+    read.cqs[name] = (node, at.line, cohort)
+
+
+def _cohort(read: _Read, name: str, spec: _At | None, version: str, at: _At) -> None:
+    parent_field = "parentName" if version == "v1beta2" else "parent"
+    parent, quotas = None, ()
+    if spec is not None and spec.node.tag != "tag:yaml.org,2002:null":
+        f = spec.fields((parent_field, "resourceGroups"), ("fairSharing",))
+        parent = f[parent_field].text() if parent_field in f else None
+        if "resourceGroups" in f:
+            quotas, _ = _resource_groups(read, f["resourceGroups"], "Cohort")
+    _once(read.cohorts, name, (PartitionNode(name, False, parent, quotas), at.line), at)
+
+
+def _local_queue(read: _Read, name: str, spec: _At | None, at: _At) -> None:
+    if spec is None:
+        raise at.error("spec: missing")
+    f = spec.fields(("clusterQueue",), ("stopPolicy", "fairSharing"))
+    if "clusterQueue" not in f:
+        raise spec.error("clusterQueue: missing")
+    _once(read.local, name, (f["clusterQueue"].text(), f["clusterQueue"].line), at)
+
+
+def _resolve(read: _Read) -> tuple[Partition, list[str]]:
+    """Check the references between objects and build the partition."""
+    p = read.path
+
+    def err(line: int, problem: str) -> InputFileError:
+        return InputFileError(p, line, None, problem)
+
+    if not read.cqs:
+        raise UserError(f"{p}: no ClusterQueue: jobs have nowhere to be admitted")
+    for cq, (node, line, _) in read.cqs.items():
+        for g in node.groups:
+            for fl in g.flavors:
+                if fl not in read.flavors:
+                    raise err(line, f"ClusterQueue {cq!r}: no ResourceFlavor {fl!r} in this file")
+    for name, (node, line) in read.cohorts.items():
+        if name in read.cqs:
+            raise err(line, f"Cohort {name!r} has the name of a ClusterQueue")
+        for (fl, _), _q in node.quotas:
+            if fl not in read.flavors:
+                raise err(line, f"Cohort {name!r}: no ResourceFlavor {fl!r} in this file")
+    # Cohorts named only by a ClusterQueue's or a Cohort's reference exist implicitly (Kueue's rule).
+    cohorts = {name: node for name, (node, _) in read.cohorts.items()}
+    refs = [(ref, line) for _, (_, line, ref) in read.cqs.items() if ref]
+    refs += [(n.parent, line) for n, line in read.cohorts.values() if n.parent]
+    for ref, line in refs:
+        if ref in read.cqs:
+            raise err(line, f"cohort {ref!r} is the name of a ClusterQueue")
+        cohorts.setdefault(ref, PartitionNode(ref, False, None))
+    if not read.local:
+        raise UserError(f"{p}: no LocalQueue: jobs reach a ClusterQueue through a LocalQueue named like their VC")
+    for lq, (cq, line) in read.local.items():
+        if cq not in read.cqs:
+            raise err(line, f"LocalQueue {lq!r}: no ClusterQueue {cq!r} in this file")
+    nodes = tuple(list(cohorts.values()) + [n for n, _, _ in read.cqs.values()])
+    partition = Partition(tuple(f for f, _ in read.flavors.values()), nodes,
+                          tuple(sorted((lq, cq) for lq, (cq, _) in read.local.items())),
+                          tuple(sorted(read.priorities.items())), source=p)
+    try:
+        QuotaTree(partition)
+    except ValueError as e:
+        raise UserError(f"{p}: {e}") from None
+    warnings = [f"{p}, line {line}: {kind} {path}: accepted but not modelled (docs/kueue.md)"
+                for (kind, path), line in sorted(read.warned.items(), key=lambda kv: kv[1])]
+    return partition, warnings
