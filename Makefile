@@ -46,12 +46,15 @@ docs-samples: $(STAMP)
 # dist/: the pure-Python wheel (py3-none-any: any Python >= 3.11 and platform, no compiler), the
 # sdist (compiles the core at install where mypy and a C compiler are, as a checkout does), and the
 # compiled wheel (this machine's Python and platform only: linux_x86_64 is not for PyPI).
-.PHONY: dist
-dist: $(STAMP)
+# dist-pure: the first two only (what to hand to others or upload; nothing compiled).
+.PHONY: dist dist-pure
+dist: dist-pure
+	$(BIN)/python -m pip wheel --no-deps -w dist .
+
+dist-pure: $(STAMP)
 	rm -rf build  # an earlier build's files would go into these
 	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 	ANALYSIM_PURE_PYTHON=1 $(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
-	$(BIN)/python -m pip wheel --no-deps -w dist .
 
 clean:
 	rm -rf $(VENV) out build dist *.egg-info .pytest_cache .ruff_cache *.so analysim/core/*.so analysim/core/plugins/*.so

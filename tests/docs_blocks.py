@@ -6,13 +6,27 @@ Every ```sh, ```bash and ```python block runs, in order per file, in one fresh t
 package (the interpreter's ``bin/`` first on PATH). An HTML comment on the line just before a
 fence says otherwise (GitHub does not render it):
 
-    <!-- docs-test: skip: REASON -->        not run (containers, clusters, servers in the foreground)
+    <!-- docs-test: skip: REASON -->        not run: only what no test here can have (a Kubernetes
+                                            API server, Slurm, the make targets that are this suite)
     <!-- docs-test: sample: COMMAND -->     the block is COMMAND's output (stdout), run after the
                                             blocks above it; ``make docs-samples`` rewrites it
-    <!-- docs-test: scheduler -->          (python) run against a real scheduler and one agent:
-                                            the philly cluster, mutual TLS and tokens, its
-                                            client.token, ca.crt, client.crt/key in the folder,
-                                            127.0.0.1:50051 in the block pointed at its port
+    <!-- docs-test: MODE [MODE ...] -->     the block runs with what its MODEs give it:
+
+    scheduler   (python) against a real scheduler and one agent: the philly cluster, mutual TLS
+                and tokens, its client.token, ca.crt, client.crt/key in the folder,
+                127.0.0.1:50051 in the block pointed at its port
+    serve       its servers (analysim gateway, the monitor service, the scheduler service, agents)
+                run in the background on ephemeral ports, the lines after each one wait until it
+                serves and reach it at the port the block names; at the end each gets SIGTERM and
+                must exit 0 (tests/docs_serve.py)
+    postgres    every postgresql:// URL in it is one fresh database of a real PostgreSQL
+                (tests/pg.py, the suite's own)
+    ray         $RAY_ADDRESS (and the token) of a real local Ray head (tests/rayhead.py)
+    render      ``docker compose ... up`` and ``kubectl`` render and validate what they would
+                start or apply instead of acting on a runtime or a cluster (tests/docs_render.py
+                says exactly what each checks); ``deploy/`` is the repository's (a link)
+    synopsis    a usage line with placeholders and [optional] parts, not run: every --option it
+                names must be one its command's --help lists
 
 A block that reads ``../shared`` is skipped when the repository has none. A sample's lines may
 differ from the fresh output only where a ``VARIES`` pattern matches (wall times).
@@ -41,7 +55,8 @@ BLOCK_TIMEOUT_S = 300
 # What may differ between a committed sample and a fresh run: wall-clock times.
 VARIES = [re.compile(r"ran in [0-9.]+ s")]
 _FENCE = re.compile(r"^```(\w*)\s*$")
-_DIRECTIVE = re.compile(r"^<!-- docs-test: (skip|sample|scheduler)(?:: (.*?))? -->$")
+_DIRECTIVE = re.compile(r"^<!-- docs-test: ([a-z ]+?)(?:: (.*?))? -->$")
+MODES = ("scheduler", "serve", "postgres", "ray", "render", "synopsis")
 
 
 @dataclass
@@ -50,9 +65,10 @@ class Block:
     line: int  # of the opening fence, 1-based
     lang: str  # "sh", "python" or "" (output)
     text: str
-    directive: str = ""  # skip, sample, scheduler or ""
+    directive: str = ""  # skip, sample or ""
     arg: str = ""  # the skip's reason, the sample's command
     end: int = 0  # the closing fence's line
+    modes: frozenset[str] = frozenset()  # of MODES
 
     @property
     def where(self) -> str:
@@ -76,11 +92,25 @@ def blocks(path: Path) -> list[Block]:
         i += 1
         while i < len(lines) and lines[i] != "```":
             i += 1
-        d = _DIRECTIVE.match(lines[start - 1]) if start else None
+        directive, arg, modes = _directive(path, start, lines[start - 1] if start else "")
         out.append(Block(path, start + 1, RUN.get(m.group(1), ""), "\n".join(lines[start + 1:i]) + "\n",
-                         d.group(1) if d else "", (d.group(2) or "") if d else "", i + 1))
+                         directive, arg, i + 1, modes))
         i += 1
     return out
+
+
+def _directive(path: Path, fence: int, line: str) -> tuple[str, str, frozenset[str]]:
+    """What the comment before a fence says: (skip|sample|"", its argument, the modes)."""
+    if not line.startswith("<!-- docs-test"):
+        return "", "", frozenset()
+    d = _DIRECTIVE.match(line)
+    words = d.group(1).split() if d else []
+    if d and words in (["skip"], ["sample"]) and d.group(2):
+        return words[0], d.group(2), frozenset()
+    if d and words and not d.group(2) and set(words) <= set(MODES):
+        return "", "", frozenset(words)
+    raise ValueError(f"{path.relative_to(ROOT)}:{fence}: not a docs-test directive: {line!r} "
+                     f"(skip: REASON, sample: COMMAND, or modes from {', '.join(MODES)})")
 
 
 def runnable(path: Path) -> list[Block]:
@@ -108,15 +138,17 @@ def folder() -> Iterator[Path]:
         yield work
 
 
-def run_block(b: Block, work: Path, replace: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    text = b.text
+def run_block(b: Block, work: Path, replace: dict[str, str] | None = None, text: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The block (or ``text`` in its place), with ``replace``'s strings replaced, in ``env``."""
+    text = b.text if text is None else text
     for old, new in (replace or {}).items():
         text = text.replace(old, new)
     if b.lang == "python":
         argv = [sys.executable, "-c", text]
     else:
         argv = ["bash", "-e", "-u", "-o", "pipefail", "-c", text]
-    return subprocess.run(argv, cwd=work, env=environment(work), capture_output=True, text=True,
+    return subprocess.run(argv, cwd=work, env=env or environment(work), capture_output=True, text=True,
                           timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
@@ -159,7 +191,7 @@ def regenerate(path: Path, check: bool) -> list[str]:
                 fresh = run_sample(b, work)
                 if not same_sample(b.text, fresh):
                     stale.append((b, fresh))
-            elif b.directive != "scheduler":
+            elif not b.modes:  # blocks that need servers, databases or clusters make no sample
                 r = run_block(b, work)
                 if r.returncode != 0:
                     raise SystemExit(failure(b, r))

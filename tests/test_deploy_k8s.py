@@ -39,6 +39,16 @@ def render(path: str) -> tuple[dict, ...]:
     return tuple(d for d in yaml.safe_load_all(r.stdout) if d)
 
 
+def validate(obj: dict) -> None:
+    """``obj`` against the Kubernetes schemas, strictly (no field they do not know)."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        raise AssertionError(f"{obj['kind']}/{obj['metadata']['name']}: {e.message}") from None
+
+
 def find(objs: tuple[dict, ...], kind: str, name: str) -> dict:
     return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"].startswith(name))
 
@@ -54,15 +64,10 @@ def env(container: dict) -> dict[str, object]:
 
 @pytest.mark.parametrize("path", ["base", "overlays/local", "overlays/replicas"])
 def test_renders_and_validates(path: str) -> None:
-    import kubernetes_validate
-
     objs = render(path)
     assert objs
     for o in objs:
-        try:
-            kubernetes_validate.validate(o, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as e:
-            raise AssertionError(f"{o['kind']}/{o['metadata']['name']}: {e.message}") from None
+        validate(o)
     if path != "base":
         assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == {"analysim"}
 

@@ -23,7 +23,7 @@ import yaml
 from tests.pg import PgCluster
 from tests.polling import wait_until
 from tests.test_deploy_compose import COMPOSE, DEPLOY, ROOT, docker_compose
-from tests.test_deploy_k8s import K8S_VERSION, containers, env, find, render
+from tests.test_deploy_k8s import containers, env, find, render, validate
 
 REPLICAS = DEPLOY / "compose.replicas.yaml"
 
@@ -97,14 +97,9 @@ def test_prometheus_scrapes_every_gateway_replica() -> None:
 
 @pytest.mark.skipif(subprocess.run(["which", "kubectl"], capture_output=True).returncode != 0, reason="kubectl not installed")
 def test_kubernetes_overlay_runs_gateway_replicas_on_postgres() -> None:
-    import kubernetes_validate
-
     objs = render("overlays/replicas")
     for o in objs:
-        try:
-            kubernetes_validate.validate(o, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as e:
-            raise AssertionError(f"{o['kind']}/{o['metadata']['name']}: {e.message}") from None
+        validate(o)
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == {"analysim"}
     gw = find(objs, "Deployment", "analysim-gateway")
     assert gw["spec"]["replicas"] >= 2 and gw["spec"]["strategy"]["type"] == "RollingUpdate"

@@ -15,6 +15,7 @@ from analysim.errors import UserError
 from analysim.report import JobsCsv, can_plot, summary_table, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
+from analysim.traces.summary import describe_filtered
 
 HELP = "replay a trace under one scheduling policy"
 DESCRIPTION = ("Replay a cluster trace (default: the embedded synthetic Philly-like trace) under one "
@@ -78,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     result, written = simulate(args)
     print(summary_table([(result.summary["policy"], result.summary)]))
     if result.summary.get("jobs_filtered"):
-        print("filtered: " + ", ".join(f"{k} {v}" for k, v in result.summary["jobs_filtered"].items()))
+        print(f"filtered out of the trace: {describe_filtered(result.summary['jobs_filtered'])} (docs/traces.md)")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from analysim.traces import FORMATS, load_trace, write_canonical
-from analysim.traces.summary import format_summary, summarize_file
+from analysim.traces.summary import describe_filtered, format_summary, summarize_file
 from analysim.traces.synthetic import generate
 
 
@@ -44,10 +44,6 @@ def register(subparsers: Any) -> None:
     gen.set_defaults(func=_generate)
 
 
-def _filtered(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
-
-
 def _info(args: argparse.Namespace) -> int:
     print(format_summary(summarize_file(args.file, args.format), max_vcs=args.vcs))
     return 0
@@ -57,7 +53,7 @@ def _convert(args: argparse.Namespace) -> int:
     trace = load_trace(args.file, args.format)
     write_canonical(trace, args.out)
     print(
-        f"wrote {len(trace.jobs):,} jobs to {args.out} (from {trace.format}; filtered out: {_filtered(trace.filtered)})"
+        f"wrote {len(trace.jobs):,} jobs to {args.out} (from {trace.format}; filtered out: {describe_filtered(trace.filtered)})"
     )
     return 0
 

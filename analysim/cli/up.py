@@ -17,6 +17,7 @@ from analysim.cli.common import DEFAULT_CLUSTER
 from analysim.clusters import parse_cluster
 from analysim.errors import UserError
 from analysim.report import summary_table
+from analysim.traces.summary import describe_filtered
 
 UP_ONLY = {"agents", "progress_s", "func", "command", "workdir", "keep"}
 
@@ -194,7 +195,7 @@ def _report(summary: dict, args: argparse.Namespace) -> None:
               f"|dJCT| mean {fid['mean_abs_delta_jct_s']:.3g} s, max {fid['max_abs_delta_jct_s']:.3g} s "
               f"({fid['divergence_ratio']:.3%} of the mean JCT)")
     if summary.get("jobs_filtered"):
-        print("filtered: " + ", ".join(f"{k} {v}" for k, v in summary["jobs_filtered"].items()))
+        print(f"filtered out of the trace: {describe_filtered(summary['jobs_filtered'])} (docs/traces.md)")
     if args.out:
         print("wrote " + ", ".join(str(p) for p in sorted(Path(args.out).iterdir()) if p.suffix in (".json", ".csv", ".png")))
     if args.log_level.upper() == "DEBUG":

@@ -159,10 +159,15 @@ def human_seconds(s: float) -> str:
     return f"{s / 86400:.1f}d"
 
 
+def describe_filtered(counts: dict[str, int]) -> str:
+    """The rows a reader left out, by reason: ``never_scheduled 897, cpu_only 1,052`` (or none)."""
+    return ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
+
+
 def format_summary(s: TraceSummary, max_vcs: int = 20) -> str:
     out: list[str] = []
     add = out.append
-    filtered = ", ".join(f"{k} {v:,}" for k, v in s.filtered.items()) or "none"
+    filtered = describe_filtered(s.filtered)
     add(f"{s.source}  (format {s.format})")
     add(f"  jobs              {s.jobs:,}")
     add(f"  filtered out      {filtered}")
