@@ -353,7 +353,7 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
                         c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter)):
                     worse_from = _worse_from(eng, vc, c.failed, c.quotas_matter) if c.failed else None
                     to = _next_backfill_effect(eng, c, vc, key, scopes, True, worse_from)
-                    jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to) if held_out else to, gen)
+                    jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
                     if not only_capacity:
                         until_stop.add(vc)
                     continue
@@ -361,7 +361,7 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
                                                                                 only_capacity)
                   and not (c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter))):
                 to = _shared_jump(eng, c, vc, key, scopes)
-                jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to) if held_out else to, gen)
+                jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
                 # With preemption or migration (and so quotas that matter), what a launch or a
                 # failure of another VC's job changes turns none of the jobs jumped over into one
                 # the pass would not pass over: that VC's usage (which only rises), the shared
