@@ -100,6 +100,7 @@ class CheckedEngine(Engine):
         cpu = np.zeros(len(spec.nodes), dtype=np.int64)
         mem = np.zeros(len(spec.nodes), dtype=np.int64)
         by_vc: Counter[str] = Counter()
+        held = {vc: np.zeros(len(spec.nodes), dtype=np.int64) for vc in self.gpus_of_vc}
         for job in self.running.values():
             js = job.spec
             by_vc[js.vc] += js.gpu_demand
@@ -108,6 +109,7 @@ class CheckedEngine(Engine):
             for n, slots in job.placement.gpus:
                 assert st_.up[n], "a job runs on a node that is down"
                 assert allowed[n], f"{js.job_id} runs on {spec.nodes[n].name}, not open to it (model or VC)"
+                held[js.vc][n] += len(slots)
                 for g in slots:
                     used[n, g] += js.gpu_milli
                 share = len(slots) / js.num_gpus if js.num_gpus else 1.0 / len(job.placement.gpus)
@@ -124,6 +126,8 @@ class CheckedEngine(Engine):
         assert (mem <= [n.memory_mib for n in spec.nodes]).all(), "memory over-allocated"
         assert (st_.cpu_free == [n.cpu_milli for n in spec.nodes] - cpu).all(), "free CPU disagrees with jobs"
         assert (st_.mem_free == [n.memory_mib for n in spec.nodes] - mem).all(), "free memory disagrees with jobs"
+        for vc, gpus in self.gpus_of_vc.items():
+            assert (gpus == held[vc]).all(), f"gpus_of_vc[{vc!r}] disagrees with its running jobs"
         for v in spec.vcs:
             assert abs(st_.vc_used.get(v.name, 0.0) - by_vc[v.name]) < 1e-6
             if v.quota_gpus is not None and not v.nodes and not spec.allow_borrowing:

@@ -223,10 +223,12 @@ def _first_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, sc
     for (demand, width, b), keys in lists[vc].items():
         if worse_lo <= width <= worse_hi:
             continue
-        if (demand, width) not in held_of:
-            held_of[demand, width] = _bucket_held(eng, vc, demand, width, c.blocked, scopes, narrowed,
-                                                  c.only_capacity)
-        got = held_of[demand, width]
+        bucket = (demand, width)
+        if bucket in held_of:
+            got = held_of[bucket]
+        else:
+            got = held_of[bucket] = _bucket_held(eng, vc, demand, width, c.blocked, scopes, narrowed,
+                                                 c.only_capacity)
         if got is None:
             continue
         held = cast(list[tuple[float, float]], got)  # (typed: the compiled loops compare unboxed floats)

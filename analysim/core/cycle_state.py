@@ -77,7 +77,7 @@ def failure_vc(eng: Engine, vc: str, quotas_matter: bool) -> str | None:
 
 def failure_sig(eng: Engine, spec: JobSpec, quotas_matter: bool) -> tuple:
     """A job's failure signature: what, besides its request, decides whether it can fit."""
-    return (spec.gpu_models, spec.vc if quotas_matter or spec.vc in eng.dedicated else None, spec.is_fractional)
+    return (spec.gpu_models, failure_vc(eng, spec.vc, quotas_matter), spec.is_fractional)
 
 
 def is_gang(eng: Engine, spec: JobSpec) -> bool:
@@ -105,10 +105,9 @@ def queue_scopes(eng: Engine, job: JobRun) -> tuple[str | None, ...]:
     vc = spec.vc
     if vc in eng.dedicated:
         return (vc,)
-    q = eng.quota_of(vc)
-    if q is None:
+    if eng.quota_of(vc) is None:
         return (None,)
-    return (vc,) if eng.state.vc_used.get(vc, 0.0) + spec.gpu_demand <= q + 1e-9 else (vc, None)
+    return (vc,) if eng.within_quota_of(vc, spec.gpu_demand) else (vc, None)
 
 
 def scopes_blocked_by(eng: Engine, vc: str) -> tuple[str | None, ...]:

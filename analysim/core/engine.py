@@ -63,6 +63,7 @@ class Engine(Handle):
         self.extra: dict[str, JobBook] = {}
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}
+        self.gpus_of_vc: dict[str, np.ndarray] = {}  # (kept by launch and _stop, for quota reclaim's bound)
         self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
         self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
         self._keep_decisions = self.config.keep_decisions
@@ -580,10 +581,14 @@ class Engine(Handle):
 
     def launch(self, job: JobRun, pl: Placement, record: bool = True) -> None:
         spec = job.spec
+        held = self.gpus_of_vc.get(spec.vc)
+        if held is None:
+            held = self.gpus_of_vc[spec.vc] = np.zeros(self.state.num_nodes, dtype=np.int64)
         for n, slots in pl.gpus:
             cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
             self.state.allocate(n, slots, spec.gpu_milli, cpu, mem)
             self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
+            held[n] += len(slots)
         ex = self.extra[spec.job_id]
         self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
         if self.admission is not None:
@@ -620,8 +625,10 @@ class Engine(Handle):
         job.executed_s += elapsed
         placement.release_on(self.state, job)
         spec = job.spec
+        held = self.gpus_of_vc[spec.vc]
         for n, slots in pl.gpus:
             self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI
+            held[n] -= len(slots)
         self.state.vc_used[spec.vc] -= spec.gpu_demand
         if self.admission is not None:
             self.admission.on_stop(job, self)

@@ -49,6 +49,7 @@ class Handle:
     rng: np.random.Generator  # the run's one random stream (seeded by EngineConfig.seed)
     running: dict[str, JobRun]  # job id -> running job
     running_by_vc: dict[str, dict[str, JobRun]]  # VC -> job id -> running job
+    gpus_of_vc: dict[str, np.ndarray]  # VC -> GPUs its running jobs hold on each node (read only)
 
     # The nodes open to a job (kept until a node goes down or up).
     def static_key(self, spec: JobSpec) -> tuple:

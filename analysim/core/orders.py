@@ -19,7 +19,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped, import-n
 
 from analysim.core import hints
 from analysim.core.cluster import ClusterState
-from analysim.core.cycle_state import CycleState, no_smaller, note_failure
+from analysim.core.cycle_state import CycleState, failure_vc, no_smaller, note_failure
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.scheduling_queue import SchedulingQueue
 from analysim.core.sorted_keys import first_after, first_key, keys_from, merge_heap, push_from
@@ -128,7 +128,7 @@ def _shape_verdict(eng: Engine, c: CycleState, job: JobRun, vc: str, shape: tupl
     smaller than a failed request, or as failing again (the pass's bookkeeping of the failure,
     without the visit), pass over it (evicted at this instant), or give it to the pass."""
     models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
-    sig = (models, vc if c.quotas_matter or vc in eng.dedicated else None, frac)  # (failure_sig)
+    sig = (models, failure_vc(eng, vc, c.quotas_matter), frac)  # (failure_sig, from the shape)
     worse = c.failed.get(sig)
     if worse is not None and not gang and no_smaller((g, milli, cpu, mem), worse):
         return _DROP

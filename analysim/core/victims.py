@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
 
@@ -305,14 +305,32 @@ def _gang_counted_fit(ctx: Handle, spec: JobSpec, k: int) -> Callable[[list[JobR
     """Whether the gang fits with a set evicted, by the counts _shortest_gang_prefix reads."""
     allowed = ctx.open_nodes(spec)
     base, every = _gang_counts(ctx, allowed, k)
+    g = spec.num_gpus
+    total = sum(base)
+    # The nodes, most wholly free GPUs first (ties by index: only the counts are summed). A set's
+    # k largest counts are among its raised nodes' and the k largest of the rest, so a trial reads
+    # k + (the nodes it raises) counts, not a sort of every node's (_fewest_within tries up to
+    # 2**12 sets: the sort was most of tiresias + both's choice of a gang's victims, py-spy).
+    most_first = sorted(range(len(base)), key=base.__getitem__, reverse=True)
 
     def fits(evicted: list[JobRun]) -> bool:
-        cap = list(base)
+        raised: dict[int, int] = {}
         for v in evicted:
             for n, slots in v.placed.gpus:
                 if allowed[n]:
-                    cap[n] += len(slots)
-        return (sum(cap) if every else sum(sorted(cap)[-k:])) >= spec.num_gpus
+                    raised[n] = raised.get(n, 0) + len(slots)
+        if every:
+            return total + sum(raised.values()) >= g
+        tops = [base[n] + r for n, r in raised.items()]
+        rest = 0
+        for n in most_first:
+            if rest == k:
+                break
+            if n not in raised:
+                tops.append(base[n])
+                rest += 1
+        tops.sort(reverse=True)
+        return sum(tops[:k]) >= g
 
     return fits
 
@@ -404,3 +422,11 @@ def eviction_hopeless(ctx: Handle, spec: JobSpec, k: int, held: dict[int, int]) 
     most = sorted([int(st.full_free[n]) + h for n, h in held.items()] + [st.max_full_free()] * k,
                   reverse=True)
     return sum(most[:k]) < g
+
+
+def eviction_hopeless_over(ctx: Handle, spec: JobSpec, k: int, held: np.ndarray) -> bool:
+    """eviction_hopeless from the GPUs the candidates hold on each of the cluster's nodes (an array,
+    as ``Handle.gpus_of_vc`` keeps them), for a plugin that can bound a search before it gathers
+    its candidates."""
+    touched = np.flatnonzero(held * ctx.static_mask(spec))
+    return eviction_hopeless(ctx, spec, k, cast(dict[int, int], dict(zip(touched.tolist(), held[touched].tolist(), strict=True))))
