@@ -404,7 +404,7 @@ def plot_cluster_queues(runs: Sequence[tuple[str, dict]], out: Path) -> Path | N
     names = _queue_names(runs)
     y = np.arange(len(names))
     height = 0.8 / len(runs)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.45 * len(names) * len(runs) + 1.5)), sharey=True)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.3 * len(names) * len(runs) + 1.5)), sharey=True)
     for k, (label, s) in enumerate(runs):
         qs = [s["per_cluster_queue"].get(n) or {} for n in names]
         at = y + (k - (len(runs) - 1) / 2) * height
