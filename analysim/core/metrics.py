@@ -56,7 +56,7 @@ _STATUSES = tuple(s.value for s in JobStatus)
 
 class EndedJobs:
     """What the summary needs of every ended job, as flat arrays in the order the jobs ended
-    (about 60 bytes a job, not a row dict): status, VC, JCT, wait, queueing, slowdown and counts."""
+    (about 65 bytes a job, not a row dict): status, VC, JCT, wait, queueing, slowdown and counts."""
 
     def __init__(self) -> None:
         self.status = array("b")
