@@ -13,6 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analysim.core.cluster import ClusterSpec, NodeSpec
 from analysim.core.job import JobRun, JobSpec
@@ -113,6 +115,29 @@ def test_a_borrowing_limit_set_on_the_command_line_changes_the_queue_s_wait(tmp_
     s = _summary(tmp_path, ("ClusterQueue/a/gpu/nvidia.com/gpu/borrowingLimit=2",
                             "ClusterQueue/a/gpu/nvidia.com/gpu/borrowingLimit=none"))
     assert s["per_cluster_queue"]["a"]["avg_admission_wait_s"] == 0.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 8), st.integers(0, 300), st.integers(1, 200)),
+                min_size=1, max_size=25))
+def test_queue_usage_is_its_jobs_work_and_borrowing_is_bounded(tmp_path, raw):
+    # An outside oracle, the jobs themselves: with no preemption, on one node (no slowdown), a
+    # queue holds each of its jobs' GPUs for exactly the job's duration, so its GPU-time is the
+    # sum of GPUs x duration of its jobs, and the run's GPU-time the sum over queues. What it
+    # borrows is at most what it holds, and at least what it holds past nominal x makespan.
+    jobs = [JobSpec(f"j{i}", float(t), float(d), g, vc=q) for i, (q, g, t, d) in enumerate(raw)]
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_QUEUES)
+    part, _ = load_partition(str(path), NODE)
+    s = run(jobs, dataclasses.replace(NODE, partition=part), RunOptions()).summary
+    makespan = s["makespan_s"]
+    for name, q in s["per_cluster_queue"].items():
+        work = sum(j.num_gpus * j.duration_s for j in jobs if j.vc == name)
+        assert q["gpu_time_s"] == pytest.approx(work)
+        assert q["jobs_completed"] == sum(j.vc == name for j in jobs)
+        assert max(0.0, work - 4 * makespan) - 1e-6 <= q["borrowed_gpu_time_s"] <= work + 1e-6
+    total = sum(q["gpu_time_s"] for q in s["per_cluster_queue"].values())
+    assert total == pytest.approx(s["gpu_utilization"] * 8 * makespan)
 
 
 @pytest.mark.parametrize("setting, message", [
