@@ -33,6 +33,7 @@ COMPILED = [
     "analysim/core/orders.py",
     "analysim/core/partition.py",
     "analysim/core/placement.py",
+    "analysim/core/queue_metrics.py",
     "analysim/core/ranked.py",
     "analysim/core/records.py",
     "analysim/core/scheduling_queue.py",

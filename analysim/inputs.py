@@ -61,6 +61,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's logical partition, replacing its VCs: a YAML of Kueue objects "
                         "(ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass; docs/kueue.md). "
                         "A job goes to the LocalQueue named like its VC (or as --vc-map maps it, or --default-vc)")
+    g.add_argument("--partition-set", action="append", default=None, metavar="PATH=VALUE",
+                   help="change one quota field of --partition for the run (repeatable): "
+                        "KIND/NAME/FLAVOR/RESOURCE/FIELD=VALUE, e.g. "
+                        "ClusterQueue/team-a/v100/nvidia.com/gpu/borrowingLimit=16 (VALUE none: no limit)")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed for the synthetic trace, random placement and sampling")
     g.add_argument("--mode", choices=MODES, default="replay",
                    help="replay the trace in time, or inflate: submit tasks, each placed at once or counted "
@@ -94,7 +98,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "preemption", "migration",
                       "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
                       "rebalance_interval", "relaxed_locality", "inflate_until", "stop_at_first_failure",
-                      "vc_map", "default_vc", "partition", "out", "no_plots", "no_progress", "func"})
+                      "vc_map", "default_vc", "partition", "partition_set", "out", "no_plots", "no_progress", "func"})
 SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
 
 
@@ -120,6 +124,8 @@ def load_inputs(args: argparse.Namespace, trace: Trace | None = None) -> tuple[T
     cluster = parse_cluster(args.cluster or DEFAULT_CLUSTER.get(trace.format, "philly"))
     if getattr(args, "partition", None):
         return _on_partition(args, trace, cluster)
+    if getattr(args, "partition_set", None):
+        raise UserError("--partition-set changes a field of --partition FILE: give the file")
     vc_map = args.vc_map if args.vc_map in (None, BY_SHARE) else str(args.vc_map)
     jobs, changed = apply_vc_map(trace.jobs, cluster, vc_map, args.default_vc)
     if changed:
@@ -131,7 +137,7 @@ def _on_partition(args: argparse.Namespace, trace: Trace, cluster: ClusterSpec) 
     """The trace's jobs on the partition's LocalQueues (those no LocalQueue takes, or that no
     ClusterQueue could ever admit, counted as filtered), and the cluster with the partition in
     place of its VCs. Fields the file has that are accepted but not modelled are warned about."""
-    partition, warnings = load_partition(args.partition, cluster)
+    partition, warnings = load_partition(args.partition, cluster, getattr(args, "partition_set", None) or ())
     for w in warnings:
         print(f"analysim: warning: {w}", file=sys.stderr)
     if args.vc_map == BY_SHARE:

@@ -304,18 +304,131 @@ def summary_table(rows: Sequence[tuple[str, dict]]) -> str:
     inflate = any(s.get("mode") == "inflate" for _, s in rows)
     cols = INFLATE_COLUMNS if inflate else SUMMARY_COLUMNS
     header = ["run"] + [c[0] for c in cols]
-    body = []
-    for label, s in rows:
-        line = [label]
-        for _, key, fmt in cols:
-            v = s.get(key)
-            if v is None:
-                line.append("-")
-            elif fmt == "h":
-                line.append(f"{v / 3600:.2f}")
-            else:
-                line.append(fmt.format(v))
-        body.append(line)
+    body = [[label] + [_cell(s.get(key), fmt) for _, key, fmt in cols] for label, s in rows]
+    return _fixed_width(header, body, left=1)
+
+
+def _cell(v: object, fmt: str) -> str:
+    if v is None:
+        return "-"
+    if fmt == "h":
+        return f"{v / 3600:.2f}"  # type: ignore[operator]
+    return fmt.format(v)
+
+
+def _fixed_width(header: list[str], body: list[list[str]], left: int) -> str:
+    """Columns padded to their widest cell: the first ``left`` flush left, the others right."""
     widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
-    fmt_line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
+    fmt_line = lambda r: "  ".join(str(c).ljust(w) if i < left else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
     return "\n".join([fmt_line(header), "  ".join("-" * w for w in widths)] + [fmt_line(r) for r in body])
+
+
+# The per-ClusterQueue table (summary.json's per_cluster_queue, analysim.core.queue_metrics): title,
+# key, format. docs/kueue.md defines each column.
+CLUSTER_QUEUE_COLUMNS = (
+    ("jobs", "jobs_completed", "{:d}"),
+    ("wait avg h", "avg_admission_wait_s", "h"),
+    ("wait p50 h", "median_admission_wait_s", "h"),
+    ("wait p95 h", "p95_admission_wait_s", "h"),
+    ("JCT avg h", "avg_jct_s", "h"),
+    ("JCT p99 h", "p99_jct_s", "h"),
+    ("nominal", "nominal_gpus", "{:g}"),
+    ("avg GPUs", "avg_gpus", "{:.1f}"),
+    ("of nominal", "usage_of_nominal", "{:.0%}"),
+    ("borrowed", "avg_borrowed_gpus", "{:.1f}"),
+)
+# Preemptions by Kueue reason, one column: InClusterQueue/InCohortReclamation/InCohortFairSharing/
+# InCohortReclaimWhileBorrowing (and any other reason recorded, after a +).
+PREEMPTED_COLUMN = "preempted cq/rc/fs/rb"
+
+
+def _preempted(evictions: dict) -> str:
+    from analysim.core.queue_metrics import EVICTION_REASONS
+
+    text = "/".join(str(evictions.get(r, 0)) for r in EVICTION_REASONS)
+    other = sum(n for r, n in evictions.items() if r not in EVICTION_REASONS)
+    return text + (f"+{other}" if other else "")
+
+
+def cluster_queue_table(runs: Sequence[tuple[str, dict]]) -> str:
+    """The per-ClusterQueue table of runs under a partition ('' when none has one): a line per
+    ClusterQueue and run, the runs of a queue together (one run: no run column)."""
+    runs = [(label, s) for label, s in runs if s.get("per_cluster_queue")]
+    if not runs:
+        return ""
+    many = len(runs) > 1
+    header = ["ClusterQueue"] + (["run"] if many else []) + [c[0] for c in CLUSTER_QUEUE_COLUMNS] + [PREEMPTED_COLUMN]
+    body = []
+    for name in _queue_names(runs):
+        for label, s in runs:
+            q = s["per_cluster_queue"].get(name)
+            if q is None:
+                continue
+            body.append([name] + ([label] if many else []) + [_cell(q.get(k), f) for _, k, f in CLUSTER_QUEUE_COLUMNS]
+                        + [_preempted(q.get("evictions") or {})])
+    return _fixed_width(header, body, left=2 if many else 1)
+
+
+def _queue_names(runs: Sequence[tuple[str, dict]]) -> list[str]:
+    names: dict[str, None] = {}
+    for _, s in runs:
+        names.update(dict.fromkeys(s.get("per_cluster_queue") or {}))
+    return list(names)
+
+
+def cluster_queue_rows(runs: Sequence[tuple[str, dict]]) -> list[dict]:
+    """cluster_queues.csv: a row per run and ClusterQueue, every figure of per_cluster_queue
+    (evictions as ``preempted_<reason>``)."""
+    rows = []
+    for label, s in runs:
+        for name, q in (s.get("per_cluster_queue") or {}).items():
+            row = {"run": label, "cluster_queue": name}
+            for k, v in q.items():
+                if k == "evictions":
+                    row.update({f"preempted_{r}": n for r, n in v.items()})
+                elif k == "local_queues":
+                    row[k] = "|".join(v)
+                else:
+                    row[k] = v
+            rows.append(row)
+    return rows
+
+
+def plot_cluster_queues(runs: Sequence[tuple[str, dict]], out: Path) -> Path | None:
+    """cluster_queues.png: per ClusterQueue and run, the mean admission wait, and the GPUs held on
+    average against the nominal quota (the part borrowed hatched). None when no run has a partition."""
+    runs = [(label, s) for label, s in runs if s.get("per_cluster_queue")]
+    if not runs:
+        return None
+    plt = pyplot()
+    names = _queue_names(runs)
+    y = np.arange(len(names))
+    height = 0.8 / len(runs)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.3 * len(names) * len(runs) + 1.5)), sharey=True)
+    for k, (label, s) in enumerate(runs):
+        qs = [s["per_cluster_queue"].get(n) or {} for n in names]
+        at = y + (k - (len(runs) - 1) / 2) * height
+        color = f"C{k % 10}"
+        a1.barh(at, [(q.get("avg_admission_wait_s") or 0) / 3600 for q in qs], height, color=color, label=label)
+        used = np.array([q.get("avg_gpus") or 0.0 for q in qs])
+        borrowed = np.array([q.get("avg_borrowed_gpus") or 0.0 for q in qs])
+        a2.barh(at, used - borrowed, height, color=color, label=label)
+        a2.barh(at, borrowed, height, left=used - borrowed, color=color, hatch="//", edgecolor="white", alpha=0.7)
+    nominal = [next((s["per_cluster_queue"][n]["nominal_gpus"] for _, s in runs if n in s["per_cluster_queue"]), 0)
+               for n in names]
+    a2.scatter(nominal, y, marker="|", s=300, color="black", zorder=3, label="nominal quota")
+    a1.set_yticks(y, names, fontsize=8)
+    a1.invert_yaxis()
+    a1.set_xlabel("mean admission wait (hours)")
+    a1.set_title("admission wait per ClusterQueue", fontsize=10)
+    a1.legend(fontsize=7)
+    a1.grid(alpha=0.3, axis="x")
+    a2.set_xlabel("GPUs held, time average (hatched: borrowed past nominal)")
+    a2.set_title("usage against nominal quota", fontsize=10)
+    a2.legend(fontsize=7)
+    a2.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    p = out / "cluster_queues.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

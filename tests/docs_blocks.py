@@ -2,7 +2,8 @@
 outputs they show, regenerated from the commands that print them.
 
 Every ```sh, ```bash and ```python block runs, in order per file, in one fresh temporary folder
-(``work/``, with ``../shared`` beside it when the repository has one), against the installed
+(``work/``, with ``../shared`` beside it when the repository has one and the repository's
+``examples/`` in it), against the installed
 package (the interpreter's ``bin/`` first on PATH). An HTML comment on the line just before a
 fence says otherwise (GitHub does not render it):
 
@@ -128,10 +129,12 @@ def environment(work: Path) -> dict[str, str]:
 
 @contextmanager
 def folder() -> Iterator[Path]:
-    """A fresh ``work/`` with ``../shared`` beside it (a link) when the repository has one."""
+    """A fresh ``work/`` with ``../shared`` beside it (a link) when the repository has one, and the
+    repository's ``examples/`` in it (a link), as a reader in a checkout has them."""
     with tempfile.TemporaryDirectory(prefix="analysim-docs-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
+        (work / "examples").symlink_to(ROOT / "examples")
         (Path(tmp) / "tmp").mkdir()
         if SHARED.is_dir():
             (Path(tmp) / "shared").symlink_to(SHARED)

@@ -4,6 +4,7 @@ SIGKILL mid-sweep does not stop the sweep; a re-run of a finished sweep does no 
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -76,3 +77,23 @@ def test_killed_ray_worker_does_not_stop_the_sweep(tmp_path, ray_cluster):
     assert r.returncode == 0, r.stderr
     assert "0 cells ran" in r.stdout and "8 skipped" in r.stdout, r.stdout
     assert before == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/jobs.csv")}
+
+
+def test_ray_sweep_over_a_partition_field(tmp_path, ray_cluster):
+    # The local engine's end-to-end case (tests/test_kueue_report.py) on Ray: the same per-ClusterQueue
+    # waits. The partition file is read by each cell on its worker: an absolute path.
+    from tests.test_kueue_report import TWO_QUEUES
+
+    (tmp_path / "two.yaml").write_text(TWO_QUEUES)
+    (tmp_path / "trace.csv").write_text("job_id,submit_s,duration_s,num_gpus,vc\nj1,0,100,6,a\nj2,10,50,4,b\nj3,20,30,2,a\n")
+    key = "ClusterQueue/a/gpu/nvidia.com/gpu/borrowingLimit"
+    (tmp_path / "s.yaml").write_text(f"trace: trace.csv\ncluster: 1x8\npartition: {tmp_path / 'two.yaml'}\n"
+                                     f"partition_set:\n  {key}: [null, 2]\n")
+    r = analysim("sweep", "s.yaml", "--engine", "ray", "--address", ray_cluster["address"], "--out", "out",
+                 cwd=tmp_path, env=ray_cluster["env"])
+    assert r.returncode == 0, r.stderr
+    assert "2 cells ran" in r.stdout, r.stdout
+    queues = {(q["run"], q["cluster_queue"]): float(q["avg_admission_wait_s"])
+              for q in csv.DictReader((tmp_path / "out" / "cluster_queues.csv").open())}
+    assert queues == {(f"{key}=default", "a"): 0.0, (f"{key}=default", "b"): 90.0,
+                      (f"{key}=2", "a"): 40.0, (f"{key}=2", "b"): 90.0}

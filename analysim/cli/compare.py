@@ -1,5 +1,5 @@
-"""``analysim compare``: run every policy x placement combination in parallel processes, print one
-table and write one combined plot."""
+"""``analysim compare``: run every policy x placement (x partition file) combination in parallel
+processes, print one table (and, under partitions, one per ClusterQueue) and write one combined plot."""
 
 from __future__ import annotations
 
@@ -14,21 +14,35 @@ from pathlib import Path
 from analysim.cli.argtypes import positive_int
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.cli.simulate import run_and_write
-from analysim.core.policies import build_policy
+from analysim.core.policies import PARTITION_QUEUES, build_policy
 from analysim.errors import UserError
 from analysim.forked import ForkedTasks
-from analysim.report import can_plot, plot_compare, summary_table, write_csv, write_json
+from analysim.report import (
+    can_plot,
+    cluster_queue_rows,
+    cluster_queue_table,
+    plot_cluster_queues,
+    plot_compare,
+    summary_table,
+    write_csv,
+    write_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="run several policies and placements side by side",
-        description="Run each combination of --policies and --placements on the same trace and cluster, "
-                    "in parallel processes; print one table; write each run's results and compare.png.",
+        description="Run each combination of --policies and --placements (and --partitions) on the same trace and "
+                    "cluster, in parallel processes; print one table (and one per ClusterQueue under a partition); "
+                    "write each run's results and compare.png.",
     )
     add_run_arguments(p)
-    p.add_argument("--policies", default="fifo,srtf,tiresias", help="comma-separated queue policies")
+    p.add_argument("--policies", help="comma-separated queue policies (default: fifo,srtf,tiresias; under "
+                                      "--partition or --partitions kueue, the only one)")
+    p.add_argument("--partitions", metavar="FILE,FILE",
+                   help="comma-separated partition files (Kueue YAML, as --partition): each combination runs "
+                        "under each, labelled by the file's name; the ClusterQueue table compares them")
     p.add_argument("--placements", default="consolidate", help="comma-separated placements")
     p.add_argument("--both", action="store_true",
                    help="run each combination with and without --preemption/--migration")
@@ -37,13 +51,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def _combos(args: argparse.Namespace) -> list[tuple[str, str, bool, bool]]:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+Combo = tuple[str, str, bool, bool, str | None]  # policy, placement, preemption, migration, partition file
+
+
+def _partitions(args: argparse.Namespace) -> list[str | None]:
+    if args.partitions is None:
+        return [args.partition]
+    if args.partition:
+        raise UserError("--partition and --partitions: give one (--partitions FILE,FILE runs each)")
+    files = [f.strip() for f in args.partitions.split(",") if f.strip()]
+    if not files:
+        raise UserError("--partitions: expected comma-separated partition files")
+    if len(set(files)) != len(files):
+        raise UserError("--partitions: a file is named twice")
+    return files
+
+
+def _combos(args: argparse.Namespace) -> list[Combo]:
+    partitions = _partitions(args)
+    under = partitions != [None]
+    policies = [p.strip() for p in (args.policies or ("kueue" if under else "fifo,srtf,tiresias")).split(",") if p.strip()]
     placements = [p.strip() for p in args.placements.split(",") if p.strip()]
     for pol in policies:
+        if under and pol not in PARTITION_QUEUES:
+            raise UserError(f"--policies {pol}: under a partition jobs are queued as Kueue queues them; "
+                            f"give {' or '.join(PARTITION_QUEUES)}")
         for pl in placements:
             try:
-                build_policy(pol, pl, backfill=args.backfill and pol.startswith("fifo"))
+                build_policy("fifo" if under else pol, pl, backfill=args.backfill and pol.startswith("fifo"))
             except ValueError as e:
                 raise UserError(str(e)) from None
     if args.both and not (args.preemption or args.migration):
@@ -51,11 +86,24 @@ def _combos(args: argparse.Namespace) -> list[tuple[str, str, bool, bool]]:
     mech = [(args.preemption, args.migration)]
     if args.both:
         mech = [(False, False), (args.preemption, args.migration)]
-    return [(pol, pl, pre, mig) for pol in policies for pl in placements for pre, mig in mech]
+    return [(pol, pl, pre, mig, part) for part in partitions for pol in policies for pl in placements
+            for pre, mig in mech]
 
 
-def _label(pol: str, pl: str, pre: bool, mig: bool) -> str:
-    return f"{pol}/{pl}" + ("+preempt" if pre else "") + ("+migrate" if mig else "")
+def _labels(combos: list[Combo], several_partitions: bool) -> list[str]:
+    """Each run's label: its policy/placement(+mechanisms); with --partitions, the partition file's
+    name (its path when two share a name), followed by the rest when there is more than one."""
+    def run(c: Combo) -> str:
+        pol, pl, pre, mig, _ = c
+        return f"{pol}/{pl}" + ("+preempt" if pre else "") + ("+migrate" if mig else "")
+
+    if not several_partitions:
+        return [run(c) for c in combos]
+    files = list(dict.fromkeys(c[4] for c in combos))
+    stems = [Path(f).stem for f in files if f]
+    name = {f: (Path(f).stem if len(set(stems)) == len(stems) else f) for f in files if f}
+    one_run_each = len(combos) == len(files)
+    return [name[c[4]] if one_run_each else f"{name[c[4]]}:{run(c)}" for c in combos if c[4]]
 
 
 class _JobsEnded:
@@ -110,14 +158,13 @@ class _RunCounter:
         self.pending = 0
 
 
-def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool], trace, cluster,
+def _one(args: argparse.Namespace, combo: Combo, label: str, trace, cluster,
          progress: _JobsEnded | None = None) -> tuple[str, dict, list[float]]:
     """One run, written to its folder (jobs.csv as it goes): (label, summary, JCTs of the completed jobs)."""
-    pol, pl, pre, mig = combo
+    pol, pl, pre, mig, _ = combo
     ns = argparse.Namespace(**{**vars(args), "preemption": pre, "migration": mig,
                                "backfill": args.backfill and pol.startswith("fifo")})
     opts = run_options(ns, pol, pl)
-    label = _label(*combo)
     ended = progress.counter() if progress is not None else None
     result, _ = run_and_write(args.out / label.replace("/", "_"), trace, cluster, opts, plots=False,
                               on_job_end=ended)
@@ -126,15 +173,15 @@ def _one(args: argparse.Namespace, combo: tuple[str, str, bool, bool], trace, cl
     return label, result.summary, result.completed_jct.tolist()
 
 
-def _run_forked(args: argparse.Namespace, combos: list, trace, cluster, workers: int,
+def _run_forked(args: argparse.Namespace, combos: list[Combo], labels: list[str], inputs: dict, workers: int,
                 progress: _JobsEnded | None) -> list:
     tasks = ForkedTasks(workers)
     for i, combo in enumerate(combos):
-        tasks.submit(i, _safe_one, args, combo, trace, cluster, progress)
+        tasks.submit(i, _safe_one, args, combo, labels[i], *inputs[combo[4]], progress)
     results: list = [None] * len(combos)
     for done in tasks.finished():
         if done.died:
-            raise UserError(f"the run {_label(*combos[done.key])} died (exit code {done.exitcode}); "
+            raise UserError(f"the run {labels[done.key]} died (exit code {done.exitcode}); "
                             "out of memory? try fewer --workers")
         if isinstance(done.result, ValueError | UserError):
             raise done.result
@@ -149,29 +196,46 @@ def _safe_one(*a) -> tuple[str, dict, list[float]] | ValueError | UserError:
         return e
 
 
+def _inputs(args: argparse.Namespace, combos: list[Combo]) -> dict:
+    """partition file (or None) -> (trace, cluster), the trace read once: loaded here, before any
+    run, so that forked runs inherit them and a bad input (a bad partition file) fails fast."""
+    from analysim.inputs import read_trace
+
+    trace = read_trace(args)
+    out = {}
+    for part in dict.fromkeys(c[4] for c in combos):
+        out[part] = load_inputs(argparse.Namespace(**{**vars(args), "partition": part}), trace)
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.partition:
-        raise UserError("--partition: compare does not take a partition yet (analysim simulate does)")
     combos = _combos(args)
-    trace, cluster = load_inputs(args)  # once, here: forked runs inherit it, and a bad input fails fast
+    labels = _labels(combos, args.partitions is not None)
+    inputs = _inputs(args, combos)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     workers = max(1, min(args.workers, len(combos)))
     # As simulate and sweep: a bar on a terminal, nothing otherwise or with --no-progress (inflate
     # runs end no jobs: no bar either).
-    progress = (_JobsEnded(len(combos) * len(trace.jobs))
-                if args.mode == "replay" and trace.jobs and not args.no_progress and sys.stderr.isatty() else None)
+    jobs = sum(len(inputs[c[4]][0].jobs) for c in combos)
+    progress = (_JobsEnded(jobs) if args.mode == "replay" and jobs and not args.no_progress and sys.stderr.isatty()
+                else None)
     try:
         if workers == 1:
-            results = [_one(args, c, trace, cluster, progress) for c in combos]
+            results = [_one(args, c, label, *inputs[c[4]], progress) for c, label in zip(combos, labels, strict=True)]
         else:
-            results = _run_forked(args, combos, trace, cluster, workers, progress)
+            results = _run_forked(args, combos, labels, inputs, workers, progress)
     except ValueError as e:  # e.g. every job filtered out
         raise UserError(str(e)) from None
     finally:
         if progress is not None:
             progress.close()
-    table = summary_table([(label, s) for label, s, _ in results])
+    runs = [(label, s) for label, s, _ in results]
+    table = summary_table(runs)
+    per_queue = cluster_queue_table(runs)
+    if per_queue:
+        table += "\n\n" + per_queue
+        write_csv(cluster_queue_rows(runs), args.out / "cluster_queues.csv")
     print(table)
     rows = [{"run": label, **{k: v for k, v in s.items() if not isinstance(v, dict)}} for label, s, _ in results]
     write_csv(rows, args.out / "compare.csv")
@@ -180,7 +244,9 @@ def main(args: argparse.Namespace) -> int:
     plotted = any(s.get("mode") != "inflate" for _, s, _ in results) and can_plot()
     if plotted:
         plot_compare(results, args.out)
+    queue_png = plotted and per_queue and plot_cluster_queues(runs, args.out)
     (args.out / "compare.txt").write_text(table + "\n")
-    png = ", compare.png" if plotted else ""
-    print(f"wrote {args.out}/compare.txt, compare.csv, compare.json{png} and one folder per run")
+    written = ["compare.txt", "compare.csv", "compare.json"] + (["cluster_queues.csv"] if per_queue else [])
+    written += (["compare.png"] if plotted else []) + (["cluster_queues.png"] if queue_png else [])
+    print(f"wrote {args.out}/{', '.join(written)} and one folder per run")
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
-from analysim.report import JobsCsv, can_plot, summary_table, write_run
+from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
 from analysim.traces.summary import describe_filtered
@@ -78,6 +78,9 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
 def main(args: argparse.Namespace) -> int:
     result, written = simulate(args)
     print(summary_table([(result.summary["policy"], result.summary)]))
+    per_queue = cluster_queue_table([(result.summary["policy"], result.summary)])
+    if per_queue:
+        print("\n" + per_queue)
     if result.summary.get("jobs_filtered"):
         print(f"filtered out of the trace: {describe_filtered(result.summary['jobs_filtered'])} (docs/traces.md)")
     print("wrote " + ", ".join(str(p) for p in written))

@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from analysim.report import cluster_queue_table
     from analysim.sweep import EngineOptions, run_sweep
     from analysim.sweep.engines import import_ray, machine_cpus
     from analysim.sweep.spec import load_sweep
@@ -62,9 +63,12 @@ def main(args: argparse.Namespace) -> int:
     run = run_sweep(sweep, args.out, engine, retry_failed=args.retry_failed,
                     progress=not args.no_progress and sys.stderr.isatty(), spec_file=args.spec)
     print(aggregate_table(run.aggregate))
+    if run.cluster_queues:
+        print(cluster_queue_table(run.cluster_queues))
     print(f"sweep: {run.ran} cells ran in {run.wall_s:.1f} s, {run.skipped} skipped (finished before), "
           f"{run.failed} failed, {run.lost} lost")
-    print(f"wrote {args.out}/results.csv, aggregate.csv, cells/<id>/; analysim report {args.out}")
+    queues = "cluster_queues.csv, " if run.cluster_queues else ""
+    print(f"wrote {args.out}/results.csv, aggregate.csv, {queues}cells/<id>/; analysim report {args.out}")
     bad = sum(r["status"] != "ok" for r in run.rows)
     if bad:
         print(f"sweep: {bad} of {run.total} cells have no results (see the status and error columns of results.csv)")

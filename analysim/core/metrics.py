@@ -25,6 +25,7 @@ from mypy_extensions import mypyc_attr
 
 from analysim.core import placement
 from analysim.core.job import GPU_MILLI, JobRun, JobStatus
+from analysim.core.queue_metrics import QueueMeter, queue_meter
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -55,7 +56,7 @@ _STATUSES = tuple(s.value for s in JobStatus)
 
 class EndedJobs:
     """What the summary needs of every ended job, as flat arrays in the order the jobs ended
-    (about 50 bytes a job, not a row dict): status, VC, JCT, queueing, slowdown and counts."""
+    (about 65 bytes a job, not a row dict): status, VC, JCT, wait, queueing, slowdown and counts."""
 
     def __init__(self) -> None:
         self.status = array("b")
@@ -63,6 +64,7 @@ class EndedJobs:
         self.vc_names: list[str] = []
         self._vc_index: dict[str, int] = {}
         self.jct = array("d")
+        self.wait = array("d")
         self.queue = array("d")
         self.slowdown = array("d")
         self.preemptions = array("q")
@@ -77,6 +79,7 @@ class EndedJobs:
             self.vc_names.append(row["vc"])
         self.vc.append(vc)
         self.jct.append(row["jct_s"])
+        self.wait.append(row["wait_s"])
         self.queue.append(row["queue_s"])
         self.slowdown.append(row["slowdown"])
         self.preemptions.append(row["preemptions"])
@@ -119,14 +122,15 @@ class MetricsRecorder:
     start_s: float | None = None
     last_end_s: float = 0.0
     _next_sample: float | None = None
+    # Under a partition, per ClusterQueue usage, borrowing and evictions (summary's per_cluster_queue).
+    queue_meter: QueueMeter | None = None
 
     # --- engine hooks
 
     def advance(self, engine: Engine, t: float) -> None:
         if self.start_s is None:
             # Time before the first event is not part of the run.
-            self.start_s = t
-            self._next_sample = t
+            self._start(engine, t)
             return
         dt = t - engine.now
         if dt <= 0:
@@ -134,6 +138,8 @@ class MetricsRecorder:
         self.alloc_gpu_s += engine.allocated_gpus * dt
         self.capacity_gpu_s += engine.up_gpus * dt
         self.pending_job_s += engine.pending_count * dt
+        if self.queue_meter is not None:
+            self.queue_meter.advance(dt)
         acc = self.vc_alloc_gpu_s
         for vc, used in engine.state.vc_used.items():
             if used:
@@ -150,13 +156,19 @@ class MetricsRecorder:
 
     def after_pass(self, engine: Engine) -> None:
         if self.start_s is None:
-            self.start_s = engine.now
-            self._next_sample = engine.now
+            self._start(engine, engine.now)
+
+    def _start(self, engine: Engine, t: float) -> None:
+        self.start_s = t
+        self._next_sample = t
+        self.queue_meter = queue_meter(engine)
 
     def job_ended(self, engine: Engine, job: JobRun) -> None:
         s = job.spec
         end = job.end_s if job.end_s is not None else engine.now
         self.last_end_s = max(self.last_end_s, end)
+        if self.queue_meter is not None:
+            self.queue_meter.job_ended(job)
         jct = end - s.submit_s
         dur = s.duration_s or 0.0
         self.add_row({
@@ -230,7 +242,7 @@ class MetricsRecorder:
             "jobs_failed": int(ended.status_is(JobStatus.FAILED).sum()),
             "jobs_cancelled": int(ended.status_is(JobStatus.CANCELLED).sum()),
             "jobs_unfinished": sum(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in engine.jobs.values()),
-            **_jct_stats(jct[done], queue[done]),
+            **jct_stats(jct[done], queue[done]),
             "makespan_s": makespan,
             "gpu_utilization": self.alloc_gpu_s / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
             "avg_fragmentation": (float(np.mean([s["fragmented_gpus"] for s in self.samples])) / total_gpus
@@ -253,7 +265,7 @@ class MetricsRecorder:
             per_vc[name] = {
                 "jobs_total": live_by_vc[name] + engine.forgotten_by_vc.get(name, 0),
                 "jobs_completed": int(vdone.sum()),
-                **_jct_stats(jct[vdone], queue[vdone]),
+                **jct_stats(jct[vdone], queue[vdone]),
                 "quota_gpus": q,
                 "gpu_time_s": self.vc_alloc_gpu_s.get(name, 0.0),
                 "gpu_share": self.vc_alloc_gpu_s.get(name, 0.0) / self.alloc_gpu_s if self.alloc_gpu_s else 0.0,
@@ -264,6 +276,8 @@ class MetricsRecorder:
         out["per_vc"] = per_vc
         slows = [v["avg_slowdown"] for v in per_vc.values() if v["avg_slowdown"] is not None]
         out["jain_fairness"] = jain_index(slows)
+        if self.queue_meter is not None:
+            out["per_cluster_queue"] = self.queue_meter.summary(ended, makespan)
         return out
 
 
@@ -276,14 +290,16 @@ def jain_index(values: list[float]) -> float:
     return (sum(values) ** 2) / (len(values) * sq) if sq > 0 else 1.0
 
 
-def _jct_stats(jct: np.ndarray, queue: np.ndarray) -> dict:
-    """Over completed jobs, in the order they ended (the mean's rounding depends on it)."""
-    if not jct.size:
-        return {"avg_jct_s": None, "median_jct_s": None, "p95_jct_s": None, "p99_jct_s": None, "avg_queue_s": None}
-    return {
-        "avg_jct_s": float(jct.mean()),
-        "median_jct_s": float(np.median(jct)),
-        "p95_jct_s": float(np.percentile(jct, 95)),
-        "p99_jct_s": float(np.percentile(jct, 99)),
-        "avg_queue_s": float(np.mean(queue)),
-    }
+def distribution(x: np.ndarray) -> tuple[float | None, float | None, float | None, float | None]:
+    """Mean, median, 95th and 99th percentile (numpy's linear interpolation); all None when empty.
+    In the order the values come (the mean's rounding depends on it)."""
+    if not x.size:
+        return None, None, None, None
+    return float(x.mean()), float(np.median(x)), float(np.percentile(x, 95)), float(np.percentile(x, 99))
+
+
+def jct_stats(jct: np.ndarray, queue: np.ndarray) -> dict:
+    """Over completed jobs, in the order they ended."""
+    mean, median, p95, p99 = distribution(jct)
+    return {"avg_jct_s": mean, "median_jct_s": median, "p95_jct_s": p95, "p99_jct_s": p99,
+            "avg_queue_s": float(np.mean(queue)) if queue.size else None}

@@ -29,12 +29,15 @@ def node_labels(node: NodeSpec) -> dict[str, str]:
             GPU_COUNT: str(node.gpus), RACK: node.rack}
 
 
-def load_partition(path: str, cluster: ClusterSpec) -> tuple[Partition, list[str]]:
-    """A partition file read against ``cluster``: the partition and the warnings (fields accepted
-    but not modelled), once each."""
+def load_partition(path: str, cluster: ClusterSpec, settings: Sequence[str] = ()) -> tuple[Partition, list[str]]:
+    """A partition file read against ``cluster``, with ``settings`` (``--partition-set``
+    PATH=VALUE, analysim.partitions.edits) applied: the partition and the warnings (fields
+    accepted but not modelled), once each."""
+    from analysim.partitions.edits import apply_settings
     from analysim.partitions.kueue import read_kueue
 
-    return read_kueue(path, cluster)
+    partition, warnings = read_kueue(path, cluster)
+    return (apply_settings(partition, settings) if settings else partition), warnings
 
 
 def without_vcs(cluster: ClusterSpec) -> ClusterSpec:

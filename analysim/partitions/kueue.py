@@ -144,18 +144,25 @@ class _At:
         return v
 
     def quantity(self, resource: str) -> int:
-        """A Kubernetes quantity in the resource's base unit, rounded up (as Kubernetes rounds)."""
-        v = self.value()
-        m = _QUANTITY.fullmatch(str(v).strip()) if not isinstance(v, bool) and v is not None else None
-        if m is None:
-            raise self.error(f"expected a quantity (e.g. 8, 500m, 36Gi), got {v!r}")
         try:
-            amount = Decimal(m[1]) * _SUFFIX[m[2]] * _SCALE.get(resource, 1)
-        except InvalidOperation:
-            raise self.error(f"expected a quantity, got {v!r}") from None
-        if amount < 0:
-            raise self.error(f"must not be negative, got {v!r}")
-        return int(amount.to_integral_value(rounding=ROUND_CEILING))
+            return quantity(self.value(), resource)
+        except ValueError as e:
+            raise self.error(str(e)) from None
+
+
+def quantity(v: object, resource: str) -> int:
+    """A Kubernetes quantity in the resource's base unit, rounded up (as Kubernetes rounds);
+    ValueError saying what is wrong with it."""
+    m = _QUANTITY.fullmatch(str(v).strip()) if not isinstance(v, bool) and v is not None else None
+    if m is None:
+        raise ValueError(f"expected a quantity (e.g. 8, 500m, 36Gi), got {v!r}")
+    try:
+        amount = Decimal(m[1]) * _SUFFIX[m[2]] * _SCALE.get(resource, 1)
+    except InvalidOperation:
+        raise ValueError(f"expected a quantity, got {v!r}") from None
+    if amount < 0:
+        raise ValueError(f"must not be negative, got {v!r}")
+    return int(amount.to_integral_value(rounding=ROUND_CEILING))
 
 
 def _kind(node: yaml.Node) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from analysim.core.policies import build_policy
 from analysim.errors import UserError
 from analysim.inputs import load_inputs, read_trace, run_options, trace_inputs
-from analysim.report import write_csv, write_json
+from analysim.report import cluster_queue_rows, write_csv, write_json
 from analysim.sweep.cell import FAILED, LOST, OK, Outcome
 from analysim.sweep.engines import run_local, run_ray
 from analysim.sweep.results import aggregate, result_row, write_results
@@ -50,6 +50,8 @@ class SweepRun:
     wall_s: float = 0.0
     rows: list[dict] = field(default_factory=list)
     aggregate: list[dict] = field(default_factory=list)
+    # (cell label, summary) of the cells that ran under a partition: cluster_queues.csv
+    cluster_queues: list[tuple[str, dict]] = field(default_factory=list)
 
 
 def preflight(sweep: Sweep, cells: list[Cell]) -> dict[Hashable, Trace]:
@@ -78,13 +80,14 @@ def preflight(sweep: Sweep, cells: list[Cell]) -> dict[Hashable, Trace]:
                 traces[key] = read_trace(c.args)
             except UserError as e:
                 raise SpecError(f"{src}: trace: {e}") from None
-        if (key, c.args.cluster) not in checked:
-            checked.add((key, c.args.cluster))
+        inputs = (key, c.args.cluster, c.args.partition, tuple(c.args.partition_set or ()))
+        if inputs not in checked:
+            checked.add(inputs)
             try:
                 load_inputs(c.args, traces[key])
                 run_options(c.args, c.args.policy, c.args.placement)
             except UserError as e:
-                raise SpecError(f"{src}: cluster: {e}") from None
+                raise SpecError(f"{src}: {'partition' if c.args.partition else 'cluster'}: {e}") from None
     return traces
 
 
@@ -184,6 +187,12 @@ def run_sweep(sweep: Sweep, out: Path, engine: EngineOptions, *, retry_failed: b
     write_results(run.rows, out / "results.csv")
     run.aggregate = aggregate(run.rows, sweep.axes, params)
     write_csv(run.aggregate, out / "aggregate.csv")
+    for c in sweep.cells:
+        summary = store.summary(c.id)
+        if summary is not None and summary.get("per_cluster_queue"):
+            run.cluster_queues.append((c.label, summary))
+    if run.cluster_queues:
+        write_csv(cluster_queue_rows(run.cluster_queues), out / "cluster_queues.csv")
     return run
 
 

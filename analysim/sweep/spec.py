@@ -6,6 +6,11 @@ cell; a list is an axis; the cells are the cross product of the axes, times the 
 optional ``cells:`` list (each a mapping of more keys), minus the cells matching an entry of an
 optional ``exclude:`` list. Each cell's options go through simulate's parser, so a value that
 ``analysim simulate`` refuses is refused here, naming the key, before any cell runs.
+
+One more kind of key: ``partition_set:`` as a mapping of partition fields
+(``KIND/NAME/FLAVOR/RESOURCE/FIELD``, analysim.partitions.edits) to a value or a list of values;
+each field is a key of its own (an axis when a list), and a cell passes its value to simulate as
+``--partition-set FIELD=VALUE`` (null: the file's own value).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ NOT_IN_ID = ("no_plots",)
 # ``analysim report`` draws the sweep's own figures (``no_plots: false`` brings them back).
 SWEEP_DEFAULTS: dict[str, object] = {"no_plots": True}
 SPECIAL = ("cells", "exclude")
+PARTITION_SET = "partition_set"
 Scalar = str | int | float | bool | None
 
 
@@ -84,9 +90,12 @@ class Cell:
         return describe({k: self.given.get(k) for k in self.axes}) or "cell"
 
     def params(self) -> dict[str, object]:
-        """Every simulate option's value for this cell (the results' parameter columns)."""
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()
-                if k not in SWEEP_OWNED and k != "func"}
+        """Every simulate option's value for this cell (the results' parameter columns), and the
+        partition fields it sets (``partition_set``), each under its own name."""
+        out = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()
+               if k not in SWEEP_OWNED and k != "func"}
+        out.update({k: v for k, v in self.given.items() if k not in out})
+        return out
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,42 @@ def load_sweep(path: str | Path) -> Sweep:
     return expand(read_spec(path), str(path))
 
 
+@dataclass(frozen=True)
+class PartitionField:
+    """A ``partition_set`` key: stands for ``--partition-set PATH=VALUE`` in a cell's options."""
+
+    path: str
+
+
+def _partition_fields(data: dict, source: str, actions: dict) -> dict:
+    """``partition_set: {PATH: values}`` as one key per PATH (``actions`` gets each); a
+    ``partition_set`` of strings (PATH=VALUE) is simulate's own option and stays."""
+    fields = data.get(PARTITION_SET)
+    if not isinstance(fields, dict):
+        return data
+    from analysim.partitions.edits import parse_path
+
+    if not fields:
+        raise SpecError(f"{source}: {PARTITION_SET}: expected a mapping of partition fields to values, e.g. "
+                        "'ClusterQueue/team-a/v100/nvidia.com/gpu/borrowingLimit: [0, 16]'")
+    out = {k: v for k, v in data.items() if k != PARTITION_SET}
+    for path, values in fields.items():
+        try:
+            key = str(parse_path(str(path)))
+        except UserError as e:
+            raise SpecError(f"{source}: {PARTITION_SET}: {e}") from None
+        if key in out:
+            raise SpecError(f"{source}: {PARTITION_SET}: {key} given twice")
+        out[key] = values
+        actions[key] = PartitionField(key)
+    return out
+
+
 def expand(data: dict, source: str = "SPEC") -> Sweep:
     """The cells of a SPEC, every one of them checked by simulate's parser."""
     parser = simulate_parser()
-    actions = option_actions(parser)
+    actions: dict = option_actions(parser)
+    data = _partition_fields(data, source, actions)
 
     def check_key(key: object, where: str) -> str:
         if not isinstance(key, str) or key not in actions:
@@ -226,7 +267,11 @@ def _matches(given: dict, rule: dict) -> bool:
     return True
 
 
-def _tokens(key: str, action: argparse.Action, value: Scalar) -> list[str]:
+def _tokens(key: str, action: argparse.Action | PartitionField, value: Scalar) -> list[str]:
+    if isinstance(action, PartitionField):
+        if isinstance(value, bool):
+            raise _Refusal(f"expected a quantity or none, got {show_value(value)}")
+        return [] if value is None else [f"--partition-set={action.path}={value}"]  # null: the file's value
     long = next(s for s in action.option_strings if s.startswith("--"))
     if value is None:
         return []  # null: simulate's default
