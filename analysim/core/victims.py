@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -425,8 +425,22 @@ def eviction_hopeless(ctx: Handle, spec: JobSpec, k: int, held: dict[int, int]) 
 
 
 def eviction_hopeless_over(ctx: Handle, spec: JobSpec, k: int, held: np.ndarray) -> bool:
-    """eviction_hopeless from the GPUs the candidates hold on each of the cluster's nodes (an array,
-    as ``Handle.gpus_of_vc`` keeps them), for a plugin that can bound a search before it gathers
-    its candidates."""
-    touched = np.flatnonzero(held * ctx.static_mask(spec))
-    return eviction_hopeless(ctx, spec, k, cast(dict[int, int], dict(zip(touched.tolist(), held[touched].tolist(), strict=True))))
+    """eviction_hopeless from the GPUs the candidates hold on each of the cluster's nodes (a scratch
+    array, as ``Handle.gpus_of_vc`` keeps them; it is overwritten), for a plugin that can bound a
+    search before it gathers its candidates. Each node open to the job is counted with its whole
+    GPUs free plus those held there, untouched ones too: a tighter bound than eviction_hopeless's
+    largest free block for them, as sound, in a few array operations (callgrind: the per-node
+    version of this cost 41,000 instructions a search)."""
+    st = ctx.state
+    g = spec.num_gpus
+    if k == 0:
+        return True
+    if k == 1 and st.max_full_free() >= g:
+        return False  # (a node has them free already: the bound cannot tell)
+    held += st.full_free
+    reach = held[ctx.static_mask(spec)]  # each open node's GPUs free after evicting every candidate
+    if k == 1:
+        return int(reach.max(initial=0)) < g
+    if ctx.config.relaxed_locality or k >= len(reach):
+        return int(reach.sum()) < g
+    return int(np.partition(reach, len(reach) - k)[len(reach) - k:].sum()) < g
