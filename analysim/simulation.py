@@ -138,7 +138,7 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     if opts.limit is not None and opts.limit < 1:
         raise ValueError(f"limit must be at least 1, got {opts.limit}")
     jobs = sorted(jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(jobs)
-    policy = _policy(cluster, opts)
+    policy = run_policy(cluster, opts)
     if opts.mode == "inflate":
         return _inflate(jobs, cluster, policy, opts, trace_filtered or {})
     span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
@@ -167,7 +167,7 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
                      completed_jct=recorder.ended.column("jct")[recorder.ended.status_is(JobStatus.COMPLETED)])
 
 
-def _policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
+def run_policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
     """The run's policy: the options', or on a cluster with a partition Kueue's (its queueing and
     quota admission, the options' placement)."""
     if cluster.partition is None:

@@ -4,7 +4,7 @@ moved to free ones, container paths to a work folder, service names to addresses
 compose's dependency order; and Prometheus (when installed) with this repository's rules,
 scraping them. What ``make stack`` runs, and what tests/test_deploy_stack.py checks.
 
-    python deploy/local_stack.py [--workdir DIR] [--profiles cluster,gateway]
+    python deploy/local_stack.py [--workdir DIR] [--profiles cluster,gateway] [--overlay deploy/compose.kueue.yaml]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +102,7 @@ class LocalStack:
     profiles: list[str] = field(default_factory=default_profiles)
     overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # service -> env
     compose: Path = COMPOSE
+    overlays: Sequence[Path] = ()  # compose files over it (-f ... -f ...): their environment and bind mounts
     python: str = sys.executable
     services: dict[str, Service] = field(default_factory=dict)
     ports: dict[tuple[str, int], int] = field(default_factory=dict)  # (service, container port) -> local port
@@ -113,6 +114,9 @@ class LocalStack:
         self.workdir = Path(self.workdir).resolve()
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.doc = yaml.safe_load(self.compose.read_text())
+        self.binds: dict[str, Path] = {}  # container folder -> the host's (a bind mount)
+        for overlay in self.overlays:
+            self._merge(yaml.safe_load(Path(overlay).read_text()))
         self.admin_key = os.environ.get("ANALYSIM_ADMIN_KEY") or secrets.token_urlsafe(32)
         chosen = {n: s for n, s in self.doc["services"].items() if s.get("image") == IMAGE and self._enabled(s)}
         for name, svc in chosen.items():
@@ -121,6 +125,19 @@ class LocalStack:
                     self.ports.setdefault((name, int(value)), free_port())
         for name, svc in chosen.items():
             self.services[name] = self._translate(name, svc, chosen)
+
+    def _merge(self, overlay: dict) -> None:
+        """An overlay's services over compose.yaml's, as compose merges them: environment by
+        variable, volumes added; a bind mount (a relative host path, relative to compose.yaml's
+        folder) is where its container path is read from."""
+        for name, over in overlay.get("services", {}).items():
+            svc = self.doc["services"][name]
+            svc["environment"] = {**svc.get("environment", {}), **over.get("environment", {})}
+            for v in over.get("volumes", []):
+                host, container = str(v).split(":")[:2]
+                if host.startswith("."):
+                    self.binds[container] = (self.compose.parent / host).resolve()
+                svc["volumes"] = [*svc.get("volumes", []), v]
 
     def _enabled(self, svc: dict) -> bool:
         wanted = svc.get("profiles")
@@ -156,7 +173,11 @@ class LocalStack:
         return re.sub(rf"^(\w+://)?({names}):(\d+)$", address, value) if names else value
 
     def _path(self, container_path: str) -> Path:
-        """A container path under the work folder; a secret is written there."""
+        """A container path under the work folder, or in the host folder mounted there; a secret is
+        written there."""
+        for target, host in self.binds.items():
+            if Path(container_path).is_relative_to(target):
+                return host / Path(container_path).relative_to(target)
         local = self.workdir / container_path.lstrip("/")
         local.parent.mkdir(parents=True, exist_ok=True)
         if container_path == f"/run/secrets/{ADMIN_KEY_SECRET}" and not local.exists():
@@ -319,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="make stack", description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", type=Path, default=ROOT / "out" / "stack", help="logs, stores, journal (default out/stack)")
     p.add_argument("--profiles", help="comma-separated compose profiles (default: COMPOSE_PROFILES or deploy/.env)")
+    p.add_argument("--overlay", type=Path, action="append", default=[], metavar="FILE",
+                   help="a compose file over compose.yaml, as docker compose -f takes it (e.g. deploy/compose.kueue.yaml)")
     args = p.parse_args(argv)
     profiles = args.profiles.split(",") if args.profiles else default_profiles()
-    stack = LocalStack(args.workdir, profiles)
+    stack = LocalStack(args.workdir, profiles, overlays=args.overlay)
     stop = False
 
     def on_signal(*_: object) -> None:

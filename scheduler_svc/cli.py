@@ -97,8 +97,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--paced-lag must be between 0 and 10 wall seconds, got {args.paced_lag:g}")
     if args.mode != "replay":
         raise UserError("the live scheduler replays traces in time: --mode inflate is offline only")
-    if args.partition:
-        raise UserError("--partition: the live scheduler does not take a partition yet (analysim simulate does)")
     if args.plots:
         from analysim.report import pyplot
 

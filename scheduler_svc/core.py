@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import time
@@ -44,9 +45,10 @@ from analysim.core.cluster import ClusterSpec
 from analysim.core.engine import Decision, Engine, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
-from analysim.core.policies import build_policy
+from analysim.core.partition import Partition
 from analysim.errors import UserError
-from analysim.simulation import RunOptions, filter_for_cluster, summary_header
+from analysim.partitions import assign_queues
+from analysim.simulation import RunOptions, filter_for_cluster, run_policy, summary_header
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
 from scheduler_svc.latency import LatencyQuantiles
@@ -89,7 +91,8 @@ class LiveScheduler:
         self.paced_lag_s = paced_lag_s
         self.out, self.plots, self.offline_check = out, plots, offline_check
         self.trace_source = trace_source
-        policy = build_policy(opts.policy, opts.placement, backfill=opts.backfill)
+        # Kueue's policy on a cluster with a partition (--partition), as analysim simulate takes it.
+        policy = run_policy(cluster, opts)
         # Exactly what analysim.simulation.run does with a trace, so that the runs can be compared.
         jobs = sorted(trace_jobs, key=lambda j: j.submit_s)[: opts.limit] if opts.limit else list(trace_jobs)
         self.offline_input = jobs
@@ -104,7 +107,8 @@ class LiveScheduler:
             # Built now rather than at the first sample: a first build costs tens of milliseconds,
             # a stall a paced replay would feel (its incremental refresh keeps it exact after).
             self.engine.fragmentation_index()
-        self._validator = Engine(cluster, policy, self.engine.config)
+        # Its own policy: plugins keep state (a partition's quota usage) that is the live engine's.
+        self._validator = Engine(cluster, run_policy(cluster, opts), self.engine.config)
         kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
         self.header = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
         self.trace_total = len(kept)
@@ -156,6 +160,9 @@ class LiveScheduler:
         (``_resume_reported``): those still running on them continue, the rest are resubmitted."""
         ident = {"trace": self.trace_source, "cluster": self.cluster.name, "policy": self.engine.policy.name,
                  "seed": self.opts.seed, "trace_jobs": len(kept)}
+        if self.cluster.partition is not None:  # what the file says, wherever it is: another says another run
+            what = replace(self.cluster.partition, source="")
+            ident["partition"] = hashlib.sha256(repr(what).encode()).hexdigest()[:16]
         meta = self.journal.meta()
         if meta.get("identity") not in (None, ident):
             raise UserError(f"journal {self.journal.path} belongs to another run ({meta['identity']}); "
@@ -512,7 +519,7 @@ class LiveScheduler:
     def default_vc(self) -> str:
         """What a submission without a vc means: "default" on a cluster that names no VCs; on one
         that does, nothing ("vc is required", with the list), rather than a VC it has not."""
-        return "" if self.cluster.vcs else "default"
+        return "" if self.cluster.vcs or self.cluster.partition is not None else "default"
 
     def validate(self, spec: JobSpec) -> None:
         c = self.cluster
@@ -530,6 +537,8 @@ class LiveScheduler:
         if c.vcs and c.vc(spec.vc) is None:
             raise InvalidJob(f"unknown virtual cluster {spec.vc!r}; known: {', '.join(v.name for v in c.vcs)}",
                              "unknown_vc")
+        if c.partition is not None:
+            self._validate_queue(spec, c.partition)
         unknown = [m for m in spec.gpu_models if m not in c.gpu_models]
         if unknown:
             raise InvalidJob(f"unknown GPU model {unknown[0]!r}; this cluster has {', '.join(c.gpu_models)}",
@@ -543,6 +552,20 @@ class LiveScheduler:
             extra = f" (the largest node has {biggest} GPUs, the cluster {c.total_gpus})" \
                 if e.reason == "larger_than_cluster" else ""
             raise InvalidJob(str(e) + extra, e.reason) from None
+
+    def _validate_queue(self, spec: JobSpec, partition: Partition) -> None:
+        """Under a partition, a job's vc names its LocalQueue, whose ClusterQueue must be able to
+        admit it some day (the trace's jobs are filtered the same way: analysim.partitions)."""
+        queues = ", ".join(lq for lq, _ in partition.queue_of)
+        if not spec.vc:
+            raise InvalidJob(f"vc is required under a partition: the job's LocalQueue, one of {queues}", "no_local_queue")
+        _, refused = assign_queues([spec], partition)
+        cq = partition.queue_for(spec.vc)
+        why = {"no_local_queue": f"no LocalQueue {spec.vc!r} in the partition; its LocalQueues: {queues}",
+               "resource_not_covered": f"ClusterQueue {cq!r} has no quota (or no nodes) for a resource the job asks for",
+               "larger_than_queue_quota": f"larger than ClusterQueue {cq!r} can ever admit, borrowing all it may"}
+        for reason in refused:
+            raise InvalidJob(why.get(reason, reason), reason)
 
     def cancel(self, job_id: str) -> None:
         job = self.engine.jobs.get(job_id)
@@ -841,6 +864,8 @@ class LiveScheduler:
         elif kind == "fail":
             m.vc(m.failed, vc).inc()
             self._ended(job)
+        if m.kueue is not None:
+            m.kueue.on_decision(d, job)
         if self.watchers:
             self._publish(kind, d.job_id, d.nodes, "", d.time)
 

@@ -51,7 +51,8 @@ async def _check_id(context: grpc.aio.ServicerContext, field: str, value: str) -
 
 
 # The SubmitJobRequest field an engine refusal is about, when its message does not start with it.
-_REASON_FIELD = {"unknown_vc": "vc", "unknown_gpu_model": "gpu_models", "larger_than_cluster": "num_gpus"}
+_REASON_FIELD = {"unknown_vc": "vc", "unknown_gpu_model": "gpu_models", "larger_than_cluster": "num_gpus",
+                 "no_local_queue": "vc", "larger_than_queue_quota": "num_gpus"}
 
 
 def _job_field(message: str, reason: str) -> str | None:

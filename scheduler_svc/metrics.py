@@ -18,6 +18,7 @@ from analysim.core.metrics import head_of_line_fragmentation
 from analysim.logs import RATE_LIMIT
 from analysim.ops_http import add_standard_metrics
 from scheduler_svc.grpc_metrics import GrpcServerMetrics
+from scheduler_svc.kueue_metrics import KueueMetrics
 
 if TYPE_CHECKING:
     from scheduler_svc.core import LiveScheduler
@@ -65,6 +66,7 @@ class SchedulerMetrics:
         self.sent = self.messages.labels("sent")
         self.received = self.messages.labels("received")
         self._vc_children: dict[tuple[int, str], object] = {}
+        self.kueue: KueueMetrics | None = None  # Kueue's names too, under a partition
 
     def vc(self, counter: Counter, vc: str):
         """``counter.labels(vc)``, cached: labels() costs more than inc() on the hot path."""
@@ -76,6 +78,8 @@ class SchedulerMetrics:
 
     def attach(self, live: LiveScheduler) -> None:
         self.registry.register(_ClusterCollector(lambda: live))
+        if live.cluster.partition is not None:
+            self.kueue = KueueMetrics(self.registry, live)
         self.registry.register(_SuppressedLines())
         Gauge("analysim_journal_writable", "1 while the journal takes writes; 0 (disk full, I/O error): "
               "submissions are refused and the open group is kept and retried.",

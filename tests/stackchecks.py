@@ -9,7 +9,10 @@ import math
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.polling import wait_until
 from tests.test_deploy_grafana import dashboards, expand, panels
@@ -20,6 +23,9 @@ EXTRACTION = "AnalysimExtractionThresholdCrossed"
 TEST_RATES = {"traffic-gateway": {"ANALYSIM_ATTACK_RATE": "100", "ANALYSIM_QUERY_RATE": "10"},
               "traffic-jobs": {"ANALYSIM_JOB_RATE": "5"}, "scheduler": {"ANALYSIM_SPEED": "3000"}}
 ATTACKERS = {"attacker-pathfinding", "group:ring"}
+# Both stack tests run the scheduler under this compose overlay: the demo cluster's Kueue
+# partition, whose metrics the Kueue dashboard reads.
+KUEUE_OVERLAY = Path(__file__).resolve().parent.parent / "deploy" / "compose.kueue.yaml"
 BENIGN = ["benign-0", "benign-1", "benign-2"]
 
 
@@ -114,3 +120,54 @@ def assert_benign_users_never_alerted(prom: Prom) -> None:
     assert sorted(intent) == BENIGN and set(intent.values()) == {0.0}, intent
     attackers = {r["metric"]["subject"] for r in prom.query("analysim_extraction_intent_alarm == 1")}
     assert attackers >= ATTACKERS, attackers
+
+
+def kueue_partition() -> dict[str, dict]:
+    """The ClusterQueues of the partition compose.kueue.yaml mounts, read with a plain YAML parser."""
+    overlay = yaml.safe_load(KUEUE_OVERLAY.read_text())["services"]["scheduler"]
+    (mount,) = overlay["volumes"]
+    host, target = mount.split(":")[:2]
+    path = (KUEUE_OVERLAY.parent / host / Path(overlay["environment"]["ANALYSIM_PARTITION"]).relative_to(target))
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "ClusterQueue"}
+
+
+def wait_kueue_metrics(prom: Prom, deadline_s: float) -> None:
+    """Kueue's metrics through Prometheus, against the partition file and the scheduler's own
+    metrics of the same scrape: the file's nominal quotas and borrowing limits; the GPUs the
+    ClusterQueues use (from the quota tree) are the GPUs running jobs hold (from their placements),
+    and some are in use; as many pending workloads as pending jobs; one admission per launch,
+    each with its wait observed; and no ClusterQueue past its nominal quota plus borrowing limit."""
+    cqs = kueue_partition()
+    gpu = 'resource="nvidia.com/gpu"'
+
+    def by_queue(expr: str) -> dict[str, float]:
+        return {r["metric"]["cluster_queue"]: float(r["value"][1]) for r in prom.query(expr)}
+
+    want = {q: float(d["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]) for q, d in cqs.items()}
+    assert by_queue(f"kueue_cluster_queue_nominal_quota{{{gpu}}}") == want
+    limits = {q: float(r["borrowingLimit"]) for q, d in cqs.items()
+              for r in d["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+              if r["name"] == "nvidia.com/gpu" and "borrowingLimit" in r}
+    assert limits and by_queue(f"kueue_cluster_queue_borrowing_limit{{{gpu}}} < +Inf") == limits
+
+    def agree(expr_a: str, expr_b: str) -> bool:  # both from one scrape of the scheduler
+        a, b = prom.query(expr_a), prom.query(expr_b)
+        return bool(a and b) and float(a[0]["value"][1]) == float(b[0]["value"][1])
+
+    wait_until(lambda: prom.has_data(f"sum(kueue_cluster_queue_resource_usage{{{gpu}}}) > 0")
+               and agree(f"sum(kueue_cluster_queue_resource_usage{{{gpu}}})", "sum(analysim_allocated_gpus)"),
+               deadline_s, "GPUs in use by the ClusterQueues = GPUs held by running jobs", poll_s=0.5)
+    wait_until(lambda: agree("sum(kueue_pending_workloads)", "sum(analysim_pending_jobs)")
+               and agree("sum(kueue_admitted_workloads_total)", "sum(analysim_jobs_started_total)")
+               and agree("sum(kueue_admission_wait_time_seconds_count)", "sum(kueue_admitted_workloads_total)")
+               and agree("sum(kueue_admitted_active_workloads)", "analysim_running_jobs"),
+               deadline_s, "Kueue's workload counts = the scheduler's job counts", poll_s=0.5)
+    over = prom.query(f"kueue_cluster_queue_resource_usage{{{gpu}}} > on (cluster_queue) "
+                      f"(kueue_cluster_queue_nominal_quota{{{gpu}}} + on (cluster_queue) kueue_cluster_queue_borrowing_limit{{{gpu}}})")
+    assert over == [], f"ClusterQueues past nominal quota + borrowing limit: {over}"
+
+
+def assert_evictions_are_requeues(prom: Prom) -> None:
+    """A lost agent's jobs are requeued: Kueue's evictions for node failures, one for each."""
+    wait_until(lambda: prom.query('sum(kueue_evicted_workloads_total{reason="NodeFailures"}) or vector(0)')[0]["value"][1]
+               == prom.query("sum(analysim_jobs_requeued_total)")[0]["value"][1], 30, "evictions = requeues", poll_s=0.5)

@@ -3,7 +3,7 @@
 default and each half alone by profile; every ANALYSIM_* variable a service sets is an option
 of that service's command; published ports bind 127.0.0.1 unless ANALYSIM_PUBLISH_HOST says
 otherwise; Grafana's admin password is a secret; the image copies what the package needs, runs as
-a non-root user and has a HEALTHCHECK."""
+a non-root user and has a HEALTHCHECK; compose.kueue.yaml mounts the partition its scheduler loads."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -152,3 +154,39 @@ def test_dockerfile() -> None:
         cmd = svc["command"]
         module = cmd[2] if cmd[0] == "python" else "analysim"
         assert (ROOT / module.replace(".", "/")).is_dir(), module
+
+
+def test_kueue_overlay_mounts_the_partition_the_scheduler_loads(tmp_path: Path) -> None:
+    """deploy/compose.kueue.yaml over compose.yaml (the real Compose v2 parser): the scheduler's
+    partition is a file of the folder mounted read-only at its path, its other volumes kept; and
+    the scheduler's command, with the variables the overlay sets and compose's cluster, loads it."""
+    overlay = DEPLOY / "compose.kueue.yaml"
+    r = subprocess.run([docker_compose(), "-f", str(COMPOSE), "-f", str(overlay), "config", "--format", "json"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "ANALYSIM_"))},
+                            "ANALYSIM_ADMIN_KEY": "compose-config-test-key-0123456789",
+                            "GRAFANA_ADMIN_PASSWORD": "compose-config-test-password"})  # fmt: skip
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    sched = json.loads(r.stdout)["services"]["scheduler"]
+    env = sched["environment"]
+    (mount,) = [v for v in sched["volumes"] if v["type"] == "bind"]
+    assert mount["read_only"] and Path(mount["source"]) == ROOT / "examples" / "kueue"
+    assert {v["target"] for v in sched["volumes"]} >= {"/var/lib/analysim/scheduler", "/var/lib/analysim/tokens"}
+    partition = Path(env["ANALYSIM_PARTITION"])
+    host_file = Path(mount["source"]) / partition.relative_to(mount["target"])
+    assert host_file.is_file()
+    # The service's own flags from its environment (as the image runs it), on this machine: the
+    # partition read and the policy accepted, up to serving (which --port-file says).
+    local = {**{k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")},
+             **{k: v for k, v in env.items() if k.startswith(("ANALYSIM_CLUSTER", "ANALYSIM_PARTITION", "ANALYSIM_POLICY",
+                                                              "ANALYSIM_PREEMPTION", "ANALYSIM_MIGRATION"))},
+             "ANALYSIM_PARTITION": str(host_file), "ANALYSIM_JOBS": "0"}
+    ports = tmp_path / "ports.json"
+    proc = subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", "--port-file", str(ports),
+                             "--journal", str(tmp_path / "j.db")], cwd=ROOT, env=local, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: ports.exists() or proc.poll() is not None, 60, "the scheduler serving")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.terminate()
+        proc.wait(30)

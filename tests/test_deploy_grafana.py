@@ -59,7 +59,7 @@ def test_dashboards_are_generated() -> None:
     have = {name: (GRAFANA / "dashboards" / name).read_text() for name in want}
     assert have == want, "stale: run python deploy/grafana/dashboards.py"
     assert set(dashboards()) == set(want)
-    assert {"cluster.json", "nodes.json", "gateway.json", "extraction.json"} <= set(want)
+    assert {"cluster.json", "nodes.json", "gateway.json", "extraction.json", "kueue.json"} <= set(want)
 
 
 def test_dashboards_are_well_formed() -> None:

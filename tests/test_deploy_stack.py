@@ -1,9 +1,12 @@
 """The stack test: deploy/compose.yaml's own services as local processes on 127.0.0.1 (each
 service's command and environment, ports and paths moved; deploy/local_stack.py), both
 traffic services running, and a real Prometheus (Debian's) scraping them every second with
-this repository's rules (``for:`` shortened to 2 s). Through Prometheus' HTTP API:
+this repository's rules (``for:`` shortened to 2 s); the scheduler under deploy/compose.kueue.yaml
+(the demo cluster's Kueue partition). Through Prometheus' HTTP API:
 
 - every query of every dashboard panel, and every template variable, returns data;
+- Kueue's metrics: the partition file's quotas, and workload counts and GPU usage that agree with
+  the scheduler's own metrics of the same scrape;
 - the extraction alert fires for the pathfinding attacker and for the colluding group, and
   never (not even pending) for a benign user, whose intent alarm stays 0 (a benign user may
   hold the small model, and be warned about, without its queries looking like an attack);
@@ -23,12 +26,15 @@ import pytest
 
 from tests.polling import wait_until
 from tests.stackchecks import (
+    KUEUE_OVERLAY,
     TEST_RATES,
     Prom,
     agent_down_alert_fires_and_clears,
     assert_benign_users_never_alerted,
+    assert_evictions_are_requeues,
     wait_every_panel_has_data,
     wait_extraction_alerts,
+    wait_kueue_metrics,
     wait_targets_up,
 )
 from tests.test_deploy_grafana import deploy_module
@@ -50,7 +56,7 @@ pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
 
 def test_stack(tmp_path: Path) -> None:
     ls = deploy_module(DEPLOY / "local_stack.py")
-    stack = ls.LocalStack(tmp_path, profiles=["cluster", "gateway"], overrides=TEST_RATES)
+    stack = ls.LocalStack(tmp_path, profiles=["cluster", "gateway"], overrides=TEST_RATES, overlays=[KUEUE_OVERLAY])
     try:
         stack.start_all(deadline_s=60)
         for name, s in stack.services.items():  # the image's HEALTHCHECK, and readiness
@@ -66,11 +72,13 @@ def test_stack(tmp_path: Path) -> None:
             assert r.status == 200 and "<title>Prometheus" in r.read().decode(), (ui, r.status)
         wait_extraction_alerts(prom, DEADLINE_S)
         wait_every_panel_has_data(prom, DEADLINE_S)
+        wait_kueue_metrics(prom, DEADLINE_S)
         # One agent SIGKILLed: the alert fires for it; back under the same index, it clears.
         agent = stack.services["agent-1"]
         agent_down_alert_fires_and_clears(prom, f"127.0.0.1:{agent.metrics_port}", lambda: stack.kill("agent-1"),
                                           lambda: stack.start("agent-1"), DEADLINE_S)
         wait_until(lambda: stack.health("agent-1", "/readyz")[0], DEADLINE_S, "agent-1 connected again")
+        assert_evictions_are_requeues(prom)
         assert_benign_users_never_alerted(prom)
         for name, s in stack.services.items():
             assert s.proc is not None and s.proc.poll() in (None, 0), f"{name} died:\n{stack.tail(name)}"

@@ -5,24 +5,32 @@ metrics of both kinds of process, health checking and reflection."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysim.cli import main as analysim
+from analysim.clusters import parse_cluster
 from analysim.core.job import JobSpec
 from analysim.traces import Trace, write_canonical
+from scheduler_svc.kueue_metrics import PREEMPTION_REASONS
 from scheduler_svc.launcher import ROOT
 from tests.reflection import reflected_file_package, reflected_services
 from tests.test_live_helpers import live, sample_sum, scrape
+
+DEMO_PARTITION = ROOT / "examples" / "kueue" / "demo.yaml"
 
 CASES = {
     "fifo": ("16x8", ["--jobs", "300", "--seed", "3"]),
@@ -30,6 +38,8 @@ CASES = {
                                           "--migration"]),
     "srtf-fgd-preempt": ("16x2", ["--jobs", "300", "--seed", "2", "--policy", "srtf", "--placement", "fgd",
                                   "--preemption"]),
+    # Under a Kueue partition (the demo cluster's two-level cohort tree), loaded enough that jobs wait.
+    "kueue-partition": ("demo", ["--jobs", "300", "--seed", "3", "--rate-scale", "4", "--partition", str(DEMO_PARTITION)]),
 }
 
 
@@ -48,7 +58,7 @@ def test_lockstep_replay_matches_offline_simulation(case: str, tmp_path: Path) -
     assert summary["jobs_completed"] == summary["jobs_total"] == 300
     assert summary["fidelity"]["identical_jobs"] == 300
     assert summary["fidelity"]["max_abs_delta_jct_s"] == 0.0
-    if case != "fifo":
+    if "preempt" in case:
         assert summary["preemptions"] > 0  # the case exercises what it claims to
     if "migrate" in case:
         assert summary["migrations"] > 0
@@ -60,7 +70,7 @@ def test_lockstep_replay_matches_offline_simulation(case: str, tmp_path: Path) -
     assert sample_sum(sched["analysim_job_completion_time_seconds"], "analysim_job_completion_time_seconds_count") == 300
     assert sample_sum(sched["analysim_scheduler_decision_latency_seconds"],
                       "analysim_scheduler_decision_latency_seconds_count") > 0
-    gpus = int(cluster.split("x")[0]) * int(cluster.split("x")[1])
+    gpus = parse_cluster(cluster).total_gpus
     assert sample_sum(sched["analysim_cluster_gpus"], "analysim_cluster_gpus") == gpus
     assert sample_sum(sched["analysim_free_gpus"], "analysim_free_gpus") == gpus  # all done: all free
     assert sample_sum(sched["analysim_virtual_time_seconds"], "analysim_virtual_time_seconds") > 0
@@ -73,6 +83,55 @@ def test_lockstep_replay_matches_offline_simulation(case: str, tmp_path: Path) -
     mem = {(s.labels["node"], s.labels["gpu"]): s.value for s in agent["analysim_gpu_memory_used_bytes"]}
     total = {(s.labels["node"], s.labels["gpu"]): s.value for s in agent["analysim_gpu_memory_total_bytes"]}
     assert all(0 <= mem[k] <= total[k] for k in total)
+    if "kueue" in case:
+        assert_kueue_metrics_at_the_end(sched, offline_out / "jobs.csv")
+
+
+def assert_kueue_metrics_at_the_end(sched: dict[str, list], jobs_csv: Path) -> None:
+    """Kueue's metrics of a finished replay under examples/kueue/demo.yaml, against outside oracles:
+    the YAML's own numbers (read here with a plain YAML parser) and the offline run's jobs.csv."""
+    docs = [d for d in yaml.safe_load_all(DEMO_PARTITION.read_text()) if d]
+    cqs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterQueue"}
+    assert len(cqs) == 15
+
+    def per_queue(family: str, name: str, **labels: str) -> dict[str, float]:
+        return {s.labels["cluster_queue"]: s.value for s in sched[family]
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())}
+
+    # Quotas as the file gives them, in Kubernetes' units (GPUs, cores, bytes), with each queue's cohort.
+    for family in ("kueue_cluster_queue_nominal_quota", "kueue_cluster_queue_borrowing_limit",
+                   "kueue_cluster_queue_lending_limit"):
+        field = {"nominal": "nominalQuota", "borrowing": "borrowingLimit", "lending": "lendingLimit"}[family.split("_")[3]]
+        got = {(s.labels["cohort"], s.labels["cluster_queue"], s.labels["flavor"], s.labels["resource"]): s.value
+               for s in sched[family]}
+        want = {}
+        for name, d in cqs.items():
+            for r in d["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+                v = r.get(field)
+                v = math.inf if v is None else float(str(v).removesuffix("Gi")) * (2**30 if str(v).endswith("Gi") else 1)
+                want[(d["spec"]["cohort"], name, "v100", r["name"])] = v
+        assert got == want, family
+    assert per_queue("kueue_cluster_queue_nominal_quota", "kueue_cluster_queue_nominal_quota", resource="nvidia.com/gpu")["ee9e8c"] == 31
+    # One admission per job (no preemption under a partition yet), per ClusterQueue as the offline run has them.
+    with jobs_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    by_vc = Counter(r["vc"] for r in rows)
+    admitted = per_queue("kueue_admitted_workloads", "kueue_admitted_workloads_total", priority_class="")
+    assert admitted == {q: float(by_vc[q]) for q in cqs} and sum(admitted.values()) == 300
+    waits = per_queue("kueue_admission_wait_time_seconds", "kueue_admission_wait_time_seconds_sum")
+    for q in cqs:
+        assert waits[q] == pytest.approx(sum(float(r["first_start_s"]) - float(r["submit_s"]) for r in rows if r["vc"] == q))
+    assert sum(waits.values()) > 0  # the case is loaded enough that jobs wait
+    inf = per_queue("kueue_admission_wait_time_seconds", "kueue_admission_wait_time_seconds_bucket", le="+Inf")
+    assert inf == admitted
+    # All done: nothing pending, running or used; every eviction and preemption counter there, at 0.
+    assert set(per_queue("kueue_pending_workloads", "kueue_pending_workloads", status="active").values()) == {0.0}
+    assert set(per_queue("kueue_pending_workloads", "kueue_pending_workloads", status="inadmissible").values()) == {0.0}
+    assert {s.value for s in sched["kueue_cluster_queue_resource_usage"]} == {0.0}
+    assert set(per_queue("kueue_admitted_active_workloads", "kueue_admitted_active_workloads").values()) == {0.0}
+    assert per_queue("kueue_evicted_workloads", "kueue_evicted_workloads_total", reason="Preempted") == dict.fromkeys(cqs, 0.0)
+    assert {(s.labels["preempting_cluster_queue"], s.labels["reason"]) for s in sched["kueue_preempted_workloads"]
+            if s.name == "kueue_preempted_workloads_total"} == {(q, r) for q in cqs for r in PREEMPTION_REASONS}
 
 
 def test_health_and_reflection(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
+from scheduler_svc.launcher import ROOT
 from tests.test_live_helpers import live, wait_port_free, wait_until
 
 
@@ -28,12 +29,19 @@ def _rows(path: Path) -> dict[str, dict]:
         return {r["job_id"]: r for r in csv.DictReader(f)}
 
 
-def test_scheduler_sigkill_resumes_running_jobs_where_they_were(tmp_path: Path) -> None:
+RESUMED = {"vcs": ("16x8", ["--jobs", "300", "--seed", "3"]),
+           # Under a Kueue partition: each resumed job is charged to its ClusterQueue again.
+           "kueue": ("demo", ["--jobs", "300", "--seed", "3", "--rate-scale", "4", "--partition",
+                              str(ROOT / "examples" / "kueue" / "demo.yaml")])}
+
+
+@pytest.mark.parametrize("case", sorted(RESUMED))
+def test_scheduler_sigkill_resumes_running_jobs_where_they_were(case: str, tmp_path: Path) -> None:
     journal, out, ref = tmp_path / "journal.db", tmp_path / "live", tmp_path / "offline"
-    args = ["--jobs", "300", "--seed", "3"]
-    assert analysim(["simulate", *args, "--cluster", "16x8", "--out", str(ref), "--no-plots", "--no-progress"]) == 0
+    cluster, args = RESUMED[case]
+    assert analysim(["simulate", *args, "--cluster", cluster, "--out", str(ref), "--no-plots", "--no-progress"]) == 0
     offline = _rows(ref / "jobs.csv")
-    with live(tmp_path, [*args, "--journal", str(journal), "--out", str(out)], "16x8", 16, agents=2) as (run, client):
+    with live(tmp_path, [*args, "--journal", str(journal), "--out", str(out)], cluster, 16, agents=2) as (run, client):
         def paused_with_running_jobs() -> list:
             client.pause()  # commits the journal: what the scheduler knows is durable
             running = client.list_jobs(status="running", limit=1000).jobs
@@ -48,7 +56,7 @@ def test_scheduler_sigkill_resumes_running_jobs_where_they_were(tmp_path: Path) 
         wait_port_free(port)
         # The agents keep their jobs and retry; a new scheduler on the same journal and port.
         run.start_scheduler([*args, "--journal", str(journal), "--out", str(out), "--port", str(port),
-                             "--cluster", "16x8", "--log-level", "WARNING"])
+                             "--cluster", cluster, "--log-level", "WARNING"])
         summary = client.wait_done(120)
         after = {j.job_id: client.get_job(j.job_id) for j in running}
     assert summary["live"]["jobs_resumed"] == len(running)

@@ -60,7 +60,7 @@ def forward_args(args: argparse.Namespace) -> list[str]:
         if isinstance(a, argparse._StoreTrueAction):  # noqa: SLF001
             out.append(flag)
         else:
-            if isinstance(v, Path) or (a.dest == "trace"):
+            if isinstance(v, Path) or a.dest in ("trace", "partition") or (a.dest == "vc_map" and Path(v).is_file()):
                 v = str(Path(v).resolve())
             out += [flag, str(v)]
     return out

@@ -228,6 +228,11 @@ class Engine(Handle):
                 raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.node_names[n]} are not free",
                                     "gpus_taken")
         job = JobRun(spec=spec, seq=self._seq, remaining_s=remaining_s, overhead_s=overhead_s)
+        if self.admission is not None:  # charged to its ClusterQueue as at a launch, on its flavors' nodes
+            admitted = self.admission.admit(job, self)
+            if admitted is None or not all(admitted[1][n] for n, _ in gpus):
+                raise InfeasibleJob(f"job {spec.job_id!r}: its ClusterQueue does not admit it on these nodes now",
+                                    "not_admitted")
         self._seq += 1
         self.jobs[spec.job_id] = job
         self.extra[spec.job_id] = JobBook()

@@ -60,6 +60,11 @@ _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti
 _SCALE = {GPU: 1000, CPU: 1000}
 
 
+def in_kubernetes_units(resource: str, amount: int) -> float:
+    """A quantity in base units in Kubernetes' own (GPUs, cores, bytes): what Kueue reports."""
+    return amount / _SCALE.get(resource, 1)
+
+
 @dataclass
 class _Read:
     path: str

@@ -64,14 +64,16 @@ class Var:
     query: str  # label_values(...)
     multi: bool = True
     default_all: bool = True
+    default: str | None = None  # the value chosen at first (a single-value variable)
 
     def to_json(self) -> dict[str, Any]:
+        current = {"selected": True, "text": ["All"], "value": ["$__all"]} if self.default_all else \
+            {"selected": True, "text": self.default, "value": self.default} if self.default else {}
         return {
             "name": self.name, "label": self.label, "type": "query", "datasource": DS,
             "query": {"query": self.query, "refId": f"var-{self.name}"}, "definition": self.query,
             "refresh": 2, "sort": 1, "multi": self.multi, "includeAll": True, "allValue": ".*",
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]} if self.default_all else {},
-            "options": [], "hide": 0,
+            "current": current, "options": [], "hide": 0,
         }  # fmt: skip
 
 
@@ -312,7 +314,74 @@ def extraction() -> Dashboard:
          Var("method", "Method", "label_values(analysim_extraction_status, method)", multi=False, default_all=False)])  # fmt: skip
 
 
-DASHBOARDS = {"cluster": cluster, "nodes": nodes, "gateway": gateway, "extraction": extraction}
+CQ = 'cluster_queue=~"$cluster_queue"'
+CQ_RES = f'{CQ}, resource=~"$resource"'
+WAIT = f"sum by (le) (rate(kueue_admission_wait_time_seconds_bucket{{{CQ}}}[{RATE}]))"
+
+
+def kueue() -> Dashboard:
+    """Kueue's own metric names (scheduler_svc/kueue_metrics.py), as a Kueue dashboard reads them:
+    a run under a partition (--partition) exports them."""
+    return Dashboard("analysim-kueue", "AnalySIM / Kueue",
+        "The scheduler under a Kueue partition (--partition), read through Kueue's own metrics: pending "
+        "workloads by status, admissions and their wait (virtual seconds), usage against each ClusterQueue's "
+        "nominal quota, borrowing, evictions and preemptions by reason.",
+        [("Workloads", [
+            Panel("Pending workloads by status", [
+                (f"sum by (status) (kueue_pending_workloads{{{CQ}}})", "{{status}}")], stack=True, width=8,
+                  description="active: in the admission queue; inadmissible: the ClusterQueue's quota cannot "
+                              "admit it now (BestEffortFIFO)."),
+            Panel("Pending workloads by ClusterQueue", [
+                (f"sum by (cluster_queue) (kueue_pending_workloads{{{CQ}}})", "{{cluster_queue}}")], stack=True,
+                  width=8),
+            Panel("Admitted active workloads", [
+                (f"sum by (cluster_queue) (kueue_admitted_active_workloads{{{CQ}}})", "{{cluster_queue}}")],
+                  stack=True, width=8),
+            Panel("Admissions per wall second", [
+                (f"sum by (cluster_queue) (rate(kueue_admitted_workloads_total{{{CQ}}}[{RATE}]))", "{{cluster_queue}}")],
+                  unit="ops", stack=True),
+            Panel("Admission wait", [
+                (f"histogram_quantile(0.5, {WAIT})", "p50"), (f"histogram_quantile(0.9, {WAIT})", "p90"),
+                (f"histogram_quantile(0.99, {WAIT})", "p99")], unit="s",
+                  description="From a workload's creation (or its requeue) to its admission, in virtual seconds."),
+        ]),
+         ("Quota", [
+            Panel("Usage and nominal quota by ClusterQueue", [
+                (f"sum by (cluster_queue) (kueue_cluster_queue_resource_usage{{{CQ_RES}}})", "usage {{cluster_queue}}"),
+                (f"sum by (cluster_queue) (kueue_cluster_queue_nominal_quota{{{CQ_RES}}})", "nominal {{cluster_queue}}")],
+                  width=12, description="In Kubernetes' units: nvidia.com/gpu in GPUs, cpu in cores, memory in bytes."),
+            Panel("Usage over nominal quota", [
+                (f"sum by (cluster_queue) (kueue_cluster_queue_resource_usage{{{CQ_RES}}}) / "
+                 f"sum by (cluster_queue) (kueue_cluster_queue_nominal_quota{{{CQ_RES}}} > 0)", "{{cluster_queue}}")],
+                  kind="bargauge", unit="percentunit", width=12, instant=True,
+                  description="Above 100%: the ClusterQueue borrows from its cohort."),
+            Panel("Borrowing (usage past nominal quota)", [
+                (f"sum by (cluster_queue) (clamp_min(kueue_cluster_queue_resource_usage{{{CQ_RES}}} - "
+                 f"kueue_cluster_queue_nominal_quota{{{CQ_RES}}}, 0))", "{{cluster_queue}}")], stack=True, width=8),
+            Panel("Usage by cohort", [
+                ('sum by (cohort) (kueue_cluster_queue_resource_usage{resource=~"$resource"})', "{{cohort}}")],
+                  stack=True, width=8),
+            Panel("Borrowing limits", [
+                (f"kueue_cluster_queue_borrowing_limit{{{CQ_RES}}} < +Inf", "{{cluster_queue}} {{flavor}}")],
+                  kind="bargauge", width=8, instant=True,
+                  description="ClusterQueues with a borrowingLimit (the others may borrow all their cohort lends)."),
+        ]),
+         ("Evictions and preemptions", [
+            Panel("Evictions by reason", [
+                (f"sum by (reason) (rate(kueue_evicted_workloads_total{{{CQ}}}[{RATE}]))", "{{reason}}")],
+                  unit="ops", stack=True,
+                  description="Preempted: to make room for another workload; NodeFailures: its nodes went down."),
+            Panel("Preemptions by reason and preempting ClusterQueue", [
+                (f'sum by (preempting_cluster_queue, reason) (rate(kueue_preempted_workloads_total'
+                 f'{{preempting_cluster_queue=~"$cluster_queue"}}[{RATE}]))', "{{preempting_cluster_queue}} {{reason}}")],
+                  unit="ops", stack=True),
+        ])],
+        [Var("cluster_queue", "ClusterQueue", "label_values(kueue_pending_workloads, cluster_queue)"),
+         Var("resource", "Resource", "label_values(kueue_cluster_queue_nominal_quota, resource)", multi=False,
+             default_all=False, default="nvidia.com/gpu")])  # fmt: skip
+
+
+DASHBOARDS = {"cluster": cluster, "nodes": nodes, "gateway": gateway, "extraction": extraction, "kueue": kueue}
 
 
 def render() -> dict[str, str]:

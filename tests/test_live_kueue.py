@@ -1,0 +1,60 @@
+"""The live scheduler under a Kueue partition (--partition), beyond a replay's identity with the
+offline run (tests/test_live_identity.py) and the stack's metrics through Prometheus
+(tests/test_deploy_stack.py): a bad file is the same one-line error as for analysim simulate, and
+a client's job is refused, with its reason and field, when no LocalQueue takes it or its
+ClusterQueue could never admit it; one it can admit is counted in its ClusterQueue's metrics."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from analysim.rpc_status import refusal_of
+from scheduler_svc.launcher import ROOT
+from tests.test_live_helpers import live, sample_sum, scrape, wait_until
+
+DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
+
+
+def test_a_bad_partition_is_the_same_one_line_error_as_offline(tmp_path: Path) -> None:
+    bad = tmp_path / "kueue.yaml"
+    bad.write_text(DEMO.read_text().replace("nominalQuota: 31", "nominalQuota: 31\n        borrowLimit: 4", 1))
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "borrowLimit" in t)
+    errors = {}
+    for prog, argv in (("analysim simulate", ["-m", "analysim", "simulate", "--no-plots", "--no-progress",
+                                              "--out", str(tmp_path / "out")]),
+                       ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db")])):
+        r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
+    assert errors["analysim simulate"] == errors["scheduler_svc"]
+    assert errors["scheduler_svc"].startswith(f"{bad}, line {line}: document ") and "borrowLimit: unknown field" in \
+        errors["scheduler_svc"]
+
+
+@pytest.mark.parametrize(("vc", "gpus", "reason", "field", "says"), [
+    ("", 1, "no_local_queue", "vc", "vc is required under a partition"),
+    ("nope", 1, "no_local_queue", "vc", "no LocalQueue 'nope' in the partition; its LocalQueues: 0e4a51, 103959"),
+    # 925e2b: nominal 1 GPU and a borrowing limit of 8: at most 9 GPUs ever, on a 128-GPU cluster.
+    ("925e2b", 16, "larger_than_queue_quota", "num_gpus", "larger than ClusterQueue '925e2b' can ever admit"),
+])
+def test_client_jobs_reach_a_cluster_queue_or_are_refused(tmp_path: Path, vc: str, gpus: int, reason: str,
+                                                          field: str, says: str) -> None:
+    with live(tmp_path, ["--jobs", "0", "--partition", str(DEMO)], "demo", nodes=16, agents=1) as (run, client):
+        with pytest.raises(grpc.RpcError) as e:
+            client.submit(num_gpus=gpus, duration_s=60.0, vc=vc)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and says in e.value.details(), e.value.details()
+        refusal = refusal_of(e.value)
+        assert (refusal["code"], refusal.get("field")) == (reason, field), refusal
+        # 9 GPUs is what 925e2b may hold, borrowing all it may: admitted, and counted under Kueue's names.
+        job = client.submit(num_gpus=9, duration_s=60.0, vc="925e2b").job_id
+        wait_until(lambda: client.get_job(job).end_s > 0, 60, "the admitted job done")
+        m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
+    assert sample_sum(m["analysim_jobs_rejected"], "analysim_jobs_rejected_total", reason=reason) == 1
+    assert sample_sum(m["kueue_admitted_workloads"], "kueue_admitted_workloads_total", cluster_queue="925e2b") == 1
+    assert sample_sum(m["kueue_admitted_workloads"], "kueue_admitted_workloads_total") == 1
