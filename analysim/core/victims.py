@@ -311,7 +311,7 @@ def _gang_counted_fit(ctx: Handle, spec: JobSpec, k: int) -> Callable[[list[JobR
     # k largest counts are among its raised nodes' and the k largest of the rest, so a trial reads
     # k + (the nodes it raises) counts, not a sort of every node's (_fewest_within tries up to
     # 2**12 sets: the sort was most of tiresias + both's choice of a gang's victims, py-spy).
-    most_first = sorted(range(len(base)), key=base.__getitem__, reverse=True)
+    most_first = [] if every else sorted(range(len(base)), key=base.__getitem__, reverse=True)
 
     def fits(evicted: list[JobRun]) -> bool:
         raised: dict[int, int] = {}
@@ -424,10 +424,10 @@ def eviction_hopeless(ctx: Handle, spec: JobSpec, k: int, held: dict[int, int]) 
     return sum(most[:k]) < g
 
 
-def eviction_hopeless_over(ctx: Handle, spec: JobSpec, k: int, held: np.ndarray) -> bool:
-    """eviction_hopeless from the GPUs the candidates hold on each of the cluster's nodes (a scratch
-    array, as ``Handle.gpus_of_vc`` keeps them; it is overwritten), for a plugin that can bound a
-    search before it gathers its candidates. Each node open to the job is counted with its whole
+def eviction_hopeless_over(ctx: Handle, spec: JobSpec, k: int, held: list[np.ndarray]) -> bool:
+    """eviction_hopeless from the GPUs the candidates hold on each of the cluster's nodes (arrays
+    to add up, as ``Handle.gpus_of_vc`` keeps them per VC), for a plugin that can bound a search
+    before it gathers its candidates. Each node open to the job is counted with its whole
     GPUs free plus those held there, untouched ones too: a tighter bound than eviction_hopeless's
     largest free block for them, as sound, in a few array operations (callgrind: the per-node
     version of this cost 41,000 instructions a search)."""
@@ -436,9 +436,11 @@ def eviction_hopeless_over(ctx: Handle, spec: JobSpec, k: int, held: np.ndarray)
     if k == 0:
         return True
     if k == 1 and st.max_full_free() >= g:
-        return False  # (a node has them free already: the bound cannot tell)
-    held += st.full_free
-    reach = held[ctx.static_mask(spec)]  # each open node's GPUs free after evicting every candidate
+        return False  # (a node has them free already: the bound cannot tell; nothing added up)
+    free_after = st.full_free.copy()
+    for gpus in held:
+        free_after += gpus
+    reach = free_after[ctx.static_mask(spec)]  # each open node's GPUs free after evicting every candidate
     if k == 1:
         return int(reach.max(initial=0)) < g
     if ctx.config.relaxed_locality or k >= len(reach):

@@ -6,8 +6,6 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING, ClassVar, cast
 
-import numpy as np
-
 from analysim.core import victims as victims_mod
 from analysim.core.job import JobRun, JobSpec
 from analysim.core.victims import ByNode
@@ -265,7 +263,7 @@ class QuotaReclaim:
         allowed = ctx.open_nodes(spec)
         lenders = [vc for vc in ctx.running_by_vc if vc != spec.vc and ctx.vc_over_quota(vc)]
         if lenders and spec.num_gpus and not spec.is_fractional and victims_mod.eviction_hopeless_over(
-                ctx, spec, ctx.gang_size(spec), self._held_by(lenders, ctx)):
+                ctx, spec, ctx.gang_size(spec), [ctx.gpus_of_vc[vc] for vc in lenders]):
             # (Most searches end here: 59,244 of tiresias + both's 76,759 over the whole extract,
             # each of which built and sorted the loans, ~118 of them, only to be refused by this
             # bound in victims_that_fit.)
@@ -278,14 +276,6 @@ class QuotaReclaim:
         loans.sort(reverse=True)
         memo[request] = victims = victims_mod.victims_that_fit(ctx, job, [row[2] for row in loans]) if loans else None
         return victims
-
-    @staticmethod
-    def _held_by(lenders: list[str], ctx: Handle) -> np.ndarray:
-        """The GPUs the lenders' running jobs hold on each node."""
-        held = ctx.gpus_of_vc[lenders[0]].copy()
-        for vc in lenders[1:]:
-            held += ctx.gpus_of_vc[vc]
-        return held
 
     def holds_until(self, job: JobRun, ctx: Handle) -> float:
         """The answer reads the quotas, the running jobs and their start times only: it holds
