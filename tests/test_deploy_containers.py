@@ -218,7 +218,10 @@ def test_the_stack_in_containers(project: Project) -> None:
         check_the_stack(project)
     except AssertionError as e:
         tails = "\n".join(f"--- {s}:\n{project.logs(s)[-1500:]}" for s in ("traffic-gateway", "gateway", "scheduler"))
-        raise AssertionError(f"{e}\n{tails}") from None
+        # (A container that podman could not start stays 'Created' with empty logs: its status says so.)
+        states = containers.podman("ps", "-a", "--filter", f"label=com.docker.compose.project={project.name}",
+                                   "--format", "{{.Names}} {{.Status}}", check=False).stdout
+        raise AssertionError(f"{e}\n--- containers:\n{states}{tails}") from None
 
 
 def check_the_stack(p: Project) -> None:
