@@ -63,7 +63,9 @@ class Engine(Handle):
         self.extra: dict[str, JobBook] = {}
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}
-        self.gpus_of_vc: dict[str, np.ndarray] = {}  # (kept by launch and _stop, for quota reclaim's bound)
+        # (kept by launch and _stop, for quota reclaim's bound; of full_free's dtype, which they are added to:
+        # a cast in each addition tripled its cost, callgrind)
+        self.gpus_of_vc: dict[str, np.ndarray] = {}
         self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
         self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
         self._keep_decisions = self.config.keep_decisions
@@ -588,7 +590,7 @@ class Engine(Handle):
         spec = job.spec
         held = self.gpus_of_vc.get(spec.vc)
         if held is None:
-            held = self.gpus_of_vc[spec.vc] = np.zeros(self.state.num_nodes, dtype=np.int64)
+            held = self.gpus_of_vc[spec.vc] = np.zeros(self.state.num_nodes, dtype=self.state.full_free.dtype)
         for n, slots in pl.gpus:
             cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
             self.state.allocate(n, slots, spec.gpu_milli, cpu, mem)
