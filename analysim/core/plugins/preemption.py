@@ -293,8 +293,8 @@ class QuotaReclaim:
     def _lenders(self, memo: dict, ctx: Handle) -> tuple[list[str], np.ndarray]:
         """The VCs running over their quotas, and each node's whole GPUs free once all their jobs
         are evicted: found once per memo (every search of its life has the same ones, as they read
-        the running jobs alone; the job's own VC is never among them, as a VC that reclaims is
-        within its quota, see _reclaims_nothing)."""
+        only the running jobs and the allocation, both fixed for that life; the job's own VC is
+        never among them, as a VC that reclaims is within its quota, see _reclaims_nothing)."""
         key = (self.name, "lenders")
         got = memo.get(key)
         if got is None:
