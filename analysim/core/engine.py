@@ -535,7 +535,7 @@ class Engine(Handle):
         return self.ranked.hold_until(self, vc, self.pass_no)
 
     def plugin_memo(self) -> dict:
-        return self.memos.pass_memo((self.pass_no, self.world.running, self.now))  # (now: a rebalance outside a pass)
+        return self.memos.pass_memo(self.pass_no, self.world.running, self.now)  # (now: a rebalance outside a pass)
 
     def vc_memo(self, vc: str) -> dict:
         return self.memos.vc_memo(vc, (self.world.vc_version(vc), self.world.nodes))
