@@ -538,7 +538,7 @@ class Engine(Handle):
         return self.memos.pass_memo(self.pass_no, self.world.running, self.now)  # (now: a rebalance outside a pass)
 
     def vc_memo(self, vc: str) -> dict:
-        return self.memos.vc_memo(vc, (self.world.vc_version(vc), self.world.nodes))
+        return self.memos.vc_memo(vc, self.world.vc_version(vc), self.world.nodes)
 
     def lasting_memo(self) -> dict:
         return self.memos.lasting()
