@@ -290,21 +290,38 @@ def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "2"],
                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def started(pid: int) -> int:  # clock ticks after boot (field 22 of /proc/PID/stat)
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    def proc(pid: int, name: str) -> str:
+        return Path(f"/proc/{pid}/{name}").read_text()
 
-    def pool_worker() -> int | None:
-        # The child forked last, once the first cell is in: it has just begun its cell (the
-        # oldest one may already have handed its result over, and its death would go unseen).
-        kids = descendants(p.pid)
-        if not kids or not (out / "cells").exists():
-            return None
+    def stat(pid: int) -> list[str]:  # the fields of /proc/PID/stat after the command's name
+        return proc(pid, "stat").rsplit(")", 1)[1].split()
+
+    def started(pid: int) -> int:  # clock ticks after boot (field 22)
+        return int(stat(pid)[19])
+
+    def mid_cell() -> int | None:
+        """A worker stopped (SIGSTOP) before it has written anything of its cell's outputs: a cell
+        writes its files (hundreds of kB) before it sends its result, so this one has not sent it
+        and its death cannot go unseen. The one forked last is the likeliest; if it has got that
+        far, it goes on (SIGCONT) and we look again."""
         try:
-            return max(kids, key=started)
+            kids = descendants(p.pid)
+            if not kids:
+                return None
+            pid = max(kids, key=started)
+            os.kill(pid, signal.SIGSTOP)
+            state = wait_until(lambda: stat(pid)[0] if stat(pid)[0] in "TZX" else "", 10, "the worker stopped")
+            if state != "T":
+                return None  # it has exited: look again
+            written = int(dict(line.split(": ") for line in proc(pid, "io").splitlines())["wchar"])
         except (OSError, ValueError):
-            return None  # one exited while we looked: look again
+            return None  # it exited while we looked: look again
+        if written < 1024:
+            return pid
+        os.kill(pid, signal.SIGCONT)
+        return None
 
-    victim = wait_until(pool_worker, 120, "the pool's workers at work")
+    victim = wait_until(mid_cell, 120, "a worker in the middle of its cell")
     os.kill(victim, signal.SIGKILL)
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 0, stderr
