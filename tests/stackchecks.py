@@ -40,8 +40,10 @@ class Prom:
         assert body["status"] == "success", body
         return body["data"]
 
-    def query(self, expr: str) -> list[dict]:
-        return self.get("/api/v1/query", query=expr)["result"]
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        """An instant query, at ``at`` (Unix seconds) or at Prometheus' now."""
+        params = {"query": expr} if at is None else {"query": expr, "time": repr(at)}
+        return self.get("/api/v1/query", **params)["result"]
 
     def has_data(self, expr: str) -> bool:
         """At least one sample with a number (not NaN: a quantile of nothing is no data)."""
@@ -157,18 +159,29 @@ def wait_kueue_metrics(prom: Prom, deadline_s: float) -> None:
               if r["name"] == "nvidia.com/gpu" and "borrowingLimit" in r}
     assert limits and by_queue(f"kueue_cluster_queue_borrowing_limit{{{gpu}}} < +Inf") == limits
 
-    def agree(expr_a: str, expr_b: str) -> bool:  # both from one scrape of the scheduler
-        a, b = prom.query(expr_a), prom.query(expr_b)
-        return bool(a and b) and float(a[0]["value"][1]) == float(b[0]["value"][1])
+    # Each wait is one PromQL expression, evaluated at one instant over one scrape of the
+    # scheduler: the counters move on every scrape, and sides queried one after another (CI, under
+    # load) straddle a scrape more often than not.
+    def equal(*pairs: tuple[str, str]) -> str:
+        return " and ".join(f"(sum({a}) == sum({b}))" for a, b in pairs)
 
-    wait_until(lambda: prom.has_data(f"sum(kueue_cluster_queue_resource_usage{{{gpu}}}) > 0")
-               and agree(f"sum(kueue_cluster_queue_resource_usage{{{gpu}}})", "sum(analysim_allocated_gpus)"),
-               deadline_s, "GPUs in use by the ClusterQueues = GPUs held by running jobs", poll_s=0.5)
-    wait_until(lambda: agree("sum(kueue_pending_workloads)", "sum(analysim_pending_jobs)")
-               and agree("sum(kueue_admitted_workloads_total)", "sum(analysim_jobs_started_total)")
-               and agree("sum(kueue_admission_wait_time_seconds_count)", "sum(kueue_admitted_workloads_total)")
-               and agree("sum(kueue_admitted_active_workloads)", "analysim_running_jobs"),
-               deadline_s, "Kueue's workload counts = the scheduler's job counts", poll_s=0.5)
+    def wait_equal(what: str, *pairs: tuple[str, str], also: str = "") -> None:
+        expr = f"({also}) and {equal(*pairs)}" if also else equal(*pairs)
+        try:
+            wait_until(lambda: prom.query(expr), deadline_s, what, poll_s=0.5)
+        except AssertionError as e:  # say what each side was, both at one instant
+            at = float(prom.get("/api/v1/query", query="time()")["result"][1])
+            sides = {x: [r["value"][1] for r in prom.query(f"sum({x})", at)] for pair in pairs for x in pair}
+            raise AssertionError(f"{e}; at {at}: {sides}") from None
+
+    wait_equal("GPUs in use by the ClusterQueues = GPUs held by running jobs",
+               (f"kueue_cluster_queue_resource_usage{{{gpu}}}", "analysim_allocated_gpus"),
+               also=f"sum(kueue_cluster_queue_resource_usage{{{gpu}}}) > 0")
+    wait_equal("Kueue's workload counts = the scheduler's job counts",
+               ("kueue_pending_workloads", "analysim_pending_jobs"),
+               ("kueue_admitted_workloads_total", "analysim_jobs_started_total"),
+               ("kueue_admission_wait_time_seconds_count", "kueue_admitted_workloads_total"),
+               ("kueue_admitted_active_workloads", "analysim_running_jobs"))
     over = prom.query(f"kueue_cluster_queue_resource_usage{{{gpu}}} > on (cluster_queue) "
                       f"(kueue_cluster_queue_nominal_quota{{{gpu}}} + on (cluster_queue) kueue_cluster_queue_borrowing_limit{{{gpu}}})")
     assert over == [], f"ClusterQueues past nominal quota + borrowing limit: {over}"
@@ -176,5 +189,5 @@ def wait_kueue_metrics(prom: Prom, deadline_s: float) -> None:
 
 def assert_evictions_are_requeues(prom: Prom) -> None:
     """A lost agent's jobs are requeued: Kueue's evictions for node failures, one for each."""
-    wait_until(lambda: prom.query('sum(kueue_evicted_workloads_total{reason="NodeFailures"}) or vector(0)')[0]["value"][1]
-               == prom.query("sum(analysim_jobs_requeued_total)")[0]["value"][1], 30, "evictions = requeues", poll_s=0.5)
+    wait_until(lambda: prom.query('(sum(kueue_evicted_workloads_total{reason="NodeFailures"}) or vector(0)) '
+                                  "== sum(analysim_jobs_requeued_total)"), 30, "evictions = requeues", poll_s=0.5)
