@@ -159,6 +159,9 @@ class QueueSort(Protocol):
     # The optional flags below (absent: False) are read once, into QueueTraits.
     # preemptive: ranks running jobs below waiting ones, so a post-filter may evict them.
     # per_vc_order: order() gets ``pending`` per VC (a dict VC -> iterator of its jobs in key order).
+    # heads_ranked_by_state: order() ranks a VC's next job by state that changes within a pass
+    #   when it comes up, so each VC's iterator gives every pending job (none left out for want of
+    #   room: the one behind it would come up, and be ranked, early).
     # ranks_follow_keys: a waiting job's preempt_rank never orders before that of a job ahead of it.
     # running_ranks_only_rise: a running job's preempt_rank never moves later while it runs.
     # per_job_rank_times: running ranks change one job at a time, at preempt_rank_until.
@@ -296,11 +299,13 @@ class QueueTraits:
     ranks_follow_keys: bool = False
     running_ranks_only_rise: bool = False
     per_job_rank_times: bool = False
+    heads_ranked_by_state: bool = False
 
     @staticmethod
     def of(queue: QueueSort) -> QueueTraits:
         return QueueTraits(**{f: bool(getattr(queue, f, False)) for f in (
-            "preemptive", "per_vc_order", "ranks_follow_keys", "running_ranks_only_rise", "per_job_rank_times")})
+            "preemptive", "per_vc_order", "ranks_follow_keys", "running_ranks_only_rise", "per_job_rank_times",
+            "heads_ranked_by_state")})
 
 
 @dataclass

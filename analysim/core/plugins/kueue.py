@@ -170,6 +170,9 @@ class KueueQueue(_QueueSort):
     # LocalQueue's jobs come in key order from the engine's per-VC lists.
     dynamic: ClassVar[bool] = True
     per_vc_order: ClassVar[bool] = True
+    # A stream's head is ranked (would it borrow?) when it comes up, against the usage of that
+    # moment in the pass: a head left out for want of room would bring the next one up early.
+    heads_ranked_by_state: ClassVar[bool] = True
 
     def __init__(self, state: KueueState) -> None:
         self.state = state
