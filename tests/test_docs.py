@@ -109,6 +109,10 @@ class Modes:
         self.carried.update({k: v for k, v in left.items() if env.get(k) != v})
 
 
+# A page's blocks run one after another in one test: README's take 114 s alone on the 2-core test
+# machine (its Kueue compare replays 20,000 jobs twice), and went past the suite's 300 s hang guard
+# with a third CPU-bound process beside the two workers. Each block keeps its own BLOCK_TIMEOUT_S.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_block_runs_and_every_sample_is_fresh(path: Path, request: pytest.FixtureRequest) -> None:
     found = runnable(path)
