@@ -95,10 +95,9 @@ class Engine(Handle):
             raise ValueError(f"admission {self.admission.name!r}: preemption and migration under a partition "
                              "are not modelled yet")
         # The pending jobs and the indexes the passes read (only those some pass reads).
-        q = policy.queue
-        self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, self.traits.per_vc_order,
-                                                           policy.backfill, self.can_preempt or self.can_migrate,
-                                                           self.traits.heads_ranked_by_state),
+        q, t = policy.queue, self.traits
+        self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill,
+                                                           self.can_preempt or self.can_migrate, t.heads_ranked_by_state),
                                       self.dedicated)
         self.ends: RunningEnds | None = RunningEnds(self.dedicated) if policy.backfill else None
         # The plugins a failed placement asks, and their optional hints, found once.
