@@ -159,9 +159,10 @@ class QueueSort(Protocol):
     # The optional flags below (absent: False) are read once, into QueueTraits.
     # preemptive: ranks running jobs below waiting ones, so a post-filter may evict them.
     # per_vc_order: order() gets ``pending`` per VC (a dict VC -> iterator of its jobs in key order).
-    # heads_ranked_by_state: order() ranks a VC's next job by state that changes within a pass
-    #   when it comes up, so each VC's iterator gives every pending job (none left out for want of
-    #   room: the one behind it would come up, and be ranked, early).
+    # heads_ranked_by_state: order() ranks a VC's next job by the job itself against state that
+    #   changes within a pass, read when it comes up (Kueue: would it borrow?), so each VC's
+    #   iterator gives every pending job: one left out for want of room would bring the job behind
+    #   it up, and rank it, early. (Fair share ranks the VC, whichever job is next: not needed.)
     # ranks_follow_keys: a waiting job's preempt_rank never orders before that of a job ahead of it.
     # running_ranks_only_rise: a running job's preempt_rank never moves later while it runs.
     # per_job_rank_times: running ranks change one job at a time, at preempt_rank_until.

@@ -50,9 +50,9 @@ class IndexPlan:
       pass jumps over a VC's jobs that would borrow to its next one within quota.
     - ``of_vc_dw``: per VC, GPU demand, width and power-of-two bucket of queued work, under EASY
       backfilling: a pass jumps over the jobs its reservations keep out.
-    - ``of_width``/``of_vc_width``: per width bucket (globally, or per VC for a per-VC order whose
-      heads are not ranked by state, QueueTraits.heads_ranked_by_state), for
-      a non-blocking pass that only launches: it leaves out the widths that cannot fit.
+    - ``of_width``/``of_vc_width``: per width bucket (globally, or per VC for a per-VC order but not
+      one whose heads are ranked by state, QueueTraits.heads_ranked_by_state), for a non-blocking
+      pass that only launches: it leaves out the widths that cannot fit.
     - ``of_vc_shape``: per VC and request (JobSpec.request), for a non-blocking pass that may
       preempt or migrate: it leaves out shapes no smaller than a failed one.
     """
@@ -67,7 +67,7 @@ class IndexPlan:
 
     @staticmethod
     def for_policy(blocking: bool, dynamic: bool, per_vc_order: bool, backfill: bool,
-                   may_preempt_or_migrate: bool, heads_ranked_by_state: bool = False) -> IndexPlan:
+                   may_preempt_or_migrate: bool, heads_ranked_by_state: bool) -> IndexPlan:
         of_width = of_vc_width = of_vc_shape = False
         if not blocking:
             if may_preempt_or_migrate and (per_vc_order or not dynamic):
