@@ -177,8 +177,11 @@ def run_policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
                          f"ClusterQueue), not by --policy {opts.policy}{' --backfill' if opts.backfill else ''}")
     if opts.mode == "inflate":
         raise ValueError("--partition: inflate mode places tasks without queues; a partition applies to replay")
-    if opts.preemption or opts.migration:
-        raise ValueError("--partition: Kueue's preemption (and migration) under a partition are not modelled yet")
+    if opts.preemption:
+        raise ValueError("--partition: preemption under a partition is set by its ClusterQueues' spec.preemption "
+                         "(docs/kueue.md), not by --preemption")
+    if opts.migration:
+        raise ValueError("--partition: migration under a partition is not modelled")
     return partition_policy(cluster, opts.placement)
 
 

@@ -59,11 +59,12 @@ def kueue_state(live: LiveScheduler) -> KueueState | None:
 
 def preemption_of(decision: Decision) -> tuple[str, str] | None:
     """The ClusterQueue of the workload a preemption made room for, and Kueue's reason for it (one
-    of PREEMPTION_REASONS), as the engine recorded them with the eviction; None when it recorded
-    none. The one place the service reads them: under a partition the engine does not preempt yet
-    (Kueue's preemption is built in the core separately), and when it does, this is where its
-    record is read."""
-    return None
+    of PREEMPTION_REASONS), as the engine recorded them with the eviction (``Decision.by`` and
+    ``Decision.reason``, from Kueue's preemption in the core); None when it recorded none. The one
+    place the service reads them."""
+    if not decision.reason:
+        return None
+    return decision.by, decision.reason
 
 
 class KueueMetrics:

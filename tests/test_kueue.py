@@ -392,12 +392,12 @@ def test_bad_input_is_one_error_naming_line_document_and_field(tmp_path, text, m
 
 
 def test_accepted_but_unmodelled_fields_are_warned_about_once(tmp_path):
-    extra = "\n  fairSharing: {weight: 2}\n  preemption: {reclaimWithinCohort: Any, withinClusterQueue: Never}"
+    extra = "\n  admissionChecks: [x]\n  stopPolicy: Hold"
     part, warnings = _read(tmp_path, FLAVOR + _cq("a", "c", {GPU: {"nominalQuota": 8}}, extra=extra)
                            + _cq("b", "c", {GPU: {"nominalQuota": 8}}, extra=extra), CPU_NODES)
     assert [w.split(": ", 1)[1] for w in warnings] == [
-        "ClusterQueue spec.fairSharing: accepted but not modelled (docs/kueue.md)",
-        "ClusterQueue spec.preemption.reclaimWithinCohort (not Never): accepted but not modelled (docs/kueue.md)",
+        "ClusterQueue spec.admissionChecks: accepted but not modelled (docs/kueue.md)",
+        "ClusterQueue spec.stopPolicy (not None): accepted but not modelled (docs/kueue.md)",
     ]
     assert warnings[0].startswith(f"{tmp_path / 'kueue.yaml'}, line 15:")
 
@@ -621,4 +621,4 @@ def test_simulate_with_a_partition_file_and_its_errors(tmp_path):
     assert f"{bad}, line 4: document 1 (ClusterQueue 'q'): spec.cohrt: unknown field" in run.stderr
     run = subprocess.run(cli + ["--partition", str(ROOT / "examples/kueue/philly.yaml"), "--preemption"],
                          capture_output=True, text=True)
-    assert run.returncode == 2 and "not modelled yet" in run.stderr
+    assert run.returncode == 2 and "spec.preemption" in run.stderr and "not by --preemption" in run.stderr

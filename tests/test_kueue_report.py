@@ -161,16 +161,22 @@ def test_a_setting_that_names_nothing_is_one_error(tmp_path, setting, message):
 
 
 def test_evictions_are_read_by_reason_per_cluster_queue(tmp_path):
-    # The engine records no reason yet: a job's preemptions count as Unknown, in its queue's column.
+    # Kueue's preemption records each eviction's reason with the state; an eviction it did not
+    # record counts as Unknown, in its queue's column.
     path = tmp_path / "two.yaml"
     path.write_text(TWO_QUEUES)
     part, _ = load_partition(str(path), NODE)
-    meter = QueueMeter(KueueState(part, ["n0"]))
-    job = JobRun(JOBS[1], 0, preemptions=2)
-    assert eviction_reasons(job) == {"Unknown": 2}
+    state = KueueState(part, ["n0"])
+    meter = QueueMeter(state)
+    job = JobRun(JOBS[1], 0, preemptions=3)
+    state.record_eviction(job, 0, "InCohortReclamation")
+    state.record_eviction(job, 0, "InCohortReclamation")
+    assert eviction_reasons(job, state) == {"InCohortReclamation": 2, "Unknown": 1}
+    assert eviction_reasons(JobRun(JOBS[1], 0, preemptions=2)) == {"Unknown": 2}
     meter.job_ended(job)
     meter.job_ended(JobRun(JOBS[0], 1))
-    assert meter.evictions == [{}, {"Unknown": 2}]  # a, b
+    assert meter.evictions == [{}, {"InCohortReclamation": 2, "Unknown": 1}]  # a, b
+    assert job.job_id not in state.reasons  # (read once, when it ends)
 
 
 # --- the command line ------------------------------------------------------------------------------

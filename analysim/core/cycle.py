@@ -36,8 +36,11 @@ def run_pass(eng: Engine) -> None:
     if idle is not None and idle.stands(world, eng.squeue.version, eng.now):
         eng.idle = idle  # it would be that pass again
         return
-    c = CycleState(world, eng.can_preempt, eng.can_migrate,
-                   bool(eng.spec.vcs) and (eng.can_preempt or not eng.spec.allow_borrowing), eng.checks)
+    # (Failures are told apart per VC where quotas matter: a VC's quota, or under a partition that
+    # preempts its ClusterQueue's, is part of why a job fails.)
+    quotas_matter = (bool(eng.spec.vcs) and (eng.can_preempt or not eng.spec.allow_borrowing)
+                     or eng.admission is not None and eng.can_preempt)
+    c = CycleState(world, eng.can_preempt, eng.can_migrate, quotas_matter, eng.checks)
     source = _order(eng, c)
     if source is None:
         return

@@ -87,13 +87,17 @@ class Engine(Handle):
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
         self.allocated_by_model = np.zeros(len(self.state.model_names))
         # What a failed placement may do: evict (post-filters), move (rebalance).
-        self.can_preempt = self.config.preemption and bool(policy.post_filters)
-        self.can_migrate = self.config.migration and policy.rebalance is not None
         # Quota admission by a plugin (a partition: Kueue's ClusterQueues), told of every launch and stop.
+        # Under it the partition drives preemption: its policy carries a post-filter only when its
+        # ClusterQueues preempt, and EngineConfig.preemption is refused (so is migration).
         self.admission = policy.admission
         if self.admission is not None and (self.config.preemption or self.config.migration):
-            raise ValueError(f"admission {self.admission.name!r}: preemption and migration under a partition "
-                             "are not modelled yet")
+            raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
+                             "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
+        self.can_preempt = (self.config.preemption or self.admission is not None) and bool(policy.post_filters)
+        self.can_migrate = self.config.migration and policy.rebalance is not None
+        # The post-filters that say why they evict (Kueue's reasons), found once.
+        self.reasons = {pf.name: pf.reason_of for pf in policy.post_filters if hasattr(pf, "reason_of")}
         # The pending jobs and the indexes the passes read (only those some pass reads).
         q, t = policy.queue, self.traits
         self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill,
@@ -566,9 +570,14 @@ class Engine(Handle):
             victims = pf.victims(job, self)
             if not victims:
                 continue
+            why = self.reasons.get(pf.name)
             for v in victims:
-                self._preempt(v)
-            pl = placement.bind(self, job, self.static_mask(job.spec))
+                self._preempt(v, ("", "") if why is None else why(v))
+            mask = self.static_mask(job.spec)
+            if self.admission is not None:  # (admitted now, on its flavors' nodes)
+                admitted = self.admission.admit(job, self)
+                mask = mask if admitted is None else admitted[1]
+            pl = placement.bind(self, job, mask)
             if pl is None:
                 raise AssertionError(f"{pf.name}: evicted {len(victims)} jobs but {job.job_id} still does not fit")
             return pl
@@ -653,7 +662,7 @@ class Engine(Handle):
         self._dirty = True
         return tuple(self.node_names[n] for n in pl.nodes)
 
-    def _preempt(self, job: JobRun) -> None:
+    def _preempt(self, job: JobRun, why: tuple[str, str] = ("", "")) -> None:
         """Evict a running job for a waiting one (a post-filter's victim). It is not launched again
         at this instant, by this pass or the passes that follow it at the same time: that would be
         a move (a migration's work, counted as one), or a cascade, where the victim evicts others
@@ -668,7 +677,7 @@ class Engine(Handle):
         job.overhead_s = self.config.restore_overhead_s
         job.preemptions += 1
         job.placement = None
-        self._record("preempt", job.job_id, nodes)
+        self._record("preempt", job.job_id, nodes, why)
         self._requeue(job)
 
     def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...]) -> None:
@@ -684,10 +693,11 @@ class Engine(Handle):
     def _decide(self, kind: str, job: JobRun) -> None:
         self._record(kind, job.job_id, tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ())
 
-    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...]) -> None:
-        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs)."""
+    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...], why: tuple[str, str] = ("", "")) -> None:
+        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs); ``why``:
+        an eviction's reason and the queue it made room for, when its post-filter says."""
         if self._keep_decisions:
-            self.decisions.append(Decision(self.now, kind, job_id, nodes))
+            self.decisions.append(Decision(self.now, kind, job_id, nodes, *why))
 
 
 class Recorder(Protocol):

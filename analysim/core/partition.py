@@ -96,6 +96,53 @@ class ResourceGroup:
 STRICT_FIFO = "StrictFIFO"
 BEST_EFFORT_FIFO = "BestEffortFIFO"
 
+# Preemption policies (Kueue's ClusterQueue spec.preemption). NEVER everywhere is no preemption.
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
+ANY = "Any"
+WITHIN_CLUSTER_QUEUE = (NEVER, LOWER_PRIORITY, LOWER_OR_NEWER_EQUAL)
+RECLAIM_WITHIN_COHORT = (NEVER, LOWER_PRIORITY, ANY)
+BORROW_WITHIN_COHORT = (NEVER, LOWER_PRIORITY)
+# Fair sharing's preemption strategies (Kueue's Configuration fairSharing.preemptionStrategies),
+# and its default list.
+LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+FAIR_STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A ClusterQueue's preemption policies (Kueue's spec.preemption; every default Never).
+    ``max_priority_threshold``: borrowWithinCohort's, None when not given (any priority below the
+    preemptor's)."""
+
+    within_cluster_queue: str = NEVER
+    reclaim_within_cohort: str = NEVER
+    borrow_within_cohort: str = NEVER
+    max_priority_threshold: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return (self.within_cluster_queue != NEVER or self.reclaim_within_cohort != NEVER
+                or self.borrow_within_cohort != NEVER)
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
+
+NO_PREEMPTION = Preemption()
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharing:
+    """Kueue's Configuration ``fairSharing`` when enabled: the preemption strategies, in order."""
+
+    strategies: tuple[str, ...] = FAIR_STRATEGIES
+
+    def __reduce__(self) -> tuple:
+        return by_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionNode:
@@ -104,7 +151,9 @@ class PartitionNode:
     ``quotas``: ((flavor, resource), Quota) pairs. For a queue, ``groups`` says which flavors of
     which resources it offers and in which order, ``strategy`` its queueing strategy, and
     ``try_next_flavor`` whether a flavor that fits only by borrowing is kept while the next ones
-    are tried for one that fits without (Kueue's flavorFungibility.whenCanBorrow: TryNextFlavor)."""
+    are tried for one that fits without (Kueue's flavorFungibility.whenCanBorrow: TryNextFlavor),
+    ``preemption`` its preemption policies. ``weight`` is a node's fair-sharing weight
+    (``fairSharing.weight``; read only with fair sharing on)."""
 
     name: str
     is_queue: bool
@@ -113,6 +162,8 @@ class PartitionNode:
     groups: tuple[ResourceGroup, ...] = ()
     strategy: str = BEST_EFFORT_FIFO
     try_next_flavor: bool = False
+    preemption: Preemption = NO_PREEMPTION
+    weight: float = 1.0
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -129,6 +180,13 @@ class Partition:
     queue_of: tuple[tuple[str, str], ...]
     priorities: tuple[tuple[str, int], ...] = ()
     source: str = ""
+    fair_sharing: FairSharing | None = None  # (a Configuration with fairSharing.enable: true)
+
+    @property
+    def preempts(self) -> bool:
+        """Whether any ClusterQueue may preempt (a policy other than Never). Fair sharing alone
+        orders admission; its preemption reclaims through reclaimWithinCohort, as Kueue's does."""
+        return any(n.preemption.enabled for n in self.nodes if n.is_queue)
 
     def node(self, name: str) -> PartitionNode:
         for n in self.nodes:

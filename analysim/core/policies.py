@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from analysim.core.cluster import ClusterSpec
 from analysim.core.framework import Policy
 from analysim.core.plugins.kueue import KueueAdmission, KueueQueue, KueueState
+from analysim.core.plugins.kueue_preemption import KueuePreemption
 from analysim.core.plugins.migration import DefragMigration
 from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
 from analysim.core.plugins.queue import QUEUE_SORTS
@@ -69,7 +70,9 @@ PARTITION_QUEUES = ("kueue", "fifo")
 
 def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy:
     """The policy of a run on a cluster with a partition (``cluster.partition``): Kueue's queueing and
-    quota admission, the given placement; no preemption or migration (not modelled yet)."""
+    quota admission, the given placement, and Kueue's preemption as the one post-filter when some
+    ClusterQueue's policies preempt (the engine then preempts: the partition file drives it, not
+    EngineConfig.preemption); no migration."""
     partition = cluster.partition
     if partition is None:
         raise ValueError(f"cluster {cluster.name!r} has no partition")
@@ -77,5 +80,6 @@ def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy
     if sname not in SCORES:
         raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
     state = KueueState(partition, [n.name for n in cluster.nodes])
+    post_filters: list = [KueuePreemption(state)] if partition.preempts else []
     return Policy(name=f"kueue/{sname}", queue=KueueQueue(state), score=SCORES[sname](),
-                  admission=KueueAdmission(state))
+                  post_filters=post_filters, admission=KueueAdmission(state))

@@ -34,11 +34,15 @@ EVICTION_REASONS = ("InClusterQueue", "InCohortReclamation", "InCohortFairSharin
 UNKNOWN_REASON = "Unknown"
 
 
-def eviction_reasons(job: JobRun) -> dict[str, int]:
-    """A job's evictions by Kueue reason. The one place they are read: the engine counts a job's
-    preemptions (``JobRun.preemptions``) but records no reason for them yet, so each counts as
-    ``Unknown`` (under a partition there are none until Kueue's preemption is modelled)."""
-    return {UNKNOWN_REASON: job.preemptions} if job.preemptions else {}
+def eviction_reasons(job: JobRun, state: KueueState | None = None) -> dict[str, int]:
+    """A job's evictions by Kueue reason. The one place they are read: Kueue's preemption records
+    each of its evictions' reason in ``state.reasons`` (kueue_preemption); an eviction it did not
+    record (the engine counts every one in ``JobRun.preemptions``) counts as ``Unknown``."""
+    got = dict(state.reasons.get(job.job_id, {})) if state is not None else {}
+    rest = job.preemptions - sum(got.values())
+    if rest > 0:
+        got[UNKNOWN_REASON] = rest
+    return got
 
 
 def queue_meter(engine: Engine) -> QueueMeter | None:
@@ -89,7 +93,8 @@ class QueueMeter:
                     self.borrowed_gpu_s[k] += self._borrowed[k] * dt
 
     def job_ended(self, job: JobRun) -> None:
-        reasons = eviction_reasons(job)
+        reasons = eviction_reasons(job, self.state)
+        self.state.reasons.pop(job.job_id, None)  # (read once, when the job ends)
         if reasons:
             counts = self.evictions[self._position[self.state.queue(job)]]
             for reason, n in reasons.items():

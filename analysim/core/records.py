@@ -45,6 +45,10 @@ class Decision:
     kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
     job_id: str
     nodes: tuple[str, ...] = ()
+    # A preemption's reason and the ClusterQueue it made room for, when its post-filter says
+    # (Kueue's: InClusterQueue, ...); "" otherwise.
+    reason: str = ""
+    by: str = ""
 
     def __reduce__(self) -> tuple:
         return by_fields(self)

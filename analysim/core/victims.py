@@ -376,7 +376,7 @@ def _fewest_within(prefix: list[JobRun], fits: Callable[[list[JobRun]], bool], n
     is the same for all of them), then the least important; in candidate order."""
     m, others = prefix[-1], prefix[:-1]
     if len(others) > EXACT_LIMIT:
-        return _reprieved(m, others, fits)
+        return reprieved(m, others, fits)
     for size in range(len(others) + 1):
         best: tuple[int, tuple[int, ...]] | None = None
         for combo in itertools.combinations(range(len(others)), size):
@@ -392,9 +392,9 @@ def _fewest_within(prefix: list[JobRun], fits: Callable[[list[JobRun]], bool], n
     raise AssertionError("the shortest prefix that fits does not fit")
 
 
-def _reprieved(m: JobRun, others: list[JobRun], fits: Callable[[list[JobRun]], bool]) -> list[JobRun]:
-    """Kubernetes' reprieve: from the most important of ``others`` down, spare each candidate whose
-    eviction the job does not need."""
+def reprieved(m: JobRun, others: list[JobRun], fits: Callable[[list[JobRun]], bool]) -> list[JobRun]:
+    """Kubernetes' reprieve (Kueue's fill back): from the most important of ``others`` down, spare
+    each candidate whose eviction the job does not need; ``m``, the last, is always kept."""
     kept = list(others)
     for i in range(len(others) - 1, -1, -1):
         trial = kept[:i] + kept[i + 1:]

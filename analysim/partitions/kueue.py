@@ -20,13 +20,20 @@ import yaml
 from analysim.core.cluster import ClusterSpec
 from analysim.core.partition import (
     BEST_EFFORT_FIFO,
+    BORROW_WITHIN_COHORT,
     CPU,
+    FAIR_STRATEGIES,
     GPU,
     MEMORY,
+    NEVER,
+    RECLAIM_WITHIN_COHORT,
     STRICT_FIFO,
+    WITHIN_CLUSTER_QUEUE,
+    FairSharing,
     Flavor,
     Partition,
     PartitionNode,
+    Preemption,
     Quota,
     QuotaTree,
     ResourceGroup,
@@ -41,6 +48,14 @@ VERSIONS = {
     "WorkloadPriorityClass": ("v1beta1", "v1beta2"),
     "Cohort": ("v1alpha1", "v1beta1", "v1beta2"),
 }
+# Kueue's own Configuration (the controller's config file), read for its fairSharing.
+CONFIG_GROUP = "config.kueue.x-k8s.io"
+CONFIG_VERSIONS = ("v1beta1", "v1beta2")
+# Configuration fields that change nothing a replay models (accepted, warned about once).
+_CONFIG_UNMODELLED = ("namespace", "manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "waitForPodsReady",
+                      "integrations", "resources", "admissionFairSharing", "featureGates", "internalCertManagement",
+                      "controller", "health", "metrics", "webhook", "leaderElection", "clientConnection",
+                      "multiKueue", "objectRetentionPolicies", "queueVisibility")
 # metadata fields: name and namespace are read; the rest are what `kubectl get -o yaml` adds, and
 # change nothing Kueue does.
 _METADATA = ("name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
@@ -75,6 +90,8 @@ class _Read:
     cohorts: dict[str, tuple[PartitionNode, int]] = field(default_factory=dict)
     local: dict[str, tuple[str, int]] = field(default_factory=dict)  # LocalQueue name -> (ClusterQueue, line)
     priorities: dict[str, int] = field(default_factory=dict)
+    fair_sharing: FairSharing | None = None
+    configured: bool = False  # a Configuration document was read
 
     def warn(self, kind: str, path: str, line: int) -> None:
         """A field accepted but not modelled: warned about once per kind and field."""
@@ -202,6 +219,9 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
 
 
 def _document(read: _Read, at: _At) -> None:
+    if _is_configuration(at):
+        _configuration(read, at)
+        return
     top = at.fields(("apiVersion", "kind", "metadata", "spec", "value", "description"), ("status",))
     for need in ("apiVersion", "kind", "metadata"):
         if need not in top:
@@ -239,6 +259,69 @@ def _document(read: _Read, at: _At) -> None:
         _cohort(read, name, spec, version, at)
     else:
         _local_queue(read, name, spec, at)
+
+
+def _is_configuration(at: _At) -> bool:
+    """Whether the document is Kueue's Configuration (apiVersion config.kueue.x-k8s.io/...)."""
+    if not isinstance(at.node, yaml.MappingNode):
+        return False
+    for k, v in at.node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == "apiVersion" and isinstance(v, yaml.ScalarNode):
+            return str(v.value).partition("/")[0] == CONFIG_GROUP
+    return False
+
+
+def _configuration(read: _Read, at: _At) -> None:
+    """Kueue's Configuration: ``fairSharing: {enable, preemptionStrategies}`` turns fair sharing on."""
+    at.what = "Configuration"
+    top = at.fields(("apiVersion", "kind", "metadata", "fairSharing"), _CONFIG_UNMODELLED)
+    version = top["apiVersion"].text().partition("/")[2]
+    if version not in CONFIG_VERSIONS:
+        raise top["apiVersion"].error(f"Configuration is {', '.join(CONFIG_GROUP + '/' + v for v in CONFIG_VERSIONS)}, "
+                                      f"not {top['apiVersion'].text()!r}")
+    if "kind" not in top or top["kind"].text() != "Configuration":
+        raise (top.get("kind") or at).error(f"{CONFIG_GROUP} objects are of kind Configuration")
+    if read.configured:
+        raise at.error("a second Configuration")
+    read.configured = True
+    if "fairSharing" not in top:
+        return
+    fs = top["fairSharing"].fields(("enable", "preemptionStrategies"))
+    enable = False
+    if "enable" in fs:
+        v = fs["enable"].value()
+        if not isinstance(v, bool):
+            raise fs["enable"].error(f"expected true or false, got {v!r}")
+        enable = v
+    strategies = FAIR_STRATEGIES
+    if "preemptionStrategies" in fs:
+        strategies = tuple(s.choice(FAIR_STRATEGIES) for s in fs["preemptionStrategies"].items())
+        if not strategies:
+            raise fs["preemptionStrategies"].error("expected at least one strategy")
+    if enable:
+        read.fair_sharing = FairSharing(strategies)
+
+
+def _weight(at: _At) -> float:
+    """A fairSharing block's weight (a quantity; 1 without one)."""
+    f = at.fields(("weight",))
+    if "weight" not in f:
+        return 1.0
+    return f["weight"].quantity(CPU) / 1000  # (read in thousandths, as a CPU quantity: a weight may be 0.5)
+
+
+def _preemption(at: _At) -> Preemption:
+    """A ClusterQueue's spec.preemption."""
+    p = at.fields(("reclaimWithinCohort", "withinClusterQueue", "borrowWithinCohort"))
+    reclaim = p["reclaimWithinCohort"].choice(RECLAIM_WITHIN_COHORT) if "reclaimWithinCohort" in p else NEVER
+    within = p["withinClusterQueue"].choice(WITHIN_CLUSTER_QUEUE) if "withinClusterQueue" in p else NEVER
+    borrow, threshold = NEVER, None
+    if "borrowWithinCohort" in p:
+        b = p["borrowWithinCohort"].fields(("policy", "maxPriorityThreshold"))
+        borrow = b["policy"].choice(BORROW_WITHIN_COHORT) if "policy" in b else NEVER
+        if "maxPriorityThreshold" in b:
+            threshold = b["maxPriorityThreshold"].whole()
+    return Preemption(within, reclaim, borrow, threshold)
 
 
 def _once(table: dict, name: str, value: Any, at: _At) -> None:
@@ -327,8 +410,8 @@ def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _
         raise at.error("spec: missing")
     cohort_field = "cohort" if version == "v1beta1" else "cohortName"
     f = spec.fields((cohort_field, "resourceGroups", "queueingStrategy", "flavorFungibility", "namespaceSelector",
-                     "preemption", "stopPolicy"),
-                    ("fairSharing", "admissionChecks", "admissionChecksStrategy", "admissionScope"))
+                     "preemption", "stopPolicy", "fairSharing"),
+                    ("admissionChecks", "admissionChecksStrategy", "admissionScope"))
     cohort = f[cohort_field].text() if cohort_field in f else ""
     quotas, groups = _resource_groups(read, f["resourceGroups"], "ClusterQueue") if "resourceGroups" in f else ((), ())
     strategy = f["queueingStrategy"].choice((STRICT_FIFO, BEST_EFFORT_FIFO)) if "queueingStrategy" in f else BEST_EFFORT_FIFO
@@ -338,27 +421,17 @@ def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _
         ff = f["flavorFungibility"].fields(("whenCanBorrow", "whenCanPreempt"), ("preference",))
         if "whenCanBorrow" in ff:
             try_next = ff["whenCanBorrow"].choice(("Borrow", "MayStopSearch", "TryNextFlavor")) == "TryNextFlavor"
-        if "whenCanPreempt" in ff:
-            ff["whenCanPreempt"].choice(("Preempt", "MayStopSearch", "TryNextFlavor"))  # (no preemption yet)
+        if "whenCanPreempt" in ff and ff["whenCanPreempt"].choice(("Preempt", "MayStopSearch", "TryNextFlavor")) != "TryNextFlavor":
+            read.warn("ClusterQueue", ff["whenCanPreempt"].path + " (not TryNextFlavor)", ff["whenCanPreempt"].line)
     if "namespaceSelector" in f:
         sel = f["namespaceSelector"]
         if not (isinstance(sel.node, yaml.MappingNode) and not sel.node.value):
             read.warn("ClusterQueue", sel.path + " (not {}: jobs reach a ClusterQueue by their LocalQueue)", sel.line)
-    if "preemption" in f:
-        p = f["preemption"].fields(("reclaimWithinCohort", "withinClusterQueue", "borrowWithinCohort"))
-        for k, options in (("reclaimWithinCohort", ("Never", "LowerPriority", "Any")),
-                           ("withinClusterQueue", ("Never", "LowerPriority", "LowerOrNewerEqualPriority"))):
-            if k in p and p[k].choice(options) != "Never":
-                read.warn("ClusterQueue", p[k].path + " (not Never)", p[k].line)
-        if "borrowWithinCohort" in p:
-            b = p["borrowWithinCohort"].fields(("policy", "maxPriorityThreshold"))
-            if "policy" in b and b["policy"].choice(("Never", "LowerPriority")) != "Never":
-                read.warn("ClusterQueue", b["policy"].path + " (not Never)", b["policy"].line)
-            if "maxPriorityThreshold" in b:
-                b["maxPriorityThreshold"].whole()
+    preemption = _preemption(f["preemption"]) if "preemption" in f else Preemption()
+    weight = _weight(f["fairSharing"]) if "fairSharing" in f else 1.0
     if "stopPolicy" in f and f["stopPolicy"].choice(("None", "Hold", "HoldAndDrain")) != "None":
         read.warn("ClusterQueue", f["stopPolicy"].path + " (not None)", f["stopPolicy"].line)
-    node = PartitionNode(name, True, cohort or None, quotas, groups, strategy, try_next)
+    node = PartitionNode(name, True, cohort or None, quotas, groups, strategy, try_next, preemption, weight)
     if name in read.cqs:
         raise at.error(f"a second ClusterQueue named {name!r}")
     read.cqs[name] = (node, at.line, cohort)
@@ -366,13 +439,15 @@ def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _
 
 def _cohort(read: _Read, name: str, spec: _At | None, version: str, at: _At) -> None:
     parent_field = "parentName" if version == "v1beta2" else "parent"
-    parent, quotas = None, ()
+    parent, quotas, weight = None, (), 1.0
     if spec is not None and spec.node.tag != "tag:yaml.org,2002:null":
-        f = spec.fields((parent_field, "resourceGroups"), ("fairSharing",))
+        f = spec.fields((parent_field, "resourceGroups", "fairSharing"))
         parent = f[parent_field].text() if parent_field in f else None
         if "resourceGroups" in f:
             quotas, _ = _resource_groups(read, f["resourceGroups"], "Cohort")
-    _once(read.cohorts, name, (PartitionNode(name, False, parent, quotas), at.line), at)
+        if "fairSharing" in f:
+            weight = _weight(f["fairSharing"])
+    _once(read.cohorts, name, (PartitionNode(name, False, parent, quotas, weight=weight), at.line), at)
 
 
 def _local_queue(read: _Read, name: str, spec: _At | None, at: _At) -> None:
@@ -420,7 +495,7 @@ def _resolve(read: _Read) -> tuple[Partition, list[str]]:
     nodes = tuple(list(cohorts.values()) + [n for n, _, _ in read.cqs.values()])
     partition = Partition(tuple(f for f, _ in read.flavors.values()), nodes,
                           tuple(sorted((lq, cq) for lq, (cq, _) in read.local.items())),
-                          tuple(sorted(read.priorities.items())), source=p)
+                          tuple(sorted(read.priorities.items())), source=p, fair_sharing=read.fair_sharing)
     try:
         QuotaTree(partition)
     except ValueError as e:

@@ -35,8 +35,12 @@ if TYPE_CHECKING:
 
 
 class KueueState:
-    """What both plugins read: the partition, its quota tree, each queue's flavors as node masks,
-    and which flavors each running job holds."""
+    """What the plugins read: the partition, its quota tree, each queue's flavors as node masks,
+    which flavors each running job holds, each queue's running workloads in Kueue's preemption
+    candidate order (``by_queue``: lowest priority first, then most recently admitted first; kept
+    on every charge and release, so a victim search walks them in order and stops when the job
+    fits), and the evictions by Kueue's reason (``reasons`` per job, ``preempted`` per preempting
+    queue and reason)."""
 
     def __init__(self, partition: Partition, node_names: list[str]) -> None:
         self.partition = partition
@@ -56,6 +60,24 @@ class KueueState:
         self._answers: dict[tuple, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None] = {}
         self._answers_version = 0
         self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
+        self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
+        # Running workloads per queue as (priority, -admitted at, -seq, job id): candidate order.
+        self.by_queue: list[SortedList] = [SortedList() for _ in partition.nodes]
+        self.candidate_key: dict[str, tuple[int, float, int, str]] = {}
+        self.running_jobs: dict[str, JobRun] = {}  # job id -> the running job (what by_queue's keys name)
+        # Evictions by reason: per evicted job (read when it ends), per (preempting queue, reason).
+        self.reasons: dict[str, dict[str, int]] = {}
+        self.preempted: dict[tuple[str, str], int] = {}
+
+    def priority_of(self, job: JobRun) -> int:
+        return self.priority.get(job.spec.qos, 0)
+
+    def record_eviction(self, victim: JobRun, preempting_queue: int, reason: str) -> None:
+        """A victim is about to be evicted for a workload of ``preempting_queue``, for ``reason``."""
+        mine = self.reasons.setdefault(victim.job_id, {})
+        mine[reason] = mine.get(reason, 0) + 1
+        key = (self.partition.nodes[preempting_queue].name, reason)
+        self.preempted[key] = self.preempted.get(key, 0) + 1
 
     def queue(self, job: JobRun) -> int:
         return self.queue_of[job.spec.vc]
@@ -112,11 +134,16 @@ class KueueState:
             charges += [((kept[0], r), amount) for r, amount in wanted]
         return tuple(flavors), tuple(charges), borrows
 
-    def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...]) -> None:
+    def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
         for fr, amount in charges:
             self.tree.add(q, fr, amount)
         self.held[job.job_id] = (q, charges)
         self.version += 1
+        self.queue_versions[q] += 1
+        key = (self.priority_of(job), -now, -job.seq, job.job_id)
+        self.candidate_key[job.job_id] = key
+        self.by_queue[q].add(key)
+        self.running_jobs[job.job_id] = job
 
     def release(self, job: JobRun) -> None:
         held = self.held.pop(job.job_id, None)
@@ -126,6 +153,9 @@ class KueueState:
         for fr, amount in charges:
             self.tree.remove(q, fr, amount)
         self.version += 1
+        self.queue_versions[q] += 1
+        self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
+        del self.running_jobs[job.job_id]
 
 
 class KueueAdmission:
@@ -136,12 +166,23 @@ class KueueAdmission:
 
     def __init__(self, state: KueueState) -> None:
         self.state = state
+        # Queues that may preempt: a job of one whose quota does not fit now is still attempted
+        # (on no nodes, so that it fails and the post-filter may find victims); others wait.
+        self.preempting = [n.is_queue and n.preemption.enabled for n in state.partition.nodes]
+        self.nowhere: np.ndarray | None = None
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
         st = self.state
         got = st.assign(job)
         if got is None:
-            return None
+            q = st.queue(job)
+            if not self.preempting[q]:
+                return None
+            if self.nowhere is None:
+                self.nowhere = np.zeros(ctx.state.num_nodes, dtype=bool)
+            # (the failure signature then carries the queue: a failure on quota says nothing of
+            # another queue's jobs, and a later job of this queue finds no more victims)
+            return ("#quota", q), self.nowhere
         flavors, charges, _ = got
         st.chosen[job.job_id] = (st.queue(job), charges, flavors)
         mask = ctx.static_mask(job.spec)
@@ -154,7 +195,7 @@ class KueueAdmission:
         if chosen is None:
             raise AssertionError(f"kueue: job {job.job_id!r} launched without an admission")
         q, charges, _ = chosen
-        self.state.charge(job, q, charges)
+        self.state.charge(job, q, charges, ctx.now)
 
     def on_stop(self, job: JobRun, ctx: Handle) -> None:
         self.state.release(job)
@@ -163,7 +204,7 @@ class KueueAdmission:
 class KueueQueue(_QueueSort):
     """Kueue's queueing: by priority, then creation time, per ClusterQueue; the workloads that fit
     within nominal quota before those that would borrow; StrictFIFO queues only from their head.
-    Non-preemptive (Kueue's preemption is not modelled yet)."""
+    (Kueue's preemption is the post-filter kueue_preemption.KueuePreemption.)"""
 
     name: ClassVar[str] = "kueue"
     # The order reads the quota usage (who would borrow), so it is taken afresh each pass; each

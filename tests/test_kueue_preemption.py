@@ -1,0 +1,345 @@
+"""Kueue's preemption under a partition (issue 30): the scenarios of Kueue's documentation
+("Preemption", "Cluster Queue" / preemption), each computed by hand and replayed through the engine;
+the reader's preemption fields; the quota invariants with preemption on; a failed search is not
+repeated while nothing it read changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analysim.core.engine import Engine, EngineConfig
+from analysim.core.partition import NEVER, Preemption
+from analysim.core.plugins.kueue_preemption import KueuePreemption
+from analysim.core.policies import partition_policy
+from analysim.errors import InputFileError
+from analysim.partitions import assign_queues
+from tests.test_kueue import (
+    CPU_NODES,
+    FLAVOR,
+    RANDOM_NODES,
+    _cpu_job,
+    _cq,
+    _gpu_job,
+    _partitions,
+    _read,
+    _started,
+    _Usage,
+)
+
+PRIORITIES = """
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: 50
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: normal}
+value: 100
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 200
+"""
+
+
+def _preemption(**policies: object) -> str:
+    """A ClusterQueue spec's preemption block (for _cq's ``extra``)."""
+    fields = ", ".join(f"{k}: {v}" for k, v in policies.items())
+    return f"\n  preemption: {{{fields}}}"
+
+
+def _run(part, jobs, until: float | None = None) -> Engine:
+    spec = dataclasses.replace(CPU_NODES, vcs=(), partition=part)
+    kept, filtered = assign_queues(jobs, part)
+    assert not filtered, filtered
+    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True))
+    for j in kept:
+        engine.submit(j)
+    engine.run(until if until is not None else float("inf"))
+    return engine
+
+
+def _preempted(engine: Engine) -> list[tuple[float, str, str, str]]:
+    """Each preemption: (time, victim, reason, preempting ClusterQueue)."""
+    return [(d.time, d.job_id, d.reason, d.by) for d in engine.decisions if d.kind == "preempt"]
+
+
+# --- reclaimWithinCohort --------------------------------------------------------------------------
+
+
+def _team_ab(tmp_path, reclaim: str):
+    # Kueue's cohort example: team-a-cq 9 CPUs and team-b-cq 12 CPUs in cohort team-ab.
+    return _read(tmp_path, FLAVOR + _cq("team-a-cq", "team-ab", {"cpu": {"nominalQuota": 9}})
+                 + _cq("team-b-cq", "team-ab", {"cpu": {"nominalQuota": 12}},
+                       extra=_preemption(reclaimWithinCohort=reclaim)), CPU_NODES)[0]
+
+
+def test_reclaim_within_cohort_takes_back_what_the_borrower_holds_most_recent_first(tmp_path):
+    # team-a-cq admits 7 jobs of 3 CPUs at t=0..6 (one a second): 21 CPUs, 12 of them borrowed
+    # from team-b-cq. At t=10 team-b-cq's job of 12 CPUs (within its nominal quota) arrives:
+    # available to b = 21 - 21 = 0. Candidates: team-a-cq's workloads (it borrows), the most
+    # recently admitted first: a6, a5, a4, a3, ... Evicting a6: a holds 18, b may take 21-18 = 3;
+    # a5: 6; a4: 9; a3: a holds 9, b may take 12 = its request (and within its nominal quota, as
+    # Kueue requires for reclaim). Before each, a still borrows (21, 18, 15, 12 > 9). Fill back:
+    # sparing any of a4, a5, a6 leaves b 9 < 12. So a3..a6 go, InCohortReclamation, for team-b-cq.
+    part = _team_ab(tmp_path, "Any")
+    jobs = [_cpu_job(f"a{i}", "team-a-cq", 3, submit=float(i), duration=1000) for i in range(7)]
+    jobs.append(_cpu_job("b", "team-b-cq", 12, submit=10))
+    e = _run(part, jobs, until=20)
+    assert sorted(_preempted(e)) == [(10.0, f"a{i}", "InCohortReclamation", "team-b-cq") for i in (3, 4, 5, 6)]
+    assert _started(e)["b"] == 10.0
+    state = e.admission.state
+    assert state.preempted == {("team-b-cq", "InCohortReclamation"): 4}
+
+
+def test_reclaim_never_leaves_the_borrower_its_loan(tmp_path):
+    # The same with reclaimWithinCohort: Never: b waits for 4 of a's jobs to end (at 1000 + 0..3:
+    # the first ends at 1000 and frees 3, b needs 12: the fourth, a3, ends at 1003).
+    part = _team_ab(tmp_path, "Never")
+    jobs = [_cpu_job(f"a{i}", "team-a-cq", 3, submit=float(i), duration=1000) for i in range(7)]
+    jobs.append(_cpu_job("b", "team-b-cq", 12, submit=10))
+    e = _run(part, jobs)
+    assert _preempted(e) == []
+    assert _started(e)["b"] == 1003.0
+
+
+def test_reclaim_lower_priority_spares_the_borrower_s_equal_priority_work(tmp_path):
+    # reclaimWithinCohort: LowerPriority: a's workloads are of priority normal (100), b's of 100
+    # too: none is lower, nothing is evicted; with a's of priority low (50) the same four go as
+    # with Any.
+    part, _ = _read(tmp_path, FLAVOR + PRIORITIES + _cq("team-a-cq", "team-ab", {"cpu": {"nominalQuota": 9}})
+                    + _cq("team-b-cq", "team-ab", {"cpu": {"nominalQuota": 12}},
+                          extra=_preemption(reclaimWithinCohort="LowerPriority")), CPU_NODES)
+    for qos, victims in (("normal", []), ("low", ["a3", "a4", "a5", "a6"])):
+        jobs = [_cpu_job(f"a{i}", "team-a-cq", 3, submit=float(i), duration=1000, qos=qos) for i in range(7)]
+        jobs.append(_cpu_job("b", "team-b-cq", 12, submit=10, qos="normal"))
+        e = _run(part, jobs, until=20)
+        assert sorted(v for _, v, _, _ in _preempted(e)) == victims
+
+
+# --- withinClusterQueue ---------------------------------------------------------------------------
+
+
+def _one_queue(tmp_path, within: str):
+    return _read(tmp_path, FLAVOR + PRIORITIES + _cq("q", None, {"cpu": {"nominalQuota": 8}},
+                                                     extra=_preemption(withinClusterQueue=within)), CPU_NODES)[0]
+
+
+def test_within_cluster_queue_lower_priority_evicts_only_what_is_needed_most_recent_first(tmp_path):
+    # q: 8 CPUs, no cohort. low0 (4 CPUs) admitted at t=0, low1 (4) at t=5: q full. At t=10 high
+    # (4 CPUs, priority 200) arrives: available 0. Candidates (priority 50 < 200), most recently
+    # admitted first: low1, low0. Evicting low1 frees 4 = the request: one victim, InClusterQueue.
+    part = _one_queue(tmp_path, "LowerPriority")
+    jobs = [_cpu_job("low0", "q", 4, 0, 1000, qos="low"), _cpu_job("low1", "q", 4, 5, 1000, qos="low"),
+            _cpu_job("high", "q", 4, 10, 100, qos="high")]
+    e = _run(part, jobs, until=20)
+    assert _preempted(e) == [(10.0, "low1", "InClusterQueue", "q")]
+    assert _started(e)["high"] == 10.0
+
+
+def test_within_cluster_queue_lower_priority_never_evicts_equal_priority(tmp_path):
+    # The same with every job of priority normal: no candidate; high (normal) waits until low1
+    # ends at 5 + 1000.
+    part = _one_queue(tmp_path, "LowerPriority")
+    jobs = [_cpu_job("low0", "q", 4, 0, 1000, qos="normal"), _cpu_job("low1", "q", 4, 5, 1000, qos="normal"),
+            _cpu_job("high", "q", 4, 10, 100, qos="normal")]
+    e = _run(part, jobs)
+    assert _preempted(e) == []
+    assert _started(e)["high"] == 1000.0  # (low0 ends first, at 1000: 4 CPUs free)
+
+
+def test_lower_or_newer_equal_priority_evicts_a_newer_workload_of_equal_priority(tmp_path):
+    # q: 8 CPUs. old (4 CPUs, t=0, 50 s), big (8 CPUs, t=1), small (4 CPUs, t=2): big does not fit
+    # beside old; small, created after big, does (BestEffortFIFO) and runs from t=2. When old ends
+    # at t=50: big needs 8, q holds 4 (small): LowerOrNewerEqualPriority makes small (equal
+    # priority, created at 2 > 1) a candidate; evicting it, 0 + 8 <= 8: big starts at 50. Under
+    # LowerPriority small is no candidate and big waits for it to end at 2 + 100 = 102.
+    jobs = [_cpu_job("old", "q", 4, 0, 50), _cpu_job("big", "q", 8, 1, 100), _cpu_job("small", "q", 4, 2, 100)]
+    e = _run(_one_queue(tmp_path, "LowerOrNewerEqualPriority"), jobs)
+    assert _preempted(e) == [(50.0, "small", "InClusterQueue", "q")]
+    assert _started(e)["big"] == 50.0
+    e = _run(_one_queue(tmp_path, "LowerPriority"), jobs)
+    assert _preempted(e) == []
+    assert _started(e)["big"] == 102.0
+
+
+# --- borrowWithinCohort ---------------------------------------------------------------------------
+
+
+def _three_teams(tmp_path, threshold: int | None, policy: str = "LowerPriority"):
+    # a, b, c: 4 CPUs each in cohort abc (12). a may reclaim lower priority work and, while it
+    # borrows, preempt other queues' borrowing workloads of priority <= threshold.
+    borrow = f"{{policy: {policy}" + (f", maxPriorityThreshold: {threshold}" if threshold is not None else "") + "}"
+    a = _cq("a", "abc", {"cpu": {"nominalQuota": 4}},
+            extra=_preemption(reclaimWithinCohort="LowerPriority", borrowWithinCohort=borrow))
+    return _read(tmp_path, FLAVOR + PRIORITIES + a + _cq("b", "abc", {"cpu": {"nominalQuota": 4}})
+                 + _cq("c", "abc", {"cpu": {"nominalQuota": 4}}), CPU_NODES)[0]
+
+
+_ABC_JOBS = [_cpu_job("b1", "b", 4, 0, 1000, qos="low"), _cpu_job("b2", "b", 4, 1, 1000, qos="low"),
+             _cpu_job("a1", "a", 4, 2, 1000, qos="high"), _cpu_job("a2", "a", 4, 10, 100, qos="high")]
+
+
+def test_borrow_within_cohort_preempts_a_borrower_below_the_threshold(tmp_path):
+    # b holds 8 (b1, b2: priority 50; 4 borrowed from idle c), a holds its nominal 4 (a1). At t=10
+    # a2 (4 CPUs, priority 200) would borrow: available to a = 12 - 12 = 0. a is at its nominal
+    # quota (4, not under it), so only borrowWithinCohort can help: other queues' candidates below
+    # min(200, maxPriorityThreshold 100 + 1) = 101: b's (it borrows: 8 > 4), most recent first: b2.
+    # Evicting b2: b holds 4, a may take 12 - 8 = 4: fits, borrowing. b2 goes,
+    # InCohortReclaimWhileBorrowing.
+    e = _run(_three_teams(tmp_path, 100), _ABC_JOBS, until=20)
+    assert _preempted(e) == [(10.0, "b2", "InCohortReclaimWhileBorrowing", "a")]
+    assert _started(e)["a2"] == 10.0
+
+
+def test_borrow_within_cohort_spares_workloads_above_the_threshold(tmp_path):
+    # maxPriorityThreshold 40: b's workloads (50) are above it: no candidate; a2 waits (a's own
+    # workloads are no candidates: withinClusterQueue Never) until the first job to end, b1 at
+    # 0 + 1000, gives the cohort 4 CPUs back (a then borrows them: 12 - 8 = 4).
+    e = _run(_three_teams(tmp_path, 40), _ABC_JOBS)
+    assert _preempted(e) == []
+    assert _started(e)["a2"] == 1000.0
+
+
+def test_without_borrow_within_cohort_a_queue_at_nominal_does_not_reclaim(tmp_path):
+    # borrowWithinCohort Never: a is not under its nominal quota in CPU (4 of 4), so reclaiming
+    # from b (which would leave a borrowing) is not Kueue's: a2 waits as above.
+    e = _run(_three_teams(tmp_path, None, policy="Never"), _ABC_JOBS)
+    assert _preempted(e) == []
+    assert _started(e)["a2"] == 1000.0
+
+
+# --- the reader -------------------------------------------------------------------------------------
+
+
+def test_the_reader_keeps_the_preemption_policies(tmp_path):
+    part = _three_teams(tmp_path, 100)
+    a = part.node("a")
+    assert a.preemption == Preemption(NEVER, "LowerPriority", "LowerPriority", 100)
+    assert part.node("b").preemption == Preemption()
+    assert part.preempts
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("\n  preemption: {withinClusterQueue: Sometimes}",
+     "spec.preemption.withinClusterQueue: expected one of Never, LowerPriority, LowerOrNewerEqualPriority, got 'Sometimes'"),
+    ("\n  preemption: {reclaimWithinCohort: LowerOrNewerEqualPriority}",
+     "spec.preemption.reclaimWithinCohort: expected one of Never, LowerPriority, Any"),
+    ("\n  preemption: {borrowWithinCohort: {policy: Any}}",
+     "spec.preemption.borrowWithinCohort.policy: expected one of Never, LowerPriority, got 'Any'"),
+    ("\n  preemption: {borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: high}}",
+     "spec.preemption.borrowWithinCohort.maxPriorityThreshold: expected a whole number"),
+    ("\n  preemption: {reclaimWithinCohort: Any, withinCohort: Any}",
+     "spec.preemption.withinCohort: unknown field"),
+])
+def test_a_bad_preemption_value_is_one_line_naming_document_line_and_field(tmp_path, extra, message):
+    with pytest.raises(InputFileError) as e:
+        _read(tmp_path, FLAVOR + _cq("q", None, {"cpu": {"nominalQuota": 8}}, extra=extra), CPU_NODES)
+    text = str(e.value)
+    assert "\n" not in text
+    assert re.search(r"kueue\.yaml, line \d+: document 2 \(ClusterQueue 'q'\): ", text), text
+    assert message in text
+
+
+def test_a_partition_without_preemption_has_no_post_filter():
+    from analysim.clusters import parse_cluster
+    from analysim.partitions.kueue import read_kueue
+    from tests.test_kueue import ROOT
+
+    for name in ("philly", "philly-capped"):
+        part, _ = read_kueue(ROOT / f"examples/kueue/{name}.yaml", parse_cluster("philly"))
+        spec = dataclasses.replace(parse_cluster("philly"), vcs=(), partition=part)
+        assert partition_policy(spec).post_filters == []
+        assert not Engine(spec, partition_policy(spec), EngineConfig()).can_preempt
+
+
+# --- the quota invariants with preemption on ------------------------------------------------------
+
+
+@st.composite
+def _preempting_partitions(draw):
+    """test_kueue's random trees and jobs, each ClusterQueue with random preemption policies, and
+    the jobs with random priority classes."""
+    text, jobs = draw(_partitions())
+    parts = text.split("\n  queueingStrategy:")
+    out = parts[0]
+    for rest in parts[1:]:
+        within = draw(st.sampled_from(["Never", "LowerPriority", "LowerOrNewerEqualPriority"]))
+        reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any"]))
+        borrow = draw(st.sampled_from(["Never", "LowerPriority"]))
+        threshold = draw(st.sampled_from(["", ", maxPriorityThreshold: 100"]))
+        out += (f"\n  preemption: {{withinClusterQueue: {within}, reclaimWithinCohort: {reclaim}, "
+                f"borrowWithinCohort: {{policy: {borrow}{threshold}}}}}\n  queueingStrategy:" + rest)
+    qos = draw(st.lists(st.sampled_from(["low", "normal", "high"]), min_size=len(jobs), max_size=len(jobs)))
+    return out + PRIORITIES, [(*j, q) for j, q in zip(jobs, qos, strict=True)]
+
+
+def _run_preempting(tmp_path, drawn, recorder=None, shortcuts: bool = True) -> Engine:
+    text, raw = drawn
+    part, _ = _read(tmp_path, text, RANDOM_NODES)
+    jobs = [_gpu_job(f"j{i}", vc, g, submit=round(s, 1), duration=round(d, 1), qos=q)
+            for i, (vc, g, s, d, q) in enumerate(raw)]
+    kept, _ = assign_queues(jobs, part)
+    spec = dataclasses.replace(RANDOM_NODES, partition=part)
+    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True), recorder=recorder,
+                    shortcuts=shortcuts)
+    for j in kept:
+        engine.submit(j)
+    engine.run()
+    return engine
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_preempting_partitions())
+def test_with_preemption_no_queue_exceeds_its_limits_and_every_job_runs(tmp_path, drawn):
+    part, _ = _read(tmp_path, drawn[0], RANDOM_NODES)
+    checker = _Usage(part, [n.name for n in RANDOM_NODES.nodes])
+    engine = _run_preempting(tmp_path, drawn, recorder=checker)
+    assert all(j.end_s is not None for j in engine.jobs.values())  # every admissible job ran
+    for d in engine.decisions:
+        if d.kind == "preempt":
+            assert d.reason in ("InClusterQueue", "InCohortReclamation", "InCohortReclaimWhileBorrowing")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_preempting_partitions())
+def test_with_preemption_decisions_are_those_of_the_reference_engine(tmp_path, drawn):
+    fast = _run_preempting(tmp_path, drawn)
+    reference = _run_preempting(tmp_path, drawn, shortcuts=False)
+    assert fast.decisions == reference.decisions
+
+
+# --- a search with nothing to find is not repeated ------------------------------------------------
+
+
+def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path):
+    # q (8 CPUs, withinClusterQueue LowerPriority) runs two normal jobs of 4 CPUs; a high job of
+    # 16 CPUs can never fit (16 > 8 even with both evicted): the bound says so at once, no search.
+    # Then 40 small jobs of another, unrelated queue r (no cohort) arrive and end one by one:
+    # every launch and stop runs a pass that attempts the high job again, and the plugin answers
+    # from what it remembered (q's usage has not changed): the number of full searches stays 0
+    # where each pass would otherwise make one.
+    part, _ = _read(tmp_path, FLAVOR + PRIORITIES + _cq("q", None, {"cpu": {"nominalQuota": 8}},
+                                                        extra=_preemption(withinClusterQueue="LowerPriority"))
+                    + _cq("r", None, {"cpu": {"nominalQuota": 4}}), CPU_NODES)
+    jobs = [_cpu_job("n0", "q", 4, 0, 5000, qos="normal"), _cpu_job("n1", "q", 4, 0, 5000, qos="normal"),
+            _cpu_job("big", "q", 6, 1, 100, qos="high")]
+    # (big needs 6: evicting one normal job frees 4, both 8: found at once; to test the memo the
+    # search must fail, so big's priority is normal: no candidate.)
+    jobs[-1] = _cpu_job("big", "q", 6, 1, 100, qos="normal")
+    jobs += [_cpu_job(f"r{i}", "r", 4, 2 + 10 * i, 10) for i in range(40)]
+    e = _run(part, jobs)
+    plugin = e.policy.post_filters[0]
+    assert isinstance(plugin, KueuePreemption)
+    assert _preempted(e) == []
+    assert plugin.calls >= 40  # asked again after every launch and stop of r's jobs
+    assert plugin.looked == 1  # looked once (the bound refused it), then answered from the memo
+    assert plugin.searches == 0
