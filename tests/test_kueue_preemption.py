@@ -343,3 +343,122 @@ def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path
     assert plugin.calls >= 40  # asked again after every launch and stop of r's jobs
     assert plugin.looked == 1  # looked once (the bound refused it), then answered from the memo
     assert plugin.searches == 0
+
+
+# --- fair sharing ------------------------------------------------------------------------------------
+
+
+def _config(*strategies: str) -> str:
+    listed = f"\n  preemptionStrategies: [{', '.join(strategies)}]" if strategies else ""
+    return f"""
+---
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+fairSharing:
+  enable: true{listed}
+"""
+
+
+def _fair_ab(tmp_path, *strategies: str, weight_a: str | None = None):
+    # a and b: 6 CPUs each in cohort ab (12 lendable), reclaimWithinCohort: Any, fair sharing on.
+    fs = f"\n  fairSharing: {{weight: {weight_a}}}" if weight_a is not None else ""
+    return _read(tmp_path, FLAVOR + _config(*strategies)
+                 + _cq("a", "ab", {"cpu": {"nominalQuota": 6}}, extra=_preemption(reclaimWithinCohort="Any") + fs)
+                 + _cq("b", "ab", {"cpu": {"nominalQuota": 6}}, extra=_preemption(reclaimWithinCohort="Any")),
+                 CPU_NODES)[0]
+
+
+def test_the_share_is_borrowed_over_lendable_divided_by_weight(tmp_path):
+    # a holds 9 of its 6 CPUs: 3 borrowed over the cohort's 12 lendable = 0.25; with weight 2, 0.125;
+    # with weight 0 any borrowing is an infinite share; b, within its quota, 0.
+    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_fair import Shares
+
+    for weight, want in (("1", 0.25), ("2", 0.125), ("0", float("inf"))):
+        part = _fair_ab(tmp_path, weight_a=weight)
+        assert part.fair_sharing is not None and part.fair_sharing.strategies == (
+            "LessThanOrEqualToFinalShare", "LessThanInitialShare")
+        state = KueueState(part, [n.name for n in CPU_NODES.nodes])
+        a, b = state.tree.index["a"], state.tree.index["b"]
+        state.tree.add(a, ("default-flavor", "cpu"), 9000)
+        state.tree.add(b, ("default-flavor", "cpu"), 3000)
+        shares = Shares(state)
+        assert shares.share(a) == want
+        assert shares.share(b) == 0.0
+        assert shares.share(b, ((("default-flavor", "cpu"), 4000),)) == 1 / 12  # (b at 7: 1 borrowed)
+
+
+_A_NINE = [_cpu_job(f"a{i}", "a", 1, submit=float(i), duration=1000) for i in range(9)]
+
+
+def test_fair_sharing_preempts_the_highest_share_down_to_the_preemptor_s(tmp_path):
+    # a runs 9 jobs of 1 CPU (t=0..8; 3 borrowed: share 3/12), b runs 3 (t=9..11). At t=20 b asks
+    # for 3 more: b would hold 6, within its quota: share 0. Available to b: 12 - 12 = 0. The
+    # highest share with candidates is a's; its candidates most recent first: a8 (a after: 2/12,
+    # 0 <= 2/12: evicted), a7 (1/12: evicted), a6 (a at 6: 0, 0 <= 0: evicted): b may take 3: fits.
+    jobs = _A_NINE + [_cpu_job(f"b{i}", "b", 1, submit=9.0 + i, duration=1000) for i in range(3)]
+    jobs.append(_cpu_job("b-more", "b", 3, submit=20))
+    e = _run(_fair_ab(tmp_path), jobs, until=30)
+    assert sorted(_preempted(e)) == [(20.0, f"a{i}", "InCohortFairSharing", "b") for i in (6, 7, 8)]
+    assert _started(e)["b-more"] == 20.0
+
+
+# b runs 3 jobs of 1 CPU from t=0..2; a five of 1 CPU (t=3..7) and a-big of 4 (t=8): a holds 9,
+# 3 borrowed, share 3/12. At t=20 b asks for 4 more: with it b would hold 7, share 1/12.
+_FAIR_BIG = ([_cpu_job(f"b{i}", "b", 1, submit=float(i), duration=1000) for i in range(3)]
+             + [_cpu_job(f"a{i}", "a", 1, submit=3.0 + i, duration=1000) for i in range(5)]
+             + [_cpu_job("a-big", "a", 4, submit=8, duration=1000), _cpu_job("b-more", "b", 4, submit=20, duration=100)])
+
+
+def test_less_than_or_equal_to_final_share_refuses_to_take_the_target_below_the_preemptor(tmp_path):
+    # a's first candidate is a-big: without it a holds 5, share 0: 1/12 <= 0 is false, a is left
+    # alone, no other candidate: b-more waits. At t=1000 b0 ends: b holds 2, with b-more 6, share
+    # 0; available 12 - 11 = 1 < 4; now 0 <= 0: a-big is evicted and b-more starts.
+    e = _run(_fair_ab(tmp_path, "LessThanOrEqualToFinalShare"), _FAIR_BIG)
+    assert _preempted(e) == [(1000.0, "a-big", "InCohortFairSharing", "b")]
+    assert _started(e)["b-more"] == 1000.0
+
+
+def test_less_than_initial_share_takes_the_big_workload_the_first_strategy_refused(tmp_path):
+    # The same with Kueue's default strategies: at t=20 LessThanOrEqualToFinalShare finds nothing,
+    # then LessThanInitialShare compares b's 1/12 with a's share before the eviction, 3/12: a-big
+    # is evicted; b may then take 12 - 5 - 3 = 4: fits.
+    e = _run(_fair_ab(tmp_path), _FAIR_BIG, until=30)
+    assert _preempted(e) == [(20.0, "a-big", "InCohortFairSharing", "b")]
+    assert _started(e)["b-more"] == 20.0
+
+
+def test_a_bad_configuration_is_one_line(tmp_path):
+    text = FLAVOR + _cq("q", None, {"cpu": {"nominalQuota": 8}}) + """
+---
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+fairSharing:
+  enable: true
+  preemptionStrategies: [LessThanFinalShare]
+"""
+    with pytest.raises(InputFileError) as e:
+        _read(tmp_path, text, CPU_NODES)
+    assert "\n" not in str(e.value)
+    assert "(Configuration): fairSharing.preemptionStrategies[0]: expected one of LessThanOrEqualToFinalShare, " \
+           "LessThanInitialShare, got 'LessThanFinalShare'" in str(e.value)
+
+
+def test_fair_sharing_orders_admission_by_the_share_each_queue_would_have(tmp_path):
+    # a, b: 4 CPUs each, c: 8, in cohort abc (16). a holds 8 (4 borrowed), b 4, c 4 of its 8 (two
+    # jobs, ending at 100 and 200): the cohort is full. a asks for 2 more at t=5, b at t=6. At
+    # t=100, 2 CPUs free: both would borrow. Without fair sharing, priority then creation: a's job
+    # first (t=5), b's at 200. With it, the share each queue would have with its job: a 6/16,
+    # b 2/16: b's first, a's at 200.
+    def part(fair: bool):
+        text = FLAVOR + (_config() if fair else "") + "".join(
+            _cq(n, "abc", {"cpu": {"nominalQuota": q}}) for n, q in (("a", 4), ("b", 4), ("c", 8)))
+        return _read(tmp_path, text, CPU_NODES)[0]
+
+    jobs = ([_cpu_job(f"a{i}", "a", 2, 0, 1000) for i in range(4)] + [_cpu_job(f"b{i}", "b", 2, 0, 1000) for i in range(2)]
+            + [_cpu_job("c0", "c", 2, 0, 100), _cpu_job("c1", "c", 2, 0, 200)]
+            + [_cpu_job("a-next", "a", 2, 5, 500), _cpu_job("b-next", "b", 2, 6, 500)])
+    plain = _started(_run(part(False), jobs))
+    assert (plain["a-next"], plain["b-next"]) == (100.0, 200.0)
+    fair = _started(_run(part(True), jobs))
+    assert (fair["a-next"], fair["b-next"]) == (200.0, 100.0)

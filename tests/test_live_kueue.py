@@ -58,3 +58,69 @@ def test_client_jobs_reach_a_cluster_queue_or_are_refused(tmp_path: Path, vc: st
     assert sample_sum(m["analysim_jobs_rejected"], "analysim_jobs_rejected_total", reason=reason) == 1
     assert sample_sum(m["kueue_admitted_workloads"], "kueue_admitted_workloads_total", cluster_queue="925e2b") == 1
     assert sample_sum(m["kueue_admitted_workloads"], "kueue_admitted_workloads_total") == 1
+
+
+TWO_TEAMS = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: any}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  cohort: ab
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: any
+      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-b}
+spec:
+  cohort: ab
+  preemption: {reclaimWithinCohort: Any}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: any
+      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-a}
+spec: {clusterQueue: team-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-b}
+spec: {clusterQueue: team-b}
+"""
+
+
+def test_a_reclaim_is_counted_by_preempting_queue_and_reason(tmp_path: Path) -> None:
+    # team-a and team-b: 8 GPUs each in cohort ab. team-a takes all 16 (two jobs of 8: the second
+    # borrows team-b's 8); then team-b asks for its 8: reclaimWithinCohort: Any evicts team-a's most
+    # recently admitted job, and the live scheduler counts it under Kueue's names: one preemption
+    # by team-b for InCohortReclamation, one eviction of team-a's for Preempted. (Paced at one
+    # virtual second a second: the 10-hour jobs stay running while the test looks.)
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_TEAMS)
+    with live(tmp_path, ["--jobs", "0", "--speed", "1", "--partition", str(path)], "demo", nodes=16,
+              agents=1) as (run, client):
+        first = client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id
+        wait_until(lambda: client.get_job(first).HasField("first_start_s"), 60, "team-a's first job running")
+        second = client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id
+        wait_until(lambda: client.get_job(second).HasField("first_start_s"), 60, "team-a's borrowing job running")
+        reclaim = client.submit(num_gpus=8, duration_s=36000.0, vc="team-b").job_id
+        wait_until(lambda: client.get_job(reclaim).HasField("first_start_s"), 60, "team-b's job admitted by a reclaim")
+        assert client.get_job(second).preemptions == 1 and client.get_job(first).preemptions == 0
+        m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
+    preempted = m["kueue_preempted_workloads"]
+    assert sample_sum(preempted, "kueue_preempted_workloads_total", preempting_cluster_queue="team-b",
+                      reason="InCohortReclamation") == 1
+    assert sample_sum(preempted, "kueue_preempted_workloads_total") == 1
+    assert sample_sum(m["kueue_evicted_workloads"], "kueue_evicted_workloads_total", cluster_queue="team-a",
+                      reason="Preempted") == 1

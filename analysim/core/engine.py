@@ -94,10 +94,9 @@ class Engine(Handle):
         if self.admission is not None and (self.config.preemption or self.config.migration):
             raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
                              "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
-        self.can_preempt = (self.config.preemption or self.admission is not None) and bool(policy.post_filters)
+        self.can_preempt = policy.may_preempt(self.config.preemption)
         self.can_migrate = self.config.migration and policy.rebalance is not None
-        # The post-filters that say why they evict (Kueue's reasons), found once.
-        self.reasons = {pf.name: pf.reason_of for pf in policy.post_filters if hasattr(pf, "reason_of")}
+        self.reasons = policy.eviction_reasons()  # (post-filters that say why they evict, found once)
         # The pending jobs and the indexes the passes read (only those some pass reads).
         q, t = policy.queue, self.traits
         self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill,

@@ -17,9 +17,9 @@ runtime-checkable.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -291,6 +291,13 @@ class PerRequestHints(Protocol):
         the request until something changes, instead of asking for each."""
 
 
+class EvictionReasons(Protocol):
+    """Optional, for post-filters: why a victim it chose is evicted, as (reason, for whom) — Kueue's
+    reason and the preempting ClusterQueue — recorded with the eviction (Decision.reason, .by)."""
+
+    def reason_of(self, victim: JobRun) -> tuple[str, str]: ...
+
+
 @dataclass(frozen=True)
 class QueueTraits:
     """A queue's optional flags (see QueueSort), read once when the engine starts."""
@@ -318,6 +325,16 @@ class Policy:
     rebalance: Rebalance | None = None
     backfill: bool = False  # EASY backfilling behind a blocked head (blocking queues only)
     admission: Admission | None = None  # quota admission (None: the cluster's VC quotas)
+
+    def may_preempt(self, preemption: bool) -> bool:
+        """Whether a run may preempt: with post-filters, when EngineConfig.preemption is on, or
+        under an admission (a partition), whose policy carries post-filters only when it preempts."""
+        return bool(self.post_filters) and (preemption or self.admission is not None)
+
+    def eviction_reasons(self) -> dict[str, Callable[[JobRun], tuple[str, str]]]:
+        """Per post-filter name, its optional ``reason_of(victim)``: why it evicts a victim it chose
+        (a reason and the queue it made room for: Kueue's), recorded with the eviction."""
+        return {pf.name: cast(EvictionReasons, pf).reason_of for pf in self.post_filters if hasattr(pf, "reason_of")}
 
     def describe(self) -> str:
         parts = [f"queue={self.queue.name}", f"score={self.score.name}"]

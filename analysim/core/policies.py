@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from analysim.core.cluster import ClusterSpec
 from analysim.core.framework import Policy
 from analysim.core.plugins.kueue import KueueAdmission, KueueQueue, KueueState
+from analysim.core.plugins.kueue_fair import Shares
 from analysim.core.plugins.kueue_preemption import KueuePreemption
 from analysim.core.plugins.migration import DefragMigration
 from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
@@ -80,6 +81,8 @@ def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy
     if sname not in SCORES:
         raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
     state = KueueState(partition, [n.name for n in cluster.nodes])
+    if partition.fair_sharing is not None:
+        state.shares = Shares(state)  # (fair sharing: admission order and preemption by share)
     post_filters: list = [KueuePreemption(state)] if partition.preempts else []
     return Policy(name=f"kueue/{sname}", queue=KueueQueue(state), score=SCORES[sname](),
                   post_filters=post_filters, admission=KueueAdmission(state))

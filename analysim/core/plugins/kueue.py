@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
@@ -32,6 +32,14 @@ from analysim.core.plugins.queue import _QueueSort
 
 if TYPE_CHECKING:
     from analysim.core.framework import Handle
+    from analysim.core.plugins.kueue_fair import Shares
+
+
+# Kueue's reasons for a preemption (kueue_preemption, kueue_fair).
+IN_CLUSTER_QUEUE: Final = "InClusterQueue"
+IN_COHORT_RECLAMATION: Final = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING: Final = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING: Final = "InCohortReclaimWhileBorrowing"
 
 
 class KueueState:
@@ -65,9 +73,13 @@ class KueueState:
         self.by_queue: list[SortedList] = [SortedList() for _ in partition.nodes]
         self.candidate_key: dict[str, tuple[int, float, int, str]] = {}
         self.running_jobs: dict[str, JobRun] = {}  # job id -> the running job (what by_queue's keys name)
+        # Per queue and flavor-resource, the amounts its running workloads are charged, sorted (the
+        # largest bounds what one eviction frees: kueue_preemption's bound).
+        self.amounts: list[dict[tuple[str, str], SortedList]] = [{} for _ in partition.nodes]
         # Evictions by reason: per evicted job (read when it ends), per (preempting queue, reason).
         self.reasons: dict[str, dict[str, int]] = {}
         self.preempted: dict[tuple[str, str], int] = {}
+        self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
 
     def priority_of(self, job: JobRun) -> int:
         return self.priority.get(job.spec.qos, 0)
@@ -144,6 +156,12 @@ class KueueState:
         self.candidate_key[job.job_id] = key
         self.by_queue[q].add(key)
         self.running_jobs[job.job_id] = job
+        amounts = self.amounts[q]
+        for fr, amount in charges:
+            got = amounts.get(fr)
+            if got is None:
+                got = amounts[fr] = SortedList()
+            got.add(amount)
 
     def release(self, job: JobRun) -> None:
         held = self.held.pop(job.job_id, None)
@@ -156,6 +174,9 @@ class KueueState:
         self.queue_versions[q] += 1
         self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
         del self.running_jobs[job.job_id]
+        amounts = self.amounts[q]
+        for fr, amount in charges:
+            amounts[fr].remove(amount)
 
 
 class KueueAdmission:
@@ -255,24 +276,24 @@ class KueueQueue(_QueueSort):
 
     def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Handle) -> Iterator[JobRun]:  # type: ignore[override]
         # Each ClusterQueue is a stream of its jobs in key order (its LocalQueues' lists merged);
-        # the heads of the streams are taken by (would borrow, key), Kueue's order across queues,
-        # lazily: a pass costs the jobs it looks at. A head's "would borrow" is read when it
-        # comes to the head and again when taken (usage only grows in a pass that only launches,
-        # so a head that came to borrow since goes back behind the others).
+        # the heads of the streams are taken by (rank, key), Kueue's order across queues (rank:
+        # would borrow; with fair sharing, the share it would give its queue), lazily: a pass
+        # costs the jobs it looks at. A head's rank is read when it comes to the head and again
+        # when taken (a head whose rank rose since goes back behind the others).
         st = self.state
         by_queue: dict[int, list[Iterator[JobRun]]] = {}
         for vc, jobs in pending.items():
             by_queue.setdefault(st.queue_of[vc], []).append(jobs)
         streams: dict[int, Iterator[JobRun]] = {}
-        heap: list[tuple[bool, tuple, int, int, JobRun]] = []
+        heap: list[tuple[float, tuple, int, int, JobRun]] = []
         for q, lists in by_queue.items():
             streams[q] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
             self._push(heap, q, streams[q])
         while heap:
-            borrows, key, seq, q, job = heapq.heappop(heap)
-            got = st.assign(job)
-            if not borrows and got is not None and got[2]:
-                heapq.heappush(heap, (True, key, seq, q, job))
+            rank, key, seq, q, job = heapq.heappop(heap)
+            now = self._rank(q, job)
+            if now > rank:
+                heapq.heappush(heap, (now, key, seq, q, job))
                 continue
             if self.strict[q] and not self._is_head(job, q):
                 continue  # behind its StrictFIFO queue's head, which was not admitted: the stream ends
@@ -282,8 +303,16 @@ class KueueQueue(_QueueSort):
     def _merge_key(self, job: JobRun) -> tuple:
         return (self._key(job), job.seq)
 
-    def _push(self, heap: list[tuple[bool, tuple, int, int, JobRun]], q: int, stream: Iterator[JobRun]) -> None:
+    def _rank(self, q: int, job: JobRun) -> float:
+        """A head's rank across queues, lower first: whether it would borrow (1) or not (0); with
+        fair sharing, its queue's share with it admitted (kueue_fair)."""
+        got = self.state.assign(job)
+        shares = self.state.shares
+        if shares is None:
+            return 1.0 if got is not None and got[2] else 0.0
+        return shares.share(q, got[1] if got is not None else ())
+
+    def _push(self, heap: list[tuple[float, tuple, int, int, JobRun]], q: int, stream: Iterator[JobRun]) -> None:
         job = next(stream, None)
         if job is not None:
-            got = self.state.assign(job)
-            heapq.heappush(heap, (got is not None and got[2], self._key(job), job.seq, q, job))
+            heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, q, job))

@@ -44,7 +44,8 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -52,16 +53,18 @@ from analysim.core import placement
 from analysim.core import victims as victim_search
 from analysim.core.job import JobRun
 from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, requests_of
+from analysim.core.plugins.kueue import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_RECLAIM_WHILE_BORROWING,
+    IN_COHORT_RECLAMATION,
+)
+from analysim.core.plugins.kueue_fair import Shares, fair_targets
 
 if TYPE_CHECKING:
     from analysim.core.cluster import ClusterState
     from analysim.core.framework import Handle
     from analysim.core.plugins.kueue import KueueState
 
-IN_CLUSTER_QUEUE: Final = "InClusterQueue"
-IN_COHORT_RECLAMATION: Final = "InCohortReclamation"
-IN_COHORT_FAIR_SHARING: Final = "InCohortFairSharing"
-IN_COHORT_RECLAIM_WHILE_BORROWING: Final = "InCohortReclaimWhileBorrowing"
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
 
@@ -96,6 +99,7 @@ class KueuePreemption:
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
 
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
+        self.shares = state.shares if state.shares is not None else Shares(state)
 
     def holds_until(self, job: JobRun, ctx: Handle) -> float:
         return math.inf
@@ -110,12 +114,13 @@ class KueuePreemption:
         q = st.queue(job)
         if not st.partition.nodes[q].preemption.enabled or st.assign(job) is not None:
             return None  # no policy, or its quota fits (then its nodes have no room: not for quota)
-        read = self._read_key(job, q)
+        plans = [self._plan(job, q, charges, flavors) for charges, flavors in self._assignments(job, q)]
+        read = (job.seq, *(p.read for p in plans))
         if self._failed.get(job.job_id) == read:
-            return None  # the same search failed on quota, and no usage it read has changed
+            return None  # the same searches failed, and nothing they read has changed
         self.nodes_mattered = False
-        for charges, flavors in self._assignments(job, q):
-            got = self._search(job, q, charges, flavors, ctx)
+        for plan in plans:
+            got = self._search(job, plan, ctx)
             if got:
                 self._failed.pop(job.job_id, None)
                 cq = st.partition.nodes[q].name
@@ -130,12 +135,6 @@ class KueuePreemption:
                 self._failed.clear()  # (jobs that ended; a bound on the memory, not on correctness)
             self._failed[job.job_id] = read
         return None
-
-    def _read_key(self, job: JobRun, q: int) -> tuple:
-        """What a search for ``job`` that failed on quota read: the usage of every queue of its
-        cohort tree (their versions; each charge and release bumps its queue's)."""
-        versions = self.state.queue_versions
-        return (job.seq, *(versions[i] for i in self.tree_queues[self.root[q]]))
 
     def _assignments(self, job: JobRun, q: int) -> Iterator[tuple[Charges, tuple[str, ...]]]:
         """Each flavor assignment the queue could ever hold the job on, in flavor order (Kueue's
@@ -157,44 +156,92 @@ class KueuePreemption:
         for combo in itertools.product(*per_group):
             yield tuple(c for _, cs in combo for c in cs), tuple(f for f, _ in combo)
 
-    # ------------------------------------------------------------------ classic preemption
+    # ------------------------------------------------------------------ the plan of a search
 
-    def _search(self, job: JobRun, q: int, charges: Charges, flavors: tuple[str, ...],
-                ctx: Handle) -> list[tuple[JobRun, str]] | None:
-        self.looked += 1
+    def _plan(self, job: JobRun, q: int, charges: Charges, flavors: tuple[str, ...]) -> _Plan:
+        """Which candidates a search on these flavors may take (Kueue's GetTargets, module
+        docstring), found from the queue's own state and policies, and what the search's answer
+        then reads (``read``): a search that can take only the queue's own candidates and has none
+        reads only the queue (its version); any other reads every queue of the cohort tree."""
         st = self.state
         tree = st.tree
-        short = {fr for fr, a in charges if tree.available(q, fr) < a}  # what needs preemption
-        if not short:
-            short = {fr for fr, _ in charges}  # (its quota fits on this flavor: for room on its nodes)
         policy = st.partition.nodes[q].preemption
+        short = frozenset(fr for fr, a in charges if tree.available(q, fr) < a)  # what needs preemption
         prio = st.priority_of(job)
+        under = all(tree.usage[q].get(fr, 0) < tree.subtree[q].get(fr, 0) for fr in short)
+        fair = st.partition.fair_sharing is not None
+        reclaims = policy.reclaim_within_cohort != NEVER and (fair or under or policy.borrow_within_cohort != NEVER)
         own = self._own_candidates(job, q, prio, policy.within_cluster_queue, short)
-        others = self._other_queues(q, policy.reclaim_within_cohort, short)
-        if self._hopeless(q, charges, own, others, ctx):
+        plan = _Plan(charges, flavors, short, prio, under, reclaims, own)
+        versions = st.queue_versions
+        if not reclaims and not own:
+            plan.read = (flavors, versions[q])  # (nothing to take: stands while the queue's usage does)
+        else:
+            plan.read = (flavors, *(versions[i] for i in self.tree_queues[self.root[q]]))
+        return plan
+
+    # ------------------------------------------------------------------ classic preemption
+
+    def _search(self, job: JobRun, plan: _Plan, ctx: Handle) -> list[tuple[JobRun, str]] | None:
+        self.looked += 1
+        st = self.state
+        q = st.queue(job)
+        policy = st.partition.nodes[q].preemption
+        others = self._others(q, plan) if plan.reclaims else []
+        if not plan.own and not others:
+            return None
+        if self._hopeless(q, plan, others):
             return None
         self.searches += 1
         mask = ctx.static_mask(job.spec)
-        for f in flavors:
+        for f in plan.flavors:
             mask = mask & st.flavor_mask[f]
-        fit = _Fit(self, job, q, charges, mask, ctx)
+        fit = _Fit(self, job, q, plan.charges, mask, plan.short, ctx)
+        fairness = st.partition.fair_sharing
+        if fairness is not None:
+            by_queue = {q: plan.own} if plan.own else {}
+            for c in others:
+                theirs = list(self._candidates([], [c], plan.prio, policy.reclaim_within_cohort, plan.short, None))
+                if theirs:
+                    by_queue[c] = theirs
+            return fair_targets(fit, self.shares, job, q, plan.charges, by_queue, fairness.strategies)
+        return self._classic(fit, plan, others)
+
+    def _threshold(self, plan: _Plan, q: int) -> int:
+        """borrowWithinCohort's bound: other queues' workloads below it (Kueue's canBorrowWithinCohort)."""
+        t = self.state.partition.nodes[q].preemption.max_priority_threshold
+        return plan.prio if t is None or t >= plan.prio else t + 1
+
+    def _others(self, q: int, plan: _Plan) -> list[int]:
+        """The other queues a search may take workloads of: they borrow, and their lowest priority
+        is below the policy's limit (reclaimWithinCohort LowerPriority: the job's; borrowWithinCohort,
+        for a queue not under nominal quota: the threshold)."""
+        st = self.state
+        policy = st.partition.nodes[q].preemption
+        limit = plan.prio if policy.reclaim_within_cohort == LOWER_PRIORITY else math.inf
+        if policy.borrow_within_cohort != NEVER and not plan.under and st.partition.fair_sharing is None:
+            limit = min(limit, self._threshold(plan, q))
+        return [c for c in self._other_queues(q, plan.short) if st.by_queue[c][0][0] < limit]
+
+    def _classic(self, fit: _Fit, plan: _Plan, others: list[int]) -> list[tuple[JobRun, str]] | None:
+        """Kueue's GetTargets (module docstring): which candidates, with or without borrowing."""
+        q = fit.q
+        policy = self.state.partition.nodes[q].preemption
+        reclaim = policy.reclaim_within_cohort
+        own = plan.own
         if not others:
-            return fit.minimal(iter(own), True, None, short)
+            return fit.minimal(iter(own), True, None)
         if policy.borrow_within_cohort != NEVER:
-            threshold = prio
-            if policy.max_priority_threshold is not None and policy.max_priority_threshold < threshold:
-                threshold = policy.max_priority_threshold + 1
-            bound = None if self._under_nominal(q, short) else threshold
-            walk = self._candidates(own, others, prio, policy.reclaim_within_cohort, short, bound)
-            return fit.minimal(walk, True, threshold, short)
-        if self._under_nominal(q, short):
-            walk = self._candidates(own, others, prio, policy.reclaim_within_cohort, short, None)
-            got = fit.minimal(walk, False, None, short)
+            threshold = self._threshold(plan, q)
+            walk = self._candidates(own, others, plan.prio, reclaim, plan.short, None if plan.under else threshold)
+            return fit.minimal(walk, True, threshold)
+        if plan.under:
+            got = fit.minimal(self._candidates(own, others, plan.prio, reclaim, plan.short, None), False, None)
             if got:
                 return got
-        return fit.minimal(iter(own), True, None, short)
+        return fit.minimal(iter(own), True, None) if own else None
 
-    def _own_candidates(self, job: JobRun, q: int, prio: int, within: str, short: set) -> list[JobRun]:
+    def _own_candidates(self, job: JobRun, q: int, prio: int, within: str, short: frozenset) -> list[JobRun]:
         """The queue's own candidates, in candidate order."""
         if within == NEVER:
             return []
@@ -211,21 +258,17 @@ class KueuePreemption:
                 out.append(v)
         return out
 
-    def _other_queues(self, q: int, reclaim: str, short: set) -> list[int]:
+    def _other_queues(self, q: int, short: frozenset) -> list[int]:
         """The other queues of the cohort tree whose workloads may be candidates (they borrow)."""
-        if reclaim == NEVER:
-            return []
-        return [c for c in self.tree_queues[self.root[q]] if c != q and self._borrows(c, short) and self.state.by_queue[c]]
+        by_queue = self.state.by_queue
+        return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and self._borrows(c, short)]
 
-    def _borrows(self, c: int, short: set) -> bool:
+    def _borrows(self, c: int, short: frozenset) -> bool:
         tree = self.state.tree
-        return any(tree.usage[c].get(fr, 0) > tree.subtree[c].get(fr, 0) for fr in short)
+        usage, subtree = tree.usage[c], tree.subtree[c]
+        return any(usage.get(fr, 0) > subtree.get(fr, 0) for fr in short)
 
-    def _under_nominal(self, q: int, short: set) -> bool:
-        tree = self.state.tree
-        return all(tree.usage[q].get(fr, 0) < tree.subtree[q].get(fr, 0) for fr in short)
-
-    def _candidates(self, own: list[JobRun], others: list[int], prio: int, reclaim: str, short: set,
+    def _candidates(self, own: list[JobRun], others: list[int], prio: int, reclaim: str, short: frozenset,
                     below: int | None) -> Iterator[JobRun]:
         """Other queues' candidates (merged in candidate order, lazily; LowerPriority: below the
         job's priority; ``below``: below that too), then the queue's own."""
@@ -242,28 +285,68 @@ class KueuePreemption:
                 yield v
         yield from own
 
-    def _hopeless(self, q: int, charges: Charges, own: list[JobRun], others: list[int], ctx: Handle) -> bool:
-        """Whether even every candidate evicted leaves the request uncovered, by a few sums: per
-        flavor-resource, what is available plus all the own candidates hold plus all the other
-        borrowing queues hold there."""
+    def _hopeless(self, q: int, plan: _Plan, others: list[int]) -> bool:
+        """Whether even every candidate evicted leaves the request uncovered, known without walking
+        them: the own candidates' charges and the other borrowing queues' whole usage (at least what
+        their candidates hold) are taken off the quota tree at once, a few operations per queue,
+        and the queue's ``available`` read then (which sees every limit of the tree: a cohort's
+        borrowing limit stops a reclaim from a queue of another cohort helping). For a search that
+        may not borrow (a reclaim while under nominal quota, without borrowWithinCohort or fair
+        sharing), the request must also fit within nominal quota once its own candidates are gone."""
         st = self.state
         tree = st.tree
-        for fr, a in charges:
-            most = tree.available(q, fr)
-            if most >= a:
-                continue
-            for v in own:
-                for vfr, va in st.held[v.job_id][1]:
-                    if vfr == fr:
-                        most += va
-            for c in others:
-                most += tree.usage[c].get(fr, 0)
-            if most < a:
-                return True
-        return False
+        policy = st.partition.nodes[q].preemption
+        no_borrow = bool(others) and policy.borrow_within_cohort == NEVER and st.partition.fair_sharing is None
+        wanted = {fr for fr, _ in plan.charges}
+        taken: list[tuple[int, tuple[str, str], int]] = []
+        for v in plan.own:
+            for fr, a in st.held[v.job_id][1]:
+                if fr in wanted:
+                    taken.append((q, fr, a))
+        one = len(plan.short) == 1  # (then a queue stops giving up fr once it stops borrowing fr)
+        for c in others:
+            for fr in wanted:
+                used = tree.usage[c].get(fr, 0)
+                if used <= 0:
+                    continue
+                if one and fr in plan.short:
+                    # Kueue evicts from c only while c borrows: its borrowed part and at most one
+                    # workload more (the one that takes it under its quota).
+                    sizes = st.amounts[c].get(fr)
+                    largest = sizes[-1] if sizes else 0
+                    used = min(used, max(0, used - tree.subtree[c].get(fr, 0)) + largest)
+                taken.append((c, fr, used))
+        for c, fr, a in taken:
+            tree.remove(c, fr, a)
+        try:
+            for fr, a in plan.charges:
+                if tree.available(q, fr) < a:
+                    return True
+                if no_borrow and not plan.own and tree.usage[q].get(fr, 0) + a > tree.subtree[q].get(fr, 0):
+                    return True  # (others' workloads only within nominal quota, and it cannot get there)
+            return False
+        finally:
+            for c, fr, a in reversed(taken):
+                tree.add(c, fr, a)
 
 
-def _uses(held: Charges, short: set) -> bool:
+@dataclass(slots=True)
+class _Plan:
+    """One flavor assignment's search: what it charges, on which flavors, what needs preemption
+    (``short``), the job's priority, whether the queue is under nominal quota there, whether other
+    queues' workloads may be taken (``reclaims``), the queue's own candidates, and what it reads."""
+
+    charges: Charges
+    flavors: tuple[str, ...]
+    short: frozenset
+    prio: int
+    under: bool
+    reclaims: bool
+    own: list[JobRun]
+    read: tuple = ()
+
+
+def _uses(held: Charges, short: frozenset) -> bool:
     return any(fr in short for fr, _ in held)
 
 
@@ -272,9 +355,11 @@ class _Fit:
     returns) and on a copy of the nodes, and tells whether the job then fits."""
 
     def __init__(self, plugin: KueuePreemption, job: JobRun, q: int, charges: Charges, mask: np.ndarray,
-                 ctx: Handle) -> None:
+                 short: frozenset, ctx: Handle) -> None:
         self.plugin, self.job, self.q, self.charges, self.mask, self.ctx = plugin, job, q, charges, mask, ctx
+        self.short = short
         self.state = plugin.state
+        self.borrowing: dict[int, bool] = {}  # other queues' "still borrows", while nothing of theirs is released
 
     def quota_fits(self, allow_borrowing: bool) -> bool:
         tree = self.state.tree
@@ -292,32 +377,49 @@ class _Fit:
             placement.release_on(trial, v)
         return placement.can_place(self.ctx, self.job.spec, self.mask, trial)
 
-    def _release(self, v: JobRun) -> None:
+    def fits_now(self, evicted: list[JobRun], allow_borrowing: bool = True) -> bool:
+        """With ``evicted`` released on the tree already: whether the quota and the nodes fit."""
+        if not self.quota_fits(allow_borrowing):
+            return False
+        fits = self.nodes_fit(evicted)
+        if not fits:
+            self.plugin.nodes_mattered = True
+        return fits
+
+    def still_borrows(self, c: int) -> bool:
+        got = self.borrowing.get(c)
+        if got is None:
+            got = self.borrowing[c] = self.plugin._borrows(c, self.short)
+        return got
+
+    def release(self, v: JobRun) -> None:
         c, held = self.state.held[v.job_id]
         for fr, a in held:
             self.state.tree.remove(c, fr, a)
+        self.borrowing.pop(c, None)
 
-    def _restore(self, v: JobRun) -> None:
+    def restore(self, v: JobRun) -> None:
         c, held = self.state.held[v.job_id]
         for fr, a in held:
             self.state.tree.add(c, fr, a)
+        self.borrowing.pop(c, None)
 
-    def minimal(self, candidates: Iterator[JobRun], allow_borrowing: bool, threshold: int | None,
-                short: set) -> list[tuple[JobRun, str]] | None:
+    def minimal(self, candidates: Iterator[JobRun], allow_borrowing: bool,
+                threshold: int | None) -> list[tuple[JobRun, str]] | None:
         """Kueue's minimal preemptions over ``candidates`` (module docstring): the targets with
         their reasons, or None. The quota tree is as it was when this returns."""
-        st, q, plugin = self.state, self.q, self.plugin
+        st, q = self.state, self.q
         targets: list[tuple[JobRun, str]] = []
         trial: ClusterState | None = None
         found = False
         try:
             for v in candidates:
                 c = st.held[v.job_id][0]
-                if c != q and not plugin._borrows(c, short):
+                if c != q and not self.still_borrows(c):
                     continue  # (its queue no longer borrows: reclaiming more is not Kueue's)
                 if threshold is not None and c != q and st.priority_of(v) >= threshold:
                     allow_borrowing = False
-                self._release(v)
+                self.release(v)
                 reason = (IN_CLUSTER_QUEUE if c == q else
                           IN_COHORT_RECLAIM_WHILE_BORROWING if allow_borrowing else IN_COHORT_RECLAMATION)
                 targets.append((v, reason))
@@ -334,24 +436,28 @@ class _Fit:
                     break
             if not found:
                 if trial is not None:
-                    plugin.nodes_mattered = True
+                    self.plugin.nodes_mattered = True
                 return None
-            # Fill back: spare, from the next-to-last target back, each the job does not need.
-            def fits(chosen: list[JobRun]) -> bool:
-                ids = {id(t) for t in chosen}
-                spared = [t for t, _ in targets if id(t) not in ids]
-                for t in spared:
-                    self._restore(t)
-                try:
-                    return self.quota_fits(allow_borrowing) and self.nodes_fit(chosen)
-                finally:
-                    for t in spared:
-                        self._release(t)
-            jobs = [t for t, _ in targets]
-            kept = victim_search.reprieved(jobs[-1], jobs[:-1], fits)
-            reason_of = {t.job_id: r for t, r in targets}
-            return [(t, reason_of[t.job_id]) for t in kept]
+            return self.fill_back(targets, allow_borrowing)
         finally:
             for t, _ in targets:
-                self._restore(t)
+                self.restore(t)
 
+    def fill_back(self, targets: list[tuple[JobRun, str]], allow_borrowing: bool) -> list[tuple[JobRun, str]]:
+        """With every target released on the tree: from the next-to-last back, spare each target
+        the job does not need (victims.reprieved); the targets kept, with their reasons. The
+        tree is left with every target released, as it was given."""
+        def fits(chosen: list[JobRun]) -> bool:
+            ids = {id(t) for t in chosen}
+            spared = [t for t, _ in targets if id(t) not in ids]
+            for t in spared:
+                self.restore(t)
+            try:
+                return self.quota_fits(allow_borrowing) and self.nodes_fit(chosen)
+            finally:
+                for t in spared:
+                    self.release(t)
+        jobs = [t for t, _ in targets]
+        kept = victim_search.reprieved(jobs[-1], jobs[:-1], fits)
+        reason_of = {t.job_id: r for t, r in targets}
+        return [(t, reason_of[t.job_id]) for t in kept]

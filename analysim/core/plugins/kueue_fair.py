@@ -1,0 +1,144 @@
+"""Kueue's fair sharing (Configuration ``fairSharing.enable: true``): the share of a ClusterQueue or
+cohort, admission ordered by it, and preemption by it (Kueue's documentation, "Fair Sharing").
+
+**Share** (Kueue's dominant resource share). For a node of the tree with a parent, per resource,
+what it uses above its own quota summed over flavors (``max(0, usage - subtree quota)`` per
+flavor), divided by what its parent's subtree could lend of that resource (the parent's subtree
+quota summed over flavors); the largest of these over resources, divided by the node's
+``fairSharing.weight``. 0 for a node within its quota; a weight of 0 makes any borrowing an
+infinite share. A root (or a ClusterQueue outside any cohort) has share 0.
+
+**Admission order.** Across ClusterQueues, the heads are taken by the share their queue would have
+with the workload admitted, lowest first, then by priority and creation (in place of "those that
+fit within nominal quota first"; KueueQueue reads ``share_with``).
+
+**Preemption.** The candidates are those of classic preemption (kueue_preemption), each queue's in
+Kueue's candidate order. Until the job fits: the queue holding candidates with the highest share
+is the target; a candidate of the preemptor's own queue is evicted (InClusterQueue); another
+queue's next candidate is evicted (InCohortFairSharing) when the strategy allows, else that queue
+is left alone for the rest of this strategy:
+
+- LessThanOrEqualToFinalShare: the preemptor's share with the job admitted is at most the
+  target's share without the candidate;
+- LessThanInitialShare: the preemptor's share with the job admitted is below the target's share
+  before the eviction.
+
+The strategies are tried in order, the next only if the job does not fit after the previous; then
+the targets the job does not need are spared (fill back), as in classic preemption. The job may
+borrow (fair sharing decides how much), and only queues that borrow are targets.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from analysim.core.partition import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+from analysim.core.plugins.kueue import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING
+
+if TYPE_CHECKING:
+    from analysim.core.job import JobRun
+    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_preemption import _Fit
+
+Charges = tuple[tuple[tuple[str, str], int], ...]
+
+
+class Shares:
+    """Shares of the tree's nodes, from the quota tree's usage (read afresh: the tree changes on
+    every charge and release, and with the trial evictions of a search)."""
+
+    def __init__(self, state: KueueState) -> None:
+        self.state = state
+        tree = state.tree
+        nodes = state.partition.nodes
+        self.weight = [n.weight for n in nodes]
+        # Per node: its flavor-resources, grouped by resource; and what its parent could lend of each.
+        self.by_resource: list[dict[str, list[tuple[str, str]]]] = []
+        self.lendable: list[dict[str, int]] = []
+        for i in range(len(nodes)):
+            groups: dict[str, list[tuple[str, str]]] = {}
+            for fr in tree.subtree[i]:
+                groups.setdefault(fr[1], []).append(fr)
+            self.by_resource.append(groups)
+            p = tree.parent[i]
+            lend: dict[str, int] = {}
+            if p >= 0:
+                for fr, v in tree.subtree[p].items():
+                    lend[fr[1]] = lend.get(fr[1], 0) + v
+            self.lendable.append(lend)
+
+    def share(self, i: int, extra: Charges = ()) -> float:
+        """Node ``i``'s share, with ``extra`` charged to it (a workload it would admit)."""
+        tree = self.state.tree
+        if tree.parent[i] < 0:
+            return 0.0
+        added: dict[tuple[str, str], int] = {}
+        for fr, a in extra:
+            added[fr] = added.get(fr, 0) + a
+        most = 0.0
+        for r, frs in self.by_resource[i].items():
+            borrowed = sum(max(0, tree.usage[i].get(fr, 0) + added.get(fr, 0) - tree.subtree[i].get(fr, 0))
+                           for fr in frs)
+            if borrowed <= 0:
+                continue
+            lendable = self.lendable[i].get(r, 0)
+            most = max(most, math.inf if lendable <= 0 else borrowed / lendable)
+        if most == 0.0:
+            return 0.0
+        w = self.weight[i]
+        return math.inf if w <= 0 else most / w
+
+
+def allows(strategy: str, preemptor_share: float, target_before: float, target_after: float) -> bool:
+    """Whether a fair-sharing strategy lets the preemptor's queue evict from the target's."""
+    if strategy == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+        return preemptor_share <= target_after
+    if strategy == LESS_THAN_INITIAL_SHARE:
+        return preemptor_share < target_before
+    raise ValueError(f"unknown fair-sharing strategy {strategy!r}")
+
+
+def fair_targets(fit: _Fit, shares: Shares, job: JobRun, q: int, charges: Charges,
+                 by_queue: dict[int, list[JobRun]], strategies: tuple[str, ...]) -> list[tuple[JobRun, str]] | None:
+    """The fair-sharing preemption's targets with their reasons (module docstring), or None.
+    ``fit`` is the search's trial (kueue_preemption._Fit: evicts on the quota tree, undone at the
+    end, and tells whether the job fits); ``by_queue`` each queue's candidates in candidate order."""
+    targets: list[tuple[JobRun, str]] = []
+    left = {c: list(vs) for c, vs in by_queue.items() if vs}
+    found = False
+    try:
+        for strategy in strategies:
+            open_queues = set(left)
+            while open_queues and not found:
+                c = max(open_queues, key=lambda k: (shares.share(k), -k))
+                if c != q and not fit.still_borrows(c):
+                    open_queues.discard(c)  # (no longer borrows: not a target)
+                    continue
+                v = left[c][0]
+                if c == q:
+                    reason = IN_CLUSTER_QUEUE
+                else:
+                    before = shares.share(c)
+                    fit.release(v)
+                    after = shares.share(c)
+                    fit.restore(v)
+                    if not allows(strategy, shares.share(q, charges), before, after):
+                        open_queues.discard(c)
+                        continue
+                    reason = IN_COHORT_FAIR_SHARING
+                left[c].pop(0)
+                if not left[c]:
+                    del left[c]
+                    open_queues.discard(c)
+                fit.release(v)
+                targets.append((v, reason))
+                found = fit.fits_now([t for t, _ in targets])
+            if found:
+                break
+        if not found:
+            return None
+        return fit.fill_back(targets, True)
+    finally:
+        for t, _ in targets:
+            fit.restore(t)
