@@ -88,8 +88,6 @@ class Engine(Handle):
         self.allocated_by_model = np.zeros(len(self.state.model_names))
         # What a failed placement may do: evict (post-filters), move (rebalance).
         # Quota admission by a plugin (a partition: Kueue's ClusterQueues), told of every launch and stop.
-        # Under it the partition drives preemption: its policy carries a post-filter only when its
-        # ClusterQueues preempt, and EngineConfig.preemption is refused (so is migration).
         self.admission = policy.admission
         if self.admission is not None and (self.config.preemption or self.config.migration):
             raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
@@ -569,14 +567,10 @@ class Engine(Handle):
             victims = pf.victims(job, self)
             if not victims:
                 continue
-            why = self.reasons.get(pf.name)
             for v in victims:
-                self._preempt(v, ("", "") if why is None else why(v))
-            mask = self.static_mask(job.spec)
-            if self.admission is not None:  # (admitted now, on its flavors' nodes)
-                admitted = self.admission.admit(job, self)
-                mask = mask if admitted is None else admitted[1]
-            pl = placement.bind(self, job, mask)
+                self._preempt(v, self.reasons[pf.name](v) if pf.name in self.reasons else ("", ""))
+            admitted = self.admission.admit(job, self) if self.admission is not None else None  # (its flavors' nodes)
+            pl = placement.bind(self, job, self.static_mask(job.spec) if admitted is None else admitted[1])
             if pl is None:
                 raise AssertionError(f"{pf.name}: evicted {len(victims)} jobs but {job.job_id} still does not fit")
             return pl
@@ -693,8 +687,7 @@ class Engine(Handle):
         self._record(kind, job.job_id, tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ())
 
     def _record(self, kind: str, job_id: str, nodes: tuple[str, ...], why: tuple[str, str] = ("", "")) -> None:
-        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs); ``why``:
-        an eviction's reason and the queue it made room for, when its post-filter says."""
+        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs); ``why``: see Decision."""
         if self._keep_decisions:
             self.decisions.append(Decision(self.now, kind, job_id, nodes, *why))
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
+from analysim.core.framework import QUOTA_WAIT
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.partition import STRICT_FIFO, Partition, QuotaTree, requests_of
 from analysim.core.plugins.queue import _QueueSort
@@ -201,9 +202,8 @@ class KueueAdmission:
                 return None
             if self.nowhere is None:
                 self.nowhere = np.zeros(ctx.state.num_nodes, dtype=bool)
-            # (the failure signature then carries the queue: a failure on quota says nothing of
-            # another queue's jobs, and a later job of this queue finds no more victims)
-            return ("#quota", q), self.nowhere
+            # (the failure signature, per VC under a preempting partition, then ends with QUOTA_WAIT)
+            return QUOTA_WAIT, self.nowhere
         flavors, charges, _ = got
         st.chosen[job.job_id] = (st.queue(job), charges, flavors)
         mask = ctx.static_mask(job.spec)
