@@ -32,6 +32,7 @@ COMPILED = [
     "analysim/core/node_views.py",
     "analysim/core/orders.py",
     "analysim/core/partition.py",
+    "analysim/core/pass_streams.py",
     "analysim/core/placement.py",
     "analysim/core/queue_metrics.py",
     "analysim/core/ranked.py",

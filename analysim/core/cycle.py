@@ -18,6 +18,7 @@ import numpy as np
 from analysim.core import backfill, hints, orders, placement
 from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller, note_failure, queue_scopes
 from analysim.core.job import JobRun, JobStatus, Placement
+from analysim.core.pass_streams import ShapeStream
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -78,6 +79,11 @@ def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[
         per_request = hints.gangs_per_request(eng, eng.per_request, len(eng.failure_plugins))
         if not q.dynamic:
             return orders.shape_order(eng, c, list(sq.of_vc_shape), per_request)
+        if eng.admission is not None:
+            # (Under a partition: streams that let the queue leave out runs of jobs whose visits
+            # change nothing; pass_streams.)
+            streams: dict[str, Iterator[JobRun]] = {vc: ShapeStream(eng, c, [vc]) for vc in sq.of_vc_shape}
+            return streams
         return {vc: orders.shape_order(eng, c, (vc,), per_request) for vc in sq.of_vc_shape}
     if q.dynamic:
         return sq.for_dynamic_order(eng.traits.per_vc_order)

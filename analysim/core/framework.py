@@ -230,7 +230,8 @@ class PostFilter(Protocol):
 # preempt for it (its quota does not fit now): the failure signature of such an attempt ends with it.
 # (The shape order does not leave out a VC's later shapes on such a failure: a per-VC stream whose
 # shapes were all left out ends, and a preemption later in the pass that frees its queue's quota
-# would not bring them back; measured on Philly's first 12,000 jobs, the schedule changed.)
+# would not bring them back; measured on Philly's first 12,000 jobs, the schedule changed. What
+# leaves them out instead is the queue's merge, which knows when it would take them: PassStream.)
 QUOTA_WAIT = ("#quota",)
 
 
@@ -304,6 +305,38 @@ class EvictionReasons(Protocol):
     reason and the preempting ClusterQueue — recorded with the eviction (Decision.reason, .by)."""
 
     def reason_of(self, victim: JobRun) -> tuple[str, str]: ...
+
+
+class PassStream:
+    """One of the per-VC streams a ``per_vc_order`` queue's order() may be given (under a partition
+    whose queues preempt, with the shortcuts on): an iterator of the VC's pending jobs in key order,
+    the reference engine's, that also lets the queue leave out jobs whose visits change nothing
+    (engine.pass_streams). Keys are (the queue's key, seq).
+
+    A class, not a Protocol, for the compiled core (see Handle)."""
+
+    def __iter__(self) -> PassStream:
+        return self
+
+    def __next__(self) -> JobRun:
+        raise NotImplementedError
+
+    def join(self, others: list[PassStream]) -> PassStream:
+        """One stream of this one's VCs and those of ``others`` (none of them read yet)."""
+        raise NotImplementedError
+
+    def no_op(self, job: JobRun) -> bool:
+        """Whether the pass's visit of ``job``, one this stream gave, would change nothing now."""
+        raise NotImplementedError
+
+    def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
+        """Leave out the next jobs while each is a no-op and ``also`` holds for it (the queue's
+        own condition, per VC and request); give the first that is not (None: none is left)."""
+        raise NotImplementedError
+
+    def seek_after(self, key: tuple) -> None:
+        """Start again from the first key past ``key`` (to give again jobs a drain left out)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
-from analysim.core.framework import QUOTA_WAIT
+from analysim.core.framework import QUOTA_WAIT, PassStream
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.partition import STRICT_FIFO, Partition, QuotaTree, requests_of
 from analysim.core.plugins.queue import _QueueSort
@@ -244,6 +244,8 @@ class KueueQueue(_QueueSort):
         # cancelled, are dropped when they come to the head).
         self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
         self.keyed: dict[str, tuple] = {}
+        self.given = 0  # jobs the orders gave the passes, and runs drained (order): for tests and profiles
+        self.drains = 0
 
     def key(self, job: JobRun, ctx: Handle) -> tuple:
         return self._key(job)
@@ -280,25 +282,87 @@ class KueueQueue(_QueueSort):
         # would borrow; with fair sharing, the share it would give its queue), lazily: a pass
         # costs the jobs it looks at. A head's rank is read when it comes to the head and again
         # when taken (a head whose rank rose since goes back behind the others).
+        #
+        # Drains (framework.PassStream, given with the shortcuts on under a preempting partition;
+        # not with fair sharing, whose ranks are not 0 or 1). A head taken whose visit would change
+        # nothing (most often: its quota does not fit, and a no smaller request of its VC failed
+        # so in this pass) is not given; nor are the jobs after it in its stream while each is
+        # such a no-op of rank 0. The merge would have taken each of them as soon as it was the
+        # least entry, changing nothing, so their stream's next entry goes in at once with the
+        # rank it would have had. Until a launch or stop: then the jobs of the run the merge had
+        # not taken yet come back (``_undrain``). It had taken those below every entry it took
+        # since the drain began (the run's ``front``: the most of those entries, and of the least
+        # entry when the drain began; one of rank 1 is above the whole run).
         st = self.state
         by_queue: dict[int, list[Iterator[JobRun]]] = {}
         for vc, jobs in pending.items():
             by_queue.setdefault(st.queue_of[vc], []).append(jobs)
         streams: dict[int, Iterator[JobRun]] = {}
-        heap: list[tuple[float, tuple, int, int, JobRun]] = []
+        drainable: dict[int, PassStream] = {}
+        heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
         for q, lists in by_queue.items():
-            streams[q] = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
-            self._push(heap, q, streams[q])
+            first = lists[0]
+            if st.shares is None and not self.strict[q] and isinstance(first, PassStream):
+                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
+            else:
+                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+            self._push(heap, q, streams[q], 0)
+        gen = dict.fromkeys(streams, 0)  # a queue's entries from before an undrain are stale
+        # queue -> its run (past this key, before that one: None, to the end) and its front
+        drained: dict[int, list] = {}
         while heap:
-            rank, key, seq, q, job = heapq.heappop(heap)
+            rank, key, seq, g, q, job = heapq.heappop(heap)
+            if g != gen[q]:
+                continue
+            if drained:
+                _advance(drained, (rank, key, seq))
             now = self._rank(q, job)
             if now > rank:
-                heapq.heappush(heap, (now, key, seq, q, job))
+                heapq.heappush(heap, (now, key, seq, g, q, job))
                 continue
             if self.strict[q] and not self._is_head(job, q):
                 continue  # behind its StrictFIFO queue's head, which was not admitted: the stream ends
+            drained.pop(q, None)  # (its run, if any, ranked before this entry: all taken)
+            stream = drainable.get(q)
+            if stream is not None and stream.no_op(job):
+                nxt = stream.drain(self._lowest)
+                self.drains += 1
+                while heap and heap[0][3] != gen[heap[0][4]]:
+                    heapq.heappop(heap)  # (stale: the least entry the merge has is the next valid one)
+                if heap and heap[0][0] == 0.0:  # (else nothing else comes before the run ends)
+                    drained[q] = [(key, seq), None if nxt is None else (self._key(nxt), nxt.seq), heap[0][:3]]
+                if nxt is not None:
+                    heapq.heappush(heap, (self._rank(q, nxt), self._key(nxt), nxt.seq, g, q, nxt))
+                continue
+            version = st.version
+            self.given += 1
             yield job
-            self._push(heap, q, streams[q])
+            if drained and st.version != version:
+                self._undrain(heap, drained, drainable, gen)
+            self._push(heap, q, streams[q], gen[q])
+
+    def _lowest(self, job: JobRun) -> bool:
+        """Whether a job ranks below every other (0: it would not borrow), so that a run of them
+        in a stream is taken by the merge before anything after them in it."""
+        return self._rank(self.state.queue(job), job) == 0.0
+
+    def _undrain(self, heap: list, drained: dict[int, list], drainable: dict[int, PassStream],
+                 gen: dict[int, int]) -> None:
+        """After a launch or stop: each drained run's jobs past its front were not taken yet; the
+        first becomes its queue's entry again, with the rank 0 it had when its turn came (before
+        the change). (A run whose front ranks above 0 was taken whole, and is no longer kept.)"""
+        for q, (start, stop, front) in drained.items():
+            after = max(start, (front[1], front[2]))
+            if stop is not None and after >= stop:
+                continue
+            stream = drainable[q]
+            stream.seek_after(after)
+            job = next(stream, None)
+            if job is None or stop is not None and (self._key(job), job.seq) >= stop:
+                continue  # (none left before the entry: the stream is past it again)
+            gen[q] += 1
+            heapq.heappush(heap, (0.0, self._key(job), job.seq, gen[q], q, job))
+        drained.clear()
 
     def _merge_key(self, job: JobRun) -> tuple:
         return (self._key(job), job.seq)
@@ -312,7 +376,19 @@ class KueueQueue(_QueueSort):
             return 1.0 if got is not None and got[2] else 0.0
         return shares.share(q, got[1] if got is not None else ())
 
-    def _push(self, heap: list[tuple[float, tuple, int, int, JobRun]], q: int, stream: Iterator[JobRun]) -> None:
+    def _push(self, heap: list[tuple[float, tuple, int, int, int, JobRun]], q: int, stream: Iterator[JobRun],
+              g: int) -> None:
         job = next(stream, None)
         if job is not None:
-            heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, q, job))
+            heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, g, q, job))
+
+
+def _advance(drained: dict[int, list], taken: tuple[float, tuple, int]) -> None:
+    """The merge took an entry: every drained run's jobs below it were taken before it."""
+    for q in list(drained):
+        run = drained[q]
+        if taken > run[2]:
+            if taken[0] > 0.0:
+                del drained[q]  # (above every job of the run: all taken)
+            else:
+                run[2] = taken

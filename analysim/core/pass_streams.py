@@ -1,0 +1,160 @@
+"""The per-VC streams a pass under a partition gives a queue that merges them (``per_vc_order``),
+when the pass may preempt: each VC's pending jobs in key order, as the reference engine gives them
+(``SchedulingQueue.jobs_by_vc``), plus what lets the queue leave out runs of jobs whose visits
+would change nothing (framework.PassStream).
+
+Why: under a partition that preempts, most waiting jobs fail their ClusterQueue's quota pass after
+pass, and a pass that visits each of them one by one through the queue's merge cost most of the
+run (Philly's first 20,000 jobs with examples/kueue/philly-preemption.yaml: 6.5 M such visits in
+22,700 passes). A run of them is left out only where the queue's merge would take them one after
+the other, with nothing changing in between (KueueQueue.order says when), so the pass visits the
+same jobs, with the same state, in the same order.
+
+A visit changes nothing (``no_op``) when cycle._visit passes over the job or fails it without an
+attempt and without a note of its own: the job is no longer pending; its queue's quota does not
+admit it (a ClusterQueue that does not preempt); or a request no smaller than it failed in this
+pass with the same signature (a one-node job). A job evicted at this instant is never one (its
+visit holds the pass's answers to now). Everything but that and being pending is the same for
+every job of one (VC, request): a run is found a shape at a time, with one bisection per shape.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
+
+from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller
+from analysim.core.framework import PassStream
+from analysim.core.job import JobRun, JobStatus
+from analysim.core.sorted_keys import first_after
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+
+
+def no_op(eng: Engine, c: CycleState, job: JobRun) -> bool:
+    """Whether cycle._visit would change nothing for this job now (module docstring). The checks
+    are _visit's own, in its order, for a queue that does not block."""
+    if job.status is not JobStatus.PENDING:
+        return True
+    spec = job.spec
+    if eng.extra[spec.job_id].evicted_at == eng.now:
+        return False  # (its visit holds the pass's answers to now)
+    g = spec.num_gpus
+    if (c.only_capacity and 0 < g <= eng.gmax and g > c.ffmax and not spec.is_fractional
+            and (g <= eng.state.smallest_node_gpus or eng.one_node(spec))):
+        return True
+    if not eng.spec.allow_borrowing and not eng.within_quota(job):
+        return True
+    sig = failure_sig(eng, spec, c.quotas_matter)
+    if eng.admission is not None:
+        admitted = eng.admission.admit(job, eng)
+        if admitted is None:
+            return True
+        sig = (*sig, admitted[0])
+    if is_gang(eng, spec):
+        return False  # (gangs are always attempted)
+    worse = c.failed.get(sig)
+    return worse is not None and no_smaller((g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
+
+
+class ShapeStream(PassStream):
+    """The pending jobs of some VCs in key order, from their per-(VC, request) lists
+    (``SchedulingQueue.of_vc_shape``, which do not change during a pass): a heap of each shape's
+    next key. Keys are (queue key, seq), unique."""
+
+    def __init__(self, eng: Engine, c: CycleState, vcs: list[str]) -> None:
+        self.eng, self.c = eng, c
+        lists = eng.squeue.of_vc_shape
+        assert lists is not None
+        self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]
+        self.heap: list[tuple[tuple, int]] = [(keys[0], i) for i, keys in enumerate(self.lists)]
+        heapq.heapify(self.heap)
+        self.vcs = vcs
+        # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
+        now = eng.now
+        mine = set(vcs)
+        self.evicted: list[tuple] = []
+        for j in eng.evicted_now:
+            ex = eng.extra.get(j.job_id)  # (gone once the job ended)
+            if ex is not None and j.spec.vc in mine and ex.evicted_at == now and ex.qkey is not None:
+                self.evicted.append(ex.qkey)
+        self.evicted.sort()
+        self.last: tuple | None = None  # the key of the last job given
+
+    def join(self, others: list[PassStream]) -> PassStream:
+        vcs = list(self.vcs)
+        for o in others:
+            assert isinstance(o, ShapeStream)
+            vcs += o.vcs
+        return ShapeStream(self.eng, self.c, vcs)
+
+    def __iter__(self) -> ShapeStream:
+        return self
+
+    def __next__(self) -> JobRun:
+        heap, by_seq = self.heap, self.eng.squeue.by_seq
+        while heap:
+            key, i = heap[0]
+            nxt = first_after(self.lists[i], key)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, i))
+            job = by_seq.get(key[1])
+            if job is not None:
+                self.last = key
+                return job
+        raise StopIteration
+
+    def no_op(self, job: JobRun) -> bool:
+        return no_op(self.eng, self.c, job)
+
+    def seek_after(self, key: tuple) -> None:
+        self.last = key
+        heap: list[tuple[tuple, int]] = []
+        for i, keys in enumerate(self.lists):
+            first = first_after(keys, key)
+            if first is not None:
+                heap.append((first, i))
+        heapq.heapify(heap)
+        self.heap = heap
+
+    def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
+        """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job
+        that is not (None: none is left), which the stream has then given."""
+        by_seq = self.eng.squeue.by_seq
+        stop: tuple | None = None  # the first key not left out
+        for key, i in self.heap:
+            keys = self.lists[i]
+            k: tuple | None = key
+            while k is not None and k[1] not in by_seq:
+                k = first_after(keys, k)  # (placed earlier in the pass: given by no order)
+            if k is None or stop is not None and k >= stop:
+                continue
+            rep = by_seq[k[1]]
+            if not (self.no_op(rep) and also(rep)):
+                stop = k  # this shape's next job is visited
+        last = self.last
+        for k in self.evicted:
+            if last is None or k > last:
+                if stop is None or k < stop:
+                    stop = k
+                break
+        if stop is None:
+            self.heap = []
+            return None
+        self.seek_after(_before(stop))
+        return next(self, None)
+
+    def __repr__(self) -> str:
+        return f"ShapeStream({self.vcs!r})"
+
+
+def _before(k: tuple) -> tuple:
+    """A key just below ``k`` and above every key before it (keys are (queue key, seq), seq an
+    integer unique to its job): ``seek_after(_before(k))`` gives ``k`` next."""
+    return (k[0], k[1] - 0.5)
