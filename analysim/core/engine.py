@@ -63,8 +63,7 @@ class Engine(Handle):
         self.extra: dict[str, JobBook] = {}
         self.running: dict[str, JobRun] = {}
         self.running_by_vc: dict[str, dict[str, JobRun]] = {}
-        # (kept by launch and _stop, for quota reclaim's bound; of full_free's dtype, which they are added to:
-        # a cast in each addition tripled its cost, callgrind)
+        # (kept by launch and _stop for quota reclaim's bound; full_free's dtype: a cast per addition tripled its cost)
         self.gpus_of_vc: dict[str, np.ndarray] = {}
         self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
         self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
@@ -86,12 +85,11 @@ class Engine(Handle):
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
         self.allocated_by_model = np.zeros(len(self.state.model_names))
-        # What a failed placement may do: evict (post-filters), move (rebalance).
-        # Quota admission by a plugin (a partition: Kueue's ClusterQueues), told of every launch and stop.
-        self.admission = policy.admission
+        self.admission = policy.admission  # quota admission by a plugin (Kueue's), told of launches and stops
         if self.admission is not None and (self.config.preemption or self.config.migration):
             raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
                              "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
+        # What a failed placement may do: evict (post-filters; under a partition, its own), move (rebalance).
         self.can_preempt = policy.may_preempt(self.config.preemption)
         self.can_migrate = self.config.migration and policy.rebalance is not None
         self.reasons = policy.eviction_reasons()  # (post-filters that say why they evict, found once)

@@ -1,12 +1,13 @@
-"""The per-VC streams a pass under a partition gives a queue that merges them (``per_vc_order``),
-when the pass may preempt: each VC's pending jobs in key order, as the reference engine gives them
+"""The per-VC streams a pass under a partition gives a queue that merges them (``per_vc_order``):
+each VC's pending jobs in key order, as the reference engine gives them
 (``SchedulingQueue.jobs_by_vc``), plus what lets the queue leave out runs of jobs whose visits
 would change nothing (framework.PassStream).
 
-Why: under a partition that preempts, most waiting jobs fail their ClusterQueue's quota pass after
-pass, and a pass that visits each of them one by one through the queue's merge cost most of the
-run (Philly's first 20,000 jobs with examples/kueue/philly-preemption.yaml: 6.5 M such visits in
-22,700 passes). A run of them is left out only where the queue's merge would take them one after
+Why: under a partition, most waiting jobs fail their ClusterQueue's quota, or are too wide for
+the free GPUs, pass after pass, and a pass that visits each of them one by one through the queue's
+merge cost most of the run (Philly's first 20,000 jobs with examples/kueue/philly-preemption.yaml:
+6.5 M such visits in 22,700 passes; the whole extract under examples/kueue/philly.yaml, which does
+not preempt, took 102 s that way and takes 29 s with the drains, BENCHMARKS.md). A run of them is left out only where the queue's merge would take them one after
 the other, with nothing changing in between (KueueQueue.order says when), so the pass visits the
 same jobs, with the same state, in the same order.
 

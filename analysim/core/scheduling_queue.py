@@ -54,7 +54,9 @@ class IndexPlan:
       one whose heads are ranked by state, QueueTraits.heads_ranked_by_state), for a non-blocking
       pass that only launches: it leaves out the widths that cannot fit.
     - ``of_vc_shape``: per VC and request (JobSpec.request), for a non-blocking pass that may
-      preempt or migrate: it leaves out shapes no smaller than a failed one.
+      preempt or migrate: it leaves out shapes no smaller than a failed one; and for a queue whose
+      heads are ranked by state, whose merge leaves out only runs it would take one after another
+      with nothing changing (pass_streams).
     """
 
     every: bool
@@ -70,9 +72,9 @@ class IndexPlan:
                    may_preempt_or_migrate: bool, heads_ranked_by_state: bool) -> IndexPlan:
         of_width = of_vc_width = of_vc_shape = False
         if not blocking:
-            if may_preempt_or_migrate and (per_vc_order or not dynamic):
+            if may_preempt_or_migrate and (per_vc_order or not dynamic) or per_vc_order and heads_ranked_by_state:
                 of_vc_shape = True
-            elif per_vc_order and not heads_ranked_by_state:
+            elif per_vc_order:
                 of_vc_width = True
             elif not dynamic:
                 of_width = True

@@ -283,7 +283,7 @@ class KueueQueue(_QueueSort):
         # costs the jobs it looks at. A head's rank is read when it comes to the head and again
         # when taken (a head whose rank rose since goes back behind the others).
         #
-        # Drains (framework.PassStream, given with the shortcuts on under a preempting partition;
+        # Drains (framework.PassStream, given with the shortcuts on under a partition;
         # not with fair sharing, whose ranks are not 0 or 1). A head taken whose visit would change
         # nothing (most often: its quota does not fit, and a no smaller request of its VC failed
         # so in this pass) is not given; nor are the jobs after it in its stream while each is
