@@ -72,6 +72,24 @@ spec:
   clusterQueue: {name}"""
 
 
+# Two flavors, one per rack of RANDOM_NODES, and the root Cohort: the head of the random trees here
+# and of test_kueue_drains' fixed crowd.
+TWO_RACKS_AND_ROOT = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: f0}
+spec: {nodeLabels: {analysim.io/rack: r0}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: f1}
+spec: {nodeLabels: {analysim.io/rack: r1}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: root}"""
+
+
 FLAVOR = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
@@ -501,20 +519,7 @@ def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40):
             out["lendingLimit"] = draw(st.integers(0, lending_max))
         return out
 
-    docs = ["""
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: f0}
-spec: {nodeLabels: {analysim.io/rack: r0}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: f1}
-spec: {nodeLabels: {analysim.io/rack: r1}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Cohort
-metadata: {name: root}"""]
+    docs = [TWO_RACKS_AND_ROOT]
     for c in ("c0", "c1"):
         q = {f: limits(draw(st.integers(0, 4)), 8) for f in ("f0", "f1")}
         docs.append(f"""

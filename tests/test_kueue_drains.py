@@ -15,7 +15,7 @@ from analysim.core.engine import Engine, EngineConfig
 from analysim.core.plugins.kueue import KueueQueue
 from analysim.core.policies import partition_policy
 from analysim.partitions import assign_queues
-from tests.test_kueue import RANDOM_NODES, _gpu_job, _read
+from tests.test_kueue import RANDOM_NODES, TWO_RACKS_AND_ROOT, _gpu_job, _read
 from tests.test_kueue_preemption import PRIORITIES, _preempting_partitions
 
 QUEUES = ["c0q0", "c0q1", "c1q0", "c1q1"]
@@ -80,20 +80,7 @@ def test_a_crowded_partition_drains_and_leaves_out_most_visits(tmp_path, preempt
 
 
 def _fixed_crowd(preemption: str) -> tuple[str, list]:
-    docs = ["""
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: f0}
-spec: {nodeLabels: {analysim.io/rack: r0}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: f1}
-spec: {nodeLabels: {analysim.io/rack: r1}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Cohort
-metadata: {name: root}"""]
+    docs = [TWO_RACKS_AND_ROOT]
     for c in ("c0", "c1"):
         docs.append(f"""
 ---

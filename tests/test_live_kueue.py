@@ -13,8 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim.core.partition import GPU
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT
+from tests.test_kueue import _cq
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
 DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
@@ -63,41 +65,8 @@ def test_client_jobs_reach_a_cluster_queue_or_are_refused(tmp_path: Path, vc: st
 TWO_TEAMS = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
-metadata: {name: any}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team-a}
-spec:
-  cohort: ab
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
-    flavors:
-    - name: any
-      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team-b}
-spec:
-  cohort: ab
-  preemption: {reclaimWithinCohort: Any}
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
-    flavors:
-    - name: any
-      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-a}
-spec: {clusterQueue: team-a}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-b}
-spec: {clusterQueue: team-b}
-"""
+metadata: {name: any}""" + _cq("team-a", "ab", {GPU: {"nominalQuota": 8}}, flavor="any") + _cq(
+    "team-b", "ab", {GPU: {"nominalQuota": 8}}, flavor="any", extra="\n  preemption: {reclaimWithinCohort: Any}")
 
 
 def test_a_reclaim_is_counted_by_preempting_queue_and_reason(tmp_path: Path) -> None:
