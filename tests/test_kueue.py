@@ -507,6 +507,32 @@ def _gpu_groups(quotas: dict[str, dict]) -> str:
         f"\n    - {{name: {f}, resources: [{dict(name=GPU, **q)}]}}" for f, q in quotas.items())
 
 
+def _cohort_doc(name: str, spec: str) -> str:
+    """A Cohort document with these spec lines (each after a newline and two spaces)."""
+    return f"""
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {{name: {name}}}
+spec:{spec}"""
+
+
+def _queue_docs(name: str, cohort: str, spec: str) -> str:
+    """A ClusterQueue of this cohort with these further spec lines, and the LocalQueue of its name."""
+    return f"""
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: {name}}}
+spec:
+  cohort: {cohort}{spec}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: {name}}}
+spec: {{clusterQueue: {name}}}"""
+
+
 @st.composite
 def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40):
     """Two flavors (nodes 0-1 and 2-3 of a 4 x 8-GPU cluster), a root cohort over two cohorts over
@@ -522,13 +548,7 @@ def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40):
     docs = [TWO_RACKS_AND_ROOT]
     for c in ("c0", "c1"):
         q = {f: limits(draw(st.integers(0, 4)), 8) for f in ("f0", "f1")}
-        docs.append(f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Cohort
-metadata: {{name: {c}}}
-spec:
-  parent: root{_gpu_groups(q)}""")
+        docs.append(_cohort_doc(c, f"\n  parent: root{_gpu_groups(q)}"))
         for k in range(2):
             name = f"{c}q{k}"
             q = {}
@@ -537,20 +557,8 @@ spec:
                 q[f] = limits(n, n)
             strategy = draw(st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))
             fung = draw(st.sampled_from(["Borrow", "TryNextFlavor"]))
-            docs.append(f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: {name}}}
-spec:
-  cohort: {c}
-  queueingStrategy: {strategy}
-  flavorFungibility: {{whenCanBorrow: {fung}}}{_gpu_groups(q)}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: {name}}}
-spec: {{clusterQueue: {name}}}""")
+            docs.append(_queue_docs(name, c, f"\n  queueingStrategy: {strategy}\n"
+                                             f"  flavorFungibility: {{whenCanBorrow: {fung}}}{_gpu_groups(q)}"))
     jobs = draw(st.lists(st.tuples(st.sampled_from(["c0q0", "c0q1", "c1q0", "c1q1"]), st.integers(1, 8),
                                    st.floats(0, 500), st.floats(1, 400)), min_size=min_jobs, max_size=max_jobs))
     return "".join(docs), jobs

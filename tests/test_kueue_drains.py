@@ -15,7 +15,15 @@ from analysim.core.engine import Engine, EngineConfig
 from analysim.core.plugins.kueue import KueueQueue
 from analysim.core.policies import partition_policy
 from analysim.partitions import assign_queues
-from tests.test_kueue import RANDOM_NODES, TWO_RACKS_AND_ROOT, _gpu_job, _read
+from tests.test_kueue import (
+    RANDOM_NODES,
+    TWO_RACKS_AND_ROOT,
+    _cohort_doc,
+    _gpu_groups,
+    _gpu_job,
+    _queue_docs,
+    _read,
+)
 from tests.test_kueue_preemption import PRIORITIES, _preempting_partitions
 
 QUEUES = ["c0q0", "c0q1", "c1q0", "c1q1"]
@@ -82,35 +90,10 @@ def test_a_crowded_partition_drains_and_leaves_out_most_visits(tmp_path, preempt
 def _fixed_crowd(preemption: str) -> tuple[str, list]:
     docs = [TWO_RACKS_AND_ROOT]
     for c in ("c0", "c1"):
-        docs.append(f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Cohort
-metadata: {{name: {c}}}
-spec: {{parent: root}}""")
+        docs.append(_cohort_doc(c, "\n  parent: root"))
         for k in range(2):
-            name = f"{c}q{k}"
-            docs.append(f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: {name}}}
-spec:
-  cohort: {c}
-  preemption: {preemption}
-  queueingStrategy: BestEffortFIFO
-  resourceGroups:
-  - coveredResources: ["nvidia.com/gpu"]
-    flavors:
-    - name: f0
-      resources: [{{name: nvidia.com/gpu, nominalQuota: 4}}]
-    - name: f1
-      resources: [{{name: nvidia.com/gpu, nominalQuota: 4}}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: {name}}}
-spec: {{clusterQueue: {name}}}""")
+            docs.append(_queue_docs(f"{c}q{k}", c, f"\n  preemption: {preemption}\n  queueingStrategy: BestEffortFIFO"
+                                    + _gpu_groups({"f0": {"nominalQuota": 4}, "f1": {"nominalQuota": 4}})))
     rng = random.Random(30)
     jobs = [(rng.choice(QUEUES), rng.choice([1, 2, 4, 8]), round(rng.uniform(0, 300), 1),
              round(rng.uniform(20, 600), 1), rng.choice(["low", "normal", "high"])) for _ in range(300)]
