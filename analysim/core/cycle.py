@@ -79,9 +79,10 @@ def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[
         per_request = hints.gangs_per_request(eng, eng.per_request, len(eng.failure_plugins))
         if not q.dynamic:
             return orders.shape_order(eng, c, list(sq.of_vc_shape), per_request)
-        if eng.admission is not None:
-            # (Under a partition: streams that let the queue leave out runs of jobs whose visits
-            # change nothing; pass_streams.)
+        if eng.traits.heads_ranked_by_state:
+            # (Streams that give every job and let the queue leave out runs of those whose visits
+            # change nothing where its merge would take them one after another; shape_order's
+            # leaving out a shape would bring the job behind it up early: pass_streams.)
             streams: dict[str, Iterator[JobRun]] = {vc: ShapeStream(eng, c, [vc]) for vc in sq.of_vc_shape}
             return streams
         return {vc: orders.shape_order(eng, c, (vc,), per_request) for vc in sq.of_vc_shape}

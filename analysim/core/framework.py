@@ -308,10 +308,10 @@ class EvictionReasons(Protocol):
 
 
 class PassStream:
-    """One of the per-VC streams a ``per_vc_order`` queue's order() may be given (under a partition
-    whose queues preempt, with the shortcuts on): an iterator of the VC's pending jobs in key order,
-    the reference engine's, that also lets the queue leave out jobs whose visits change nothing
-    (engine.pass_streams). Keys are (the queue's key, seq).
+    """One of the per-VC streams a ``per_vc_order`` queue's order() is given when its heads are
+    ranked by state (QueueSort.heads_ranked_by_state; Kueue's), with the shortcuts on: an iterator
+    of the VC's pending jobs in key order, the reference engine's, that also lets the queue leave
+    out jobs whose visits change nothing (analysim.core.pass_streams). Keys are (the queue's key, seq).
 
     A class, not a Protocol, for the compiled core (see Handle)."""
 

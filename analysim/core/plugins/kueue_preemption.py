@@ -265,8 +265,7 @@ class KueuePreemption:
 
     def _borrows(self, c: int, short: frozenset) -> bool:
         tree = self.state.tree
-        usage, subtree = tree.usage[c], tree.subtree[c]
-        return any(usage.get(fr, 0) > subtree.get(fr, 0) for fr in short)
+        return any(tree.borrowing(c, fr) > 0 for fr in short)
 
     def _candidates(self, own: list[JobRun], others: list[int], prio: int, reclaim: str, short: frozenset,
                     below: int | None) -> Iterator[JobRun]:
