@@ -43,6 +43,7 @@ COMPILED = [
     "analysim/core/plugins/__init__.py",
     "analysim/core/plugins/kueue.py",
     "analysim/core/plugins/kueue_fair.py",
+    "analysim/core/plugins/kueue_flavors.py",
     "analysim/core/plugins/kueue_preemption.py",
     "analysim/core/plugins/migration.py",
     "analysim/core/plugins/preemption.py",

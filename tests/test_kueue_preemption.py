@@ -396,10 +396,12 @@ def test_fair_sharing_preempts_the_highest_share_down_to_the_preemptor_s(tmp_pat
     # for 3 more: b would hold 6, within its quota: share 0. Available to b: 12 - 12 = 0. The
     # highest share with candidates is a's; its candidates most recent first: a8 (a after: 2/12,
     # 0 <= 2/12: evicted), a7 (1/12: evicted), a6 (a at 6: 0, 0 <= 0: evicted): b may take 3: fits.
+    # b stays within its nominal quota (6 of 6) with the job, so since Kueue 0.17
+    # (FairSharingPreemptWithinNominal, on by default) the reason is InCohortReclamation.
     jobs = _A_NINE + [_cpu_job(f"b{i}", "b", 1, submit=9.0 + i, duration=1000) for i in range(3)]
     jobs.append(_cpu_job("b-more", "b", 3, submit=20))
     e = _run(_fair_ab(tmp_path), jobs, until=30)
-    assert sorted(_preempted(e)) == [(20.0, f"a{i}", "InCohortFairSharing", "b") for i in (6, 7, 8)]
+    assert sorted(_preempted(e)) == [(20.0, f"a{i}", "InCohortReclamation", "b") for i in (6, 7, 8)]
     assert _started(e)["b-more"] == 20.0
 
 
@@ -413,9 +415,11 @@ _FAIR_BIG = ([_cpu_job(f"b{i}", "b", 1, submit=float(i), duration=1000) for i in
 def test_less_than_or_equal_to_final_share_refuses_to_take_the_target_below_the_preemptor(tmp_path):
     # a's first candidate is a-big: without it a holds 5, share 0: 1/12 <= 0 is false, a is left
     # alone, no other candidate: b-more waits. At t=1000 b0 ends: b holds 2, with b-more 6, share
-    # 0; available 12 - 11 = 1 < 4; now 0 <= 0: a-big is evicted and b-more starts.
+    # 0; available 12 - 11 = 1 < 4; b within its nominal quota with b-more (6 of 6): a-big is
+    # evicted whatever the strategy, for InCohortReclamation (Kueue >= 0.17,
+    # FairSharingPreemptWithinNominal), and b-more starts.
     e = _run(_fair_ab(tmp_path, "LessThanOrEqualToFinalShare"), _FAIR_BIG)
-    assert _preempted(e) == [(1000.0, "a-big", "InCohortFairSharing", "b")]
+    assert _preempted(e) == [(1000.0, "a-big", "InCohortReclamation", "b")]
     assert _started(e)["b-more"] == 1000.0
 
 

@@ -109,6 +109,11 @@ BORROW_WITHIN_COHORT = (NEVER, LOWER_PRIORITY)
 LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
 LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
 FAIR_STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+# Flavor fungibility's preference (Kueue's flavorFungibility.preference): which of two flavors that
+# both need borrowing or preemption wins — the one borrowing less far up the cohort tree, or the
+# one with the better preemption mode (reclaim over preemption within the ClusterQueue).
+BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +156,11 @@ class PartitionNode:
     ``quotas``: ((flavor, resource), Quota) pairs. For a queue, ``groups`` says which flavors of
     which resources it offers and in which order, ``strategy`` its queueing strategy, and
     ``try_next_flavor`` whether a flavor that fits only by borrowing is kept while the next ones
-    are tried for one that fits without (Kueue's flavorFungibility.whenCanBorrow: TryNextFlavor),
-    ``preemption`` its preemption policies. ``weight`` is a node's fair-sharing weight
+    are tried (Kueue's flavorFungibility.whenCanBorrow: TryNextFlavor; MayStopSearch by default),
+    ``try_next_when_preempting`` the same for a flavor that fits only by preempting
+    (whenCanPreempt: TryNextFlavor, Kueue's default; MayStopSearch stops there), ``preference``
+    which flavor wins when none stops the search (kueue_flavors), ``preemption`` its preemption
+    policies. ``weight`` is a node's fair-sharing weight
     (``fairSharing.weight``; read only with fair sharing on)."""
 
     name: str
@@ -164,6 +172,8 @@ class PartitionNode:
     try_next_flavor: bool = False
     preemption: Preemption = NO_PREEMPTION
     weight: float = 1.0
+    try_next_when_preempting: bool = True
+    preference: str = BORROWING_OVER_PREEMPTION
 
     def __reduce__(self) -> tuple:
         return by_fields(self)

@@ -21,11 +21,13 @@ from analysim.core.cluster import ClusterSpec
 from analysim.core.partition import (
     BEST_EFFORT_FIFO,
     BORROW_WITHIN_COHORT,
+    BORROWING_OVER_PREEMPTION,
     CPU,
     FAIR_STRATEGIES,
     GPU,
     MEMORY,
     NEVER,
+    PREEMPTION_OVER_BORROWING,
     RECLAIM_WITHIN_COHORT,
     STRICT_FIFO,
     WITHIN_CLUSTER_QUEUE,
@@ -415,14 +417,19 @@ def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _
     cohort = f[cohort_field].text() if cohort_field in f else ""
     quotas, groups = _resource_groups(read, f["resourceGroups"], "ClusterQueue") if "resourceGroups" in f else ((), ())
     strategy = f["queueingStrategy"].choice((STRICT_FIFO, BEST_EFFORT_FIFO)) if "queueingStrategy" in f else BEST_EFFORT_FIFO
-    try_next = False
+    try_next, try_next_preempting, preference = False, True, BORROWING_OVER_PREEMPTION
     if "flavorFungibility" in f:
         # (v1beta1 says Borrow and Preempt where v1beta2 says MayStopSearch; both are taken)
-        ff = f["flavorFungibility"].fields(("whenCanBorrow", "whenCanPreempt"), ("preference",))
+        ff = f["flavorFungibility"].fields(("whenCanBorrow", "whenCanPreempt", "preference"))
         if "whenCanBorrow" in ff:
             try_next = ff["whenCanBorrow"].choice(("Borrow", "MayStopSearch", "TryNextFlavor")) == "TryNextFlavor"
-        if "whenCanPreempt" in ff and ff["whenCanPreempt"].choice(("Preempt", "MayStopSearch", "TryNextFlavor")) != "TryNextFlavor":
-            read.warn("ClusterQueue", ff["whenCanPreempt"].path + " (not TryNextFlavor)", ff["whenCanPreempt"].line)
+        if "whenCanPreempt" in ff:
+            try_next_preempting = ff["whenCanPreempt"].choice(("Preempt", "MayStopSearch", "TryNextFlavor")) == "TryNextFlavor"
+        if "preference" in ff:
+            preference = ff["preference"].choice((BORROWING_OVER_PREEMPTION, PREEMPTION_OVER_BORROWING))
+            if not (try_next and try_next_preempting):
+                # (Kueue's validation: a preference chooses among flavors the search went past)
+                raise ff["preference"].error("preference needs whenCanBorrow and whenCanPreempt both TryNextFlavor")
     if "namespaceSelector" in f:
         sel = f["namespaceSelector"]
         if not (isinstance(sel.node, yaml.MappingNode) and not sel.node.value):
@@ -431,7 +438,8 @@ def _cluster_queue(read: _Read, name: str, spec: _At | None, version: str, at: _
     weight = _weight(f["fairSharing"]) if "fairSharing" in f else 1.0
     if "stopPolicy" in f and f["stopPolicy"].choice(("None", "Hold", "HoldAndDrain")) != "None":
         read.warn("ClusterQueue", f["stopPolicy"].path + " (not None)", f["stopPolicy"].line)
-    node = PartitionNode(name, True, cohort or None, quotas, groups, strategy, try_next, preemption, weight)
+    node = PartitionNode(name, True, cohort or None, quotas, groups, strategy, try_next, preemption, weight,
+                         try_next_preempting, preference)
     if name in read.cqs:
         raise at.error(f"a second ClusterQueue named {name!r}")
     read.cqs[name] = (node, at.line, cohort)

@@ -4,15 +4,13 @@ Admission point) and Kueue's queueing (``KueueQueue``, the QueueSort point), ove
 
 What they do, after Kueue's documentation (docs/kueue.md has the details and what is not modelled):
 
-- A job is a workload of the ClusterQueue its VC's LocalQueue points to. It is admitted when, for
-  each resource group its requests touch, a flavor is found, in the group's order, with
-  ``available`` quota for every requested resource of the group; one that fits within the queue's
-  nominal quota is taken at once, one that needs borrowing is taken at once under
-  ``whenCanBorrow: Borrow`` (the default) or kept while the next flavors are tried under
-  ``TryNextFlavor``. Admitted, it is placed on its flavors' nodes in one piece, or not at all.
+- A job is a workload of the ClusterQueue its VC's LocalQueue points to. It is admitted when
+  Kueue's flavor assignment (kueue_flavors: a flavor per resource group its requests touch, chosen
+  by mode and borrowing level under the queue's flavor fungibility) fits now. Admitted, it is
+  placed on its flavors' nodes in one piece, or not at all.
 - Workloads are ordered by priority, then creation (submit) time, within a ClusterQueue; across
-  ClusterQueues, one pass first takes the workloads that fit within their queue's nominal quota,
-  then those that would borrow (Kueue prefers, in a cohort, the workloads that do not borrow).
+  ClusterQueues, one pass takes the heads by their borrowing level first (0, fits within nominal
+  quota, first; then those borrowing from the nearest, lowest cohorts), then priority and time.
 - Under StrictFIFO only a ClusterQueue's head is tried: a head that cannot be admitted or placed
   blocks the workloads behind it; under BestEffortFIFO they go past it.
 """
@@ -28,12 +26,15 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped, import-n
 
 from analysim.core.framework import QUOTA_WAIT, PassStream
 from analysim.core.job import JobRun, JobStatus
-from analysim.core.partition import STRICT_FIFO, Partition, QuotaTree, requests_of
+from analysim.core.partition import PREEMPTION_OVER_BORROWING, STRICT_FIFO, Partition, QuotaTree, requests_of
+from analysim.core.plugins import kueue_flavors
+from analysim.core.plugins.kueue_flavors import FIT, Heights
 from analysim.core.plugins.queue import _QueueSort
 
 if TYPE_CHECKING:
     from analysim.core.framework import Handle
     from analysim.core.plugins.kueue_fair import Shares
+    from analysim.core.plugins.kueue_flavors import Choice, Oracle
 
 
 # Kueue's reasons for a preemption (kueue_preemption, kueue_fair).
@@ -62,13 +63,24 @@ class KueueState:
             self.flavor_mask[f.name] = mask
         self.queue_of: dict[str, int] = {vc: self.tree.index[q] for vc, q in partition.queue_of}
         self.priority: dict[str, int] = dict(partition.priorities)
+        self.heights = Heights(self.tree)
         self.held: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...]]] = {}  # job -> (queue, charges)
         # assign's answers, per queue and request, while the usage stays the same (``version``
         # changes with every charge and release): most waiting jobs share a few shapes.
         self.version = 0
-        self._answers: dict[tuple, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None] = {}
+        self._answers: dict[tuple, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None] = {}
         self._answers_version = 0
         self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
+        # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
+        # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
+        # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
+        self.oracle: Oracle | None = None
+        self.asks_oracle: list[bool] = [
+            n.is_queue and n.preemption.enabled
+            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
+            for n in partition.nodes]
+        # The flavors a preemption chose for a job, until the job is admitted on them right after.
+        self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
         # Running workloads per queue as (priority, -admitted at, -seq, job id): candidate order.
         self.by_queue: list[SortedList] = [SortedList() for _ in partition.nodes]
@@ -95,57 +107,30 @@ class KueueState:
     def queue(self, job: JobRun) -> int:
         return self.queue_of[job.spec.vc]
 
-    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None:
-        """The flavors Kueue would assign the job now (one per resource group its requests touch),
-        what it would charge, and whether it would borrow; None when no flavor fits."""
+    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+        """The flavors Kueue would admit the job on now (one per resource group its requests touch),
+        what it would charge, and its borrowing level (0: within nominal quota); None when its
+        flavor assignment does not fit now (kueue_flavors)."""
+        q = self.queue(job)
+        if self.asks_oracle[q]:
+            got = self.choose(job, self.oracle)
+            return None if got is None or got.mode != FIT else (got.flavors, got.charges, got.level)
         if self._answers_version != self.version:
             self._answers.clear()
             self._answers_version = self.version
-        q = self.queue(job)
         key = (q, job.spec.request)
         if key in self._answers:
             return self._answers[key]
-        got = self._assign(job, q)
-        self._answers[key] = got
-        return got
+        got = self.choose(job, None)
+        answer = None if got is None or got.mode != FIT else (got.flavors, got.charges, got.level)
+        self._answers[key] = answer
+        return answer
 
-    def _assign(self, job: JobRun, q: int) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], bool] | None:
-        tree = self.tree
-        node = self.partition.nodes[q]
-        requests = requests_of(job.spec)
-        flavors: list[str] = []
-        charges: list[tuple[tuple[str, str], int]] = []
-        borrows = False
-        try_next = node.try_next_flavor
-        for group in node.groups:
-            wanted = [(r, requests[r]) for r in group.resources if r in requests]
-            if not wanted:
-                continue
-            kept: tuple[str, bool] | None = None
-            for f in group.flavors:
-                fits, borrowing = True, False
-                for r, amount in wanted:
-                    fr = (f, r)
-                    if fr not in tree.quota[q] or tree.available(q, fr) < amount:
-                        fits = False
-                        break
-                    if tree.usage[q].get(fr, 0) + amount > tree.subtree[q].get(fr, 0):
-                        borrowing = True
-                if not fits:
-                    continue
-                if not borrowing:
-                    kept = (f, False)
-                    break
-                if kept is None:
-                    kept = (f, True)
-                if not try_next:
-                    break
-            if kept is None:
-                return None
-            flavors.append(kept[0])
-            borrows = borrows or kept[1]
-            charges += [((kept[0], r), amount) for r, amount in wanted]
-        return tuple(flavors), tuple(charges), borrows
+    def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
+        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
+        q = self.queue(job)
+        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
+                                    self.partition.fair_sharing is not None, job, oracle)
 
     def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
         for fr, amount in charges:
@@ -195,7 +180,8 @@ class KueueAdmission:
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
         st = self.state
-        got = st.assign(job)
+        # (right after a preemption for it: the flavors the preemption chose, which now fit)
+        got = st.after_preemption.pop(job.job_id, None) or st.assign(job)
         if got is None:
             q = st.queue(job)
             if not self.preempting[q]:
@@ -368,12 +354,13 @@ class KueueQueue(_QueueSort):
         return (self._key(job), job.seq)
 
     def _rank(self, q: int, job: JobRun) -> float:
-        """A head's rank across queues, lower first: whether it would borrow (1) or not (0); with
-        fair sharing, its queue's share with it admitted (kueue_fair)."""
+        """A head's rank across queues, lower first: its borrowing level when it fits now (0 within
+        nominal quota; a head that does not fit is ranked 0, its visit a quota wait or a preemption
+        search); with fair sharing, its queue's share with it admitted (kueue_fair)."""
         got = self.state.assign(job)
         shares = self.state.shares
         if shares is None:
-            return 1.0 if got is not None and got[2] else 0.0
+            return float(got[2]) if got is not None else 0.0
         return shares.share(q, got[1] if got is not None else ())
 
     def _push(self, heap: list[tuple[float, tuple, int, int, int, JobRun]], q: int, stream: Iterator[JobRun],

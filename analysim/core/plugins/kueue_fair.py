@@ -23,6 +23,10 @@ is left alone for the rest of this strategy:
 - LessThanInitialShare: the preemptor's share with the job admitted is below the target's share
   before the eviction.
 
+When the preemptor's queue stays within its nominal quota in the flavor-resources needing
+preemption with the job admitted, another queue's candidates are evicted whatever the strategy, for
+InCohortReclamation (Kueue's FairSharingPreemptWithinNominal, on by default since 0.17).
+
 The strategies are tried in order, the next only if the job does not fit after the previous; then
 the targets the job does not need are spared (fill back), as in classic preemption. The job may
 borrow (fair sharing decides how much), and only queues that borrow are targets.
@@ -34,7 +38,7 @@ import math
 from typing import TYPE_CHECKING
 
 from analysim.core.partition import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
-from analysim.core.plugins.kueue import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING
+from analysim.core.plugins.kueue import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING, IN_COHORT_RECLAMATION
 
 if TYPE_CHECKING:
     from analysim.core.job import JobRun
@@ -100,10 +104,12 @@ def allows(strategy: str, preemptor_share: float, target_before: float, target_a
 
 
 def fair_targets(fit: _Fit, shares: Shares, job: JobRun, q: int, charges: Charges,
-                 by_queue: dict[int, list[JobRun]], strategies: tuple[str, ...]) -> list[tuple[JobRun, str]] | None:
+                 by_queue: dict[int, list[JobRun]], strategies: tuple[str, ...],
+                 within_nominal: bool) -> list[tuple[JobRun, str]] | None:
     """The fair-sharing preemption's targets with their reasons (module docstring), or None.
     ``fit`` is the search's trial (kueue_preemption._Fit: evicts on the quota tree, undone at the
-    end, and tells whether the job fits); ``by_queue`` each queue's candidates in candidate order."""
+    end, and tells whether the job fits); ``by_queue`` each queue's candidates in candidate order;
+    ``within_nominal``: the preemptor's queue stays within nominal quota with the job."""
     targets: list[tuple[JobRun, str]] = []
     left = {c: list(vs) for c, vs in by_queue.items() if vs}
     found = False
@@ -118,6 +124,8 @@ def fair_targets(fit: _Fit, shares: Shares, job: JobRun, q: int, charges: Charge
                 v = left[c][0]
                 if c == q:
                     reason = IN_CLUSTER_QUEUE
+                elif within_nominal:
+                    reason = IN_COHORT_RECLAMATION
                 else:
                     before = shares.share(c)
                     fit.release(v)

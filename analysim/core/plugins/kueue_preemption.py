@@ -1,64 +1,82 @@
 """Kueue's preemption, as a post-filter: which admitted workloads to evict so that a pending one
 whose quota does not fit now is admitted (Kueue's pkg/scheduler/preemption, re-stated from its
-documentation, "Preemption" and "Fair Sharing").
+documentation, "Preemption", "Hierarchical Cohorts" and "Fair Sharing", and the rules of its code
+at the release docs/kueue.md pins).
 
-When it runs. A job of a ClusterQueue with a preemption policy other than Never, whose flavors'
-quota does not fit now (KueueAdmission attempts it on no nodes, so that it fails and the engine
-asks the post-filters). A job whose quota fits but whose nodes have no room is not preempted for:
-Kueue preempts for quota only.
+When it runs. A job of a ClusterQueue with a preemption policy other than Never, whose flavor
+assignment does not fit now (KueueAdmission attempts it on no nodes, so that it fails and the engine
+asks the post-filters). The flavors are Kueue's choice (kueue_flavors.choose, which asks this
+plugin's ``oracle`` how each flavor-resource would preempt); the flavor-resources not free now
+*need preemption*. A job whose quota fits but whose nodes have no room is not preempted for: Kueue
+preempts for quota only.
 
-Classic preemption (fair sharing off), for the flavors the job would be assigned:
+Classic preemption (fair sharing off):
 
-- *Candidates*: the queue's own running workloads that ``withinClusterQueue`` allows (LowerPriority:
-  of lower priority; LowerOrNewerEqualPriority: also of equal priority and created after the job),
-  and, when ``reclaimWithinCohort`` is not Never, the workloads of the other ClusterQueues of the
-  cohort tree that borrow one of the flavor-resources the job lacks (Any: all of them;
-  LowerPriority: of lower priority). Only workloads that use one of those flavor-resources.
-- *Order*: other queues' workloads first, then the queue's own; within each, lowest priority first,
-  then the most recently admitted first.
-- *Targets*: walking the candidates in that order, each is evicted (on a copy of the usage) until
-  the job fits; a candidate of another queue that no longer borrows is skipped. Then, from the
-  next-to-last back, each target whose eviction the job does not need is spared (Kueue's fill
-  back). "Fits" is the quota (without borrowing where Kueue requires it) and, since admission and
-  placement are one step here, the job's placement on its flavors' nodes.
-- *Which candidates, when*: only its own queue's when no other queue's are candidates; with
-  ``borrowWithinCohort: LowerPriority``, all of them, the job allowed to borrow (other queues'
-  workloads only below ``maxPriorityThreshold`` + 1 and the job's priority, unless the queue is
-  under its nominal quota in every flavor-resource that needs preemption); else, if the queue is
-  under its nominal quota there, all of them without borrowing, and failing that its own with
-  borrowing.
-- *Reasons*: InClusterQueue (its own queue's workload), InCohortReclaimWhileBorrowing (another's,
-  with the job borrowing), InCohortReclamation (another's).
+- *Own candidates*: the queue's running workloads that ``withinClusterQueue`` allows (LowerPriority:
+  of lower priority; LowerOrNewerEqualPriority: also of equal priority and created after the job)
+  and that use a flavor-resource needing preemption. Reason InClusterQueue.
+- *Other queues' candidates* (``reclaimWithinCohort`` not Never): walking up from the queue's
+  cohort to the root, each ancestor's subtree not yet seen is searched for ClusterQueues (and
+  cohorts on the way down) over their nominal quota in the flavor-resources needing preemption;
+  their workloads that the policy allows (Any: all; LowerPriority: lower priority) are candidates,
+  the ancestor being the *lowest common ancestor* of the two queues. The job has the *hierarchical
+  advantage* over a candidate when the request fits within its queue's nominal quota, or within the
+  subtree quota of an ancestor below that lowest common ancestor (what is left of it after each
+  node's own quota): such a candidate may be taken whatever the priorities, borrowing or not
+  (reason InCohortReclamation). Otherwise it may be taken only without the job borrowing
+  (InCohortReclamation) when ``borrowWithinCohort`` is Never, or its priority is not below the job's
+  or is above ``maxPriorityThreshold``; else also while borrowing (InCohortReclaimWhileBorrowing).
+- *Order*: the candidates with the advantage, then the other queues' others, then the queue's own;
+  each lowest priority first, then the most recently admitted first.
+- *Targets*: walking the candidates in that order, each is evicted (on the quota tree, undone at
+  the end) until the job fits; a candidate is passed over when the attempt borrows and it may only
+  be taken without, or when its queue, or a cohort between it and the lowest common ancestor, is no
+  longer over its nominal quota. Then, from the next-to-last back, each target the job does not
+  need is spared (fill back). "Fits" is the quota (within nominal quota for an attempt that may not
+  borrow) and, since admission and placement are one step here, the job's placement on its
+  flavors' nodes.
+- *Attempts*: borrowing only, when there is no other queue's candidate or when borrowWithinCohort is
+  Never and the queue is not under its nominal quota (strictly) in every flavor-resource needing
+  preemption; without borrowing then with, when borrowWithinCohort is Never and no candidate has
+  the advantage; else with borrowing, then without.
 
 Fair sharing (Configuration fairSharing.enable) is in kueue_fair.py.
 
 Speed. A search is bounded before it walks: when the quota the candidates could free at most (all
-of the queue's own candidates, all that other borrowing queues hold) and what is available cannot
-cover the request, nothing is found. A failed search is remembered with what it read (the versions
-of every queue's usage it looked at and the nodes' world version) and not repeated until one changes.
+of the queue's own candidates, what other borrowing queues could give up) and what is available
+cannot cover the request, nothing is found. A failed search is remembered with what it read (the
+versions of every queue's usage it looked at) and not repeated until one changes.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import numpy as np
 
 from analysim.core import placement
 from analysim.core import victims as victim_search
 from analysim.core.job import JobRun
-from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, requests_of
+from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, QuotaTree
 from analysim.core.plugins.kueue import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAIM_WHILE_BORROWING,
     IN_COHORT_RECLAMATION,
 )
 from analysim.core.plugins.kueue_fair import Shares, fair_targets
+from analysim.core.plugins.kueue_flavors import (
+    FIT,
+    NO_CANDIDATES,
+    PREEMPT,
+    RECLAIM,
+    Choice,
+    Mode,
+    borrowing_level,
+)
 
 if TYPE_CHECKING:
     from analysim.core.cluster import ClusterState
@@ -67,6 +85,11 @@ if TYPE_CHECKING:
 
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
+# A candidate as the walk yields it: the workload, its reason, the lowest common ancestor of its
+# queue and the preemptor's (-1 for the preemptor's own), and whether it may be taken only by an
+# attempt that does not borrow.
+Candidate = tuple[JobRun, str, int, bool]
+NO_ANCESTOR: Final = -1
 
 
 class KueuePreemption:
@@ -90,8 +113,11 @@ class KueuePreemption:
         for i, n in enumerate(nodes):
             if n.is_queue:
                 self.tree_queues.setdefault(self.root[i], []).append(i)
-        # Failed searches: job id -> (what they read: the queues' usage versions, the nodes' and
-        # the job's key), while that stands nothing is found.
+        # The lowest priority any workload can have (priority classes, and 0 without one): a
+        # LowerPriority reclaim by a job at or below it has no other queue's candidate, ever.
+        self.lowest_priority = min([0, *(v for _, v in state.partition.priorities)])
+        # Failed searches: job id -> what they read (the queues' usage versions, the job), while
+        # that stands nothing is found.
         self._failed: dict[str, tuple] = {}
         self.looked = 0  # searches begun (bounded or made), for tests and profiles
         self.searches = 0  # searches made past the bound
@@ -100,6 +126,7 @@ class KueuePreemption:
 
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
         self.shares = state.shares if state.shares is not None else Shares(state)
+        state.oracle = self.oracle
 
     def holds_until(self, job: JobRun, ctx: Handle) -> float:
         return math.inf
@@ -114,20 +141,22 @@ class KueuePreemption:
         q = st.queue(job)
         if not st.partition.nodes[q].preemption.enabled or st.assign(job) is not None:
             return None  # no policy, or its quota fits (then its nodes have no room: not for quota)
-        plans = [self._plan(job, q, charges, flavors) for charges, flavors in self._assignments(job, q)]
-        read = (job.seq, *(p.read for p in plans))
+        read = self._read(job, q)
         if self._failed.get(job.job_id) == read:
             return None  # the same searches failed, and nothing they read has changed
         self.nodes_mattered = False
-        for plan in plans:
-            got = self._search(job, plan, ctx)
-            if got:
-                self._failed.pop(job.job_id, None)
-                cq = st.partition.nodes[q].name
-                for v, reason in got:
-                    st.record_eviction(v, q, reason)
-                    self._why[v.job_id] = (reason, cq)
-                return [v for v, _ in got]
+        choice = st.choose(job, self.oracle)
+        got = None
+        if choice is not None and choice.mode != FIT:
+            got = self._search(job, q, choice, self._mask(job, choice.flavors, ctx), ctx)
+        if got:
+            self._failed.pop(job.job_id, None)
+            cq = st.partition.nodes[q].name
+            for v, reason in got:
+                st.record_eviction(v, q, reason)
+                self._why[v.job_id] = (reason, cq)
+            st.after_preemption[job.job_id] = (choice.flavors, choice.charges, choice.level)  # type: ignore[union-attr]
+            return [v for v, _ in got]
         if self.nodes_mattered:
             self._failed.pop(job.job_id, None)  # (a failure on the nodes: the engine's failure memo)
         else:
@@ -136,112 +165,187 @@ class KueuePreemption:
             self._failed[job.job_id] = read
         return None
 
-    def _assignments(self, job: JobRun, q: int) -> Iterator[tuple[Charges, tuple[str, ...]]]:
-        """Each flavor assignment the queue could ever hold the job on, in flavor order (Kueue's
-        whenCanPreempt: TryNextFlavor): one flavor per resource group the job's requests touch."""
+    def oracle(self, job: JobRun, q: int, fr: tuple[str, str], amount: int) -> Mode:
+        """How ``amount`` of ``fr`` would be found for the job by preemption, on the quota alone
+        (kueue_flavors' oracle: Kueue's SimulatePreemption): NO_CANDIDATES, PREEMPT (some victim in
+        its own queue) or RECLAIM (all in others), with the borrowing level once they are gone."""
         st = self.state
-        tree = st.tree
-        node = st.partition.nodes[q]
-        requests = requests_of(job.spec)
-        per_group: list[list[tuple[str, Charges]]] = []
-        for group in node.groups:
-            wanted = [(r, requests[r]) for r in group.resources if r in requests]
-            if not wanted:
-                continue
-            options = [(f, tuple(((f, r), a) for r, a in wanted)) for f in group.flavors
-                       if all((f, r) in tree.quota[q] and tree.potential(q, (f, r)) >= a for r, a in wanted)]
-            if not options:
-                return
-            per_group.append(options)
-        for combo in itertools.product(*per_group):
-            yield tuple(c for _, cs in combo for c in cs), tuple(f for f, _ in combo)
+        choice = Choice((fr[0],), ((fr, amount),), 0, NO_CANDIDATES, frozenset((fr,)))
+        got = self._search(job, q, choice, None, None)
+        if not got:
+            return (NO_CANDIDATES, borrowing_level(st.tree, st.heights, q, fr, amount)[0])
+        for v, _ in got:
+            _charge(st, v, -1)
+        try:
+            level = borrowing_level(st.tree, st.heights, q, fr, amount)[0]
+        finally:
+            for v, _ in got:
+                _charge(st, v, 1)
+        mine = any(st.held[v.job_id][0] == q for v, _ in got)
+        return (PREEMPT if mine else RECLAIM, level)
 
-    # ------------------------------------------------------------------ the plan of a search
+    def _mask(self, job: JobRun, flavors: tuple[str, ...], ctx: Handle) -> np.ndarray:
+        mask = ctx.static_mask(job.spec)
+        for f in flavors:
+            mask = mask & self.state.flavor_mask[f]
+        return mask
 
-    def _plan(self, job: JobRun, q: int, charges: Charges, flavors: tuple[str, ...]) -> _Plan:
-        """Which candidates a search on these flavors may take (Kueue's GetTargets, module
-        docstring), found from the queue's own state and policies, and what the search's answer
-        then reads (``read``): a search that can take only the queue's own candidates and has none
-        reads only the queue (its version); any other reads every queue of the cohort tree."""
+    def _read(self, job: JobRun, q: int) -> tuple:
+        """What a search for the job reads: the job, and the usage of its queue alone when it can
+        take only its own queue's workloads and has none to take, else of every queue of the tree
+        (the flavor choice and the walk read their usage)."""
         st = self.state
-        tree = st.tree
         policy = st.partition.nodes[q].preemption
-        short = frozenset(fr for fr, a in charges if tree.available(q, fr) < a)  # what needs preemption
-        prio = st.priority_of(job)
-        under = all(tree.usage[q].get(fr, 0) < tree.subtree[q].get(fr, 0) for fr in short)
-        fair = st.partition.fair_sharing is not None
-        reclaims = policy.reclaim_within_cohort != NEVER and (fair or under or policy.borrow_within_cohort != NEVER)
-        own = self._own_candidates(job, q, prio, policy.within_cluster_queue, short)
-        plan = _Plan(charges, flavors, short, prio, under, reclaims, own)
         versions = st.queue_versions
-        if not reclaims and not own:
-            plan.read = (flavors, versions[q])  # (nothing to take: stands while the queue's usage does)
-        else:
-            plan.read = (flavors, *(versions[i] for i in self.tree_queues[self.root[q]]))
-        return plan
+        if not self._may_reclaim(job, q) and not self._own_possible(job, q):
+            return (job.seq, versions[q])
+        return (job.seq, *(versions[i] for i in self.tree_queues[self.root[q]]), policy)
 
-    # ------------------------------------------------------------------ classic preemption
+    def _may_reclaim(self, job: JobRun, q: int) -> bool:
+        """Whether another queue's workload could ever be a candidate for the job."""
+        st = self.state
+        reclaim = st.partition.nodes[q].preemption.reclaim_within_cohort
+        if reclaim == NEVER or st.tree.parent[q] < 0:
+            return False
+        return reclaim != LOWER_PRIORITY or st.priority_of(job) > self.lowest_priority
 
-    def _search(self, job: JobRun, plan: _Plan, ctx: Handle) -> list[tuple[JobRun, str]] | None:
+    def _own_possible(self, job: JobRun, q: int) -> bool:
+        """Whether the queue runs a workload that its withinClusterQueue policy could take (its
+        lowest-priority one, in candidate order, qualifies by priority)."""
+        st = self.state
+        within = st.partition.nodes[q].preemption.within_cluster_queue
+        running = st.by_queue[q]
+        if within == NEVER or not running:
+            return False
+        lowest, prio = running[0][0], st.priority_of(job)
+        return lowest < prio or lowest == prio and within == LOWER_OR_NEWER_EQUAL
+
+    # ------------------------------------------------------------------ a search
+
+    def _search(self, job: JobRun, q: int, choice: Choice, mask: np.ndarray | None,
+                ctx: Handle | None) -> list[tuple[JobRun, str]] | None:
+        """Kueue's GetTargets for the job on ``choice``'s flavors (module docstring): the targets
+        with their reasons, or None. ``mask`` None: the quota alone (the oracle's question)."""
         self.looked += 1
         st = self.state
-        q = st.queue(job)
+        tree = st.tree
         policy = st.partition.nodes[q].preemption
-        others = self._others(q, plan) if plan.reclaims else []
-        if not plan.own and not others:
+        need = choice.need
+        prio = st.priority_of(job)
+        own = self._own_candidates(job, q, prio, policy.within_cluster_queue, need)
+        sources = self._sources(job, q, choice.charges, need) if self._may_reclaim(job, q) else []
+        under = all(tree.usage[q].get(fr, 0) < tree.nominal(q, fr) for fr in need)
+        plan = _Plan(choice.charges, need, prio, under, own, sources)
+        others = self._others(q, plan)
+        if not own and not others:
             return None
         if self._hopeless(q, plan, others):
             return None
         self.searches += 1
-        mask = ctx.static_mask(job.spec)
-        for f in plan.flavors:
-            mask = mask & st.flavor_mask[f]
-        fit = _Fit(self, job, q, plan.charges, mask, plan.short, ctx)
+        fit = _Fit(self, job, q, choice.charges, mask, need, ctx)
         fairness = st.partition.fair_sharing
         if fairness is not None:
-            by_queue = {q: plan.own} if plan.own else {}
-            for c in others:
-                theirs = list(self._candidates([], [c], plan.prio, policy.reclaim_within_cohort, plan.short, None))
+            by_queue = {q: own} if own else {}
+            for c in self._other_queues(q, need):
+                theirs = [v for v, *_ in self._walk([c], job, plan, policy.reclaim_within_cohort, False)]
                 if theirs:
                     by_queue[c] = theirs
-            return fair_targets(fit, self.shares, job, q, plan.charges, by_queue, fairness.strategies)
-        return self._classic(fit, plan, others)
+            within = all(tree.usage[q].get(fr, 0) + a <= tree.nominal(q, fr) for fr, a in choice.charges if fr in need)
+            return fair_targets(fit, self.shares, job, q, choice.charges, by_queue, fairness.strategies, within)
+        return self._classic(fit, job, plan)
 
-    def _threshold(self, plan: _Plan, q: int) -> int:
-        """borrowWithinCohort's bound: other queues' workloads below it (Kueue's canBorrowWithinCohort)."""
-        t = self.state.partition.nodes[q].preemption.max_priority_threshold
-        return plan.prio if t is None or t >= plan.prio else t + 1
+    def _sources(self, job: JobRun, q: int, charges: Charges, need: frozenset) -> list[tuple[int, int, bool]]:
+        """The other queues whose workloads may be candidates, each with its lowest common ancestor
+        with ``q`` and whether the job has the hierarchical advantage over it (module docstring:
+        Kueue's collectCandidatesForHierarchicalReclaim)."""
+        tree = self.state.tree
+        out: list[tuple[int, int, bool]] = []
+        requests = dict(charges)
+        advantage, remaining = _fits_in_quota(tree, q, requests)
+        seen = NO_ANCESTOR
+        a = tree.parent[q]
+        while a >= 0:
+            self._collect(a, a, seen, advantage, need, q, out)
+            fits, remaining = _fits_in_quota(tree, a, remaining)
+            advantage = advantage or fits
+            seen, a = a, tree.parent[a]
+        return out
+
+    def _collect(self, node: int, lca: int, skip: int, advantage: bool, need: frozenset, q: int,
+                 out: list[tuple[int, int, bool]]) -> None:
+        """The queues under ``node`` (past cohorts over their nominal quota, not ``skip``'s subtree)
+        that are over their nominal quota in ``need``."""
+        tree = self.state.tree
+        nodes = self.state.partition.nodes
+        for c in tree.children[node]:
+            if nodes[c].is_queue:
+                if c != q and not _within_nominal(tree, c, need):
+                    out.append((c, lca, advantage))
+            elif c != skip and not _within_nominal(tree, c, need):
+                self._collect(c, lca, skip, advantage, need, q, out)
 
     def _others(self, q: int, plan: _Plan) -> list[int]:
-        """The other queues a search may take workloads of: they borrow, and their lowest priority
-        is below the policy's limit (reclaimWithinCohort LowerPriority: the job's; borrowWithinCohort,
-        for a queue not under nominal quota: the threshold)."""
+        """The other queues a search may take workloads of (for the bound): those of its sources
+        whose lowest priority is below the reclaim policy's limit."""
         st = self.state
         policy = st.partition.nodes[q].preemption
         limit = plan.prio if policy.reclaim_within_cohort == LOWER_PRIORITY else math.inf
-        if policy.borrow_within_cohort != NEVER and not plan.under and st.partition.fair_sharing is None:
-            limit = min(limit, self._threshold(plan, q))
-        return [c for c in self._other_queues(q, plan.short) if st.by_queue[c][0][0] < limit]
+        return [c for c, _, _ in plan.sources if st.by_queue[c] and st.by_queue[c][0][0] < limit]
 
-    def _classic(self, fit: _Fit, plan: _Plan, others: list[int]) -> list[tuple[JobRun, str]] | None:
-        """Kueue's GetTargets (module docstring): which candidates, with or without borrowing."""
+    def _walk(self, queues: list[int], job: JobRun, plan: _Plan, reclaim: str, advantage: bool,
+              lca: dict[int, int] | None = None) -> Iterator[Candidate]:
+        """Other queues' candidates for the job, merged in candidate order, lazily (LowerPriority:
+        below the job's priority), with their reasons (module docstring)."""
+        st = self.state
+        running = st.running_jobs
+        policy = st.partition.nodes[st.queue(job)].preemption
+        limit = plan.prio if reclaim == LOWER_PRIORITY else math.inf
+        forbidden = policy.borrow_within_cohort == NEVER
+        threshold = policy.max_priority_threshold
+        for key in heapq.merge(*(iter(st.by_queue[c]) for c in queues)):
+            if key[0] >= limit:
+                break  # (priority ascending: none further qualifies)
+            v = running[key[3]]
+            held_by, held = st.held[v.job_id]
+            if not _uses(held, plan.need):
+                continue
+            at = NO_ANCESTOR if lca is None else lca[held_by]
+            if advantage:
+                yield v, IN_COHORT_RECLAMATION, at, False
+            elif forbidden or key[0] >= plan.prio or threshold is not None and key[0] > threshold:
+                yield v, IN_COHORT_RECLAMATION, at, True
+            else:
+                yield v, IN_COHORT_RECLAIM_WHILE_BORROWING, at, False
+
+    def _classic(self, fit: _Fit, job: JobRun, plan: _Plan) -> list[tuple[JobRun, str]] | None:
+        """Kueue's classical preemptions (module docstring): the attempts, each a walk over the
+        candidates with the advantage, the other queues' others and the queue's own."""
+        st = self.state
         q = fit.q
-        policy = self.state.partition.nodes[q].preemption
+        policy = st.partition.nodes[q].preemption
         reclaim = policy.reclaim_within_cohort
-        own = plan.own
-        if not others:
-            return fit.minimal(iter(own), True, None)
-        if policy.borrow_within_cohort != NEVER:
-            threshold = self._threshold(plan, q)
-            walk = self._candidates(own, others, plan.prio, reclaim, plan.short, None if plan.under else threshold)
-            return fit.minimal(walk, True, threshold)
-        if plan.under:
-            got = fit.minimal(self._candidates(own, others, plan.prio, reclaim, plan.short, None), False, None)
+        lca = {c: a for c, a, _ in plan.sources}
+        ahead = [c for c, _, adv in plan.sources if adv]
+        behind = [c for c, _, adv in plan.sources if not adv]
+        no_advantaged = next(self._walk(ahead, job, plan, reclaim, True), None) is None
+        no_others = no_advantaged and next(self._walk(behind, job, plan, reclaim, False), None) is None
+        forbidden = policy.borrow_within_cohort == NEVER
+        if no_others or forbidden and not plan.under:
+            attempts: tuple[bool, ...] = (True,)
+        elif forbidden and no_advantaged:
+            attempts = (False, True)
+        else:
+            attempts = (True, False)
+        for borrow in attempts:
+            walk = _chain(self._walk(ahead, job, plan, reclaim, True, lca),
+                          self._walk(behind, job, plan, reclaim, False, lca),
+                          ((v, IN_CLUSTER_QUEUE, NO_ANCESTOR, False) for v in plan.own))
+            got = fit.minimal(walk, borrow)
             if got:
                 return got
-        return fit.minimal(iter(own), True, None) if own else None
+        return None
 
-    def _own_candidates(self, job: JobRun, q: int, prio: int, within: str, short: frozenset) -> list[JobRun]:
+    def _own_candidates(self, job: JobRun, q: int, prio: int, within: str, need: frozenset) -> list[JobRun]:
         """The queue's own candidates, in candidate order."""
         if within == NEVER:
             return []
@@ -254,12 +358,13 @@ class KueuePreemption:
             v = running[key[3]]
             if key[0] == prio and (v.spec.submit_s, v.seq) <= (job.spec.submit_s, job.seq):
                 continue  # equal priority, not newer than the job
-            if _uses(st.held[v.job_id][1], short):
+            if _uses(st.held[v.job_id][1], need):
                 out.append(v)
         return out
 
     def _other_queues(self, q: int, short: frozenset) -> list[int]:
-        """The other queues of the cohort tree whose workloads may be candidates (they borrow)."""
+        """The other queues of the cohort tree that borrow what the job needs (fair sharing's
+        candidates' queues: Kueue's findCandidates)."""
         by_queue = self.state.by_queue
         return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and self._borrows(c, short)]
 
@@ -267,34 +372,27 @@ class KueuePreemption:
         tree = self.state.tree
         return any(tree.borrowing(c, fr) > 0 for fr in short)
 
-    def _candidates(self, own: list[JobRun], others: list[int], prio: int, reclaim: str, short: frozenset,
-                    below: int | None) -> Iterator[JobRun]:
-        """Other queues' candidates (merged in candidate order, lazily; LowerPriority: below the
-        job's priority; ``below``: below that too), then the queue's own."""
-        st = self.state
-        running = st.running_jobs
-        limit = prio if reclaim == LOWER_PRIORITY else math.inf
-        if below is not None:
-            limit = min(limit, below)
-        for key in heapq.merge(*(iter(st.by_queue[c]) for c in others)):
-            if key[0] >= limit:
-                break  # (priority ascending: none further qualifies)
-            v = running[key[3]]
-            if _uses(st.held[v.job_id][1], short):
-                yield v
-        yield from own
+    def reclaimable(self, c: int, lca: int, need: frozenset) -> bool:
+        """Whether another queue's candidate may still be taken: its queue, and every cohort
+        between it and the lowest common ancestor, still over nominal quota in ``need``."""
+        tree = self.state.tree
+        if _within_nominal(tree, c, need):
+            return False
+        a = tree.parent[c]
+        while a >= 0 and a != lca:
+            if _within_nominal(tree, a, need):
+                return False
+            a = tree.parent[a]
+        return True
 
     def _hopeless(self, q: int, plan: _Plan, others: list[int]) -> bool:
         """Whether even every candidate evicted leaves the request uncovered, known without walking
-        them: the own candidates' charges and the other borrowing queues' whole usage (at least what
+        them: the own candidates' charges and what the other queues could give up (at least what
         their candidates hold) are taken off the quota tree at once, a few operations per queue,
         and the queue's ``available`` read then (which sees every limit of the tree: a cohort's
-        borrowing limit stops a reclaim from a queue of another cohort helping). For a search that
-        may not borrow (a reclaim while under nominal quota, without borrowWithinCohort or fair
-        sharing), the request must also fit within nominal quota once its own candidates are gone;
-        so must one under borrowWithinCohort, under nominal quota, without own candidates, when
-        every other queue's workloads are at or above the threshold (taking any of them turns
-        borrowing off: _Fit.minimal)."""
+        borrowing limit stops a reclaim from a queue of another cohort helping). When the search
+        has no own candidate and every other queue's candidate may be taken only without borrowing
+        (_must_fit_nominal), the request must also fit within nominal quota then."""
         st = self.state
         tree = st.tree
         policy = st.partition.nodes[q].preemption
@@ -305,7 +403,7 @@ class KueuePreemption:
             for fr, a in st.held[v.job_id][1]:
                 if fr in wanted:
                     taken.append((q, fr, a))
-        one = len(plan.short) == 1  # (then a queue stops giving up fr once it stops borrowing fr)
+        one = len(plan.need) == 1  # (then a queue stops giving up fr once it stops borrowing fr)
         # (the loosest priority limit of the walks on others' candidates: the most they may take)
         limit = plan.prio if policy.reclaim_within_cohort == LOWER_PRIORITY else math.inf
         fair = st.partition.fair_sharing is not None
@@ -314,7 +412,7 @@ class KueuePreemption:
                 used = tree.usage[c].get(fr, 0)
                 if used <= 0:
                     continue
-                if one and fr in plan.short:
+                if one and fr in plan.need:
                     # Kueue evicts from c only while c borrows. Classic preemption walks c's
                     # candidates in their order up to the one that takes it under its quota (each
                     # queue's own order, whatever the merge across queues: whether c still borrows
@@ -333,7 +431,7 @@ class KueuePreemption:
             for fr, a in plan.charges:
                 if tree.available(q, fr) < a:
                     return True
-                if no_borrow and not plan.own and tree.usage[q].get(fr, 0) + a > tree.subtree[q].get(fr, 0):
+                if no_borrow and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
                     return True  # (others' workloads only within nominal quota, and it cannot get there)
             return False
         finally:
@@ -341,20 +439,24 @@ class KueuePreemption:
                 tree.add(c, fr, a)
 
     def _must_fit_nominal(self, q: int, plan: _Plan, others: list[int]) -> bool:
-        """Whether a search that takes others' workloads may not borrow (_hopeless). (Without the
-        borrowWithinCohort case, Philly's first 10,000 jobs with philly-preemption.yaml made 11,798
-        full searches, 10,930 of which found nothing, every one of them incubation's, under nominal
-        quota, where each workload of another queue turns borrowing off.)"""
+        """Whether a search can find targets only without borrowing (_hopeless): it has no own
+        candidate, the job has the advantage over no other queue, and every other queue's
+        candidate may be taken only by an attempt that does not borrow (borrowWithinCohort Never,
+        or each queue's workloads at or above the job's priority or past the threshold). (Without
+        the threshold case, Philly's first 10,000 jobs with philly-preemption.yaml made 11,798 full
+        searches, 10,930 of which found nothing, every one of them incubation's, under nominal
+        quota.)"""
         st = self.state
-        policy = st.partition.nodes[q].preemption
-        if not others or st.partition.fair_sharing is not None:
+        if not others or plan.own or st.partition.fair_sharing is not None:
             return False
+        if any(adv for _, _, adv in plan.sources):
+            return False
+        policy = st.partition.nodes[q].preemption
         if policy.borrow_within_cohort == NEVER:
             return True
-        if plan.own or not plan.under:
-            return False
-        threshold = self._threshold(plan, q)
-        return all(st.by_queue[c][0][0] >= threshold for c in others)
+        t = policy.max_priority_threshold
+        limit = plan.prio if t is None or t >= plan.prio else t + 1
+        return all(st.by_queue[c][0][0] >= limit for c in others)
 
     def _released_by(self, c: int, fr: tuple[str, str], borrowed: int, limit: float) -> int:
         """What a walk over every candidate takes from another queue ``c`` at most on ``fr``, the
@@ -374,30 +476,63 @@ class KueuePreemption:
 
 @dataclass(slots=True)
 class _Plan:
-    """One flavor assignment's search: what it charges, on which flavors, what needs preemption
-    (``short``), the job's priority, whether the queue is under nominal quota there, whether other
-    queues' workloads may be taken (``reclaims``), the queue's own candidates, and what it reads."""
+    """One search: what the job charges, the flavor-resources needing preemption, the job's
+    priority, whether its queue is under nominal quota (strictly) in all of them, its own
+    candidates (in candidate order) and the other queues that may give candidates (with their
+    lowest common ancestor and whether the job has the advantage over them)."""
 
     charges: Charges
-    flavors: tuple[str, ...]
-    short: frozenset
+    need: frozenset
     prio: int
     under: bool
-    reclaims: bool
     own: list[JobRun]
-    read: tuple = ()
+    sources: list[tuple[int, int, bool]]
 
 
 def _uses(held: Charges, short: frozenset) -> bool:
     return any(fr in short for fr, _ in held)
 
 
+def _fits_in_quota(tree: QuotaTree, i: int, requests: dict[tuple[str, str], int]) -> tuple[bool, dict[tuple[str, str], int]]:
+    """Whether ``requests`` fit within node ``i``'s subtree quota now, and what is left of them
+    past what the node keeps for itself (Kueue's QuantitiesFitInQuota, asked of each node up the
+    path in turn)."""
+    fits = True
+    left: dict[tuple[str, str], int] = {}
+    for fr, v in requests.items():
+        if tree.subtree[i].get(fr, 0) < tree.usage[i].get(fr, 0) + v:
+            fits = False
+        left[fr] = max(0, v - max(0, tree.guaranteed(i, fr) - tree.usage[i].get(fr, 0)))
+    return fits, left
+
+
+def _within_nominal(tree: QuotaTree, i: int, need: frozenset) -> bool:
+    """Whether node ``i`` uses no more than its subtree quota of every flavor-resource of ``need``."""
+    return all(tree.usage[i].get(fr, 0) <= tree.subtree[i].get(fr, 0) for fr in need)
+
+
+def _charge(st: KueueState, v: JobRun, sign: int) -> None:
+    """Take a running workload's charges off the quota tree (sign -1) or put them back (+1)."""
+    c, held = st.held[v.job_id]
+    for fr, a in held:
+        if sign < 0:
+            st.tree.remove(c, fr, a)
+        else:
+            st.tree.add(c, fr, a)
+
+
+def _chain(*walks: Iterator[Candidate]) -> Iterator[Candidate]:
+    for walk in walks:
+        yield from walk
+
+
 class _Fit:
     """One search's trial: evicts candidates on the quota tree itself (undone before the search
-    returns) and on a copy of the nodes, and tells whether the job then fits."""
+    returns) and on a copy of the nodes, and tells whether the job then fits. Without a mask, the
+    quota alone (the oracle's trial)."""
 
-    def __init__(self, plugin: KueuePreemption, job: JobRun, q: int, charges: Charges, mask: np.ndarray,
-                 short: frozenset, ctx: Handle) -> None:
+    def __init__(self, plugin: KueuePreemption, job: JobRun, q: int, charges: Charges, mask: np.ndarray | None,
+                 short: frozenset, ctx: Handle | None) -> None:
         self.plugin, self.job, self.q, self.charges, self.mask, self.ctx = plugin, job, q, charges, mask, ctx
         self.short = short
         self.state = plugin.state
@@ -409,11 +544,13 @@ class _Fit:
         for fr, a in self.charges:
             if tree.available(q, fr) < a:
                 return False
-            if not allow_borrowing and tree.usage[q].get(fr, 0) + a > tree.subtree[q].get(fr, 0):
+            if not allow_borrowing and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
                 return False
         return True
 
     def nodes_fit(self, evicted: list[JobRun]) -> bool:
+        if self.mask is None or self.ctx is None:
+            return True
         trial = self.ctx.state.clone()
         for v in evicted:
             placement.release_on(trial, v)
@@ -446,8 +583,7 @@ class _Fit:
             self.state.tree.add(c, fr, a)
         self.borrowing.pop(c, None)
 
-    def minimal(self, candidates: Iterator[JobRun], allow_borrowing: bool,
-                threshold: int | None) -> list[tuple[JobRun, str]] | None:
+    def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool) -> list[tuple[JobRun, str]] | None:
         """Kueue's minimal preemptions over ``candidates`` (module docstring): the targets with
         their reasons, or None. The quota tree is as it was when this returns."""
         st, q = self.state, self.q
@@ -455,18 +591,20 @@ class _Fit:
         trial: ClusterState | None = None
         found = False
         try:
-            for v in candidates:
+            for v, reason, lca, without_borrowing in candidates:
                 c = st.held[v.job_id][0]
-                if c != q and not self.still_borrows(c):
-                    continue  # (its queue no longer borrows: reclaiming more is not Kueue's)
-                if threshold is not None and c != q and st.priority_of(v) >= threshold:
-                    allow_borrowing = False
+                if c != q:
+                    if allow_borrowing and without_borrowing:
+                        continue  # (may be taken only by an attempt that does not borrow)
+                    if not self.plugin.reclaimable(c, lca, self.short):
+                        continue  # (its queue, or a cohort up to the common ancestor, no longer over nominal)
                 self.release(v)
-                reason = (IN_CLUSTER_QUEUE if c == q else
-                          IN_COHORT_RECLAIM_WHILE_BORROWING if allow_borrowing else IN_COHORT_RECLAMATION)
                 targets.append((v, reason))
                 if not self.quota_fits(allow_borrowing):
                     continue
+                if self.mask is None or self.ctx is None:
+                    found = True
+                    break
                 if trial is None:
                     trial = self.ctx.state.clone()
                     for t, _ in targets:
