@@ -12,6 +12,7 @@ from pathlib import Path
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
+from analysim.events import EventsCsv
 from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", default="consolidate", help="consolidate (best fit), spread, random, fgd")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder (default: out/simulate)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="write every decision (admit, evict, migrate, requeue, complete, ...) and, at the end, "
+                        "each job still pending with its reason to this CSV (docs/kueue.md, 'The events file')")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,24 +50,29 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
     try:
         return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
-                             on_job_end=bar.update if bar is not None else None)
+                             on_job_end=bar.update if bar is not None else None, events=args.events)
     finally:
         if bar is not None:
             bar.close()
 
 
 def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
-                  on_job_end: Callable[[], None] | None = None) -> tuple[RunResult, list[Path]]:
+                  on_job_end: Callable[[], None] | None = None,
+                  events: Path | None = None) -> tuple[RunResult, list[Path]]:
     """Run and write summary.json, jobs.csv, timeseries.csv (and plots) to ``out``; a replay
-    streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none).
-    ``summary.json`` gets the run's ``wall_s`` and the trace's source."""
+    streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none),
+    and the events file to ``events`` as decisions are made. ``summary.json`` gets the run's
+    ``wall_s`` and the trace's source."""
     sink = JobsCsv(out / "jobs.csv") if opts.mode == "replay" else None
+    if events is not None and opts.mode != "replay":
+        raise UserError("--events: inflate mode places tasks without queues or decisions; the events file is a replay's")
+    event_sink = EventsCsv(events) if events is not None else None
     started = time.perf_counter()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with sink if sink is not None else nullcontext():
+        with sink if sink is not None else nullcontext(), event_sink if event_sink is not None else nullcontext():
             result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, on_job_end=on_job_end,
-                         job_sink=sink)
+                         job_sink=sink, event_sink=event_sink)
     except ValueError as e:
         raise UserError(str(e)) from None
     except OSError as e:
@@ -72,7 +81,7 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
     result.summary["trace"] = trace.source
     written = write_run(out, result.summary, None if sink is not None else result.jobs, result.timeseries,
                         plots=plots, completed_jct=result.completed_jct)
-    return result, written
+    return result, written + ([events] if events is not None else [])
 
 
 def main(args: argparse.Namespace) -> int:

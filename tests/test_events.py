@@ -1,0 +1,139 @@
+"""The events file (``--events FILE``) through the command line: hand-computed admissions with
+their flavors and borrowed GPUs, an eviction with its preemptor and Kueue's reason, the VC model's
+reasons, and that the run keeps no event in memory."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+from analysim.cli import main as analysim
+from analysim.events import EVENT_FIELDS
+
+TRACE_COLUMNS = "job_id,submit_s,duration_s,num_gpus,vc"
+
+# Two ClusterQueues of 8 GPUs each in one cohort, on 2 nodes x 8 GPUs. ``a`` reclaims what it
+# lends; ``b`` may borrow at most 4.
+RECLAIM = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: a}
+spec:
+  cohort: co
+  preemption: {reclaimWithinCohort: Any}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu
+      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: b}
+spec:
+  cohort: co
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu
+      resources: [{name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 4}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: a}
+spec: {clusterQueue: a}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: b}
+spec: {clusterQueue: b}
+"""
+
+
+def write_trace(path: Path, rows: list[str]) -> Path:
+    path.write_text("\n".join([TRACE_COLUMNS, *rows]) + "\n")
+    return path
+
+
+def simulate_events(tmp_path: Path, rows: list[str], *extra: str, cluster: str = "2x8") -> list[dict]:
+    """Run ``analysim simulate --events`` on these trace rows; the events file's rows."""
+    trace = write_trace(tmp_path / "trace.csv", rows)
+    events = tmp_path / "events.csv"
+    assert analysim(["simulate", "--trace", str(trace), "--cluster", cluster, *extra, "--no-plots", "--no-progress",
+                     "--out", str(tmp_path / "out"), "--events", str(events)]) == 0
+    with events.open(newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == EVENT_FIELDS
+        return list(reader)
+
+
+def test_admissions_borrowing_and_a_reclaim_as_kueue_decides_them(tmp_path):
+    part = tmp_path / "part.yaml"
+    part.write_text(RECLAIM)
+    # t=0  b1 (12 GPUs) into b: nominal 8, so it borrows 12 - 8 = 4 (= b's borrowingLimit) of a's.
+    # t=10 a1 (4 GPUs) into a: a uses 0 + 4 <= 8, no borrowing; the cohort's 16 are now all used.
+    # t=20 a2 (4 GPUs): a would use 8 <= 8 nominal, but the cohort has 0 left: a reclaims from
+    #      b, which borrows: b1 is evicted (InCohortReclamation) and a2 admitted, not borrowing.
+    # t=110 a1 ends: a uses 4; b1 (12) fits again, b using 12, borrowing 4. Then a2 and b1 end.
+    events = simulate_events(tmp_path, ["b1,0,1000,12,b", "a1,10,100,4,a", "a2,20,100,4,a"],
+                             "--partition", str(part))
+    rows = [(e["time_s"], e["event"], e["job_id"], e["queue"], e["flavors"], e["borrowed_gpus"], e["preemptor"],
+             e["preemptor_queue"], e["reason"]) for e in events]
+    assert rows[:5] == [
+        ("0.0", "admit", "b1", "b", "nvidia.com/gpu=gpu", "4", "", "", ""),
+        ("10.0", "admit", "a1", "a", "nvidia.com/gpu=gpu", "0", "", "", ""),
+        ("20.0", "evict", "b1", "b", "", "", "a2", "a", "InCohortReclamation"),
+        ("20.0", "admit", "a2", "a", "nvidia.com/gpu=gpu", "0", "", "", ""),
+        ("110.0", "complete", "a1", "a", "", "", "", "", ""),
+    ]
+    assert rows[5][1:6] == ("admit", "b1", "b", "nvidia.com/gpu=gpu", "4")
+    assert [r[1] for r in rows].count("complete") == 3
+    assert not [r for r in rows if r[1] == "pending"]  # every job ended
+    assert all(e["nodes"] for e in events if e["event"] in ("admit", "evict", "complete"))
+
+
+def test_the_vc_model_names_its_preemptions(tmp_path):
+    # No partition: srtf with --preemption on one 8-GPU node. long (8 GPUs, 1000 s) runs; short
+    # (8 GPUs, 10 s) arrives at 5 and has less left: the priority post-filter evicts long for it.
+    events = simulate_events(tmp_path, ["long,0,1000,8,v", "short,5,10,8,v"], "--policy", "srtf",
+                             "--preemption", cluster="1x8")
+    evict = [e for e in events if e["event"] == "evict"]
+    assert [(e["time_s"], e["job_id"], e["queue"], e["preemptor"], e["preemptor_queue"], e["reason"])
+            for e in evict] == [("5.0", "long", "v", "short", "v", "priority")]
+    assert all(e["flavors"] == "" for e in events)
+
+
+def test_events_refused_for_inflate_and_for_an_unwritable_path(tmp_path):
+    cli = [sys.executable, "-m", "analysim", "simulate", "--jobs", "50", "--cluster", "4x8", "--no-plots",
+           "--no-progress", "--out", str(tmp_path / "out")]
+    run = subprocess.run([*cli, "--mode", "inflate", "--events", str(tmp_path / "e.csv")], capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--events" in run.stderr, run.stderr
+    (tmp_path / "file").write_text("")
+    run = subprocess.run([*cli, "--events", str(tmp_path / "file" / "e.csv")], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+
+
+def test_compare_writes_one_events_file_per_run_and_a_sweep_cell_its_own(tmp_path):
+    trace = write_trace(tmp_path / "trace.csv", ["long,0,1000,8,v", "short,5,10,8,v"])
+    assert analysim(["compare", "--trace", str(trace), "--cluster", "1x8", "--policies", "fifo,srtf", "--preemption",
+                     "--no-progress", "--out", str(tmp_path / "cmp"), "--events"]) == 0
+    evicted = {}
+    for events in sorted((tmp_path / "cmp").glob("*/events.csv")):
+        with events.open(newline="") as f:
+            evicted[events.parent.name] = [e["job_id"] for e in csv.DictReader(f) if e["event"] == "evict"]
+    assert evicted == {"fifo_consolidate+preempt": [], "srtf_consolidate+preempt": ["long"]}, evicted
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"trace: {trace}\ncluster: 1x8\npreemption: true\npolicy: [fifo, srtf]\nevents: ev.csv\n")
+    run = subprocess.run([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(tmp_path / "sweep")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    cells = sorted((tmp_path / "sweep" / "cells").glob("*/ev.csv"))
+    assert len(cells) == 2 and not (tmp_path / "ev.csv").exists()
+    assert sorted(sum(1 for line in c.open() if ",evict," in line) for c in cells) == [0, 1]
