@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from analysim.cli import main as analysim
+from analysim.core.partition import GPU
 from analysim.events import EVENT_FIELDS
+from tests.test_kueue import _cq
 
 TRACE_COLUMNS = "job_id,submit_s,duration_s,num_gpus,vc"
 
@@ -137,3 +141,94 @@ def test_compare_writes_one_events_file_per_run_and_a_sweep_cell_its_own(tmp_pat
     cells = sorted((tmp_path / "sweep" / "cells").glob("*/ev.csv"))
     assert len(cells) == 2 and not (tmp_path / "ev.csv").exists()
     assert sorted(sum(1 for line in c.open() if ",evict," in line) for c in cells) == [0, 1]
+
+
+def _queue(name: str, nominal: int, extra: str = "") -> str:
+    """A ClusterQueue of nominal GPUs in the one flavor ``gpu``, outside any cohort, with its LocalQueue."""
+    return _cq(name, None, {GPU: {"nominalQuota": nominal}}, flavor="gpu", extra=extra)
+
+
+GPU_FLAVOR = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpu}"
+RECLAIM_WITHOUT_PREEMPTION = RECLAIM.replace("  preemption: {reclaimWithinCohort: Any}\n", "")
+
+# Each reason code, from a situation built for it, asked at 50 s (every job here runs 100 s or more).
+REASONS = {
+    # q holds 4 GPUs and no cohort: r runs 4; w (4) finds no flavor with the quota.
+    "no_flavor_quota": (GPU_FLAVOR + _queue("q", 4), "2x8", ["r,0,100,4,q", "w,10,100,4,q"],
+                        "insufficient unused quota for nvidia.com/gpu in flavor gpu, 4 more needed"),
+    # b1 runs 12 of b's 8 + borrowingLimit 4; w (2) would make b borrow 6 > 4 while a lends 4 unused.
+    "borrowing_limit": (RECLAIM, "2x8", ["b1,0,1000,12,b", "w,10,100,2,b"],
+                        "borrowing limit for nvidia.com/gpu in flavor gpu exceeded"),
+    # b1 (12) runs; a1 (4) fills the cohort's 16; w of b (2) has none left to borrow.
+    "cohort_exhausted": (RECLAIM_WITHOUT_PREEMPTION, "2x8", ["b1,0,1000,12,b", "a1,5,1000,4,a", "w,10,100,1,b"],
+                         "(cohort co exhausted)"),
+    # StrictFIFO q (4): r runs 2; the older h (4) cannot be admitted and heads the queue; w (2) would fit.
+    "strict_fifo": (GPU_FLAVOR + _queue("q", 4, extra="\n  queueingStrategy: StrictFIFO"), "1x8",
+                    ["r,0,100,2,q", "h,1,100,4,q", "w,2,100,2,q"], "workload h"),
+    # a (8) may not preempt: a1 (4) runs, b1 borrows 4 of a's; w of a (4) is within a's nominal
+    # quota and would fit by reclaiming b1's loan.
+    "preemption_forbidden": (RECLAIM_WITHOUT_PREEMPTION, "2x8", ["b1,0,1000,12,b", "a1,5,1000,4,a", "w,10,100,4,a"],
+                             "preemption policies"),
+    # q (16) on 2 x 8 GPUs: r1 and r2 take 6 on each node; w (4) has the quota but no node has 4 free.
+    "no_node_room": (GPU_FLAVOR + _queue("q", 16), "2x8", ["r1,0,100,6,q", "r2,0,100,6,q", "w,10,100,4,q"],
+                     "no node of it has room for 4 GPUs"),
+}
+
+
+@pytest.mark.parametrize("code", sorted(REASONS))
+def test_each_pending_reason_from_a_situation_built_for_it(tmp_path, code, capsys):
+    partition, cluster, rows, words = REASONS[code]
+    part = tmp_path / "part.yaml"
+    part.write_text(partition)
+    simulate_events(tmp_path, rows, "--partition", str(part), cluster=cluster)
+    capsys.readouterr()
+    assert analysim(["explain", str(tmp_path / "out"), "w", "--at", "50"]) == 0
+    answer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert answer.startswith(f"at 50 s: pending: {code}: "), answer
+    assert words in answer, answer
+
+
+def test_explain_tells_admissions_evictions_and_refuses_bad_input(tmp_path):
+    part = tmp_path / "part.yaml"
+    part.write_text(RECLAIM)
+    simulate_events(tmp_path, ["b1,0,1000,12,b", "a1,10,100,4,a", "a2,20,100,4,a"], "--partition", str(part))
+    out = str(tmp_path / "out")
+    cli = [sys.executable, "-m", "analysim", "explain"]
+    run = subprocess.run([*cli, out, "b1"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "b1: submitted at 0 s",
+        "0 s: admitted to b on nvidia.com/gpu=gpu, borrowing 4 GPUs (nodes node-0000, node-0001)",
+        "20 s: evicted (InCohortReclamation) to make room for a2 of a",
+        "110 s: admitted to b on nvidia.com/gpu=gpu, borrowing 4 GPUs (nodes node-0000, node-0001)",
+        "1120 s: complete on node-0000, node-0001",
+    ]
+    run = subprocess.run([*cli, out, "b1", "--at", "50"], capture_output=True, text=True)
+    assert run.stdout.splitlines()[-1] == ("at 50 s: pending: cohort_exhausted: couldn't assign flavors to pod set "
+                                           "main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 4 more "
+                                           "needed (cohort co exhausted)")
+    run = subprocess.run([*cli, out, "b1", "--at", "500"], capture_output=True, text=True)
+    assert run.stdout.splitlines()[-1] == "at 500 s: running"
+    for bad, words in (([out, "nobody"], "no job 'nobody'"), ([str(tmp_path / "none"), "b1"], "no summary.json"),
+                       ([out, "b1", "--at", "5000"], "outside the run"), ([out, "b1", "--at", "-1"], "--at")):
+        run = subprocess.run([*cli, *bad], capture_output=True, text=True)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.stderr
+
+
+def test_a_streaming_run_keeps_no_event(tmp_path):
+    # The events go to the file as the engine decides them: neither the engine's log nor the
+    # writer holds any (the writer's state is a few fixed fields, whatever the run's length).
+    from analysim.clusters import parse_cluster
+    from analysim.events import EventsCsv
+    from analysim.report import JobsCsv
+    from analysim.simulation import RunOptions, run
+    from analysim.traces.synthetic import generate
+
+    jobs = generate(400, seed=1).jobs
+    with JobsCsv(tmp_path / "jobs.csv") as sink, EventsCsv(tmp_path / "events.csv") as events:
+        result = run(jobs, parse_cluster("4x8"), RunOptions(policy="srtf", preemption=True), job_sink=sink,
+                     event_sink=events)
+        assert result.decisions == [] and events.engine.decisions == []
+        assert not [k for k, v in vars(events).items() if isinstance(v, list | dict | set | tuple)]
+    lines = (tmp_path / "events.csv").read_text().splitlines()
+    assert sum(",complete," in line for line in lines) == result.summary["jobs_completed"] > 0

@@ -13,7 +13,7 @@ from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
 from analysim.events import EventsCsv
-from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
+from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_json, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
 from analysim.traces.summary import describe_filtered
@@ -49,11 +49,40 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     opts = run_options(args, args.policy, args.placement)
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
     try:
-        return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
-                             on_job_end=bar.update if bar is not None else None, events=args.events)
+        result, written = run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
+                                        on_job_end=bar.update if bar is not None else None, events=args.events)
     finally:
         if bar is not None:
             bar.close()
+    if args.events is not None:
+        # Where the events went, and the options that replay the run (analysim explain --at).
+        result.summary["events"] = {"file": str(args.events.resolve()), "args": recorded_args(args)}
+        write_json(result.summary, args.out / "summary.json")
+    return result, written
+
+
+def recorded_args(args: argparse.Namespace) -> dict:
+    """simulate's options as JSON, each file an option names as an absolute path."""
+    out = {}
+    for k, v in vars(args).items():
+        if k == "func":
+            continue
+        if isinstance(v, Path) or isinstance(v, str) and v and Path(v).is_file():
+            v = str(Path(v).resolve())
+        out[k] = v
+    return out
+
+
+def simulate_namespace(recorded: dict) -> argparse.Namespace:
+    """simulate's options from ``recorded_args``: its parser's defaults, then the recorded values
+    (paths back as Paths where the option takes one)."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p)
+    args = p.parse_args([])
+    paths = {a.dest for a in p._actions if a.type is Path}
+    for k, v in recorded.items():
+        setattr(args, k, Path(v) if k in paths and v is not None else v)
+    return args
 
 
 def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
