@@ -50,11 +50,26 @@ class EventsCsv:
         self._writer = None
 
     def __enter__(self) -> EventsCsv:
+        self.open()
+        return self
+
+    def __exit__(self, et: object, ev: object, tb: object) -> None:
+        self.close(ok=et is None)
+
+    def open(self) -> None:
+        """Start the file (its header), as ``with`` does."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self._partial.open("w", newline="")
         self._writer = csv.writer(self._file, lineterminator="\n")
         self._writer.writerow(EVENT_FIELDS)
-        return self
+
+    def close(self, ok: bool) -> None:
+        """Finish the file: in place when the run ended well (``ok``), else removed."""
+        self._file.close()
+        if ok:
+            self._partial.replace(self.path)
+        else:
+            self._partial.unlink(missing_ok=True)
 
     def attach(self, engine: Engine) -> None:
         """Write the decisions of this engine from now on."""
@@ -62,25 +77,13 @@ class EventsCsv:
         self.kueue = kueue_state(engine)
         engine.log_decisions_to(self.decided)
 
-    def __exit__(self, et: object, ev: object, tb: object) -> None:
-        self._file.close()
-        if et is None:
-            self._partial.replace(self.path)
-        else:
-            self._partial.unlink(missing_ok=True)
-
-    def queue_of(self, vc: str) -> str:
-        """A job's queue: its ClusterQueue under a partition, its VC without."""
-        st = self.kueue
-        return vc if st is None else st.partition.nodes[st.queue_of[vc]].name
-
     def decided(self, d: Decision) -> None:
         job = self.engine.jobs[d.job_id]
         event = EVENT_OF[d.kind]
         flavors = borrowed = ""
         if event == "admit" and self.kueue is not None:
             flavors, borrowed = admitted_on(self.kueue, d.job_id)
-        self._writer.writerow((_fmt(d.time), event, d.job_id, self.queue_of(job.spec.vc), flavors, borrowed,
+        self._writer.writerow((_fmt(d.time), event, d.job_id, queue_in(self.kueue, job.spec.vc), flavors, borrowed,
                                ";".join(d.nodes), d.preemptor, d.by, d.reason, ""))
 
     def pending(self) -> None:
@@ -90,8 +93,13 @@ class EventsCsv:
                          key=lambda j: (j.spec.submit_s, j.job_id))
         for job in waiting:
             code, detail = why_pending(engine, job)
-            self._writer.writerow((_fmt(engine.now), "pending", job.job_id, self.queue_of(job.spec.vc), "", "", "",
+            self._writer.writerow((_fmt(engine.now), "pending", job.job_id, queue_in(self.kueue, job.spec.vc), "", "", "",
                                    "", "", code, detail))
+
+
+def queue_in(state: KueueState | None, vc: str) -> str:
+    """A job's queue: its ClusterQueue under a partition (``state``), its VC without."""
+    return vc if state is None else state.partition.nodes[state.queue_of[vc]].name
 
 
 def admitted_on(state: KueueState, job_id: str) -> tuple[str, str]:

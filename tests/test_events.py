@@ -232,3 +232,31 @@ def test_a_streaming_run_keeps_no_event(tmp_path):
         assert not [k for k, v in vars(events).items() if isinstance(v, list | dict | set | tuple)]
     lines = (tmp_path / "events.csv").read_text().splitlines()
     assert sum(",complete," in line for line in lines) == result.summary["jobs_completed"] > 0
+
+
+def test_a_running_replay_explains_a_pending_job_over_grpc(tmp_path):
+    # team-a and team-b: 8 GPUs each in cohort ab (test_live_kueue's). team-a runs two jobs of 8,
+    # the second borrowing team-b's 8; a third of team-a's (8) finds the cohort's 16 all used, and
+    # nothing it may preempt (same priority, no policy): cohort_exhausted, 8 more needed.
+    from tests.test_live_helpers import live, wait_until
+    from tests.test_live_kueue import TWO_TEAMS
+
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_TEAMS)
+    with live(tmp_path, ["--jobs", "0", "--speed", "1", "--partition", str(path)], "demo", nodes=16, agents=1,
+              auth=False) as (run, client):
+        running = [client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id for _ in range(2)]
+        wait_until(lambda: all(client.get_job(j).HasField("first_start_s") for j in running), 60, "team-a's two jobs")
+        waiting = client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id
+        wait_until(lambda: client.explain(waiting).reason, 60, "the third job's reason")
+        answer = client.explain(waiting)
+        assert (answer.reason, answer.queue) == ("cohort_exhausted", "team-a"), answer
+        assert "insufficient unused quota for nvidia.com/gpu in flavor any, 8 more needed" in answer.detail
+        assert client.explain(running[0]).reason == ""
+        address = f"{run.scheduler.info['host']}:{run.scheduler.info['grpc']}"
+        cli = [sys.executable, "-m", "analysim", "explain", "--scheduler", address]
+        said = subprocess.run([*cli, waiting], capture_output=True, text=True, timeout=60)
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.startswith(f"{waiting} (team-a) at ") and ": pending: cohort_exhausted: " in said.stdout
+        said = subprocess.run([*cli, "nobody"], capture_output=True, text=True, timeout=60)
+        assert said.returncode == 2 and said.stderr.count("\n") == 1 and "NOT_FOUND" in said.stderr, said.stderr

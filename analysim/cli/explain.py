@@ -10,31 +10,32 @@ import json
 from pathlib import Path
 
 from analysim.argtypes import seconds
+from analysim.cli.submit import add_credentials, connect, refusal
 from analysim.errors import UserError
 
 HELP = "why a job of a run waited, was admitted or evicted"
 DESCRIPTION = ("Answer, from OUT_DIR (an `analysim simulate --events FILE` run), when JOB_ID was admitted (flavors, "
                "GPUs borrowed), why it was evicted and by whom, and with --at SECONDS why it was pending then "
-               "(the run is replayed up to that time). With --server ADDR, ask a running scheduler why JOB_ID is "
+               "(the run is replayed up to that time). With --scheduler HOST:PORT, ask a running scheduler why JOB_ID is "
                "pending now. docs/kueue.md, 'Explaining a run'.")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help=HELP, description=DESCRIPTION)
     p.add_argument("target", nargs="+", metavar="OUT_DIR JOB_ID",
-                   help="the run's output folder and the job (with --server: the job alone)")
+                   help="the run's output folder and the job (with --scheduler: the job alone)")
     p.add_argument("--at", type=seconds, metavar="SECONDS", help="the virtual time to explain the job at")
-    p.add_argument("--server", metavar="ADDR", help="a running scheduler (host:port) to ask instead of a run's outputs")
+    p.add_argument("--scheduler", metavar="HOST:PORT",
+                   help="a running scheduler service to ask instead of a run's outputs (as analysim status)")
+    add_credentials(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.server is not None:
+    if args.scheduler is not None:
         if len(args.target) != 1 or args.at is not None:
-            raise UserError("--server: give the job id alone (the scheduler answers for its present time)")
-        from analysim.cli.explain_live import explain_live
-
-        print(explain_live(args.server, args.target[0]))
+            raise UserError("--scheduler: give the job id alone (the scheduler answers for its present time)")
+        print(explain_live(args, args.target[0]))
         return 0
     if len(args.target) != 2:
         raise UserError("give OUT_DIR and JOB_ID")
@@ -42,6 +43,23 @@ def main(args: argparse.Namespace) -> int:
     for line in explain(out, job_id, args.at):
         print(line)
     return 0
+
+
+def explain_live(args: argparse.Namespace, job_id: str) -> str:
+    """The running scheduler's answer (ExplainJob) in one line."""
+    import grpc
+
+    from analysim._protos.v1 import scheduler_pb2 as spb
+    from scheduler_svc.contract import word
+
+    with connect(args) as c:
+        try:
+            r = c.explain(job_id)
+        except grpc.RpcError as e:
+            raise UserError(f"{args.scheduler}: {refusal(e)}") from None
+    status = word(spb.JobStatus, r.status)
+    why = f": {r.reason}: {r.detail}" if r.reason else ""
+    return f"{job_id} ({r.queue}) at {r.time_s:g} s: {status}{why}"
 
 
 def read_run(out: Path) -> tuple[dict, Path]:
