@@ -5,6 +5,7 @@ reasons, and that the run keeps no event in memory."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,12 @@ def test_compare_writes_one_events_file_per_run_and_a_sweep_cell_its_own(tmp_pat
     cells = sorted((tmp_path / "sweep" / "cells").glob("*/ev.csv"))
     assert len(cells) == 2 and not (tmp_path / "ev.csv").exists()
     assert sorted(sum(1 for line in c.open() if ",evict," in line) for c in cells) == [0, 1]
+    # A cell's summary names its events file by its place in the cell's folder, where explain finds it.
+    summary = json.loads((cells[0].parent / "summary.json").read_text())
+    assert summary["events"]["file"] == "ev.csv" and "out" not in summary["events"]["args"]
+    said = subprocess.run([sys.executable, "-m", "analysim", "explain", str(cells[0].parent), "long"],
+                          capture_output=True, text=True)
+    assert said.returncode == 0 and said.stdout.startswith("long: submitted at 0 s\n0 s: admitted to v"), said
 
 
 def _queue(name: str, nominal: int, extra: str = "") -> str:

@@ -59,7 +59,7 @@ def explain_live(args: argparse.Namespace, job_id: str) -> str:
             raise UserError(f"{args.scheduler}: {refusal(e)}") from None
     status = word(spb.JobStatus, r.status)
     why = f": {r.reason}: {r.detail}" if r.reason else ""
-    return f"{job_id} ({r.queue}) at {r.time_s:g} s: {status}{why}"
+    return f"{job_id} ({r.queue}) at {_s(r.time_s)}: {status}{why}"
 
 
 def read_run(out: Path) -> tuple[dict, Path]:
@@ -74,7 +74,7 @@ def read_run(out: Path) -> tuple[dict, Path]:
     recorded = summary.get("events")
     if not isinstance(recorded, dict) or not isinstance(recorded.get("file"), str):
         raise UserError(f"{summary_path}: the run wrote no events file (run analysim simulate with --events FILE)")
-    events = Path(recorded["file"])
+    events = out / recorded["file"]  # (an absolute path stays itself)
     if not events.is_file():
         raise UserError(f"{events}: the run's events file is gone")
     return summary, events
@@ -90,19 +90,25 @@ def explain(out: Path, job_id: str, at: float | None) -> list[str]:
         raise UserError(f"{out}: no job {job_id!r} in this run")
     end = summary.get("makespan_s")
     if at is not None and end is not None and at > end:
-        raise UserError(f"--at {at:g}: outside the run, which ends at {end:g} s")
-    lines = [_line(r) for r in rows if at is None or float(r["time_s"]) <= at]
+        raise UserError(f"--at {at:g}: outside the run, which ends at {_s(end)}")
+    lines = [f"{job_id}: submitted at {_s(submit)}" if submit is not None else job_id,
+             *(_line(r) for r in rows if at is None or float(r["time_s"]) <= at)]
     if at is None:
-        return [f"{job_id}: submitted at {submit:g} s" if submit is not None else job_id, *lines]
+        return lines
     if submit is not None and at < submit:
-        return [f"{job_id}: not submitted yet at {at:g} s (submitted at {submit:g} s)"]
+        return [f"{job_id}: not submitted yet at {_s(at)} (submitted at {_s(submit)})"]
     last = next((r for r in reversed(rows) if float(r["time_s"]) <= at and r["event"] != "pending"), None)
     if last is not None and last["event"] in ("admit", "migrate"):
-        return [*lines, f"at {at:g} s: running"]
+        return [*lines, f"at {_s(at)}: running"]
     if last is not None and last["event"] in ("complete", "fail", "cancel"):
-        return [*lines, f"at {at:g} s: ended"]
+        return [*lines, f"at {_s(at)}: ended"]
     code, detail = pending_at(summary, job_id, at)
-    return [*lines, f"at {at:g} s: pending: {code}: {detail}"]
+    return [*lines, f"at {_s(at)}: pending: {code}: {detail}"]
+
+
+def _s(t: float) -> str:
+    """A virtual time in seconds, as the events file writes it but without a trailing .0."""
+    return f"{t:.0f} s" if t == int(t) else f"{t!r} s"
 
 
 def _submit_time(out: Path, job_id: str) -> float | None:
@@ -118,7 +124,7 @@ def _submit_time(out: Path, job_id: str) -> float | None:
 
 def _line(r: dict) -> str:
     """One event of the job, in words."""
-    t, event = f"{float(r['time_s']):g} s", r["event"]
+    t, event = _s(float(r["time_s"])), r["event"]
     if event == "admit":
         on = f" on {r['flavors']}" if r["flavors"] else ""
         borrowed = f", borrowing {r['borrowed_gpus']} GPUs" if r["borrowed_gpus"] not in ("", "0") else ""
@@ -170,5 +176,5 @@ def pending_at(summary: dict, job_id: str, at: float) -> tuple[str, str]:
     except ValueError as e:
         raise UserError(str(e)) from None
     if probe.answer is None:
-        raise UserError(f"{job_id}: not pending at {at:g} s in the replayed run")
+        raise UserError(f"{job_id}: not pending at {_s(at)} in the replayed run")
     return probe.answer

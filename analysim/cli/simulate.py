@@ -55,17 +55,24 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
         if bar is not None:
             bar.close()
     if args.events is not None:
-        # Where the events went, and the options that replay the run (analysim explain --at).
-        result.summary["events"] = {"file": str(args.events.resolve()), "args": recorded_args(args)}
+        # Where the events went (relative to --out when in it), and the options that replay the
+        # run (analysim explain --at).
+        events, out = args.events.resolve(), args.out.resolve()
+        where = str(events.relative_to(out)) if events.is_relative_to(out) else str(events)
+        result.summary["events"] = {"file": where, "args": recorded_args(args)}
         write_json(result.summary, args.out / "summary.json")
     return result, written
+
+
+# Options a replay of the run does without: where it wrote, and how it showed progress.
+NOT_RECORDED = ("func", "out", "events", "no_plots", "no_progress")
 
 
 def recorded_args(args: argparse.Namespace) -> dict:
     """simulate's options as JSON, each file an option names as an absolute path."""
     out = {}
     for k, v in vars(args).items():
-        if k == "func":
+        if k in NOT_RECORDED:
             continue
         if isinstance(v, Path) or isinstance(v, str) and v and Path(v).is_file():
             v = str(Path(v).resolve())

@@ -61,8 +61,9 @@ def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun, ctx
     got = state.assign(job)
     if got is not None:
         flavors = ", ".join(sorted({f for (f, _), _ in got[1]}))
+        share = "" if job.spec.gpu_milli == GPU_MILLI else f" of {job.spec.gpu_milli / GPU_MILLI:g}"
         return NO_NODE_ROOM, (f"ClusterQueue {cq} has the quota (flavor {flavors}), but no node of it has room "
-                              f"for {job.spec.num_gpus} GPUs of {job.spec.gpu_milli / GPU_MILLI:g} now")
+                              f"for {job.spec.num_gpus} GPUs{share} now")
     if not node.preemption.enabled and _could_preempt(state, q, job):
         return PREEMPTION_FORBIDDEN, (f"could fit only by preempting, and ClusterQueue {cq}'s preemption policies "
                                       "(withinClusterQueue, reclaimWithinCohort, borrowWithinCohort) are Never")
