@@ -11,12 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analysim.cli import main as analysim
 from analysim.core.partition import GPU
 from analysim.events import EVENT_FIELDS
 from tests.test_kueue import _cq
 
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
 TRACE_COLUMNS = "job_id,submit_s,duration_s,num_gpus,vc"
 
 # Two ClusterQueues of 8 GPUs each in one cohort, on 2 nodes x 8 GPUs. ``a`` reclaims what it
@@ -284,3 +288,41 @@ def test_the_vc_model_names_its_migrations(tmp_path):
     assert all(r["preemptor"] and r["preemptor_queue"] for r in moves if r["reason"] == "unblock")
     assert sum(r["event"] == "evict" for r in rows) == summary["preemptions"]
     assert {r["reason"] for r in rows if r["event"] == "evict"} <= {"priority", "reclaim"}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), jobs=st.integers(5, 80),
+       policy=st.sampled_from([("fifo", ()), ("srtf", ("preemption",)), ("tiresias", ("preemption", "migration"))]),
+       partition=st.booleans())
+def test_the_events_tell_each_job_s_story_as_jobs_csv_sums_it(tmp_path, seed, jobs, policy, partition):
+    # Per job: one admission at its first start, then one more after each eviction and each
+    # requeue; as many evictions as preemptions and moves as migrations; the ended ones end once.
+    from analysim.cli.common import load_inputs, run_options
+    from analysim.cli.simulate import simulate_namespace
+    from analysim.events import EventsCsv
+    from analysim.simulation import run
+
+    name, mechanisms = policy
+    given = {"jobs": jobs, "seed": seed, "rate_scale": 4.0, "cluster": "4x8", "policy": name,
+             **dict.fromkeys(mechanisms, True)}
+    if partition:  # (the live identity test's Kueue case: the demo cluster's partition)
+        given = {"jobs": jobs, "seed": seed, "rate_scale": 4.0, "cluster": "demo", "partition": str(DEMO)}
+    args = simulate_namespace(given)
+    trace, cluster = load_inputs(args)
+    opts = run_options(args, args.policy, args.placement)
+    path = tmp_path / f"events-{seed}-{jobs}.csv"
+    with EventsCsv(path) as events:
+        result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, event_sink=events)
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_job: dict[str, list[dict]] = {}
+    for r in rows:
+        by_job.setdefault(r["job_id"], []).append(r)
+    for job in result.jobs:
+        story = by_job.get(job["job_id"], [])
+        kinds = [r["event"] for r in story]
+        assert kinds.count("admit") == 1 + job["preemptions"] + job["restarts"], (job, kinds)
+        assert kinds.count("evict") == job["preemptions"] and kinds.count("migrate") == job["migrations"]
+        assert float(story[0]["time_s"]) == job["first_start_s"] and kinds[0] == "admit"
+        assert kinds.count({"completed": "complete", "failed": "fail", "cancelled": "cancel"}[job["status"]]) == 1
+        assert [float(r["time_s"]) for r in story] == sorted(float(r["time_s"]) for r in story)
