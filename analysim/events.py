@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from analysim.core.job import JobStatus
 from analysim.core.partition import GPU
+from analysim.core.placement import can_place
 from analysim.core.plugins.kueue import KueueAdmission, KueueQueue
 from analysim.core.plugins.kueue_reasons import amount_text, pending_reason
 from analysim.report import _fmt
@@ -123,8 +124,8 @@ def why_pending(engine: Engine, job) -> tuple[str, str]:
 
 
 def vc_pending_reason(engine: Engine, job) -> tuple[str, str]:
-    """The VC model's reason a pending job waits: its VC is at its quota and may not borrow, or the
-    nodes open to it have no room for it now."""
+    """The VC model's reason a pending job waits: its VC is at its quota and may not borrow, the
+    nodes open to it have no room for it now, or they have and the queue ranks other jobs first."""
     spec = engine.spec
     vc = spec.vc(job.spec.vc)
     demand = job.spec.gpu_demand
@@ -133,4 +134,7 @@ def vc_pending_reason(engine: Engine, job) -> tuple[str, str]:
         if used + demand > vc.quota_gpus:
             return "vc_quota", (f"VC {vc.name} uses {used:g} of its {vc.quota_gpus:g} GPUs and may not borrow: "
                                 f"{demand:g} more would exceed its quota")
+    if can_place(engine, job.spec, engine.static_mask(job.spec), engine.state):
+        return "queue_order", (f"the nodes open to VC {job.spec.vc} have room for it, but the queue "
+                               f"({engine.policy.queue.name}) runs the jobs it ranks first")
     return "no_node_room", f"no node open to VC {job.spec.vc} has room for {demand:g} GPUs now"

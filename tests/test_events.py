@@ -326,3 +326,27 @@ def test_the_events_tell_each_job_s_story_as_jobs_csv_sums_it(tmp_path, seed, jo
         assert float(story[0]["time_s"]) == job["first_start_s"] and kinds[0] == "admit"
         assert kinds.count({"completed": "complete", "failed": "fail", "cancelled": "cancel"}[job["status"]]) == 1
         assert [float(r["time_s"]) for r in story] == sorted(float(r["time_s"]) for r in story)
+
+
+# The VC model's reasons, each from a situation built for it, asked at 50 s: one node of 8 GPUs,
+# FIFO. queue_order: r (4) runs, the head h (8) does not fit, w (2) would but FIFO keeps it behind h.
+# no_node_room: h itself. vc_quota: VC v's quota is 4 and it may not borrow; r (4) runs, w (2) waits.
+VC_CLUSTER = "nodes:\n  - {count: 1, gpus: 8, gpu_model: V100}\nvcs:\n  - {name: v, quota_gpus: 4}\n  - {name: u}\n" \
+             "allow_borrowing: false\n"
+VC_REASONS = {
+    "queue_order": (["r,0,100,4,u", "h,1,100,8,u", "w,2,100,2,u"], "w", "runs the jobs it ranks first"),
+    "no_node_room": (["r,0,100,4,u", "h,1,100,8,u", "w,2,100,2,u"], "h", "has room for 8 GPUs now"),
+    "vc_quota": (["r,0,100,4,v", "w,2,100,2,v"], "w", "VC v uses 4 of its 4 GPUs and may not borrow"),
+}
+
+
+@pytest.mark.parametrize("code", sorted(VC_REASONS))
+def test_each_vc_model_pending_reason(tmp_path, code, capsys):
+    rows, job, words = VC_REASONS[code]
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(VC_CLUSTER)
+    simulate_events(tmp_path, rows, cluster=str(cluster))
+    capsys.readouterr()
+    assert analysim(["explain", str(tmp_path / "out"), job, "--at", "50"]) == 0
+    answer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert answer.startswith(f"at 50 s: pending: {code}: ") and words in answer, answer
