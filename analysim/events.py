@@ -65,8 +65,10 @@ class EventsCsv:
         self._writer.writerow(EVENT_FIELDS)
 
     def close(self, ok: bool) -> None:
-        """Finish the file: in place when the run ended well (``ok``), else removed."""
+        """Finish the file: in place when the run ended well (``ok``), else removed. Decisions made
+        after (a live run opened again by a client's job) go nowhere."""
         self._file.close()
+        self._writer = _Nowhere()
         if ok:
             self._partial.replace(self.path)
         else:
@@ -96,6 +98,13 @@ class EventsCsv:
             code, detail = why_pending(engine, job)
             self._writer.writerow((_fmt(engine.now), "pending", job.job_id, queue_in(self.kueue, job.spec.vc), "", "", "",
                                    "", "", code, detail))
+
+
+class _Nowhere:
+    """A csv writer that writes nothing: an events file's after it is closed."""
+
+    def writerow(self, row: object) -> None:
+        pass
 
 
 def queue_in(state: KueueState | None, vc: str) -> str:

@@ -254,8 +254,12 @@ def test_a_running_replay_explains_a_pending_job_over_grpc(tmp_path):
 
     path = tmp_path / "two.yaml"
     path.write_text(TWO_TEAMS)
-    with live(tmp_path, ["--jobs", "0", "--speed", "1", "--partition", str(path)], "demo", nodes=16, agents=1,
-              auth=False) as (run, client):
+    events = tmp_path / "events.csv"
+    with live(tmp_path, ["--jobs", "0", "--speed", "1", "--partition", str(path), "--events", str(events)], "demo",
+              nodes=16, agents=1, auth=False) as (run, client):
+        # No trace job: the replay is over at once, its events file written; the clients' jobs
+        # after it open the run again and are not added to it.
+        wait_until(lambda: events.exists(), 60, "the empty replay's events file")
         running = [client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id for _ in range(2)]
         wait_until(lambda: all(client.get_job(j).HasField("first_start_s") for j in running), 60, "team-a's two jobs")
         waiting = client.submit(num_gpus=8, duration_s=36000.0, vc="team-a").job_id
@@ -271,6 +275,7 @@ def test_a_running_replay_explains_a_pending_job_over_grpc(tmp_path):
         assert said.stdout.startswith(f"{waiting} (team-a) at ") and ": pending: cohort_exhausted: " in said.stdout
         said = subprocess.run([*cli, "nobody"], capture_output=True, text=True, timeout=60)
         assert said.returncode == 2 and said.stderr.count("\n") == 1 and "NOT_FOUND" in said.stderr, said.stderr
+    assert events.read_text() == ",".join(EVENT_FIELDS) + "\n"
 
 
 def test_the_vc_model_names_its_migrations(tmp_path):
