@@ -18,6 +18,7 @@ from analysim.core.plugins.kueue_preemption import KueuePreemption
 from analysim.core.policies import partition_policy
 from analysim.errors import InputFileError
 from analysim.partitions import assign_queues
+from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
     CPU_NODES,
     FLAVOR,
@@ -48,12 +49,6 @@ kind: WorkloadPriorityClass
 metadata: {name: high}
 value: 200
 """
-
-
-def _preemption(**policies: object) -> str:
-    """A ClusterQueue spec's preemption block (for _cq's ``extra``)."""
-    fields = ", ".join(f"{k}: {v}" for k, v in policies.items())
-    return f"\n  preemption: {{{fields}}}"
 
 
 def _run(part, jobs, until: float | None = None) -> Engine:

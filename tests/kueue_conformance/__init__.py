@@ -1,0 +1,64 @@
+"""Kueue's own unit-test tables as AnalySIM cases: each case is the table's ClusterQueues,
+Cohorts, ResourceFlavors and priorities as Kueue YAML, its admitted workloads running first and
+its incoming workload(s) arriving after, and what Kueue's table expects (victims with their
+reason, admissions with their flavors). README.md says how a Go case becomes one of these;
+SKIPPED.md lists the cases the model cannot express."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# The Kueue commit every case is read from (kubernetes-sigs/kueue, August 2026).
+KUEUE_COMMIT = "ff69552e79ad21652c36caa97038382e55625cf7"
+
+# When the running workloads are submitted (one a second, in the case's order) and when the
+# incoming ones arrive: after all of them are admitted.
+ARRIVAL_S = 100.0
+# Long enough that nothing running ends before the incoming workloads are decided.
+RUNNING_S = 100_000.0
+INCOMING_S = 1_000.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload of a case: a job of the trace."""
+
+    # Kueue's workload name, the job id.
+    name: str
+    # Its ClusterQueue (the LocalQueue of the same name).
+    queue: str
+    # Kueue quantities per resource (cpu, memory, nvidia.com/gpu).
+    requests: Mapping[str, str]
+    # Kueue's priority (a WorkloadPriorityClass of this value; 0 without one).
+    priority: int = 0
+    # For a running workload, the flavor per resource Kueue's table has it admitted to (checked
+    # against the run, so a translation that admits it elsewhere fails); for an incoming one the
+    # flavors it is expected to be admitted to at its arrival, empty if it is expected to wait,
+    # None where the table does not say (a preemption table with no victim says only that).
+    flavors: Mapping[str, str] | None = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a Kueue table test."""
+
+    # Kueue's test file, relative to the repository root.
+    source: str
+    # The row's name, exactly as in the Go table.
+    name: str
+    # The partition: Kueue YAML of every object the row needs.
+    partition: str
+    # The table's admitted workloads, in the order they are submitted (the last one submitted is
+    # the most recently admitted, as Kueue orders candidates among equal priorities).
+    running: tuple[Workload, ...]
+    # The workload(s) arriving after (together, at ARRIVAL_S).
+    incoming: tuple[Workload, ...]
+    # Kueue's expected victims: workload name -> Kueue's reason label.
+    victims: Mapping[str, str]
+    # Why AnalySIM does not agree yet (a behaviour it lacks, or "bug: ..."), or None.
+    xfail: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.source.rsplit('/', 1)[-1].removesuffix('_test.go')}: {self.name}"

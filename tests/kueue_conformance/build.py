@@ -1,0 +1,79 @@
+"""Shorthands the case tables are written with: a ClusterQueue or Cohort from Kueue's test
+wrappers' arguments (``Resource(name, nominal, borrowingLimit, lendingLimit)``), and workloads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tests.kueue_conformance import Workload
+from tests.kueue_yaml import cohort_doc, flavor_doc, preemption, queue_docs, resource_groups
+
+# Kueue's policy names, as its Go constants are spelled in the tables.
+NEVER, LOWER, LOWER_OR_NEWER_EQUAL, ANY = "Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any"
+
+# A resource's quota as the Go wrapper takes it: nominal, then optionally borrowingLimit and
+# lendingLimit ("" for none).
+Resource = tuple[str, ...]
+
+
+def quotas(**resources: Resource) -> dict[str, dict[str, str]]:
+    """resource -> (nominal, borrowingLimit, lendingLimit) as Kueue's fields; ``memory=("3Gi",)``."""
+    out = {}
+    for name, fields in resources.items():
+        q = {"nominalQuota": fields[0]}
+        for key, value in zip(("borrowingLimit", "lendingLimit"), fields[1:], strict=False):
+            if value != "":
+                q[key] = value
+        out[name.replace("gpu", "nvidia.com/gpu")] = q
+    return out
+
+
+def groups(*flavor_lists: Sequence[tuple[str, Mapping[str, dict]]]) -> str:
+    """Resource groups, each a list of (flavor, quotas(...)); a group covers its flavors' resources."""
+    return resource_groups([(list(dict.fromkeys(r for _, q in fl for r in q)), fl) for fl in flavor_lists])
+
+
+def cluster_queue(name: str, cohort: str | None, *flavor_lists, within: str | None = None, reclaim: str | None = None,
+                  borrow_threshold: int | None = None, extra: str = "") -> str:
+    """A ClusterQueue (and its LocalQueue): resource groups as ``groups``, and preemption policies
+    (``borrow_threshold``: borrowWithinCohort LowerPriority with that maxPriorityThreshold)."""
+    policies: dict[str, object] = {}
+    if within:
+        policies["withinClusterQueue"] = within
+    if reclaim:
+        policies["reclaimWithinCohort"] = reclaim
+    if borrow_threshold is not None:
+        policies["borrowWithinCohort"] = f"{{policy: LowerPriority, maxPriorityThreshold: {borrow_threshold}}}"
+    return queue_docs(name, cohort, (preemption(**policies) if policies else "") + extra + groups(*flavor_lists))
+
+
+def cohort(name: str, parent: str | None = None, *flavor_lists, extra: str = "") -> str:
+    """A Cohort, with its parent and its own quotas."""
+    return cohort_doc(name, (f"\n  parent: {parent}" if parent else "") + extra
+                      + (groups(*flavor_lists) if flavor_lists else ""))
+
+
+def flavors(*names: str, racked: Sequence[str] = ()) -> str:
+    """ResourceFlavors: those in ``racked`` on nodes of their own (a rack of their name), the
+    others on every node."""
+    return "".join(flavor_doc(n, {"analysim.io/rack": n} if n in racked else None) for n in names)
+
+
+def cpu(name: str, queue: str, amount: str, priority: int = 0, flavor: str = "default") -> Workload:
+    """A workload asking for CPU only, on ``flavor``."""
+    return Workload(name, queue, {"cpu": amount}, priority, {"cpu": flavor})
+
+
+def wl(name: str, queue: str, priority: int = 0, flavor: str = "default", **requests: str) -> Workload:
+    """A workload asking for these resources (``memory="2Gi"``), all on ``flavor``."""
+    return Workload(name, queue, dict(requests), priority, dict.fromkeys(requests, flavor))
+
+
+def waits(w: Workload) -> Workload:
+    """The incoming workload expected not to be admitted at its arrival."""
+    return Workload(w.name, w.queue, w.requests, w.priority, {})
+
+
+def unsaid(w: Workload) -> Workload:
+    """The incoming workload whose admission the table does not decide (not checked)."""
+    return Workload(w.name, w.queue, w.requests, w.priority, None)
