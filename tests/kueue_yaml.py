@@ -59,3 +59,16 @@ def preemption(**policies: object) -> str:
     """A ClusterQueue spec's preemption block (spec lines)."""
     fields = ", ".join(f"{k}: {v}" for k, v in policies.items())
     return f"\n  preemption: {{{fields}}}"
+
+
+def fair_sharing_config(*strategies: str) -> str:
+    """A Configuration document turning fair sharing on, with these preemption strategies (Kueue's
+    default without)."""
+    listed = f"\n  preemptionStrategies: [{', '.join(strategies)}]" if strategies else ""
+    return f"""
+---
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+fairSharing:
+  enable: true{listed}
+"""

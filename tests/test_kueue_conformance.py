@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from tests.kueue_conformance import Case, preemption
+from tests.kueue_conformance import Case, fair, hierarchical, preemption
 from tests.kueue_conformance.harness import observe, simulate
 
-CASES: list[Case] = [*preemption.CASES]
+CASES: list[Case] = [*preemption.CASES, *hierarchical.CASES, *fair.CASES]
 
 
 def _param(case: Case):

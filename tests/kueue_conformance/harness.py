@@ -15,7 +15,7 @@ import yaml
 from analysim.cli import main
 from analysim.core.partition import CPU, GPU, MEMORY
 from analysim.partitions.kueue import quantity
-from tests.kueue_conformance import ARRIVAL_S, INCOMING_S, RUNNING_S, Case, Workload
+from tests.kueue_conformance import ARRIVAL_S, END_S, Case, Workload
 from tests.kueue_yaml import priority_doc
 
 RACK_LABEL = "analysim.io/rack"
@@ -40,6 +40,12 @@ def _priority_class(value: int) -> str:
     return f"priority-{value}" if value >= 0 else f"priority-minus-{-value}"
 
 
+def _documents(partition: Path) -> list[dict]:
+    """The partition file's objects (read with libyaml where PyYAML has it: the tables' files are
+    large and the suite is to run in seconds)."""
+    return list(yaml.load_all(partition.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
 def _flavor_racks(docs: list[dict]) -> dict[str, str | None]:
     """Each ResourceFlavor -> the rack its nodes are (None: every node)."""
     return {d["metadata"]["name"]: ((d.get("spec") or {}).get("nodeLabels") or {}).get(RACK_LABEL)
@@ -53,7 +59,7 @@ def write_inputs(case: Case, folder: Path) -> tuple[Path, Path, Path]:
     partition = folder / "kueue.yaml"
     partition.write_text(case.partition.lstrip().removeprefix("---").lstrip()
                          + "".join(priority_doc(_priority_class(p), p) for p in priorities) + "\n")
-    racks = sorted({r for r in _flavor_racks(list(yaml.safe_load_all(partition.read_text()))).values() if r})
+    racks = sorted({r for r in _flavor_racks(_documents(partition)).values() if r})
     cluster = folder / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({"name": "conformance", "nodes": [
         dict(NODE, rack=r, name_prefix=r) for r in (racks or ["all"])]}))
@@ -62,9 +68,9 @@ def write_inputs(case: Case, folder: Path) -> tuple[Path, Path, Path]:
         out = csv.writer(f)
         out.writerow(["job_id", "submit_s", "duration_s", "num_gpus", "cpu_milli", "memory_mib", "vc", "qos"])
         for i, w in enumerate(case.running):
-            out.writerow(_row(w, float(i), RUNNING_S))
+            out.writerow(_row(w, float(i), END_S - i))
         for w in case.incoming:
-            out.writerow(_row(w, ARRIVAL_S, INCOMING_S))
+            out.writerow(_row(w, ARRIVAL_S, END_S - ARRIVAL_S))
     return partition, cluster, trace
 
 
@@ -89,7 +95,7 @@ def simulate(case: Case, folder: Path) -> Path:
 def observe(case: Case, out: Path) -> Outcome:
     """What the run decided, from jobs.csv (each job's preemptions, first start and nodes) and
     summary.json (each ClusterQueue's evictions by reason). The one place the outputs are read."""
-    docs = list(yaml.safe_load_all((out.parent / "kueue.yaml").read_text()))
+    docs = _documents(out.parent / "kueue.yaml")
     racks = _flavor_racks(docs)
     groups = {d["metadata"]["name"]: d["spec"].get("resourceGroups", []) for d in docs if d["kind"] == "ClusterQueue"}
     with (out / "jobs.csv").open() as f:
