@@ -41,7 +41,8 @@ AGENT, CLIENT, OPERATOR = "agent", "client", "operator"
 RECHECK_S = 1.0
 _SCHED = "/analysim.v1.SchedulerService/"
 _AGENT = "/analysim.v1.AgentService/"
-CLIENT_METHODS = ("SubmitJob", "CancelJob", "GetJob", "ListJobs", "WatchEvents", "GetClusterState", "GetSummary")
+CLIENT_METHODS = ("SubmitJob", "CancelJob", "GetJob", "ListJobs", "WatchEvents", "GetClusterState", "GetSummary",
+                  "ExplainJob")
 OPERATOR_METHODS = ("Pause", "Resume", "SetSpeed")
 METHOD_ROLES: dict[str, frozenset[str]] = {
     **{_SCHED + m: frozenset((CLIENT, OPERATOR)) for m in CLIENT_METHODS},

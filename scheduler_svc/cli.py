@@ -48,6 +48,9 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                         "file) with what it still holds, logging what is lost; without it such a journal is refused")
     p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay")
     p.add_argument("--plots", action="store_true", help="with --out, also the PNG plots")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="write every decision to this CSV as analysim simulate --events does (FILE.partial until the "
+                        "replay ends)")
     p.add_argument("--no-offline-check", action="store_true",
                    help="skip the offline run that the summary's fidelity figures compare against")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -115,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
             live = LiveScheduler(cluster, opts, trace.jobs, journal=journal, metrics=SchedulerMetrics(),
                                  speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,
                                  heartbeat_deadline_s=args.heartbeat_deadline, out=args.out, plots=args.plots,
-                                 offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag)
+                                 offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag,
+                                 events=args.events)
         except (ValueError, JournalUnavailable) as e:
             journal.close()
             raise UserError(str(e)) from None

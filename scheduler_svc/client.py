@@ -107,6 +107,10 @@ class SchedulerClient:
     def get_job(self, job_id: str) -> spb.Job:
         return self.stub.GetJob(spb.GetJobRequest(job_id=job_id), timeout=self.timeout_s, metadata=self.md).job
 
+    def explain(self, job_id: str) -> spb.ExplainJobResponse:
+        """Why a job is where it is now (a pending one: the reason it is not admitted)."""
+        return self.stub.ExplainJob(spb.ExplainJobRequest(job_id=job_id), timeout=self.timeout_s, metadata=self.md)
+
     def list_jobs(self, status: str = "", vc: str = "", limit: int = 100, offset: int = 0) -> spb.ListJobsResponse:
         """``status``: a word ("pending", "running"...) or "" for all."""
         req = spb.ListJobsRequest(status=value(spb.JobStatus, status), vc=vc, limit=limit, offset=offset)

@@ -47,6 +47,7 @@ from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.partition import Partition
 from analysim.errors import UserError
+from analysim.events import EventsCsv, kueue_state, queue_in, why_pending
 from analysim.partitions import assign_queues
 from analysim.simulation import RunOptions, filter_for_cluster, run_policy, summary_header
 from scheduler_svc.clock import VirtualClock
@@ -85,7 +86,7 @@ class LiveScheduler:
                  journal: Journal, metrics: SchedulerMetrics, speed: float | None = None,
                  trace_source: str = "", trace_filtered: dict[str, int] | None = None,
                  heartbeat_deadline_s: float = 5.0, out: Path | None = None, plots: bool = False,
-                 offline_check: bool = True, paced_lag_s: float = 0.0) -> None:
+                 offline_check: bool = True, paced_lag_s: float = 0.0, events: Path | None = None) -> None:
         self.cluster, self.opts, self.journal, self.metrics = cluster, opts, journal, metrics
         self.heartbeat_deadline_s = heartbeat_deadline_s
         self.paced_lag_s = paced_lag_s
@@ -107,6 +108,12 @@ class LiveScheduler:
             # Built now rather than at the first sample: a first build costs tens of milliseconds,
             # a stall a paced replay would feel (its incremental refresh keeps it exact after).
             self.engine.fragmentation_index()
+        # The events file (--events), written as the engine decides, as analysim simulate writes it.
+        self.events: EventsCsv | None = None
+        if events is not None:
+            self.events = EventsCsv(events)
+            self.events.open()
+            self.events.attach(self.engine)
         # Its own policy: plugins keep state (a partition's quota usage) that is the live engine's.
         self._validator = Engine(cluster, run_policy(cluster, opts), self.engine.config)
         kept, reasons = filter_for_cluster(jobs, self.engine, "replay")
@@ -660,6 +667,9 @@ class LiveScheduler:
         self.clock.durable_s = self.engine.now
 
     def stop(self) -> None:
+        if self.events is not None:  # (stopped before the replay's end: no events file, as no jobs.csv)
+            self.events.close(ok=False)
+            self.events = None
         self._stopping = True
         self._kick.set()
         for s in list(self.sessions.values()):
@@ -917,6 +927,10 @@ class LiveScheduler:
                 for s in self.sessions.values():
                     s.last_seen = time.monotonic()
                 self._watchdog_paused = False
+        if self.events is not None:
+            self.events.pending()
+            self.events.close(ok=True)
+            self.events = None
         if self.out is not None:
             from analysim.report import write_run
 
@@ -954,6 +968,18 @@ class LiveScheduler:
             "preemptions": job.preemptions, "migrations": job.migrations, "restarts": job.restarts,
             "source": self.source.get(job_id, ""),
         }
+
+    def explain(self, job_id: str) -> dict | None:
+        """Why a job is where it is now (ExplainJobResponse's fields): for a pending one, the reason
+        it is not admitted (analysim.events.why_pending); None if the engine does not know it."""
+        job = self.engine.jobs.get(job_id)
+        if job is None:
+            return None
+        reason = detail = ""
+        if job.status is JobStatus.PENDING:
+            reason, detail = why_pending(self.engine, job)
+        return {"status": job.status.value, "time_s": self.engine.now, "reason": reason, "detail": detail,
+                "queue": queue_in(kueue_state(self.engine), job.spec.vc)}
 
     def counts(self) -> dict[str, int]:
         c: dict[str, int] = defaultdict(int)

@@ -28,7 +28,7 @@ from analysim.grpc_reflection import add_reflection
 from analysim.report import json_safe
 from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
-from scheduler_svc.contract import job_proto, summary_struct, word
+from scheduler_svc.contract import job_proto, summary_struct, value, word
 from scheduler_svc.core import InvalidJob, LiveScheduler
 from scheduler_svc.journal import JournalUnavailable
 from scheduler_svc.summary import build_summary
@@ -231,6 +231,18 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         summary = live.summary if live.done else build_summary(live)
         return spb.GetSummaryResponse(done=live.done, summary=summary_struct(json_safe(summary)))
 
+
+    async def ExplainJob(self, request: spb.ExplainJobRequest,
+                         context: grpc.aio.ServicerContext) -> spb.ExplainJobResponse:
+        await _check_id(context, "job_id", request.job_id)
+        got = self.live.explain(request.job_id)
+        if got is None:
+            known = self.live.job_record(request.job_id) is not None
+            await refuse(context, grpc.StatusCode.NOT_FOUND,
+                         f"job {request.job_id!r} has ended and left the engine" if known else f"no job {request.job_id!r}",
+                         "unknown_job")
+        return spb.ExplainJobResponse(status=value(spb.JobStatus, got["status"]), time_s=got["time_s"],
+                                      reason=got["reason"], detail=got["detail"], queue=got["queue"])
 
 class AgentServicer(apb_grpc.AgentServiceServicer):
     def __init__(self, live: LiveScheduler, auth: Authenticator) -> None:

@@ -29,7 +29,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from analysim.core.partition import STRICT_FIFO
-from analysim.core.plugins.kueue import KueueAdmission, KueueState
+from analysim.core.plugins.kueue import KueueState
+from analysim.events import kueue_state
 from analysim.partitions.kueue import in_kubernetes_units
 
 if TYPE_CHECKING:
@@ -51,12 +52,6 @@ PREEMPTED, NODE_FAILURES = "Preempted", "NodeFailures"
 PREEMPTION_REASONS = ("InClusterQueue", "InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing")
 
 
-def kueue_state(live: LiveScheduler) -> KueueState | None:
-    """The core's Kueue state of a run under a partition (its quota tree and queues), else None."""
-    admission = live.engine.admission
-    return admission.state if isinstance(admission, KueueAdmission) else None
-
-
 def preemption_of(decision: Decision) -> tuple[str, str] | None:
     """The ClusterQueue of the workload a preemption made room for, and Kueue's reason for it (one
     of PREEMPTION_REASONS), as the engine recorded them with the eviction (``Decision.by`` and
@@ -71,7 +66,7 @@ class KueueMetrics:
     """Kueue's counters and histogram on the scheduler's registry, and the collector of its gauges."""
 
     def __init__(self, registry: CollectorRegistry, live: LiveScheduler) -> None:
-        state = kueue_state(live)
+        state = kueue_state(live.engine)
         if state is None:
             raise ValueError("Kueue's metrics need a run under a partition")
         self.state = state

@@ -1,7 +1,7 @@
 """Lockstep identity: a live replay (scheduler + 2 agent processes, 16 nodes) gives exactly the
 per-job start and end times of ``analysim simulate`` on the same trace, cluster, policy and
-seed — jobs.csv byte for byte — with preemption and migration too. Also: the Prometheus
-metrics of both kinds of process, health checking and reflection."""
+seed — jobs.csv and the events file byte for byte — with preemption and migration too. Also:
+the Prometheus metrics of both kinds of process, health checking and reflection."""
 
 from __future__ import annotations
 
@@ -48,13 +48,18 @@ def test_lockstep_replay_matches_offline_simulation(case: str, tmp_path: Path) -
     cluster, args = CASES[case]
     live_out, offline_out = tmp_path / "live", tmp_path / "offline"
     assert analysim(["simulate", *args, "--cluster", cluster, "--out", str(offline_out), "--no-plots",
-                     "--no-progress"]) == 0
-    with live(tmp_path, [*args, "--out", str(live_out)], cluster, nodes=16, agents=2) as (run, client):
+                     "--no-progress", "--events", str(offline_out / "events.csv")]) == 0
+    with live(tmp_path, [*args, "--out", str(live_out), "--events", str(live_out / "events.csv")], cluster, nodes=16,
+              agents=2) as (run, client):
         summary = client.wait_done(120)
         sched = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
         agent = scrape(run.agents[1].info["host"], run.agents[1].info["metrics"])
     offline = (offline_out / "jobs.csv").read_text()
     assert (live_out / "jobs.csv").read_text() == offline
+    # Every decision too, in the order made, with its flavors, borrowing, preemptor and reason.
+    events = (offline_out / "events.csv").read_text()
+    assert (live_out / "events.csv").read_text() == events
+    assert events.count(",admit,") >= 300 and events.count(",complete,") == 300
     assert summary["jobs_completed"] == summary["jobs_total"] == 300
     assert summary["fidelity"]["identical_jobs"] == 300
     assert summary["fidelity"]["max_abs_delta_jct_s"] == 0.0

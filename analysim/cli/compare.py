@@ -16,6 +16,7 @@ from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.cli.simulate import run_and_write
 from analysim.core.policies import PARTITION_QUEUES, build_policy
 from analysim.errors import UserError
+from analysim.events import EVENTS_FILE
 from analysim.forked import ForkedTasks
 from analysim.report import (
     can_plot,
@@ -48,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run each combination with and without --preemption/--migration")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel processes")
     p.add_argument("--out", type=Path, default=Path("out/compare"), help="output folder")
+    p.add_argument("--events", action="store_true",
+                   help="write each run's events file, events.csv, into its folder (docs/kueue.md, 'The events file')")
     p.set_defaults(func=main)
 
 
@@ -166,8 +169,9 @@ def _one(args: argparse.Namespace, combo: Combo, label: str, trace, cluster,
                                "backfill": args.backfill and pol.startswith("fifo")})
     opts = run_options(ns, pol, pl)
     ended = progress.counter() if progress is not None else None
-    result, _ = run_and_write(args.out / label.replace("/", "_"), trace, cluster, opts, plots=False,
-                              on_job_end=ended)
+    out = args.out / label.replace("/", "_")
+    result, _ = run_and_write(out, trace, cluster, opts, plots=False, on_job_end=ended,
+                              events=out / EVENTS_FILE if args.events else None)
     if ended is not None:
         ended.flush()
     return label, result.summary, result.completed_jct.tolist()

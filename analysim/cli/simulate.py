@@ -12,7 +12,8 @@ from pathlib import Path
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
-from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
+from analysim.events import EventsCsv
+from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_json, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
 from analysim.traces.summary import describe_filtered
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", default="consolidate", help="consolidate (best fit), spread, random, fgd")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder (default: out/simulate)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="write every decision (admit, evict, migrate, requeue, complete, ...) and, at the end, "
+                        "each job still pending with its reason to this CSV (docs/kueue.md, 'The events file')")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,25 +49,66 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     opts = run_options(args, args.policy, args.placement)
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
     try:
-        return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
-                             on_job_end=bar.update if bar is not None else None)
+        result, written = run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
+                                        on_job_end=bar.update if bar is not None else None, events=args.events)
     finally:
         if bar is not None:
             bar.close()
+    if args.events is not None:
+        # Where the events went (relative to --out when in it), and the options that replay the
+        # run (analysim explain --at).
+        events, out = args.events.resolve(), args.out.resolve()
+        where = str(events.relative_to(out)) if events.is_relative_to(out) else str(events)
+        result.summary["events"] = {"file": where, "args": recorded_args(args)}
+        write_json(result.summary, args.out / "summary.json")
+    return result, written
+
+
+# Options a replay of the run does without: where it wrote, and how it showed progress.
+NOT_RECORDED = ("func", "out", "events", "no_plots", "no_progress")
+
+
+def recorded_args(args: argparse.Namespace) -> dict:
+    """simulate's options as JSON, each file an option names as an absolute path."""
+    out = {}
+    for k, v in vars(args).items():
+        if k in NOT_RECORDED:
+            continue
+        if isinstance(v, Path) or isinstance(v, str) and v and Path(v).is_file():
+            v = str(Path(v).resolve())
+        out[k] = v
+    return out
+
+
+def simulate_namespace(recorded: dict) -> argparse.Namespace:
+    """simulate's options from ``recorded_args``: its parser's defaults, then the recorded values
+    (paths back as Paths where the option takes one)."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p)
+    args = p.parse_args([])
+    paths = {a.dest for a in p._actions if a.type is Path}
+    for k, v in recorded.items():
+        setattr(args, k, Path(v) if k in paths and v is not None else v)
+    return args
 
 
 def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
-                  on_job_end: Callable[[], None] | None = None) -> tuple[RunResult, list[Path]]:
+                  on_job_end: Callable[[], None] | None = None,
+                  events: Path | None = None) -> tuple[RunResult, list[Path]]:
     """Run and write summary.json, jobs.csv, timeseries.csv (and plots) to ``out``; a replay
-    streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none).
-    ``summary.json`` gets the run's ``wall_s`` and the trace's source."""
+    streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none),
+    and the events file to ``events`` as decisions are made. ``summary.json`` gets the run's
+    ``wall_s`` and the trace's source."""
     sink = JobsCsv(out / "jobs.csv") if opts.mode == "replay" else None
+    if events is not None and opts.mode != "replay":
+        raise UserError("--events: inflate mode places tasks without queues or decisions; the events file is a replay's")
+    event_sink = EventsCsv(events) if events is not None else None
     started = time.perf_counter()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with sink if sink is not None else nullcontext():
+        with sink if sink is not None else nullcontext(), event_sink if event_sink is not None else nullcontext():
             result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, on_job_end=on_job_end,
-                         job_sink=sink)
+                         job_sink=sink, event_sink=event_sink)
     except ValueError as e:
         raise UserError(str(e)) from None
     except OSError as e:
@@ -72,7 +117,7 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
     result.summary["trace"] = trace.source
     written = write_run(out, result.summary, None if sink is not None else result.jobs, result.timeseries,
                         plots=plots, completed_jct=result.completed_jct)
-    return result, written
+    return result, written + ([events] if events is not None else [])
 
 
 def main(args: argparse.Namespace) -> int:

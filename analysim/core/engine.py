@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -35,7 +35,7 @@ from analysim.core.node_views import NodeViews
 from analysim.core.orders import DedicatedRooms
 from analysim.core.placement import cpu_mem_on
 from analysim.core.ranked import FreshRanking, RankedIndex
-from analysim.core.records import Decision, EngineConfig, InfeasibleJob, JobBook
+from analysim.core.records import REBALANCE, UNBLOCK, Decision, EngineConfig, InfeasibleJob, JobBook
 from analysim.core.scheduling_queue import IndexPlan, SchedulingQueue
 
 if TYPE_CHECKING:
@@ -67,7 +67,10 @@ class Engine(Handle):
         self.gpus_of_vc: dict[str, np.ndarray] = {}
         self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
         self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
-        self._keep_decisions = self.config.keep_decisions
+        # Where each decision goes as it is made: the log, and/or a sink (log_decisions_to); None:
+        # nowhere, and _record makes none.
+        self._on_decision: Callable[[Decision], None] | None = (
+            self.decisions.append if self.config.keep_decisions else None)
         self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
         self.recorder = recorder
         self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
@@ -408,7 +411,7 @@ class Engine(Handle):
         assert rebalance is not None and interval is not None  # (the timer is only set with both)
         moves = rebalance.rebalance(self) if self.config.migration else []
         for job, node, slots in moves:
-            self._migrate(job, node, slots)
+            self._migrate(job, node, slots, (REBALANCE, "", ""))
         if self.running or self.pending_count:
             self.events.push(self.now + interval, TIMER, "rebalance")
         self._dirty = True
@@ -566,7 +569,8 @@ class Engine(Handle):
             if not victims:
                 continue
             for v in victims:
-                self._preempt(v, self.reasons[pf.name](v) if pf.name in self.reasons else ("", ""))
+                reason, by = self.reasons[pf.name](v) if pf.name in self.reasons else (pf.name, job.spec.vc)
+                self._preempt(v, (reason, by, job.job_id))
             admitted = self.admission.admit(job, self) if self.admission is not None else None  # (its flavors' nodes)
             pl = placement.bind(self, job, self.static_mask(job.spec) if admitted is None else admitted[1])
             if pl is None:
@@ -581,7 +585,7 @@ class Engine(Handle):
         if not moves:
             return None
         for mover, node, slots in moves:
-            self._migrate(mover, node, slots)
+            self._migrate(mover, node, slots, (UNBLOCK, job.spec.vc, job.job_id))
         return placement.bind(self, job, self.static_mask(job.spec))
 
     # ------------------------------------------------------------ state transitions
@@ -653,7 +657,7 @@ class Engine(Handle):
         self._dirty = True
         return tuple(self.node_names[n] for n in pl.nodes)
 
-    def _preempt(self, job: JobRun, why: tuple[str, str] = ("", "")) -> None:
+    def _preempt(self, job: JobRun, why: tuple[str, str, str] = ("", "", "")) -> None:
         """Evict a running job for a waiting one (a post-filter's victim). It is not launched again
         at this instant, by this pass or the passes that follow it at the same time: that would be
         a move (a migration's work, counted as one), or a cascade, where the victim evicts others
@@ -671,7 +675,7 @@ class Engine(Handle):
         self._record("preempt", job.job_id, nodes, why)
         self._requeue(job)
 
-    def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...]) -> None:
+    def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...], why: tuple[str, str, str]) -> None:
         self._stop(job)
         self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
         job.overhead_s = self.config.migration_overhead_s
@@ -679,15 +683,29 @@ class Engine(Handle):
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
         self.launch(job, pl, record=False)  # (recorded as a migration, not a fresh launch)
-        self._record("migrate", job.job_id, (self.node_names[node],))
+        self._record("migrate", job.job_id, (self.node_names[node],), why)
 
     def _decide(self, kind: str, job: JobRun) -> None:
         self._record(kind, job.job_id, tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ())
 
-    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...], why: tuple[str, str] = ("", "")) -> None:
-        """A decision, in the log only with EngineConfig.keep_decisions (off for long runs); ``why``: see Decision."""
-        if self._keep_decisions:
-            self.decisions.append(Decision(self.now, kind, job_id, nodes, *why))
+    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...], why: tuple[str, str, str] = ("", "", "")) -> None:
+        """A decision, in the log with EngineConfig.keep_decisions (off for long runs) and to the
+        sink given to log_decisions_to; ``why``: see Decision."""
+        if self._on_decision is not None:
+            self._on_decision(Decision(self.now, kind, job_id, nodes, *why))
+
+    def log_decisions_to(self, sink: Callable[[Decision], None]) -> None:
+        """Hand each decision to ``sink`` as it is made (before the next one changes anything the
+        sink may read, such as the quota usage), besides the log if it is kept."""
+        log = self._on_decision
+        if log is None:
+            self._on_decision = sink
+        else:
+            def both(d: Decision) -> None:
+                log(d)
+                sink(d)
+
+            self._on_decision = both
 
 
 class Recorder(Protocol):

@@ -256,9 +256,10 @@ class QuotaTree:
             return 0
         return max(0, self.subtree[i].get(fr, 0) - q.lending_limit)
 
-    def available(self, i: int, fr: tuple[str, str]) -> int:
+    def available(self, i: int, fr: tuple[str, str], limited: bool = True) -> int:
         """How much more of ``fr`` node ``i`` may take now (negative when over-admitted, e.g. a
-        quota lowered under running jobs)."""
+        quota lowered under running jobs); ``limited`` off: as if ``i`` had no borrowing limit of
+        its own (what the limit keeps it from, kueue_reasons)."""
         sub, used = self.subtree[i].get(fr, 0), self.usage[i].get(fr, 0)
         p = self.parent[i]
         if p < 0:
@@ -266,7 +267,7 @@ class QuotaTree:
         guaranteed = self.guaranteed(i, fr)
         from_parent = self.available(p, fr)
         q = self.quota[i].get(fr)
-        if q is not None and q.borrowing_limit is not None:
+        if limited and q is not None and q.borrowing_limit is not None:
             stored = sub - guaranteed  # what it lent up
             used_up = max(0, used - guaranteed)  # what it uses of the parent's
             from_parent = min(from_parent, stored - used_up + q.borrowing_limit)

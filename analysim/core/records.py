@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from analysim.core.job import by_fields
 
+# Why a job was moved (Decision.reason of a migration): to make room for a waiting job, or by the
+# periodic rebalance (EngineConfig.rebalance_interval_s).
+UNBLOCK = "unblock"
+REBALANCE = "rebalance"
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -45,10 +50,13 @@ class Decision:
     kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
     job_id: str
     nodes: tuple[str, ...] = ()
-    # A preemption's reason and the ClusterQueue it made room for, when its post-filter says
-    # (Kueue's: InClusterQueue, ...); "" otherwise.
+    # An eviction's or a migration's reason, the queue (ClusterQueue, or VC without a partition)
+    # of the job it made room for, and that job's id; "" otherwise. A preemption's reason is its
+    # post-filter's when that says (Kueue's: InClusterQueue, ...), else the post-filter's name
+    # (priority, reclaim); a migration's is UNBLOCK or REBALANCE.
     reason: str = ""
     by: str = ""
+    preemptor: str = ""
 
     def __reduce__(self) -> tuple:
         return by_fields(self)

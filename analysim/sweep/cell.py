@@ -33,7 +33,9 @@ def run_cell(args: argparse.Namespace, trace: Trace) -> Outcome:
     """One cell, exactly as ``analysim simulate`` runs it; never raises for the cell's own errors."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="analysim-cell-") as tmp:
-        ns = argparse.Namespace(**{**vars(args), "out": Path(tmp), "no_progress": True})
+        # (a cell's events file is one of its files, by the name the SPEC gives it)
+        events = Path(tmp) / Path(args.events).name if getattr(args, "events", None) else None
+        ns = argparse.Namespace(**{**vars(args), "out": Path(tmp), "no_progress": True, "events": events})
         try:
             _, written = simulate(ns, trace)
         except UserError as e:

@@ -344,3 +344,23 @@ class GetSummaryResponse(_message.Message):
     done: bool
     summary: _struct_pb2.Struct
     def __init__(self, done: _Optional[bool] = ..., summary: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class ExplainJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ExplainJobResponse(_message.Message):
+    __slots__ = ("status", "time_s", "reason", "detail", "queue")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    time_s: float
+    reason: str
+    detail: str
+    queue: str
+    def __init__(self, status: _Optional[_Union[JobStatus, str]] = ..., time_s: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...

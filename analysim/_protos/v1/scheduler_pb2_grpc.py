@@ -84,6 +84,11 @@ class SchedulerServiceStub:
                 request_serializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.SerializeToString,
                 response_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.FromString,
                 _registered_method=True)
+        self.ExplainJob = channel.unary_unary(
+                '/analysim.v1.SchedulerService/ExplainJob',
+                request_serializer=analysim_dot_v1_dot_scheduler__pb2.ExplainJobRequest.SerializeToString,
+                response_deserializer=analysim_dot_v1_dot_scheduler__pb2.ExplainJobResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -149,6 +154,12 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +212,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.GetSummary,
                     request_deserializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.FromString,
                     response_serializer=analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.SerializeToString,
+            ),
+            'ExplainJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainJob,
+                    request_deserializer=analysim_dot_v1_dot_scheduler__pb2.ExplainJobRequest.FromString,
+                    response_serializer=analysim_dot_v1_dot_scheduler__pb2.ExplainJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +489,33 @@ class SchedulerService:
             '/analysim.v1.SchedulerService/GetSummary',
             analysim_dot_v1_dot_scheduler__pb2.GetSummaryRequest.SerializeToString,
             analysim_dot_v1_dot_scheduler__pb2.GetSummaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/analysim.v1.SchedulerService/ExplainJob',
+            analysim_dot_v1_dot_scheduler__pb2.ExplainJobRequest.SerializeToString,
+            analysim_dot_v1_dot_scheduler__pb2.ExplainJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -276,6 +276,13 @@ class KueueQueue(_QueueSort):
             self.keyed.pop(head[-1].job_id, None)
         return False
 
+    def head(self, q: int) -> JobRun | None:
+        """A StrictFIFO queue's head: its first pending workload by key (kueue_reasons)."""
+        for entry in self.waiting[q]:
+            if entry[-1].status is JobStatus.PENDING:
+                return entry[-1]
+        return None
+
     def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Handle) -> Iterator[JobRun]:  # type: ignore[override]
         # Each ClusterQueue is a stream of its jobs in key order (its LocalQueues' lists merged);
         # the heads of the streams are taken by (rank, key), Kueue's order across queues (rank:
