@@ -5,8 +5,6 @@ output files say about the incoming workloads' arrival read back (``observe``)."
 from __future__ import annotations
 
 import csv
-import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +23,12 @@ NODE = {"count": 1, "gpus": 64, "cpu_milli": 10_000_000, "memory_mib": 100_000_0
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a run decided about a case, read from its output files."""
+    """What a run decided about a case, read from its events file."""
 
-    # Each workload that was evicted.
-    victims: frozenset[str]
-    # (victim's ClusterQueue, reason) of each eviction, counted.
-    reasons: Counter[tuple[str, str]]
-    # Each running or incoming workload admitted by the incoming workloads' arrival (running
-    # ones: at their submission) -> its flavor per requested resource.
-    admitted: dict[str, dict[str, str]]
+    # Each job admitted -> (when it was first admitted, its flavor per resource).
+    admitted: dict[str, tuple[float, dict[str, str]]]
+    # Each job evicted -> (when it was first evicted, Kueue's reason, the preemptor, its queue).
+    evicted: dict[str, tuple[float, str, str, str]]
 
 
 def _priority_class(value: int) -> str:
@@ -87,44 +82,22 @@ def simulate(case: Case, folder: Path) -> Path:
     partition, cluster, trace = write_inputs(case, folder)
     out = folder / "out"
     code = main(["simulate", "--trace", str(trace), "--format", "canonical", "--cluster", str(cluster),
-                 "--partition", str(partition), "--out", str(out), "--no-plots", "--no-progress"])
+                 "--partition", str(partition), "--out", str(out), "--no-plots", "--no-progress",
+                 "--events", str(out / "events.csv")])
     assert code == 0, f"analysim simulate exited {code}"
     return out
 
 
-def observe(case: Case, out: Path) -> Outcome:
-    """What the run decided, from jobs.csv (each job's preemptions, first start and nodes) and
-    summary.json (each ClusterQueue's evictions by reason). The one place the outputs are read."""
-    docs = _documents(out.parent / "kueue.yaml")
-    racks = _flavor_racks(docs)
-    groups = {d["metadata"]["name"]: d["spec"].get("resourceGroups", []) for d in docs if d["kind"] == "ClusterQueue"}
-    with (out / "jobs.csv").open() as f:
-        rows = {r["job_id"]: r for r in csv.DictReader(f)}
-    summary = json.loads((out / "summary.json").read_text())
-    submitted = {w.name: (w, float(i)) for i, w in enumerate(case.running)}
-    submitted.update({w.name: (w, ARRIVAL_S) for w in case.incoming})
-    admitted = {}
-    for name, (w, at) in submitted.items():
-        row = rows.get(name)  # (not there: filtered out of the trace as never admissible)
-        if row is None or row["first_start_s"] == "" or float(row["first_start_s"]) != at:
-            continue
-        rack = row["nodes"].split(";")[0].rsplit("-", 1)[0]  # (a node is named after its rack)
-        admitted[name] = {r: _flavor_of(groups[w.queue], racks, r, rack) for r in w.requests}
-    reasons: Counter[tuple[str, str]] = Counter()
-    for queue, figures in summary["per_cluster_queue"].items():
-        for reason, n in figures["evictions"].items():
-            if n:
-                reasons[(queue, reason)] += n
-    victims = frozenset(name for name, row in rows.items() if int(row["preemptions"]))
-    return Outcome(victims, reasons, admitted)
-
-
-def _flavor_of(groups: list[dict], racks: dict[str, str | None], resource: str, rack: str) -> str:
-    """The flavor a job on a node of ``rack`` holds of ``resource``: its ClusterQueue's flavor of
-    the resource's group with nodes there."""
-    for g in groups:
-        if resource in g["coveredResources"]:
-            found = [f["name"] for f in g["flavors"] if racks[f["name"]] in (None, rack)]
-            assert len(found) == 1, f"{resource} on rack {rack}: flavors {found}"
-            return found[0]
-    raise AssertionError(f"no resource group covers {resource}")
+def observe(out: Path) -> Outcome:
+    """What the run decided: each job's first admission and first eviction, from the events file.
+    The one place the run's outputs are read."""
+    admitted: dict[str, tuple[float, dict[str, str]]] = {}
+    evicted: dict[str, tuple[float, str, str, str]] = {}
+    with (out / "events.csv").open() as f:
+        for row in csv.DictReader(f):
+            t, job = float(row["time_s"]), row["job_id"]
+            if row["event"] == "admit" and job not in admitted:
+                admitted[job] = (t, dict(fr.split("=", 1) for fr in row["flavors"].split(";") if fr))
+            elif row["event"] == "evict" and job not in evicted:
+                evicted[job] = (t, row["reason"], row["preemptor"], row["preemptor_queue"])
+    return Outcome(admitted, evicted)
