@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kueue_conformance import ARRIVAL_S, Case, fair, hierarchical, preemption
+from tests.kueue_conformance import ARRIVAL_S, Case, fair, hierarchical, preemption, scheduler
 from tests.kueue_conformance.harness import observe, simulate
 
-CASES: list[Case] = [*preemption.CASES, *hierarchical.CASES, *fair.CASES]
+CASES: list[Case] = [*preemption.CASES, *hierarchical.CASES, *fair.CASES, *scheduler.CASES]
 
 
 def _param(case: Case):

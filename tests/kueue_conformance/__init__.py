@@ -50,6 +50,10 @@ class Workload:
     # flavors it is expected to be admitted to at its arrival, empty if it is expected to wait,
     # None where the table does not say (a preemption table with no victim says only that).
     flavors: Mapping[str, str] | None = field(default_factory=dict)
+    # When it completes, if before END_S: a filler that holds a flavor while the table's workloads
+    # are admitted, so that they land on the flavors the table has them on, and is gone before
+    # the incoming workloads arrive.
+    ends_s: float | None = None
 
 
 @dataclass(frozen=True)

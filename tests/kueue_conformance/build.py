@@ -11,6 +11,11 @@ from tests.kueue_yaml import cohort_doc, flavor_doc, preemption, queue_docs, res
 # Kueue's policy names, as its Go constants are spelled in the tables.
 NEVER, LOWER, LOWER_OR_NEWER_EQUAL, ANY = "Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any"
 
+def resource(name: str) -> str:
+    """A resource's Kubernetes name from its keyword here (``gpu`` for nvidia.com/gpu)."""
+    return "nvidia.com/gpu" if name == "gpu" else name
+
+
 # A resource's quota as the Go wrapper takes it: nominal, then optionally borrowingLimit and
 # lendingLimit ("" for none).
 Resource = tuple[str, ...]
@@ -24,7 +29,7 @@ def quotas(**resources: Resource) -> dict[str, dict[str, str]]:
         for key, value in zip(("borrowingLimit", "lendingLimit"), fields[1:], strict=False):
             if value != "":
                 q[key] = value
-        out[name.replace("gpu", "nvidia.com/gpu")] = q
+        out[resource(name)] = q
     return out
 
 
@@ -64,9 +69,17 @@ def cpu(name: str, queue: str, amount: str, priority: int = 0, flavor: str = "de
     return Workload(name, queue, {"cpu": amount}, priority, {"cpu": flavor})
 
 
+def filler(name: str, queue: str, ends_s: float, **requests_on_flavor: tuple[str, str]) -> Workload:
+    """A workload that holds ``resource=(amount, flavor)`` from its submission until ``ends_s``
+    (Workload.ends_s)."""
+    return Workload(name, queue, {resource(r): a for r, (a, _) in requests_on_flavor.items()}, 0,
+                    {resource(r): f for r, (_, f) in requests_on_flavor.items()}, ends_s)
+
+
 def wl(name: str, queue: str, priority: int = 0, flavor: str = "default", **requests: str) -> Workload:
     """A workload asking for these resources (``memory="2Gi"``), all on ``flavor``."""
-    return Workload(name, queue, dict(requests), priority, dict.fromkeys(requests, flavor))
+    return Workload(name, queue, {resource(r): a for r, a in requests.items()}, priority,
+                    {resource(r): flavor for r in requests})
 
 
 def waits(w: Workload) -> Workload:

@@ -63,7 +63,7 @@ def write_inputs(case: Case, folder: Path) -> tuple[Path, Path, Path]:
         out = csv.writer(f)
         out.writerow(["job_id", "submit_s", "duration_s", "num_gpus", "cpu_milli", "memory_mib", "vc", "qos"])
         for i, w in enumerate(case.running):
-            out.writerow(_row(w, float(i), END_S - i))
+            out.writerow(_row(w, float(i), (w.ends_s or END_S) - i))
         for w in case.incoming:
             out.writerow(_row(w, ARRIVAL_S, END_S - ARRIVAL_S))
     return partition, cluster, trace
