@@ -32,6 +32,13 @@ FAIR_SKIPS_QUEUE = ("bug: fair-sharing preemption leaves a ClusterQueue alone fo
 FAIR_ALMOST_LCA = ("bug: fair sharing compares the ClusterQueues' own shares; Kueue compares those of the "
                    "preemptor's and target's ancestors just below their lowest common ancestor (almostLCA)")
 
+PREEMPTS_TO_BORROW = ("bug: a workload that would exceed its ClusterQueue's nominal quota preempts there (its own "
+                      "queue's workloads) to borrow; Kueue's flavor assigner gives it a preemption mode only within "
+                      "nominal quota, where it may reclaim in the hierarchy, or with borrowWithinCohort")
+NO_RESERVATION = ("bug: a head that needs preemption and finds no candidate does not hold back the capacity it "
+                  "needs when its ClusterQueue cannot always reclaim (Kueue's reserveCapacityForUnreclaimablePreempt): "
+                  "another ClusterQueue's workload borrows it")
+
 
 @dataclass(frozen=True)
 class Workload:

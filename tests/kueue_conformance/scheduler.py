@@ -8,7 +8,14 @@ victims are still terminating); here it is admitted at its arrival, on the flavo
 
 from __future__ import annotations
 
-from tests.kueue_conformance import BORROWING_LEVEL, FLAVOR_SCORING, Case, Workload
+from tests.kueue_conformance import (
+    BORROWING_LEVEL,
+    FLAVOR_SCORING,
+    NO_RESERVATION,
+    PREEMPTS_TO_BORROW,
+    Case,
+    Workload,
+)
 from tests.kueue_conformance.build import (
     ANY,
     LOWER,
@@ -53,6 +60,24 @@ OTHER = TWO + cluster_queue("other-alpha", "other", [("on-demand", quotas(gpu=("
 def other_beta(preempts: bool) -> str:
     return cluster_queue("other-beta", "other", [("on-demand", quotas(gpu=("0",))), ("spot", quotas(gpu=("0",)))],
                          **({"within": LOWER, "reclaim": LOWER} if preempts else {}))
+
+
+def lender_borrower(lending: str) -> str:
+    """The hierarchical lending rows: cq-lender (10 CPUs, this lendingLimit) and cq-borrower (5,
+    borrowingLimit 10) in Cohort child under root."""
+    return (flavors("on-demand") + cohort("root") + cohort("child", "root")
+            + cluster_queue("cq-lender", "child", [("on-demand", quotas(cpu=("10", "", lending)))])
+            + cluster_queue("cq-borrower", "child", [("on-demand", quotas(cpu=("5", "10")))]))
+
+
+def a_and_b(reclaim: str) -> str:
+    """The "capacity blocked" rows: ClusterQueueA (2 GPUs, this reclaim policy) and ClusterQueueB
+    (none) in cohort root."""
+    return (flavors("on-demand") + cluster_queue("ClusterQueueA", "root", [("on-demand", quotas(gpu=("2",)))], reclaim=reclaim)
+            + cluster_queue("ClusterQueueB", "root", [("on-demand", quotas(gpu=("0",)))]))
+
+
+A_AND_B_RUNNING = [wl("a1-admitted", "ClusterQueueA", flavor="on-demand", gpu="1")]
 
 
 def preference(name: str, kind: str) -> str:
@@ -116,4 +141,59 @@ CASES = [
     case("BorrowingOverPreemption preference: borrow in second flavor instead of preempting in first",
          preference("bop", "BorrowingOverPreemption"), [cpu("low-bop", "bop-cq", "5", -1, flavor="on-demand")],
          [cpu("high-bop", "bop-cq", "5", flavor="spot")], {}),
+    # eng-beta's user-spot borrows spot while a filler holds the 10 on-demand eng-beta may borrow.
+    case("can borrow if needs reclaim from cohort in different flavor", ENG,
+         [cpu("user-on-demand", "eng-beta", "50", flavor="on-demand"),
+          filler("filler", "eng-beta", 2.5, cpu=("10", "on-demand")), cpu("user-spot", "eng-beta", "1", flavor="spot")],
+         [waits(cpu("can-reclaim", "eng-alpha", "100")), cpu("needs-to-borrow", "eng-beta", "1", flavor="on-demand")], {}),
+    case("workload exceeds lending limit when borrow in cohort",
+         flavors("default") + cluster_queue("lend-a", "lend", [("default", quotas(cpu=("3", "", "2")))])
+         + cluster_queue("lend-b", "lend", [("default", quotas(cpu=("2", "", "2")))]),
+         [cpu("a", "lend-b", "2")], [waits(cpu("b", "lend-b", "3"))], {}),
+    case("hierarchical cohort respects lending limit when borrowing", lender_borrower("3"),
+         [cpu("wl-existing", "cq-borrower", "5", flavor="on-demand")], [waits(cpu("wl-pending", "cq-borrower", "4"))], {}),
+    case("hierarchical cohort allows borrowing up to lending limit", lender_borrower("5"),
+         [cpu("wl-existing", "cq-borrower", "5", flavor="on-demand")],
+         [cpu("wl-borrowing", "cq-borrower", "5", flavor="on-demand")], {}),
+    case("preempt workloads in ClusterQueue and cohort", ENG,
+         [cpu("borrower", "eng-alpha", "60", flavor="on-demand"), cpu("use-all-spot", "eng-alpha", "100", flavor="spot"),
+          cpu("low-1", "eng-beta", "30", -1, flavor="on-demand"), cpu("low-2", "eng-beta", "10", -2, flavor="on-demand")],
+         [cpu("preemptor", "eng-beta", "20", flavor="on-demand")], {"borrower": RECLAIM, "low-2": IN_CQ}),
+    case("A workload is only eligible to do preemptions if it fits fully within nominal quota",
+         flavors("on-demand") + cluster_queue("other-alpha", "other", [("on-demand", quotas(cpu=("2",)))], within=LOWER,
+                                              reclaim=ANY)
+         + cluster_queue("other-beta", "other", [("on-demand", quotas(cpu=("2",)))]),
+         [cpu("a1", "other-alpha", "1", -1, flavor="on-demand"), cpu("b1", "other-beta", "1", -1, flavor="on-demand")],
+         [waits(cpu("incoming", "other-alpha", "3", 1))], {}, xfail=PREEMPTS_TO_BORROW),
+    # WL1 is created before WL2 (listed first, it is first in the trace at the same time).
+    case("workload requiring reclaimation prioritized over wl in another full cq",
+         flavors("on-demand") + cluster_queue("CQ1", "other", [("on-demand", quotas(gpu=("10",)))])
+         + cluster_queue("CQ2", "other", [("on-demand", quotas(gpu=("10",)))], reclaim=ANY)
+         + cluster_queue("CQ3", "other", [("on-demand", quotas(gpu=("0",)))]),
+         [wl("Admitted-Workload-1", "CQ1", flavor="on-demand", gpu="5"),
+          wl("Admitted-Workload-3", "CQ3", 1, flavor="on-demand", gpu="5"),
+          wl("Admitted-Workload-2", "CQ3", 0, flavor="on-demand", gpu="5")],
+         [waits(wl("WL1", "CQ1", gpu="10")), wl("WL2", "CQ2", flavor="on-demand", gpu="10")],
+         {"Admitted-Workload-2": RECLAIM}),
+    case("capacity not blocked when lending clusterqueue can reclaim (ReclaimWithinCohort=Any)", a_and_b(ANY),
+         A_AND_B_RUNNING, [waits(wl("a2-pending", "ClusterQueueA", gpu="2")),
+                           wl("b1-pending", "ClusterQueueB", flavor="on-demand", gpu="1")], {}),
+    case("capacity blocked when lending clusterqueue not guaranteed to reclaim (ReclaimWithinCohort=LowerPriority)",
+         a_and_b(LOWER), A_AND_B_RUNNING,
+         [waits(wl("a2-pending", "ClusterQueueA", gpu="2")), waits(wl("b1-pending", "ClusterQueueB", gpu="1"))], {},
+         xfail=NO_RESERVATION),
+    case("capacity blocked when lending clusterqueue not guaranteed to reclaim (ReclaimWithinCohort=Never)",
+         a_and_b("Never"), A_AND_B_RUNNING,
+         [waits(wl("a2-pending", "ClusterQueueA", gpu="2")), waits(wl("b1-pending", "ClusterQueueB", gpu="1"))], {},
+         xfail=NO_RESERVATION),
+    # The table's two preemptors are both named "preemptor" (in two namespaces).
+    case("multiple preemptions without borrowing",
+         flavors("default") + "".join(cluster_queue(q, "other", [("default", quotas(cpu=("2",)))], within=LOWER)
+                                      for q in ("other-alpha", "other-beta")),
+         [cpu("a1", "other-alpha", "2"), cpu("b1", "other-beta", "2")],
+         [cpu("preemptor-alpha", "other-alpha", "2", 100), cpu("preemptor-beta", "other-beta", "2", 100)],
+         {"a1": IN_CQ, "b1": IN_CQ}),
+    # (the table's example.com/gpu of 0 is no request in a trace)
+    case("admit workload with zero-quantity request for resource not in ClusterQueue", SALES, [],
+         [cpu("zero-resource-wl", "sales", "1")], {}),
 ]
