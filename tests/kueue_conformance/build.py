@@ -38,17 +38,26 @@ def groups(*flavor_lists: Sequence[tuple[str, Mapping[str, dict]]]) -> str:
     return resource_groups([(list(dict.fromkeys(r for _, q in fl for r in q)), fl) for fl in flavor_lists])
 
 
+# borrowWithinCohort: LowerPriority, without a threshold.
+BORROW_LOWER = "{policy: LowerPriority}"
+
+
+def borrow_below(threshold: int) -> str:
+    """borrowWithinCohort: LowerPriority with this maxPriorityThreshold."""
+    return f"{{policy: LowerPriority, maxPriorityThreshold: {threshold}}}"
+
+
 def cluster_queue(name: str, cohort: str | None, *flavor_lists, within: str | None = None, reclaim: str | None = None,
-                  borrow_threshold: int | None = None, extra: str = "") -> str:
+                  borrow: str | None = None, extra: str = "") -> str:
     """A ClusterQueue (and its LocalQueue): resource groups as ``groups``, and preemption policies
-    (``borrow_threshold``: borrowWithinCohort LowerPriority with that maxPriorityThreshold)."""
+    (``borrow``: borrowWithinCohort, BORROW_LOWER or borrow_below(threshold))."""
     policies: dict[str, object] = {}
     if within:
         policies["withinClusterQueue"] = within
     if reclaim:
         policies["reclaimWithinCohort"] = reclaim
-    if borrow_threshold is not None:
-        policies["borrowWithinCohort"] = f"{{policy: LowerPriority, maxPriorityThreshold: {borrow_threshold}}}"
+    if borrow:
+        policies["borrowWithinCohort"] = borrow
     return queue_docs(name, cohort, (preemption(**policies) if policies else "") + extra + groups(*flavor_lists))
 
 

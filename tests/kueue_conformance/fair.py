@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from tests.kueue_conformance import FAIR_ALMOST_LCA, FAIR_SKIPS_QUEUE, FLAVOR_SCORING, Case, Workload
 from tests.kueue_conformance import RECLAIM_WITHIN_NOMINAL as WITHIN_NOMINAL
-from tests.kueue_conformance.build import ANY, LOWER, cluster_queue, cohort, cpu, flavors, quotas, waits
+from tests.kueue_conformance.build import (
+    ANY,
+    LOWER,
+    borrow_below,
+    cluster_queue,
+    cohort,
+    cpu,
+    flavors,
+    quotas,
+    waits,
+)
 from tests.kueue_yaml import fair_sharing_config
 
 SOURCE = "pkg/scheduler/preemption/preemption_fair_test.go"
@@ -20,9 +30,9 @@ def weight(w: str | None) -> str:
 
 
 def cq(name: str, parent: str | None, nominal: str, *, w: str | None = None, within: str | None = None,
-       reclaim: str | None = None, borrow_threshold: int | None = None) -> str:
+       reclaim: str | None = None, borrow: str | None = None) -> str:
     return cluster_queue(name, parent, [("default", quotas(cpu=(nominal,)))], within=within, reclaim=reclaim,
-                         borrow_threshold=borrow_threshold, extra=weight(w))
+                         borrow=borrow, extra=weight(w))
 
 
 def co(name: str, parent: str | None = None, nominal: str | None = None, w: str | None = None) -> str:
@@ -30,7 +40,7 @@ def co(name: str, parent: str | None = None, nominal: str | None = None, w: str 
 
 
 # TestFairPreemptions' baseCQs: a, b, c with 3 CPUs each and preemptible with none, in cohort all.
-BASE = "".join(cq(n, "all", "3", within=LOWER, reclaim=ANY, borrow_threshold=-3) for n in "abc") + cq(
+BASE = "".join(cq(n, "all", "3", within=LOWER, reclaim=ANY, borrow=borrow_below(-3)) for n in "abc") + cq(
     "preemptible", "all", "0")
 
 

@@ -7,18 +7,29 @@ from __future__ import annotations
 
 from tests.kueue_conformance import LCA_RECLAIM as LCA
 from tests.kueue_conformance import Case, Workload
-from tests.kueue_conformance.build import ANY, LOWER, cluster_queue, cohort, cpu, flavors, quotas, waits, wl
+from tests.kueue_conformance.build import (
+    ANY,
+    LOWER,
+    borrow_below,
+    cluster_queue,
+    cohort,
+    cpu,
+    flavors,
+    quotas,
+    waits,
+    wl,
+)
 
 SOURCE = "pkg/scheduler/preemption/preemption_hierarchical_test.go"
 IN_CQ, RECLAIM, WHILE_BORROWING = "InClusterQueue", "InCohortReclamation", "InCohortReclaimWhileBorrowing"
 
 
-def q(name: str, parent: str, nominal: str = "0", *, reclaim: str = ANY, borrow_threshold: int | None = None,
+def q(name: str, parent: str, nominal: str = "0", *, reclaim: str = ANY, borrow: str | None = None,
       memory: str | None = None, lending: str = "") -> str:
     """A ClusterQueue of the table: withinClusterQueue LowerPriority and this reclaim policy."""
     res = {"cpu": (nominal, "", lending)} | ({"memory": (memory,)} if memory is not None else {})
     return cluster_queue(name, parent, [("default", quotas(**res))], within=LOWER, reclaim=reclaim,
-                         borrow_threshold=borrow_threshold)
+                         borrow=borrow)
 
 
 def tree(*cohorts: tuple[str, str | None, str | None], memory: dict[str, str] | None = None) -> str:
@@ -50,7 +61,7 @@ CASES = [
     # cohort at 4 of its 3: here it holds its request, 1 (the cohort full at 3); the incoming 2
     # needs both lower candidates either way.
     case("preempt in cohort and own CQ",
-         tree(("r", None, None), ("c", "r", "3")) + q("q", "c", borrow_threshold=0) + q("q_same_cohort", "c"),
+         tree(("r", None, None), ("c", "r", "3")) + q("q", "c", borrow=borrow_below(0)) + q("q_same_cohort", "c"),
          [cpu("admitted_not_preemptible", "q_same_cohort", "1", 1), cpu("admitted_preemptible", "q_same_cohort", "1"),
           cpu("admitted_own_queue", "q", "1", -1)],
          cpu("in", "q", "2", 1), {"admitted_own_queue": IN_CQ, "admitted_preemptible": WHILE_BORROWING}),
@@ -58,7 +69,7 @@ CASES = [
          [cpu("admitted_borrowing", "q_borrowing", "1", 1), cpu("admitted_same_queue", "q", "1", -2)],
          cpu("in", "q", "1"), {"admitted_borrowing": RECLAIM}, xfail=LCA),
     case("forced to preempt priority candidate",
-         R_C2 + q("q", "c", borrow_threshold=0) + q("q_nominal", "r", "2") + q("q_same_cohort", "c"),
+         R_C2 + q("q", "c", borrow=borrow_below(0)) + q("q_nominal", "r", "2") + q("q_same_cohort", "c"),
          [cpu("admitted_nominal", "q_nominal", "2", -10), cpu("admitted_same_cohort", "q_same_cohort", "2", -1)],
          cpu("in", "q", "2"), {"admitted_same_cohort": WHILE_BORROWING}),
     case("incoming workload fits in CQ nominal quota",
@@ -66,14 +77,14 @@ CASES = [
          [cpu("admitted_borrowing", "q_borrowing", "3", 10), cpu("admitted_same_cohort", "q_same_cohort", "3", 10)],
          cpu("in", "q", "4"), {"admitted_borrowing": RECLAIM, "admitted_same_cohort": RECLAIM}),
     case("preempt hierarchical and priority candidates",
-         tree(("r", None, "1"), ("c", "r", "4")) + q("q", "c", reclaim=LOWER, borrow_threshold=0)
+         tree(("r", None, "1"), ("c", "r", "4")) + q("q", "c", reclaim=LOWER, borrow=borrow_below(0))
          + q("q_borrowing", "r") + q("q_same_cohort", "c"),
          [cpu("admitted_borrowing", "q_borrowing", "2", -1), cpu("admitted_same_cohort_preemptible", "q_same_cohort", "1", -1),
           cpu("admitted_borrowing_not_preemptible", "q_borrowing", "2", 1)],
          cpu("in", "q", "3"), {"admitted_borrowing": RECLAIM, "admitted_same_cohort_preemptible": WHILE_BORROWING},
          xfail=LCA),
     case("preempt hierarchical candidates and inside CQ",
-         tree(("r", None, "1"), ("c", "r", "4")) + q("q", "c", reclaim=LOWER, borrow_threshold=0)
+         tree(("r", None, "1"), ("c", "r", "4")) + q("q", "c", reclaim=LOWER, borrow=borrow_below(0))
          + q("q_borrowing", "r") + q("q_same_cohort", "c"),
          [cpu("admitted_borrowing", "q_borrowing", "2", -1), cpu("admitted_same_queue_preemptible", "q", "1", -1),
           cpu("admitted_borrowing_not_preemptible", "q_borrowing", "2", 1)],

@@ -18,6 +18,7 @@ from tests.kueue_conformance import (
 )
 from tests.kueue_conformance.build import (
     ANY,
+    BORROW_LOWER,
     LOWER,
     cluster_queue,
     cohort,
@@ -28,7 +29,6 @@ from tests.kueue_conformance.build import (
     waits,
     wl,
 )
-from tests.kueue_yaml import preemption
 
 SOURCE = "pkg/scheduler/scheduler_test.go"
 IN_CQ, RECLAIM = "InClusterQueue", "InCohortReclamation"
@@ -125,9 +125,8 @@ CASES = [
          xfail=BORROWING_LEVEL),
     case("don't assign flavor if there are no candidates for preemption",
          TWO + cluster_queue("cq1", "cohort", [("on-demand", quotas(cpu=("0", "1"))), ("spot", quotas(cpu=("0", "1")))],
-                             extra=preemption(withinClusterQueue=LOWER, reclaimWithinCohort=ANY,
-                                              borrowWithinCohort="{policy: LowerPriority}")
-                             + fungibility(whenCanPreempt="MayStopSearch", whenCanBorrow="MayStopSearch"))
+                             within=LOWER, reclaim=ANY, borrow=BORROW_LOWER,
+                             extra=fungibility(whenCanPreempt="MayStopSearch", whenCanBorrow="MayStopSearch"))
          + cluster_queue("cq2", "cohort", [("on-demand", quotas(cpu=("1",))), ("spot", quotas(cpu=("1",)))]),
          [cpu("admitted", "cq2", "1", flavor="on-demand")], [cpu("new", "cq1", "1", 100, flavor="spot")], {}),
     case("admit to second flavor when first needs preemption; WhenCanPreempt: TryNextFlavor",
@@ -196,4 +195,42 @@ CASES = [
     # (the table's example.com/gpu of 0 is no request in a trace)
     case("admit workload with zero-quantity request for resource not in ClusterQueue", SALES, [],
          [cpu("zero-resource-wl", "sales", "1")], {}),
+    # a is created before b (first in the trace at the same time).
+    case("preemption while borrowing, workload waiting for preemption should not block a borrowing workload in another CQ",
+         flavors("default") + cluster_queue("cq_shared", "preemption-while-borrowing", [("default", quotas(cpu=("4", "0")))])
+         + cluster_queue("cq_a", "preemption-while-borrowing", [("default", quotas(cpu=("0", "3")))],
+                         reclaim=LOWER, borrow=BORROW_LOWER)
+         + cluster_queue("cq_b", "preemption-while-borrowing", [("default", quotas(cpu=("0",)))],
+                         reclaim=LOWER, borrow=BORROW_LOWER),
+         [cpu("admitted_a", "cq_a", "2")], [waits(cpu("a", "cq_a", "3")), cpu("b", "cq_b", "1")], {}),
+    case("minimal preemptions when target queue is exhausted",
+         flavors("on-demand") + cluster_queue("other-alpha", "other", [("on-demand", quotas(cpu=("2",)))], within=LOWER,
+                                              reclaim=ANY)
+         + "".join(cluster_queue(q, "other", [("on-demand", quotas(cpu=("2",)))]) for q in ("other-beta", "other-gamma")),
+         [cpu("a1", "other-alpha", "1", -2, flavor="on-demand"), cpu("a2", "other-alpha", "1", -2, flavor="on-demand"),
+          cpu("a3", "other-alpha", "1", -1, flavor="on-demand")]
+         + [cpu(f"b{i}", "other-beta", "1", flavor="on-demand") for i in (1, 2, 3)],
+         [cpu("incoming", "other-alpha", "2", flavor="on-demand")], {"a1": IN_CQ, "a2": IN_CQ}),
+    # Both preemptors need the resource bank's one CPU: the second (priority 99) preempts nothing
+    # and waits.
+    case("multiple preemptions skip preemption when shared limited resource",
+         flavors("default") + "".join(cluster_queue(q, "other", [("default", quotas(cpu=("2",)))], within=LOWER,
+                                                    borrow=BORROW_LOWER) for q in ("other-alpha", "other-beta"))
+         + cluster_queue("resource-bank", "other", [("default", quotas(cpu=("1",)))]),
+         [cpu("a1", "other-alpha", "2"), cpu("b1", "other-beta", "2")],
+         [cpu("preemptor", "other-alpha", "3", 100), waits(cpu("pretending-preemptor", "other-beta", "3", 99))],
+         {"a1": IN_CQ}),
+    # (the table's example.com/gpu of 0 is no request in a trace)
+    case("preempt when workload requests zero of a resource not defined in ClusterQueue",
+         flavors("default") + cluster_queue("preempt-zero-gpu-cq", None, [("default", quotas(cpu=("4",)))], within=LOWER),
+         [cpu("low-priority", "preempt-zero-gpu-cq", "4", -1)], [cpu("preemptor", "preempt-zero-gpu-cq", "2")],
+         {"low-priority": IN_CQ}),
+    case("PreemptionOverBorrowing preference: select fitting second flavor over first flavor with no preemption candidates",
+         TWO + cohort("nopc-root", None, [("on-demand", quotas(cpu=("0",))), ("spot", quotas(cpu=("5",)))])
+         + cohort("nopc-mid", "nopc-root")
+         + cluster_queue("nopc-cq", "nopc-mid", [("on-demand", quotas(cpu=("5", "0"))), ("spot", quotas(cpu=("0",)))],
+                         within=LOWER, extra=fungibility(whenCanBorrow="TryNextFlavor", whenCanPreempt="TryNextFlavor",
+                                                         preference="PreemptionOverBorrowing"))
+         + cluster_queue("nopc-sibling", "nopc-mid", [("on-demand", quotas(cpu=("5",))), ("spot", quotas(cpu=("0",)))]),
+         [cpu("admitted-nopc", "nopc-cq", "5", flavor="on-demand")], [cpu("pending-nopc", "nopc-cq", "5", flavor="spot")], {}),
 ]
