@@ -80,6 +80,15 @@ def a_and_b(reclaim: str) -> str:
 A_AND_B_RUNNING = [wl("a1-admitted", "ClusterQueueA", flavor="on-demand", gpu="1")]
 
 
+def three_borrowers() -> str:
+    """The same-cycle borrowing rows: cq1, cq2, cq3 in cohort co, each 10 of r1 and r2 with a
+    borrowing limit of 10, reclaiming with Any. The table's extended resources r1 and r2 are cpu
+    and memory here (r2 in Gi)."""
+    return flavors("default") + "".join(
+        cluster_queue(q, "co", [("default", quotas(cpu=("10", "10"), memory=("10Gi", "10Gi")))], reclaim=ANY)
+        for q in ("cq1", "cq2", "cq3"))
+
+
 def preference(name: str, kind: str) -> str:
     """The PreemptionOverBorrowing / BorrowingOverPreemption rows' ClusterQueue and lender."""
     return TWO + cluster_queue(f"{name}-cq", f"{name}-cohort", [("on-demand", quotas(cpu=("5", "0"))), ("spot", quotas(cpu=("0", "5")))],
@@ -233,4 +242,19 @@ CASES = [
                                                          preference="PreemptionOverBorrowing"))
          + cluster_queue("nopc-sibling", "nopc-mid", [("on-demand", quotas(cpu=("5",))), ("spot", quotas(cpu=("0",)))]),
          [cpu("admitted-nopc", "nopc-cq", "5", flavor="on-demand")], [cpu("pending-nopc", "nopc-cq", "5", flavor="spot")], {}),
+    # (the table's two workloads are both named "new", in two namespaces)
+    case("can borrow if cohort was assigned and will not result in overadmission", ENG, [],
+         [cpu("new-alpha", "eng-alpha", "45", flavor="on-demand"), cpu("new-beta", "eng-beta", "55", flavor="on-demand")],
+         {}),
+    case("two workloads can borrow different resources from the same flavor in the same cycle", three_borrowers(), [],
+         [cpu("wl1", "cq1", "16", -1), wl("wl2", "cq2", -2, memory="16Gi")], {}),
+    case("two workloads can borrow the same resources from the same flavor in the same cycle if fits in the cohort quota",
+         three_borrowers(), [], [cpu("wl1", "cq1", "16", -1), cpu("wl2", "cq2", "14", -2)], {}),
+    case("only one workload can borrow one resources from the same flavor in the same cycle if cohort quota cannot fit",
+         three_borrowers(), [], [cpu("wl1", "cq1", "16", -1), waits(cpu("wl2", "cq2", "16", -2))], {}),
+    case("multiple preemptions preemption possible after earlier workload fits",
+         flavors("default") + cluster_queue("other-alpha", "other", [("default", quotas(cpu=("1",)))], within=LOWER)
+         + cluster_queue("other-beta", "other", [("default", quotas(cpu=("2",)))], within=LOWER),
+         [cpu("b1", "other-beta", "2")], [cpu("fit", "other-alpha", "1", 100), cpu("preemptor", "other-beta", "2", 99)],
+         {"b1": IN_CQ}),
 ]
