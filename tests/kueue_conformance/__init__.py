@@ -12,13 +12,11 @@ from dataclasses import dataclass, field
 # The Kueue commit every case is read from (kubernetes-sigs/kueue, August 2026).
 KUEUE_COMMIT = "ff69552e79ad21652c36caa97038382e55625cf7"
 
-# When the running workloads are submitted (one a second, in the case's order) and when the
-# incoming ones arrive: after all of them are admitted.
+# The running workloads are submitted one a second from t=0, in the case's order; the incoming
+# ones arrive together (in the case's order, so the first is the older) after all are admitted.
 ARRIVAL_S = 100.0
-# Every workload, running or incoming, ends then (unless evicted): nothing changes between the
-# incoming workloads' arrival and then, so every eviction of a run is one decided at the arrival
-# (jobs.csv does not say when a job was evicted), and what is left pending after is admitted to
-# an empty cluster.
+# Every workload, running or incoming, ends then (unless evicted or a filler): nothing happens
+# between the arrival and then, and the run stays short (its time series is sampled over it).
 END_S = 1_000.0
 
 
@@ -31,7 +29,6 @@ FAIR_SKIPS_QUEUE = ("bug: fair-sharing preemption leaves a ClusterQueue alone fo
                     "candidate fails it; Kueue tries the queue's next candidates (runFirstFsStrategy)")
 FAIR_ALMOST_LCA = ("bug: fair sharing compares the ClusterQueues' own shares; Kueue compares those of the "
                    "preemptor's and target's ancestors just below their lowest common ancestor (almostLCA)")
-
 PREEMPTS_TO_BORROW = ("bug: a workload that would exceed its ClusterQueue's nominal quota preempts there (its own "
                       "queue's workloads) to borrow; Kueue's flavor assigner gives it a preemption mode only within "
                       "nominal quota, where it may reclaim in the hierarchy, or with borrowWithinCohort")
