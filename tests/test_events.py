@@ -267,3 +267,20 @@ def test_a_running_replay_explains_a_pending_job_over_grpc(tmp_path):
         assert said.stdout.startswith(f"{waiting} (team-a) at ") and ": pending: cohort_exhausted: " in said.stdout
         said = subprocess.run([*cli, "nobody"], capture_output=True, text=True, timeout=60)
         assert said.returncode == 2 and said.stderr.count("\n") == 1 and "NOT_FOUND" in said.stderr, said.stderr
+
+
+def test_the_vc_model_names_its_migrations(tmp_path):
+    # The live identity test's tiresias case (300 synthetic jobs on 16 x 4 GPUs, preemption and
+    # migration on) moves jobs: each move says why, and one made for a waiting job names it.
+    out, events = tmp_path / "out", tmp_path / "events.csv"
+    assert analysim(["simulate", "--jobs", "300", "--seed", "3", "--policy", "tiresias", "--preemption", "--migration",
+                     "--cluster", "16x4", "--no-plots", "--no-progress", "--out", str(out), "--events", str(events)]) == 0
+    with events.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    moves = [r for r in rows if r["event"] == "migrate"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(moves) == summary["migrations"] > 0
+    assert "unblock" in {r["reason"] for r in moves} <= {"unblock", "rebalance"}
+    assert all(r["preemptor"] and r["preemptor_queue"] for r in moves if r["reason"] == "unblock")
+    assert sum(r["event"] == "evict" for r in rows) == summary["preemptions"]
+    assert {r["reason"] for r in rows if r["event"] == "evict"} <= {"priority", "reclaim"}
