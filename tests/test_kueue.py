@@ -23,6 +23,9 @@ from analysim.core.policies import partition_policy
 from analysim.errors import InputFileError, UserError
 from analysim.partitions import assign_queues
 from analysim.partitions.kueue import read_kueue
+from tests.kueue_yaml import cohort_doc as _cohort_doc
+from tests.kueue_yaml import queue_docs as _queue_docs
+from tests.kueue_yaml import resource_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -503,34 +506,7 @@ class _Usage:
 
 def _gpu_groups(quotas: dict[str, dict]) -> str:
     """A spec's resourceGroups: nvidia.com/gpu in each flavor, with these quota fields."""
-    return "\n  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n    flavors:" + "".join(
-        f"\n    - {{name: {f}, resources: [{dict(name=GPU, **q)}]}}" for f, q in quotas.items())
-
-
-def _cohort_doc(name: str, spec: str) -> str:
-    """A Cohort document with these spec lines (each after a newline and two spaces)."""
-    return f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Cohort
-metadata: {{name: {name}}}
-spec:{spec}"""
-
-
-def _queue_docs(name: str, cohort: str, spec: str) -> str:
-    """A ClusterQueue of this cohort with these further spec lines, and the LocalQueue of its name."""
-    return f"""
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: {name}}}
-spec:
-  cohort: {cohort}{spec}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: {name}}}
-spec: {{clusterQueue: {name}}}"""
+    return resource_groups([([GPU], [(f, {GPU: q}) for f, q in quotas.items()])])
 
 
 @st.composite

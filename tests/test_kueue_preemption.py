@@ -18,6 +18,8 @@ from analysim.core.plugins.kueue_preemption import KueuePreemption
 from analysim.core.policies import partition_policy
 from analysim.errors import InputFileError
 from analysim.partitions import assign_queues
+from tests.kueue_yaml import fair_sharing_config as _config
+from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
     CPU_NODES,
     FLAVOR,
@@ -48,12 +50,6 @@ kind: WorkloadPriorityClass
 metadata: {name: high}
 value: 200
 """
-
-
-def _preemption(**policies: object) -> str:
-    """A ClusterQueue spec's preemption block (for _cq's ``extra``)."""
-    fields = ", ".join(f"{k}: {v}" for k, v in policies.items())
-    return f"\n  preemption: {{{fields}}}"
 
 
 def _run(part, jobs, until: float | None = None) -> Engine:
@@ -346,17 +342,6 @@ def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path
 
 
 # --- fair sharing ------------------------------------------------------------------------------------
-
-
-def _config(*strategies: str) -> str:
-    listed = f"\n  preemptionStrategies: [{', '.join(strategies)}]" if strategies else ""
-    return f"""
----
-apiVersion: config.kueue.x-k8s.io/v1beta1
-kind: Configuration
-fairSharing:
-  enable: true{listed}
-"""
 
 
 def _fair_ab(tmp_path, *strategies: str, weight_a: str | None = None):
