@@ -20,18 +20,12 @@ ARRIVAL_S = 100.0
 END_S = 1_000.0
 
 
-# Why a case fails today (its ``xfail``): the behaviours AnalySIM lacks, and what else differs.
-LCA_RECLAIM = "(a) hierarchical reclaim relative to the lowest common ancestor"
-RECLAIM_WITHIN_NOMINAL = "(a) InCohortReclamation for a fair-sharing reclaim within nominal quota (Kueue 0.17)"
-BORROWING_LEVEL = "(b) competing heads ordered by borrowing level before priority"
-FLAVOR_SCORING = "(c) flavor scoring under whenCanPreempt"
+# Why a case fails today (its ``xfail``): where AnalySIM still decides differently (docs/kueue.md,
+# "Which Kueue").
 FAIR_SKIPS_QUEUE = ("bug: fair-sharing preemption leaves a ClusterQueue alone for the strategy when its first "
                     "candidate fails it; Kueue tries the queue's next candidates (runFirstFsStrategy)")
 FAIR_ALMOST_LCA = ("bug: fair sharing compares the ClusterQueues' own shares; Kueue compares those of the "
                    "preemptor's and target's ancestors just below their lowest common ancestor (almostLCA)")
-PREEMPTS_TO_BORROW = ("bug: a workload that would exceed its ClusterQueue's nominal quota preempts there (its own "
-                      "queue's workloads) to borrow; Kueue's flavor assigner gives it a preemption mode only within "
-                      "nominal quota, where it may reclaim in the hierarchy, or with borrowWithinCohort")
 NO_RESERVATION = ("bug: a head that needs preemption and finds no candidate does not hold back the capacity it "
                   "needs when its ClusterQueue cannot always reclaim (Kueue's reserveCapacityForUnreclaimablePreempt): "
                   "another ClusterQueue's workload borrows it")

@@ -6,8 +6,7 @@ most recently admitted (AnalySIM's first candidate) is the first by name."""
 
 from __future__ import annotations
 
-from tests.kueue_conformance import FAIR_ALMOST_LCA, FAIR_SKIPS_QUEUE, FLAVOR_SCORING, Case, Workload
-from tests.kueue_conformance import RECLAIM_WITHIN_NOMINAL as WITHIN_NOMINAL
+from tests.kueue_conformance import FAIR_ALMOST_LCA, FAIR_SKIPS_QUEUE, Case, Workload
 from tests.kueue_conformance.build import (
     ANY,
     LOWER,
@@ -15,6 +14,7 @@ from tests.kueue_conformance.build import (
     cluster_queue,
     cohort,
     cpu,
+    filler,
     flavors,
     quotas,
     waits,
@@ -49,9 +49,12 @@ def units(queue: str, *names: str, priority: int = 0) -> list[Workload]:
 
 
 def case(name: str, running: list[Workload], incoming: Workload, victims: dict[str, str], queues: str = BASE,
-         strategies: tuple[str, ...] = (), xfail: str | None = None, flavor_docs: str | None = None) -> Case:
+         strategies: tuple[str, ...] = (), xfail: str | None = None, flavor_docs: str | None = None,
+         in_order: bool = False) -> Case:
+    """A row; its running workloads admitted in reverse name order (Kueue's tie-break among equal
+    creation times), or in the order given when the admitted state needs it (``in_order``)."""
     partition = (flavor_docs or flavors("default")) + fair_sharing_config(*strategies) + queues
-    ordered = sorted(running, key=lambda w: w.name, reverse=True)
+    ordered = list(running) if in_order else sorted(running, key=lambda w: w.name, reverse=True)
     return Case(SOURCE, name, partition, tuple(ordered), (incoming,), victims, xfail)
 
 
@@ -63,16 +66,16 @@ WEIGHTED = lambda wa=None, wb=None: (cq("a", "all", "3", w=wa, within=LOWER, rec
 
 CASES = [
     case("reclaim nominal from user using the most", A3 + B5 + units("c", "c1"), cpu("c_incoming", "c", "1"),
-         {"b1": RECLAIM}, xfail=WITHIN_NOMINAL),
+         {"b1": RECLAIM}),
     case("can reclaim from queue using less, if taking the latest workload from user using the most isn't enough",
          [cpu("a1", "a", "3"), cpu("a2", "a", "1"), cpu("b1", "b", "2"), cpu("b2", "b", "3")],
-         cpu("c_incoming", "c", "3"), {"a1": RECLAIM}, xfail=WITHIN_NOMINAL),
+         cpu("c_incoming", "c", "3"), {"a1": RECLAIM}),
     case("reclaim borrowable quota from user using the most", A3 + B5 + units("c", "c1"), cpu("a_incoming", "a", "1"),
          {"b1": FAIR}),
     case("preempt one from each CQ borrowing",
          [cpu("a1", "a", "0.5"), cpu("a2", "a", "0.5"), cpu("a3", "a", "3"), cpu("b1", "b", "0.5"), cpu("b2", "b", "0.5"),
           cpu("b3", "b", "3")],
-         cpu("c_incoming", "c", "2"), {"a1": RECLAIM, "b1": RECLAIM}, xfail=WITHIN_NOMINAL),
+         cpu("c_incoming", "c", "2"), {"a1": RECLAIM, "b1": RECLAIM}),
     case("can't preempt when everyone under nominal", A3 + units("b", "b1", "b2", "b3") + units("c", "c1", "c2", "c3"),
          waits(cpu("c_incoming", "c", "1")), {}),
     case("can't preempt when it would switch the imbalance", A3 + B5, waits(cpu("a_incoming", "a", "2")), {}),
@@ -83,7 +86,7 @@ CASES = [
          units("a", "a_low", priority=-1) + units("a", "a2", "a3") + B6, cpu("a_incoming", "a", "2"),
          {"a_low": IN_CQ, "b1": FAIR}),
     case("preempt huge workload if there is no other option, as long as the target CQ gets a lower share",
-         [cpu("b1", "b", "9")], cpu("a_incoming", "a", "2"), {"b1": RECLAIM}, xfail=WITHIN_NOMINAL),
+         [cpu("b1", "b", "9")], cpu("a_incoming", "a", "2"), {"b1": RECLAIM}),
     case("can't preempt huge workload if the incoming is also huge", [cpu("a1", "a", "2"), cpu("b1", "b", "7")],
          waits(cpu("a_incoming", "a", "5")), {}),
     case("can't preempt 2 smaller workloads if the incoming is huge",
@@ -118,7 +121,7 @@ CASES = [
     case("can't preempt nominal from Cohort with 0 weight", [cpu("right-1", "right-cq", "1")],
          waits(cpu("left-1", "left-cq", "1")), {},
          queues=co("right-cohort", "root", "1", "0") + cq("left-cq", "root", "0", reclaim=ANY)
-         + cq("right-cq", "right-cohort", "0", w="0", reclaim=ANY), xfail=FAIR_ALMOST_LCA),
+         + cq("right-cq", "right-cohort", "0", w="0", reclaim=ANY)),
     case("can preempt within cluster queue when no cohort", units("a", "a1"), cpu("a_incoming", "a", "1", 1000),
          {"a1": IN_CQ}, queues=cq("a", None, "1", within=LOWER)),
     case("hierarchical preemption",
@@ -142,19 +145,21 @@ CASES = [
          + co("BB", "B") + co("BBB", "BB") + co("C", "ROOT") + co("CC", "C") + co("CCC", "CC") + co("CCCC", "CCC", "1")
          + cq("a", "AAA", "0", reclaim=ANY) + cq("b", "BBB", "0"), xfail=FAIR_ALMOST_LCA),
     case("cq with zero weight can reclaim nominal quota", units("b", "b1"), cpu("a1", "a", "1"), {"b1": RECLAIM},
-         queues=cq("a", "ROOT", "1", w="0.0", reclaim=ANY) + cq("b", "ROOT", "0", w="1.0"), xfail=WITHIN_NOMINAL),
+         queues=cq("a", "ROOT", "1", w="0.0", reclaim=ANY) + cq("b", "ROOT", "0", w="1.0")),
     case("cohort with zero weight can reclaim nominal quota", units("b", "b1"), cpu("a1", "a", "1"), {"b1": FAIR},
          queues=co("A", "ROOT", "1", "0.0") + cq("a", "A", "0", w="0.0", reclaim=ANY) + cq("b", "ROOT", "0", w="1.0"), xfail=FAIR_ALMOST_LCA),
     case("nominal first: workload fitting within nominal can preempt despite high aggregate DRS",
-         [cpu("a_prem1", "a", "1", flavor="premium"), cpu("a_prem2", "a", "1", flavor="premium"),
-          cpu("b_prem1", "b", "1", flavor="premium")]
-         + [cpu(f"a_cheap{i}", "a", "1", flavor="cheap") for i in range(1, 6)],
-         cpu("a_incoming", "a", "1", flavor="premium"), {"b_prem1": RECLAIM},
+         # (the filler holds a's premium while the cheap ones are admitted: with premium free they
+         # would take it, and with it full of b's loan a would reclaim it, MayStopSearch)
+         [filler("filler", "a", 5.5, cpu=("3", "premium"))]
+         + [cpu(f"a_cheap{i}", "a", "1", flavor="cheap") for i in range(1, 6)]
+         + [cpu("a_prem1", "a", "1", flavor="premium"), cpu("a_prem2", "a", "1", flavor="premium"),
+            cpu("b_prem1", "b", "1", flavor="premium")],
+         cpu("a_incoming", "a", "1", flavor="premium"), {"b_prem1": RECLAIM}, in_order=True,
          flavor_docs=flavors("premium", "cheap", racked=("premium", "cheap")),
          queues=cluster_queue("a", "all", [("premium", quotas(cpu=("3",))), ("cheap", quotas(cpu=("0",)))], reclaim=ANY,
                               extra="\n  flavorFungibility: {whenCanBorrow: MayStopSearch, whenCanPreempt: MayStopSearch}")
-         + cluster_queue("b", "all", [("premium", quotas(cpu=("0",))), ("cheap", quotas(cpu=("6",)))]),
-         xfail=FLAVOR_SCORING + "; then " + WITHIN_NOMINAL),
+         + cluster_queue("b", "all", [("premium", quotas(cpu=("0",))), ("cheap", quotas(cpu=("6",)))])),
     case("zero weight borrowing preemptor can preempt from a borrowing CQ which also has zero weight",
          units("b", "b1", "b2", "b3"), cpu("a_incoming", "a", "2"), {"b1": FAIR},
          queues=co("all", None, "3") + cq("a", "all", "1", w="0", reclaim=ANY) + cq("b", "all", "0", w="0")),

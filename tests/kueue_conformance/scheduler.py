@@ -9,10 +9,7 @@ victims are still terminating); here it is admitted at its arrival, on the flavo
 from __future__ import annotations
 
 from tests.kueue_conformance import (
-    BORROWING_LEVEL,
-    FLAVOR_SCORING,
     NO_RESERVATION,
-    PREEMPTS_TO_BORROW,
     Case,
     Workload,
 )
@@ -114,7 +111,7 @@ CASES = [
     case("prefer reclamation over cq priority based preemption", OTHER + other_beta(True),
          [wl("a1", "other-alpha", 50, "on-demand", gpu="5"), filler("filler", "other-alpha", 2.5, gpu=("5", "on-demand")),
           wl("b1", "other-beta", 50, "spot", gpu="5")],
-         [wl("preemptor", "other-alpha", 100, "spot", gpu="6")], {"b1": RECLAIM}, xfail=FLAVOR_SCORING),
+         [wl("preemptor", "other-alpha", 100, "spot", gpu="6")], {"b1": RECLAIM}),
     case("prefer first preemption flavor when second flavor requires both reclaim and cq priority preemption",
          OTHER + other_beta(False),
          [wl("a1", "other-alpha", 50, "on-demand", gpu="5"), filler("filler", "other-alpha", 3.5, gpu=("5", "on-demand")),
@@ -130,8 +127,7 @@ CASES = [
          flavors("default") + cohort("root") + cohort("guaranteed-cohort", "root", [("default", quotas(cpu=("4",)))])
          + cluster_queue("guaranteed", "guaranteed-cohort", [("default", quotas(cpu=("0",)))])
          + cluster_queue("best-effort", "root", [("default", quotas(cpu=("0",)))]),
-         [], [cpu("guaranteed", "guaranteed", "4"), waits(cpu("best-effort", "best-effort", "4", 3))], {},
-         xfail=BORROWING_LEVEL),
+         [], [cpu("guaranteed", "guaranteed", "4"), waits(cpu("best-effort", "best-effort", "4", 3))], {}),
     case("don't assign flavor if there are no candidates for preemption",
          TWO + cluster_queue("cq1", "cohort", [("on-demand", quotas(cpu=("0", "1"))), ("spot", quotas(cpu=("0", "1")))],
                              within=LOWER, reclaim=ANY, borrow=BORROW_LOWER,
@@ -145,7 +141,7 @@ CASES = [
          [cpu("test-wl", "preempt-attempts-cq", "1", 100, flavor="spot")], {}),
     case("PreemptionOverBorrowing preference: preempt in first flavor instead of borrowing in second",
          preference("pob", "PreemptionOverBorrowing"), [cpu("low-pob", "pob-cq", "5", -1, flavor="on-demand")],
-         [cpu("high-pob", "pob-cq", "5", flavor="on-demand")], {"low-pob": IN_CQ}, xfail=FLAVOR_SCORING),
+         [cpu("high-pob", "pob-cq", "5", flavor="on-demand")], {"low-pob": IN_CQ}),
     case("BorrowingOverPreemption preference: borrow in second flavor instead of preempting in first",
          preference("bop", "BorrowingOverPreemption"), [cpu("low-bop", "bop-cq", "5", -1, flavor="on-demand")],
          [cpu("high-bop", "bop-cq", "5", flavor="spot")], {}),
@@ -172,7 +168,7 @@ CASES = [
                                               reclaim=ANY)
          + cluster_queue("other-beta", "other", [("on-demand", quotas(cpu=("2",)))]),
          [cpu("a1", "other-alpha", "1", -1, flavor="on-demand"), cpu("b1", "other-beta", "1", -1, flavor="on-demand")],
-         [waits(cpu("incoming", "other-alpha", "3", 1))], {}, xfail=PREEMPTS_TO_BORROW),
+         [waits(cpu("incoming", "other-alpha", "3", 1))], {}),
     # WL1 is created before WL2 (listed first, it is first in the trace at the same time).
     case("workload requiring reclaimation prioritized over wl in another full cq",
          flavors("on-demand") + cluster_queue("CQ1", "other", [("on-demand", quotas(gpu=("10",)))])
