@@ -167,7 +167,11 @@ def pending_at(summary: dict, job_id: str, at: float) -> tuple[str, str]:
     from analysim.cli.simulate import simulate_namespace
     from analysim.simulation import run
 
-    args = simulate_namespace(summary["events"].get("args") or {})
+    recorded = summary["events"].get("args")
+    if not isinstance(recorded, dict):
+        raise UserError("--at: the run did not record the options that replay it (analysim compare's runs do not): "
+                        "run it with analysim simulate --events FILE")
+    args = simulate_namespace(recorded)
     trace, cluster = load_inputs(args)
     probe = _Probe(job_id)
     try:
