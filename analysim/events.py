@@ -12,7 +12,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysim.core.job import JobStatus
+from analysim.core.job import JobRun, JobStatus
 from analysim.core.partition import GPU
 from analysim.core.placement import can_place
 from analysim.core.plugins.kueue import KueueAdmission, KueueQueue
@@ -46,9 +46,9 @@ class EventsCsv:
         self.path = path
         self.engine: Engine | None = None  # the run's (attach)
         self.kueue: KueueState | None = None  # None: the VC model (queue is the job's VC)
-        self._partial = path.with_name(path.name + ".partial")
-        self._file = None
-        self._writer = None
+        self._partial = path.with_name(path.name + ".partial")  # written while the run goes
+        self._file = None  # the open .partial (open)
+        self._writer = None  # its csv writer; _Nowhere once closed
 
     def __enter__(self) -> EventsCsv:
         self.open()
@@ -122,17 +122,17 @@ def admitted_on(state: KueueState, job_id: str) -> tuple[str, str]:
     return ";".join(f"{r}={f}" for (f, r), _ in charges), amount_text(borrowed, GPU)
 
 
-def why_pending(engine: Engine, job) -> tuple[str, str]:
+def why_pending(engine: Engine, job: JobRun) -> tuple[str, str]:
     """Why a pending job waits now: (code, sentence). Under a partition, Kueue's reason
     (kueue_reasons.pending_reason); in the VC model, its VC's quota or the nodes."""
     state = kueue_state(engine)
     if state is not None:
         queue = engine.policy.queue
-        return pending_reason(state, queue if isinstance(queue, KueueQueue) else None, job, engine)
+        return pending_reason(state, queue if isinstance(queue, KueueQueue) else None, job)
     return vc_pending_reason(engine, job)
 
 
-def vc_pending_reason(engine: Engine, job) -> tuple[str, str]:
+def vc_pending_reason(engine: Engine, job: JobRun) -> tuple[str, str]:
     """The VC model's reason a pending job waits: its VC is at its quota and may not borrow, the
     nodes open to it have no room for it now, or they have and the queue ranks other jobs first."""
     spec = engine.spec

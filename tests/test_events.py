@@ -138,6 +138,12 @@ def test_compare_writes_one_events_file_per_run_and_a_sweep_cell_its_own(tmp_pat
         with events.open(newline="") as f:
             evicted[events.parent.name] = [e["job_id"] for e in csv.DictReader(f) if e["event"] == "evict"]
     assert evicted == {"fifo_consolidate+preempt": [], "srtf_consolidate+preempt": ["long"]}, evicted
+    said = subprocess.run([sys.executable, "-m", "analysim", "explain", str(tmp_path / "cmp" / "srtf_consolidate+preempt"),
+                           "long"], capture_output=True, text=True)
+    assert said.returncode == 0 and "5 s: evicted (priority) to make room for short of v" in said.stdout, said
+    said = subprocess.run([sys.executable, "-m", "analysim", "explain", str(tmp_path / "cmp" / "srtf_consolidate+preempt"),
+                           "long", "--at", "10"], capture_output=True, text=True)
+    assert said.returncode == 2 and "did not record the options" in said.stderr, said
     spec = tmp_path / "s.yaml"
     spec.write_text(f"trace: {trace}\ncluster: 1x8\npreemption: true\npolicy: [fifo, srtf]\nevents: ev.csv\n")
     run = subprocess.run([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(tmp_path / "sweep")],

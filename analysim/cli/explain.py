@@ -8,10 +8,14 @@ import argparse
 import csv
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysim.argtypes import seconds
 from analysim.cli.submit import add_credentials, connect, refusal
 from analysim.errors import UserError
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
 
 HELP = "why a job of a run waited, was admitted or evicted"
 DESCRIPTION = ("Answer, from OUT_DIR (an `analysim simulate --events FILE` run), when JOB_ID was admitted (flavors, "
@@ -144,11 +148,11 @@ class _Probe:
     """An event sink (simulation.EventSink) that, when the run stops, asks why one job is pending."""
 
     def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.engine = None
-        self.answer: tuple[str, str] | None = None
+        self.job_id = job_id  # the job asked about
+        self.engine: Engine | None = None  # the replay's (attach)
+        self.answer: tuple[str, str] | None = None  # (code, sentence) when the job was pending at the end
 
-    def attach(self, engine) -> None:
+    def attach(self, engine: Engine) -> None:
         self.engine = engine
 
     def pending(self) -> None:
@@ -167,7 +171,11 @@ def pending_at(summary: dict, job_id: str, at: float) -> tuple[str, str]:
     from analysim.cli.simulate import simulate_namespace
     from analysim.simulation import run
 
-    args = simulate_namespace(summary["events"].get("args") or {})
+    recorded = summary["events"].get("args")
+    if not isinstance(recorded, dict):
+        raise UserError("--at: the run did not record the options that replay it (analysim compare's runs do not): "
+                        "run it with analysim simulate --events FILE")
+    args = simulate_namespace(recorded)
     trace, cluster = load_inputs(args)
     probe = _Probe(job_id)
     try:

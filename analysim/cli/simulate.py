@@ -13,7 +13,7 @@ from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
 from analysim.events import EventsCsv
-from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_json, write_run
+from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
 from analysim.simulation import RunOptions, RunResult, run
 from analysim.traces import Trace
 from analysim.traces.summary import describe_filtered
@@ -49,19 +49,12 @@ def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunR
     opts = run_options(args, args.policy, args.placement)
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
     try:
-        result, written = run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
-                                        on_job_end=bar.update if bar is not None else None, events=args.events)
+        return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
+                             on_job_end=bar.update if bar is not None else None, events=args.events,
+                             replay_args=recorded_args(args) if args.events is not None else None)
     finally:
         if bar is not None:
             bar.close()
-    if args.events is not None:
-        # Where the events went (relative to --out when in it), and the options that replay the
-        # run (analysim explain --at).
-        events, out = args.events.resolve(), args.out.resolve()
-        where = str(events.relative_to(out)) if events.is_relative_to(out) else str(events)
-        result.summary["events"] = {"file": where, "args": recorded_args(args)}
-        write_json(result.summary, args.out / "summary.json")
-    return result, written
 
 
 # Options a replay of the run does without: where it wrote, and how it showed progress.
@@ -94,11 +87,12 @@ def simulate_namespace(recorded: dict) -> argparse.Namespace:
 
 def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
                   on_job_end: Callable[[], None] | None = None,
-                  events: Path | None = None) -> tuple[RunResult, list[Path]]:
+                  events: Path | None = None, replay_args: dict | None = None) -> tuple[RunResult, list[Path]]:
     """Run and write summary.json, jobs.csv, timeseries.csv (and plots) to ``out``; a replay
     streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none),
     and the events file to ``events`` as decisions are made. ``summary.json`` gets the run's
-    ``wall_s`` and the trace's source."""
+    ``wall_s``, the trace's source and, with ``events``, where the file is (relative to ``out``
+    when in it) with ``replay_args``, the options that replay the run (analysim explain --at)."""
     sink = JobsCsv(out / "jobs.csv") if opts.mode == "replay" else None
     if events is not None and opts.mode != "replay":
         raise UserError("--events: inflate mode places tasks without queues or decisions; the events file is a replay's")
@@ -115,6 +109,10 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
         raise UserError(f"{out}: cannot write: {e.strerror}") from None
     result.summary["wall_s"] = time.perf_counter() - started
     result.summary["trace"] = trace.source
+    if events is not None:
+        where = events.resolve()
+        where = where.relative_to(out.resolve()) if where.is_relative_to(out.resolve()) else where
+        result.summary["events"] = {"file": str(where), **({"args": replay_args} if replay_args is not None else {})}
     written = write_run(out, result.summary, None if sink is not None else result.jobs, result.timeseries,
                         plots=plots, completed_jct=result.completed_jct)
     return result, written + ([events] if events is not None else [])

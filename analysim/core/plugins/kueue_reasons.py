@@ -25,7 +25,6 @@ from analysim.core.job import GPU_MILLI, JobRun
 from analysim.core.partition import CPU, GPU, requests_of
 
 if TYPE_CHECKING:
-    from analysim.core.framework import Handle
     from analysim.core.plugins.kueue import KueueQueue, KueueState
 
 STRICT_FIFO_BLOCKED = "strict_fifo"
@@ -48,7 +47,7 @@ def amount_text(amount: int, resource: str) -> str:
     return str(amount)
 
 
-def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun, ctx: Handle) -> tuple[str, str]:
+def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun) -> tuple[str, str]:
     """Why ``job``, pending, is not admitted now: (code, sentence)."""
     q = state.queue(job)
     node = state.partition.nodes[q]
