@@ -239,7 +239,7 @@ class KueuePreemption:
         others = self._others(q, plan)
         if not own and not others:
             return None
-        if self._hopeless(q, plan, others):
+        if self._hopeless(q, plan, others, True):
             return None
         self.searches += 1
         fit = _Fit(self, job, q, choice.charges, mask, need, ctx)
@@ -293,23 +293,41 @@ class KueuePreemption:
         return [c for c, _, _ in plan.sources if st.by_queue[c] and st.by_queue[c][0][0] < limit]
 
     def _walk(self, queues: list[int], job: JobRun, plan: _Plan, reclaim: str, advantage: bool,
-              lca: dict[int, int] | None = None) -> Iterator[Candidate]:
+              lca: dict[int, int] | None = None, dead: set[int] | None = None,
+              below: float = math.inf) -> Iterator[Candidate]:
         """Other queues' candidates for the job, merged in candidate order, lazily (LowerPriority:
-        below the job's priority), with their reasons (module docstring)."""
+        below the job's priority; and below ``below``), with their reasons (module docstring).
+        A queue put in ``dead`` while the walk goes on gives no more candidates: a trial only
+        releases workloads, so a queue no longer reclaimable stays so (_Fit.minimal)."""
         st = self.state
         running = st.running_jobs
         policy = st.partition.nodes[st.queue(job)].preemption
-        limit = plan.prio if reclaim == LOWER_PRIORITY else math.inf
+        limit = min(plan.prio if reclaim == LOWER_PRIORITY else math.inf, below)
         forbidden = policy.borrow_within_cohort == NEVER
         threshold = policy.max_priority_threshold
-        for key in heapq.merge(*(iter(st.by_queue[c]) for c in queues)):
+        heap: list[tuple[tuple, int, Iterator[tuple]]] = []
+        for c in queues:
+            keys = iter(st.by_queue[c])
+            first = next(keys, None)
+            if first is not None:
+                heap.append((first, c, keys))
+        heapq.heapify(heap)
+        while heap:
+            key, c, keys = heap[0]
             if key[0] >= limit:
-                break  # (priority ascending: none further qualifies)
+                return  # (priority ascending: none further qualifies)
+            nxt = None if dead is not None and c in dead else next(keys, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, c, keys))
+            if dead is not None and c in dead:
+                continue
             v = running[key[3]]
-            held_by, held = st.held[v.job_id]
+            held = st.held[v.job_id][1]
             if not _uses(held, plan.need):
                 continue
-            at = NO_ANCESTOR if lca is None else lca[held_by]
+            at = NO_ANCESTOR if lca is None else lca[c]
             if advantage:
                 yield v, IN_COHORT_RECLAMATION, at, False
             elif forbidden or key[0] >= plan.prio or threshold is not None and key[0] > threshold:
@@ -336,11 +354,25 @@ class KueuePreemption:
             attempts = (False, True)
         else:
             attempts = (True, False)
+        t = policy.max_priority_threshold
+        # (an attempt that borrows passes over the others' candidates that may be taken only
+        # without borrowing: those at or above this priority, or all when borrowWithinCohort is
+        # Never; priority ascending, the walk stops there)
+        while_borrowing = -math.inf if forbidden else plan.prio if t is None or t >= plan.prio else t + 1
+        # (the other queues each attempt may take from, for its bound: one that borrows only the
+        # advantaged and those with a workload below while_borrowing)
+        borrowing_others = [c for c in ahead if st.by_queue[c]] + [
+            c for c in behind if st.by_queue[c] and st.by_queue[c][0][0] < while_borrowing]
+        every_other = [c for c in ahead + behind if st.by_queue[c]]
         for borrow in attempts:
-            walk = _chain(self._walk(ahead, job, plan, reclaim, True, lca),
-                          self._walk(behind, job, plan, reclaim, False, lca),
+            if self._hopeless(q, plan, borrowing_others if borrow else every_other, borrow):
+                continue
+            dead: set[int] = set()
+            walk = _chain(self._walk(ahead, job, plan, reclaim, True, lca, dead),
+                          self._walk(behind, job, plan, reclaim, False, lca, dead,
+                                     while_borrowing if borrow else math.inf),
                           ((v, IN_CLUSTER_QUEUE, NO_ANCESTOR, False) for v in plan.own))
-            got = fit.minimal(walk, borrow)
+            got = fit.minimal(walk, borrow, dead)
             if got:
                 return got
         return None
@@ -385,18 +417,17 @@ class KueuePreemption:
             a = tree.parent[a]
         return True
 
-    def _hopeless(self, q: int, plan: _Plan, others: list[int]) -> bool:
+    def _hopeless(self, q: int, plan: _Plan, others: list[int], borrow: bool) -> bool:
         """Whether even every candidate evicted leaves the request uncovered, known without walking
-        them: the own candidates' charges and what the other queues could give up (at least what
+        them: the own candidates' charges and what the ``others`` could give up (at least what
         their candidates hold) are taken off the quota tree at once, a few operations per queue,
         and the queue's ``available`` read then (which sees every limit of the tree: a cohort's
-        borrowing limit stops a reclaim from a queue of another cohort helping). When the search
-        has no own candidate and every other queue's candidate may be taken only without borrowing
-        (_must_fit_nominal), the request must also fit within nominal quota then."""
+        borrowing limit stops a reclaim from a queue of another cohort helping). For an attempt
+        that may not borrow, the request must also fit within the queue's nominal quota then
+        (which only its own candidates can free)."""
         st = self.state
         tree = st.tree
         policy = st.partition.nodes[q].preemption
-        no_borrow = self._must_fit_nominal(q, plan, others)
         wanted = {fr for fr, _ in plan.charges}
         taken: list[tuple[int, tuple[str, str], int]] = []
         for v in plan.own:
@@ -431,32 +462,12 @@ class KueuePreemption:
             for fr, a in plan.charges:
                 if tree.available(q, fr) < a:
                     return True
-                if no_borrow and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
-                    return True  # (others' workloads only within nominal quota, and it cannot get there)
+                if not borrow and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
+                    return True  # (not even within nominal quota with all of its own gone)
             return False
         finally:
             for c, fr, a in reversed(taken):
                 tree.add(c, fr, a)
-
-    def _must_fit_nominal(self, q: int, plan: _Plan, others: list[int]) -> bool:
-        """Whether a search can find targets only without borrowing (_hopeless): it has no own
-        candidate, the job has the advantage over no other queue, and every other queue's
-        candidate may be taken only by an attempt that does not borrow (borrowWithinCohort Never,
-        or each queue's workloads at or above the job's priority or past the threshold). (Without
-        the threshold case, Philly's first 10,000 jobs with philly-preemption.yaml made 11,798 full
-        searches, 10,930 of which found nothing, every one of them incubation's, under nominal
-        quota.)"""
-        st = self.state
-        if not others or plan.own or st.partition.fair_sharing is not None:
-            return False
-        if any(adv for _, _, adv in plan.sources):
-            return False
-        policy = st.partition.nodes[q].preemption
-        if policy.borrow_within_cohort == NEVER:
-            return True
-        t = policy.max_priority_threshold
-        limit = plan.prio if t is None or t >= plan.prio else t + 1
-        return all(st.by_queue[c][0][0] >= limit for c in others)
 
     def _released_by(self, c: int, fr: tuple[str, str], borrowed: int, limit: float) -> int:
         """What a walk over every candidate takes from another queue ``c`` at most on ``fr``, the
@@ -583,9 +594,12 @@ class _Fit:
             self.state.tree.add(c, fr, a)
         self.borrowing.pop(c, None)
 
-    def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool) -> list[tuple[JobRun, str]] | None:
+    def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool,
+                dead: set[int]) -> list[tuple[JobRun, str]] | None:
         """Kueue's minimal preemptions over ``candidates`` (module docstring): the targets with
-        their reasons, or None. The quota tree is as it was when this returns."""
+        their reasons, or None. The quota tree is as it was when this returns. Another queue
+        found no longer reclaimable goes into ``dead`` (the walks then leave its candidates out:
+        the trial only releases, so it stays so)."""
         st, q = self.state, self.q
         targets: list[tuple[JobRun, str]] = []
         trial: ClusterState | None = None
@@ -597,7 +611,8 @@ class _Fit:
                     if allow_borrowing and without_borrowing:
                         continue  # (may be taken only by an attempt that does not borrow)
                     if not self.plugin.reclaimable(c, lca, self.short):
-                        continue  # (its queue, or a cohort up to the common ancestor, no longer over nominal)
+                        dead.add(c)  # (it, or a cohort up to the common ancestor, no longer over nominal)
+                        continue
                 self.release(v)
                 targets.append((v, reason))
                 if not self.quota_fits(allow_borrowing):

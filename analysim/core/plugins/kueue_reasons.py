@@ -74,7 +74,13 @@ def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun) -> 
             codes = [m[0] for m in misses if m is not None]
             code = next((c for c in _CLOSEST_FIRST if c in codes), NO_FLAVOR_QUOTA)
             return code, "couldn't assign flavors to pod set main: " + "; ".join(m[1] for m in misses if m is not None)
-    raise AssertionError(f"kueue_reasons: {job.job_id} has no flavor assignment, yet every resource group fits")
+    # Every group has a flavor with the quota now, yet Kueue's choice is another one that needs
+    # preemption (whenCanPreempt MayStopSearch, or PreemptionOverBorrowing): its victims were
+    # found on the quota, and the nodes of its flavors would still have no room.
+    choice = state.choose(job, state.oracle)
+    flavors = ", ".join(choice.flavors) if choice is not None else "?"
+    return NO_NODE_ROOM, (f"ClusterQueue {cq} would admit it on flavor {flavors} by preempting, but no node of "
+                          f"it would have room for {job.spec.num_gpus} GPUs")
 
 
 def _miss(state: KueueState, q: int, f: str, wanted: list[tuple[str, int]]) -> tuple[str, str] | None:
