@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor.model import Policy
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.procs import descendants
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_live_helpers import http_get
@@ -104,7 +105,7 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
             recorded = dict(c.execute("SELECT seq, reason FROM monitor_quarantine"))
         assert recorded == bad
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(scaled(30)) == 0
         # A restart reads the log again from the start: the same rows are skipped, not counted
         # again, and monitoring goes on.
         proc, admin = _start(db, port_file)
@@ -115,7 +116,7 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
         wait_until(lambda: _n_queries(admin).get("alice") == 35, what="monitoring resumed after the restart")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
 
 
 def _ops(port: int, path: str) -> tuple[int, str]:
@@ -150,7 +151,7 @@ def test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready(tmp_path: Path) 
         wait_until(lambda: _monitor_up(ops) == 1 and _ops(ops, "/readyz")[0] == 200, what="the monitor following again")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
 
 
 def _children(pid: int) -> list[int]:
@@ -185,4 +186,4 @@ def test_a_killed_monitor_child_is_restarted(tmp_path: Path) -> None:
         wait_until(lambda: _n_queries(admin).get("alice") == 25, what="monitoring resumed in the new monitor")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
