@@ -136,6 +136,67 @@ _DDL_AFTER = [
 ]
 
 
+# The columns of each table as _DDL declares them (the newest version's).
+_COLUMNS: dict[str, list[str]] = {
+    table: [d.split()[0].strip('"') for d in re.sub(r"--[^\n]*", "", body).split(",") if d.strip()]
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", _DDL, re.S)
+}
+# What a table missing from an existing store would lose if it were re-created empty. The
+# sequences table is not here: it is derived (from the query log) and older stores lack it.
+_HOLDS = {
+    "models": "every model it serves",
+    "users": "every user and API key",
+    "query_log": "every logged query (what the monitor and idempotency keys read)",
+    "ledger": "every charge (users' usage would restart at 0)",
+    "meta": "the store's schema version",
+}
+
+
+def _columns_at(version: int) -> dict[str, set[str]]:
+    """Each table's columns in a store of schema VERSION: the newest's less those a later migration adds."""
+    added = {(s[0], s[1]) for v, steps in _MIGRATIONS.items() if v >= version for s in steps if isinstance(s, tuple)}
+    return {t: {c for c in cols if (t, c) not in added} for t, cols in _COLUMNS.items()}
+
+
+def _read_version(db: Connection) -> int | str | None:
+    """meta's schema version: a number, the text stored when it is not one, None when absent."""
+    row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        return str(row[0])
+
+
+def _damage(present: dict[str, set[str]], version: int | str | None) -> str | None:
+    """What an existing store (PRESENT: each table's columns, empty when absent; VERSION: as
+    meta reads) lacks that its schema version had, and what re-creating it would lose; None
+    when it is whole."""
+    missing, lost = [], []
+    for table, holds in _HOLDS.items():
+        if not present[table]:
+            missing.append(f"{table} table")
+            lost.append(holds)
+    if present["meta"] and version is None:
+        missing.append("schema version (meta's schema_version row)")
+        lost.append(_HOLDS["meta"])
+    if isinstance(version, str) or (isinstance(version, int) and version < 1):
+        return (f"the store's schema version {version!r} is not a version this AnalySIM wrote: refusing to open it; "
+                "restore the store from a backup")  # fmt: skip
+    if isinstance(version, int) and version <= SCHEMA_VERSION:
+        for table, cols in _columns_at(version).items():
+            if present[table] and table in _HOLDS:
+                for col in sorted(cols - present[table]):
+                    missing.append(f"column {table}.{col}")
+                    lost.append(f"the {col} of every {table} row")
+    if not missing:
+        return None
+    one = len(missing) == 1
+    return (f"the store's {', '.join(missing)} {'is' if one else 'are'} missing: refusing to re-create "
+            f"{'it' if one else 'them'} empty, which would lose {'; '.join(lost)}; restore the store from a backup")
+
+
 def _policy_row(p: Policy) -> tuple[Any, ...]:
     return (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, p.top_k,
             p.confidence_noise, p.noise_seed)  # fmt: skip
@@ -352,24 +413,18 @@ class Store:
         """The store for messages: its path, or its URL without the password."""
         return self._backend.describe()
 
-    def _schema_version(self, db: Connection) -> int | None:
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return None if row is None else int(row[0])
-
     def _migrate(self) -> None:
         b = self._backend
         with self._write("migrated") as db:
             b.migration_lock(db)
-            if b.columns(db, "meta") and self._schema_version(db) == SCHEMA_VERSION:
-                # A store of this version: every table it had must still be there. One
-                # re-created empty would lose its rows in silence (a ledger billed from zero).
-                # (An older store is migrated: the tables its version lacks are made.)
-                missing = [t for t in _TABLES if not b.columns(db, t)]
-                if missing:
-                    one = len(missing) == 1
-                    raise UserError(f"{b.describe()}: the store's {', '.join(missing)} table{'' if one else 's'} "
-                                    f"{'is' if one else 'are'} missing: refusing to re-create {'it' if one else 'them'} "
-                                    "empty; restore the store from a backup")  # fmt: skip
+            # Whatever meta says, an existing store must have every table and column its version
+            # had: one re-created empty would lose its rows in silence (a ledger billed from zero).
+            # (An older store is migrated: the columns its version lacks are added.)
+            present = {t: b.columns(db, t) for t in _TABLES}
+            if any(present.values()):
+                damage = _damage(present, _read_version(db) if present["meta"] else None)
+                if damage:
+                    raise UserError(f"{b.describe()}: {damage}")
             for stmt in _DDL.split(";"):
                 if stmt.strip():
                     db.execute(b.ddl(stmt))

@@ -13,11 +13,22 @@ from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysim.errors import UserError
 from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
-from tests.test_gateway_helpers import ADMIN_KEY, ROOT, Running, credit_rows, iris_model, running_gateway
+from tests.polling import scaled
+from tests.test_gateway_helpers import (
+    ADMIN_KEY,
+    ROOT,
+    Running,
+    credit_rows,
+    iris_model,
+    running_gateway,
+)
+from tests.test_gateway_replicas import raw_connection
 
 
 def _tables(db: Path) -> set[str]:
@@ -40,6 +51,45 @@ def test_a_store_missing_its_ledger_is_refused_not_recreated(tmp_path: Path) -> 
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert "ledger table is missing" in p.stderr and "restore the store" in p.stderr, p.stderr
     assert "ledger" not in _tables(db)  # left as it was
+
+
+# Damage done to a store with a user and charged queries, and what the refusal must name.
+# Each would have opened (the table re-created empty) when only meta's version was trusted.
+STORE_DAMAGE = {
+    "ledger and meta lost": (["DROP TABLE ledger", "DROP TABLE meta"], "ledger table, meta table are missing"),
+    "ledger and the version row lost": (["DROP TABLE ledger", "DELETE FROM meta WHERE key = 'schema_version'"],
+                                        "ledger table, schema version"),
+    "ledger lost, meta reads 3": (["DROP TABLE ledger", "UPDATE meta SET value = '3' WHERE key = 'schema_version'"],
+                                  "ledger table is missing"),
+    "users lost": (["DROP TABLE users"], "users table is missing"),
+    "a ledger column lost": (["ALTER TABLE ledger DROP COLUMN amount_micros"], "column ledger.amount_micros is missing"),
+    "a version that is not one": (["UPDATE meta SET value = 'x' WHERE key = 'schema_version'"], "schema version 'x'"),
+}
+
+
+def _charged_store(db: str) -> None:
+    """A store with a model, a user and 5 charged rows."""
+    with running_gateway(db) as g:
+        assert g.new_user("alice").post("/v1/models/credit/predict", {"rows": credit_rows()[:5]})[0] == 200
+
+
+@pytest.mark.parametrize("damage", STORE_DAMAGE)
+def test_a_damaged_store_is_refused_at_open_whatever_meta_says(store_db: str, damage: str) -> None:
+    statements, named = STORE_DAMAGE[damage]
+    _charged_store(store_db)
+    con = raw_connection(store_db)
+    for stmt in statements:
+        con.execute(stmt)
+    con.close()
+    args = ["--no-monitor"] if "://" in store_db else []
+    p = subprocess.run([sys.executable, "-m", "mlaas_monitor.monitor", "gateway", "--db", store_db, "--port", "0",
+                        "--grpc-port", "0", *args], cwd=ROOT, env={"ANALYSIM_ADMIN_KEY": ADMIN_KEY, "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert named in p.stderr and "restore the store" in p.stderr, p.stderr
+    with pytest.raises(UserError, match="restore the store"):  # and nothing was re-created meanwhile
+        Store(store_db)
 
 
 def test_a_new_store_is_created_whole(tmp_path: Path) -> None:

@@ -166,7 +166,7 @@ class Running:
 
 @contextmanager
 def running_gateway(
-    db: Path, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
+    db: Path | str, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
 ) -> Iterator[Running]:
     store = Store(db, background_checkpoint=True)
     for m in models if models is not None else [credit_model()]:
