@@ -235,14 +235,16 @@ class Gateway:
             # isolated meanwhile: its routes answer 503 with the reason, every other model
             # keeps serving.
             broken = self._broken.get(model_id)
-            if broken is not None and broken[0] == self.store.model_created(model_id):
-                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[1]}", "model_id")
+            created: float | None = None
             try:
                 created = self.store.model_created(model_id)
+                if broken is not None and broken[0] == created:
+                    raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[1]}", "model_id")
                 m = self.store.load_model(model_id)
             except ModelUnavailable as e:
+                if broken != (created, e.reason):  # a failure counted once until the row changes
+                    self.metrics.model_load_failures.labels(model_id).inc()
                 self._broken[model_id] = (created, e.reason)
-                self.metrics.model_load_failures.labels(model_id).inc()
                 self._mark_unavailable(model_id, e.reason)
                 raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e
             if m is None:
@@ -534,9 +536,12 @@ class Gateway:
                 old = self._by_name.get(rec.name)
                 if old is None or old.record != rec:
                     self._install(rec)
-            for mid, policy in self.store.policies().items():
-                m = self._models.get(mid)
-                if m is not None and m.policy != policy:
+            policies = self.store.policies()
+            for mid, m in list(self._models.items()):
+                policy = policies.get(mid)
+                if policy is None:  # gone, or no longer servable: the next request loads it again
+                    del self._models[mid]
+                elif m.policy != policy:
                     self._models[mid] = replace(m, policy=policy)
         for rec in users:
             u = self._by_name.get(rec.name)

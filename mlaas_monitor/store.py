@@ -203,7 +203,9 @@ def _policy_row(p: Policy) -> tuple[Any, ...]:
 
 
 def _policy_of(row: Sequence[Any]) -> Policy:
-    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]), int(row[6]))
+    """The policy of a models row; ValueError (PolicyError) or TypeError when it cannot be served."""
+    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]),
+                  int(row[6])).checked()  # fmt: skip
 
 
 class StoreUnavailable(ApiError):
@@ -521,10 +523,15 @@ class Store:
             return [r[0] for r in db.execute("SELECT id FROM models ORDER BY id")]
 
     def model_created(self, model_id: str) -> float | None:
-        """When the model's row was last written (cheap: the spec is not read); None if absent."""
+        """When the model's row was last written (cheap: the spec is not read); None if absent.
+        ModelUnavailable when the row's created column is not a number."""
         with self._conn() as db:
             row = db.execute(self._sql("SELECT created FROM models WHERE id=?"), (model_id,)).fetchone()
-        return None if row is None else float(row[0])
+        if row is None:
+            return None
+        if type(row[0]) not in (int, float):
+            raise ModelUnavailable(model_id, f"its created column is not a number: {str(row[0])[:40]!r}")
+        return float(row[0])
 
     def load_model(self, model_id: str) -> Model | None:
         with self._conn() as db:
@@ -543,10 +550,15 @@ class Store:
             raise ModelUnavailable(model_id, f"{type(e).__name__}: {str(e)[:200]}") from e
 
     def policies(self) -> dict[str, Policy]:
-        """Every stored model's policy (what a replica refreshes when the config changes)."""
+        """Every stored model's policy that can be served (what a replica refreshes when the
+        config changes); a model whose row cannot be served is left out."""
         with self._conn() as db:
-            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models")
-            return {r[0]: _policy_of(r[1:]) for r in rows}
+            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models").fetchall()
+        out = {}
+        for r in rows:
+            with suppress(ValueError, TypeError):
+                out[r[0]] = _policy_of(r[1:])
+        return out
 
     def set_policy(self, model_id: str, p: Policy) -> None:
         with self._write() as db:

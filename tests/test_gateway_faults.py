@@ -9,7 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
+from contextlib import AbstractContextManager, closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +23,9 @@ from tests.polling import scaled
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     ROOT,
+    Client,
     Running,
+    credit_model,
     credit_rows,
     iris_model,
     running_gateway,
@@ -154,3 +156,50 @@ def test_a_large_broken_model_row_is_parsed_once_until_it_changes(tmp_path: Path
         g.store.add_model(replace(iris_model(), id="big"), replace=True)  # the row changes: tried again
         assert user.get("/v1/models/big")[0] == 200
         assert _load_failures(g, "big") == 1
+
+
+# A models row a client could never have set, and what the refusal names.
+UNSERVABLE_ROWS = {
+    "a negative price": ("price_micros = -1000", "price"),
+    "decimals out of range": ("confidence_decimals = 99", "confidence_decimals"),
+    "top_k of 0": ("top_k = 0", "top_k"),
+}
+
+
+def _damaged_model_gateway(db: str, damage: str) -> AbstractContextManager[Running]:
+    """A gateway over a store holding credit (damaged by DAMAGE, an UPDATE's SET) and iris."""
+    store = Store(db)
+    store.add_model(credit_model())
+    store.add_model(iris_model())
+    store.close()
+    con = raw_connection(db)
+    con.execute(f"UPDATE models SET {damage} WHERE id = 'credit'")
+    con.close()
+    return running_gateway(db, models=[])
+
+
+def _served_others_and_charged_nothing(g: Running, user: Client) -> None:
+    status, body = user.post("/v1/models/credit/predict", {"rows": credit_rows()[:3]})
+    assert (status, body["error"]["code"]) == (503, "model_unavailable"), body
+    assert g.charged() == (0, 0, 0) and user.get("/v1/usage")[1]["rows"] == 0
+    status, listed = user.get("/v1/models")
+    assert status == 200 and [m["id"] for m in listed["models"]] == ["iris"], listed
+    assert user.post("/v1/models/iris/predict", {"rows": [[5.1, 3.5, 1.4, 0.2]]})[0] == 200
+    assert g.charged()[0] == 1
+
+
+@pytest.mark.parametrize("row", UNSERVABLE_ROWS)
+def test_a_model_row_out_of_range_is_refused_for_that_model_and_not_charged(store_db: str, row: str) -> None:
+    damage, named = UNSERVABLE_ROWS[row]
+    with _damaged_model_gateway(store_db, damage) as g:
+        user = g.new_user("alice")
+        _served_others_and_charged_nothing(g, user)
+        assert named in user.post("/v1/models/credit/predict", {"rows": credit_rows()[:1]})[1]["error"]["message"]
+
+
+def test_a_created_column_stored_as_text_takes_down_that_model_alone(tmp_path: Path) -> None:
+    # (PostgreSQL's typed columns cannot hold text there; SQLite's can.)
+    with _damaged_model_gateway(str(tmp_path / "s.db"), "created = 'yesterday'") as g:
+        user = g.new_user("alice")
+        _served_others_and_charged_nothing(g, user)
+        assert "created" in user.get("/v1/models/credit")[1]["error"]["message"]
