@@ -29,6 +29,8 @@ per commit. On PostgreSQL durability is the server's (synchronous_commit).
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import sqlite3
 import threading
@@ -48,8 +50,14 @@ from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.store_backends import Backend, Connection, SqliteBackend, backend_for
 from mlaas_monitor.stream import QueryEvent
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 4
 CHECKPOINT_INTERVAL_S = 0.5
+# A WAL past this size is checkpointed and truncated (waiting for the commit in flight): under
+# a steady stream of commits a passive checkpoint never finds the WAL idle to restart it, and
+# one that grew while checkpoints failed (a full disk) would otherwise keep its size.
+WAL_TRUNCATE_BYTES = 8 * 1024 * 1024
 # How soon a client refused with 503 (the database unavailable) should retry.
 RETRY_AFTER_S = 1
 
@@ -398,6 +406,7 @@ class Store:
             raise
         self._stop_checkpoints = threading.Event()
         self._checkpointer: threading.Thread | None = None
+        self.checkpoint_failures = 0  # WAL checkpoints the background thread tried and failed
         if background_checkpoint and isinstance(self._backend, SqliteBackend):
             # A WAL checkpoint fsyncs the database file: milliseconds, at unpredictable
             # commits. Moving it off the serving connection into a thread (its own
@@ -452,11 +461,34 @@ class Store:
         return self._checkpointer is not None
 
     def _checkpoint_loop(self, interval: float = CHECKPOINT_INTERVAL_S) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
-        try:
-            while not self._stop_checkpoints.wait(interval):
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        finally:
+        """Checkpoint every INTERVAL until the store closes (truncating a WAL past
+        WAL_TRUNCATE_BYTES). One that fails (a full disk, an I/O error) is logged once and tried
+        again each interval on a new connection: were the thread to die, the WAL would grow with
+        every commit for as long as the gateway runs."""
+        db: sqlite3.Connection | None = None
+        failing = False
+        while not self._stop_checkpoints.wait(interval):
+            try:
+                if db is None:
+                    db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+                wal = Path(f"{self.path}-wal")
+                big = wal.exists() and wal.stat().st_size > WAL_TRUNCATE_BYTES
+                db.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if big else 'PASSIVE'})").fetchone()
+            except Exception as e:  # noqa: BLE001 (whatever it is, the next interval tries again)
+                self.checkpoint_failures += 1
+                if not failing:
+                    log.error("store %s: WAL checkpoint failed, retrying every %g s (the WAL grows meanwhile): %s",
+                              self.describe(), interval, e)  # fmt: skip
+                failing = True
+                if db is not None:
+                    with suppress(Exception):
+                        db.close()
+                    db = None
+                continue
+            if failing:
+                log.warning("store %s: WAL checkpoints work again", self.describe())
+                failing = False
+        if db is not None:
             db.close()
 
     def _conn(self, doing: str = "read") -> AbstractContextManager[Connection]:
@@ -788,14 +820,34 @@ def _told(labels: bytes, conf: bytes | None, leaves: bytes | None) -> tuple[np.n
 
 
 def _event(r: Iterable[Any]) -> QueryEvent:
-    """A logged row as an event; one whose blobs do not fit its shape comes back with its
-    ``problem`` said (the monitor quarantines it and moves on)."""
+    """A logged row as an event; one whose columns are not what the gateway writes (a
+    timestamp as text, a user as a blob, blobs that do not fit the shape) comes back with its
+    ``problem`` said and its fields made safe to log (the monitor quarantines it and moves on)."""
     qid, ts, user, model, n, f, feats, labels, conf, leaves = r
-    problem = _blob_problem(n, f, feats, labels, conf, leaves)
+    problem = _column_problem(ts, user, model) or _blob_problem(n, f, feats, labels, conf, leaves)
     if problem is not None:
-        return QueryEvent(qid, ts, user, model, np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)
+        return QueryEvent(qid, ts if _is_finite_number(ts) else 0.0, _as_text(user), _as_text(model),
+                          np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)  # fmt: skip
     features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
-    return QueryEvent(qid, ts, user, model, features, *_told(labels, conf, leaves))
+    return QueryEvent(qid, float(ts), user, model, features, *_told(labels, conf, leaves))
+
+
+def _is_finite_number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _as_text(v: Any) -> str:
+    """A text column's value, or its repr (shortened) when it is not text."""
+    return v if isinstance(v, str) else repr(v)[:60]
+
+
+def _column_problem(ts: Any, user: Any, model: Any) -> str | None:
+    if not _is_finite_number(ts):
+        return f"ts {_as_text(ts)} is not a finite number"
+    for name, v in (("user", user), ("model", model)):
+        if not isinstance(v, str):
+            return f"{name} {_as_text(v)} is not text"
+    return None
 
 
 def _blob_problem(n: Any, f: Any, feats: Any, labels: Any, conf: Any, leaves: Any) -> str | None:

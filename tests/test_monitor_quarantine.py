@@ -187,3 +187,56 @@ def test_a_killed_monitor_child_is_restarted(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(scaled(30))
+
+
+# Values the gateway never writes, column by column (SQLite stores what it is given, but for
+# numbers in a text column, which its affinity turns into text).
+POISON_COLUMNS = [("ts", "'yesterday'"), ("ts", "x'00ff'"), ("ts", "9e999"), ("ts", "-9e999"), ("user", "x'616c'"),
+                  ("model", "x'63726564'")]  # fmt: skip
+
+
+def _poison_columns(db: Path) -> list[int]:
+    """A good-looking row of mallory's with one poisoned column each (POISON_COLUMNS); their seqs."""
+    x = np.zeros((1, F), "<f8").tobytes()
+    label = np.zeros(1, "<i4").tobytes()
+    seqs = []
+    with closing(sqlite3.connect(db, timeout=30, isolation_level=None)) as c:
+        c.execute("BEGIN IMMEDIATE")
+        seq = c.execute("SELECT next FROM sequences WHERE name = 'query_log'").fetchone()[0]
+        for column, value in POISON_COLUMNS:
+            v = {"ts": "strftime('%s', 'now')", "user": "'mallory'", "model": "'credit'", column: value}
+            c.execute(f'INSERT INTO query_log (id, ts, "user", model, n_rows, n_features, features, labels)'
+                      f" VALUES (?, {v['ts']}, {v['user']}, {v['model']}, 1, ?, ?, ?)", (seq, F, x, label))  # fmt: skip
+            seqs.append(seq)
+            seq += 1
+        c.execute("UPDATE sequences SET next = ? WHERE name = 'query_log'", (seq,))
+        c.execute("COMMIT")
+    return seqs
+
+
+def _quarantined_seqs(db: Path) -> set[int]:
+    with closing(sqlite3.connect(db, timeout=30)) as c:
+        return {r[0] for r in c.execute("SELECT seq FROM monitor_quarantine")}
+
+
+def test_poison_in_any_column_is_quarantined_at_start_and_while_running(tmp_path: Path) -> None:
+    """Rows poisoned while the gateway is down do not stop it starting; rows poisoned under a
+    running monitor are quarantined, not folded; good queries around them are folded."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    _store(db)
+    before = _poison_columns(db)  # written while no gateway runs
+    proc, admin = _start(db, port_file)
+    key = admin.post("/v1/admin/users", {"name": "alice"})[1]["api_key"]
+    alice = Client("127.0.0.1", admin.port, key)
+    assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[:10]})[0] == 200
+    wait_until(lambda: _n_queries(admin).get("alice") == 10, what="alice's queries folded past the poison")
+    assert set(before) <= _quarantined_seqs(db)
+    during = _poison_columns(db)
+    assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[10:20]})[0] == 200
+    wait_until(lambda: _n_queries(admin).get("alice") == 20, what="alice's queries folded past the new poison")
+    assert set(during) <= _quarantined_seqs(db)
+    assert set(_n_queries(admin)) == {"alice"}  # mallory's rows were never folded
+    assert _quarantined(admin).get("undecodable") == len(before) + len(during)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(scaled(30)) == 0
+    assert "Traceback" not in proc.communicate()[1]

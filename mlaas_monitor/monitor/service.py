@@ -334,6 +334,9 @@ class Monitor(MonitorBase):
         now = time.time()
         for e in page:
             self.cursor = e.seq
+            if e.problem is not None:  # (its model may not even be text: no monitor to ask)
+                self._quarantine(e, "undecodable", e.problem)
+                continue
             try:
                 mon = self.monitor(e.model_id)
             except ApiError as err:
