@@ -5,6 +5,7 @@ exports besides its own: ``process_*`` and ``analysim_build_info``."""
 
 from __future__ import annotations
 
+import asyncio
 import platform
 from collections.abc import Callable
 
@@ -24,9 +25,13 @@ def add_standard_metrics(registry: CollectorRegistry, service: str) -> None:
           registry=registry).labels(service, __version__, platform.python_version()).set(1)
 
 
-def ops_app(registry: CollectorRegistry, ready: Readiness | None = None) -> web.Application:
+def ops_app(registry: CollectorRegistry, ready: Readiness | None = None, render_in_thread: bool = False) -> web.Application:
+    """``render_in_thread``: render /metrics off the event loop, for a registry with a collector
+    that waits (on another process) and whose collectors are all safe to run from a thread."""
+
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = await asyncio.to_thread(generate_latest, registry) if render_in_thread else generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -42,10 +47,10 @@ def ops_app(registry: CollectorRegistry, ready: Readiness | None = None) -> web.
     return app
 
 
-async def start_ops_server(registry: CollectorRegistry, host: str, port: int,
-                           ready: Readiness | None = None) -> tuple[web.AppRunner, int]:
+async def start_ops_server(registry: CollectorRegistry, host: str, port: int, ready: Readiness | None = None,
+                           render_in_thread: bool = False) -> tuple[web.AppRunner, int]:
     """Serve ``ops_app`` on host:port (0: any free port); the runner (to clean up) and the port."""
-    runner = web.AppRunner(ops_app(registry, ready), access_log=None, handle_signals=False)
+    runner = web.AppRunner(ops_app(registry, ready, render_in_thread), access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner, runner.addresses[0][1]

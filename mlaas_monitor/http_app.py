@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import ClientPayloadError, web
+from aiohttp.web_protocol import RequestPayloadError
 
 from mlaas_monitor.openapi import openapi_spec
 from mlaas_monitor.service import ApiError, Gateway, bad_field
@@ -54,7 +55,25 @@ def error_response(e: ApiError) -> web.Response:
     return r
 
 
-async def _read_body(request: web.Request) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The body (``_receive_body``): 413 beyond the size limit, 400 when it cannot be decoded
+    (a Content-Encoding it is not in, a broken chunked encoding); ClientGone when the client left."""
+    try:
+        return await _receive_body(request)
+    except web.HTTPRequestEntityTooLarge as e:
+        limit = request.app[GATEWAY].limits.max_body_bytes
+        raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
+    except RequestPayloadError as e:  # (aiohttp's message: "400, message:\n  Can not decode ...")
+        why = str(e).rsplit("message:", 1)[-1].strip()
+        # The rest of the body is unreadable: marked read (aiohttp would otherwise read it to
+        # reuse the connection, and log the same error as unhandled), the connection closed.
+        request.content.feed_eof()
+        raise ApiError(400, "malformed_body", f"body: {why}", "body", headers={"Connection": "close"}) from e
+    except (ConnectionError, ClientPayloadError) as e:
+        raise ClientGone(str(e)) from e
+
+
+async def _receive_body(request: web.Request) -> bytes:
     """The body, received whole within ``limits.body_timeout_s``. One that has arrived with its
     headers (the usual case) is read at once; one still arriving after ``SLOW_BODY_S`` is a slow
     upload, of which at most ``limits.max_uploads`` are waited for at a time (beyond: 503 at
@@ -89,13 +108,7 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
 
 
 async def read_json(request: web.Request) -> Any:
-    try:
-        raw = await _read_body(request)
-    except web.HTTPRequestEntityTooLarge as e:
-        limit = request.app[GATEWAY].limits.max_body_bytes
-        raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
-    except (ConnectionError, ClientPayloadError) as e:
-        raise ClientGone(str(e)) from e
+    raw = await read_body(request)
     if not raw:
         raise bad_field("body", "empty body: expected JSON", "malformed_json")
     try:
@@ -183,7 +196,8 @@ def build_app(gw: Gateway) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         gw.require_admin(principal(request))
-        return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
+        # In a thread: a collector may wait on another process (the monitor's metrics).
+        return web.Response(body=await asyncio.to_thread(gw.metrics.render), content_type="text/plain", charset="utf-8")
 
     def admin(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
         async def handler(request: web.Request) -> web.Response:

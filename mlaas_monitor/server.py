@@ -110,7 +110,9 @@ async def serve(
     try:
         metrics_port = None
         if metrics_at is not None:
-            ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw))
+            # (Rendered in a thread: the monitor's metrics are read from its process when scraped.)
+            ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw),
+                                                       render_in_thread=True)
         site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None)
         await site.start()
         bound_http = runner.addresses[0][1]

@@ -203,3 +203,19 @@ def test_a_created_column_stored_as_text_takes_down_that_model_alone(tmp_path: P
         user = g.new_user("alice")
         _served_others_and_charged_nothing(g, user)
         assert "created" in user.get("/v1/models/credit")[1]["error"]["message"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_body_not_in_its_content_encoding_is_400_without_a_traceback(
+    tmp_path: Path, encoding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with running_gateway(tmp_path / "s.db") as g:
+        user = g.new_user("alice")
+        body = json.dumps({"rows": credit_rows()[:1]}).encode()  # not compressed
+        status, answer = user.request("POST", "/v1/models/credit/predict", raw=body,
+                                      headers={"Content-Encoding": encoding})  # fmt: skip
+        assert (status, answer["error"]["code"]) == (400, "malformed_body"), answer
+        assert encoding in answer["error"]["message"]
+        assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:1]})[0] == 200  # (a new connection)
+        assert g.charged()[0] == 1
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
