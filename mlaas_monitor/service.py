@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # SQLite integers are signed 64-bit: larger quotas would fail in the store, not in validation.
 MAX_QUOTA_ROWS = 2**63 - 1
 
+# Matched with fullmatch: with match, "$" would also accept a trailing newline ("bob\n" beside "bob").
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_ID_LENGTH = 200
 REQUEST_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
@@ -326,7 +327,7 @@ class Gateway:
         """
         name = self.require_user(principal)
         model = self.model(model_id)
-        if request_key is not None and not REQUEST_KEY.match(request_key):
+        if request_key is not None and not REQUEST_KEY.fullmatch(request_key):
             raise bad_field(REQUEST_KEY_FIELD, "expected 1-255 printable ASCII characters without spaces")
         try:
             if packed is None:
@@ -451,7 +452,7 @@ class Gateway:
         if unknown:
             raise bad_field(sorted(unknown)[0], "unknown field")
         name = body.get("name")
-        if type(name) is not str or not USER_NAME.match(name):
+        if type(name) is not str or not USER_NAME.fullmatch(name):
             raise bad_field("name", "expected 1-64 characters: letters, digits, '_', '.', '@', '-'")
         quota, rate = self._limits_fields(body)
         key = auth.new_key()
