@@ -17,9 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.errors import UserError
+from analysim.logs import BURST
 from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
-from tests.polling import scaled
+from tests.polling import scaled, wait_until
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     ROOT,
@@ -29,8 +30,10 @@ from tests.test_gateway_helpers import (
     credit_rows,
     iris_model,
     running_gateway,
+    start_module,
 )
 from tests.test_gateway_replicas import raw_connection
+from tests.test_live_helpers import http_get
 
 
 def _tables(db: Path) -> set[str]:
@@ -219,3 +222,24 @@ def test_a_body_not_in_its_content_encoding_is_400_without_a_traceback(
         assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:1]})[0] == 200  # (a new connection)
         assert g.charged()[0] == 1
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+def test_the_gateway_exports_the_log_lines_its_rate_limit_left_out(tmp_path: Path) -> None:
+    """40 clients that leave before their body arrives: each is logged, up to the burst of
+    the rate limit; the gateway's /metrics counts the lines left out."""
+    db = tmp_path / "s.db"
+    Store(db).close()
+    _, ports = start_module(["mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+                             "--no-monitor"], tmp_path / "ports.json", "the gateway's port file")  # fmt: skip
+    head = (f"POST /v1/admin/users HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode()
+    for _ in range(BURST + 20):
+        with socket.create_connection(("127.0.0.1", ports["http"]), timeout=scaled(30)) as s:
+            s.sendall(head)
+
+    def left_out() -> float:
+        _, text = http_get("127.0.0.1", ports["metrics"], "/metrics")
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "analysim_log_lines_suppressed_total")  # fmt: skip
+
+    assert wait_until(left_out, what="log lines left out, counted") >= 1
