@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import ClientPayloadError, web
 from aiohttp.web_protocol import RequestPayloadError
 
+from mlaas_monitor.connections import ConnectionCap, default_max_connections
 from mlaas_monitor.openapi import openapi_spec
 from mlaas_monitor.service import ApiError, Gateway, bad_field
 
@@ -21,6 +22,7 @@ GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 # OpenAPI fragments describing the routes extensions add (see openapi.py).
 OPENAPI_FRAGMENTS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_fragments", list)
 UPLOADS: web.AppKey[list[int]] = web.AppKey("uploads", list)  # [slow bodies being received now]
+CONNECTION_CAP: web.AppKey[ConnectionCap] = web.AppKey("connection_cap", ConnectionCap)
 SLOW_BODY_S = 0.25  # a body still arriving after this is a slow upload
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -138,7 +140,8 @@ def build_app(gw: Gateway) -> web.Application:
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.perf_counter()
         try:
-            response = await handler(request)
+            with cap.handling(request):
+                response = await handler(request)
         except ApiError as e:
             response = error_response(e)
             gw.metrics.rejections.labels(e.code).inc()
@@ -156,8 +159,11 @@ def build_app(gw: Gateway) -> web.Application:
         gw.metrics.observe_request("http", _route_name(request), response.status, time.perf_counter() - start)
         return response
 
+    cap = ConnectionCap(gw.limits.max_connections or default_max_connections(),
+                        lambda kind: gw.metrics.connections_capped.labels(kind).inc())
     app = web.Application(middlewares=[observe], client_max_size=gw.limits.max_body_bytes)
     app[GATEWAY] = gw
+    app[CONNECTION_CAP] = cap
     app[OPENAPI_FRAGMENTS] = []
     app[UPLOADS] = [0]
 

@@ -113,6 +113,8 @@ class Limits:
     default_rate_limit: float | None = None  # requests per second per user
     body_timeout_s: float = 10.0  # a request body must arrive whole within this (else 408)
     max_uploads: int = 128  # bodies being received at once, at most (beyond: 503 at once)
+    idle_timeout_s: float = 15.0  # a connection with no request (none yet, or after one) is closed after this
+    max_connections: int = 0  # open HTTP connections, at most (connections.ConnectionCap); 0: from the fd limit
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ cut off and capped; a large broken model row is parsed once until it changes."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import socket
 import sqlite3
 import subprocess
@@ -18,9 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysim.errors import UserError
 from analysim.logs import BURST
+from mlaas_monitor.auth import hash_key
 from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
 from tests.polling import scaled, wait_until
+from tests.procs import started
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     ROOT,
@@ -243,3 +247,48 @@ def test_the_gateway_exports_the_log_lines_its_rate_limit_left_out(tmp_path: Pat
                    if s.name == "analysim_log_lines_suppressed_total")  # fmt: skip
 
     assert wait_until(left_out, what="log lines left out, counted") >= 1
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_idle_connections_do_not_exhaust_descriptors_and_requests_are_served(tmp_path: Path) -> None:
+    """1,100 idle unauthenticated connections (half of them with half a request head) to a
+    gateway limited to 1,024 descriptors: its descriptors stay under the limit, a client with
+    a request is served meanwhile, and the idle ones are closed after --idle-timeout."""
+    db, port_file = tmp_path / "s.db", tmp_path / "ports.json"
+    with running_gateway(db):  # the credit model and a user, then closed
+        pass
+    store = Store(db)
+    store.add_user("alice", hash_key("alice-key-0123456789"), None, None)
+    store.close()
+    proc = started(subprocess.Popen(
+        [sys.executable, "-m", "mlaas_monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+         "--no-monitor", "--idle-timeout", "5", "--port-file", str(port_file)],
+        cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
+    ))  # fmt: skip
+    wait_until(lambda: proc.poll() is not None or port_file.exists(), what="the gateway's port file")
+    assert proc.poll() is None, proc.communicate()
+    port = json.loads(port_file.read_text())["http"]
+    idle = []
+    try:
+        for i in range(1100):
+            s = socket.create_connection(("127.0.0.1", port), timeout=scaled(30))
+            if i % 2:
+                s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half a head
+            idle.append(s)
+        assert _fds(proc.pid) < 1024
+        alice = Client("127.0.0.1", port, "alice-key-0123456789")
+        assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[:2]})[0] == 200
+        assert _fds(proc.pid) < 1024
+        # The idle ones that were left are closed by the idle timeout.
+        wait_until(lambda: _fds(proc.pid) < 100, what="idle connections closed")
+    finally:
+        for s in idle:
+            s.close()
+    proc.terminate()
+    _, err = proc.communicate(timeout=scaled(30))
+    assert "Traceback" not in err, err[-3000:]
