@@ -40,7 +40,9 @@ class ConnectionCap:
             connections = server.connections
             if len(connections) <= self.limit:
                 return
-            idle = next((h for h in connections if h not in self.busy and h is not handler), None)
+            # (One closed already but not yet gone, its transport None, is not closed twice.)
+            idle = next((h for h in connections if h not in self.busy and h is not handler and h.transport is not None),
+                        None)  # fmt: skip
             (idle or handler).force_close()
             if self.on_close is not None:
                 self.on_close("idle" if idle is not None else "busy")
