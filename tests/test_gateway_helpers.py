@@ -7,6 +7,7 @@ import functools
 import http.client
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -92,7 +93,8 @@ def start_module(
 
 
 class Client:
-    """Minimal HTTP/1.1 client: one keep-alive connection, reconnecting after errors."""
+    """Minimal HTTP/1.1 client: one keep-alive connection, reconnecting after errors and, as
+    HTTP clients do, when the server has closed it while idle (its idle timeout)."""
 
     def __init__(self, host: str, port: int, key: str | None = None) -> None:
         self.host, self.port, self.key = host, port, key
@@ -113,6 +115,8 @@ class Client:
         if k:
             headers["Authorization"] = f"Bearer {k}"
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        if self._conn is not None and self._conn.sock is not None and select.select([self._conn.sock], [], [], 0)[0]:
+            self.close()  # readable while no request is out: the server closed it
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self.host, self.port, timeout=scaled(30))
         try:
