@@ -79,10 +79,12 @@ def test_a_full_disk_does_not_stop_wal_checkpoints_for_good(tmp_path: Path) -> N
     filler.unlink()
     wal = disk / "store.db-wal"
     # Space is back: 2,000 more queries (each adds ~40 kB of WAL frames: far more than the disk
-    # would hold without checkpoints) are all answered, and the WAL stays within a bound.
+    # would hold without checkpoints) are all answered, and the WAL comes back within a bound.
     for i in range(2000):
         status, body = alice.post(PREDICT, {"rows": rows[i % 200 : i % 200 + 4]})
         assert status == 200, (i, body, wal.stat().st_size)
     wait_until(lambda: "WAL checkpoints work again" in log.read_text(), what="the checkpoints to resume")
-    assert wal.stat().st_size < 2 * WAL_TRUNCATE_BYTES
+    # (Under a steady stream of commits a truncating checkpoint may wait for a gap; once the
+    # stream stops, the next one brings the WAL back within the bound.)
+    wait_until(lambda: wal.stat().st_size <= WAL_TRUNCATE_BYTES, what="the WAL back within its bound")
     assert "Traceback" not in log.read_text()
