@@ -11,12 +11,17 @@
    under the journal, damaged journals (truncated, flipped bytes, WAL bytes, empty), a large
    broken model row, a store missing its ledger, a flood of agent reports, malformed
    protobuf and hostile ids, token rotation and SIGHUP, slow uploads, bounded latencies.
+3. The second round's gateway fault tests (G1-G6): stores damaged under their metadata,
+   model rows out of range, poison in every query-log column, a full disk under the store,
+   a frozen monitor child, idle connections, mis-encoded bodies, a trickling admin body,
+   names with a newline, a log flood, a test timing out with its processes running.
 
 Prints one Markdown table (the one in docs/reliability.md) and exits 1 if any drill lost
 acknowledged work, left a traceback, hung or failed.
 
     .venv/bin/python bench/drill_faults.py                # everything (about 3-5 minutes)
     .venv/bin/python bench/drill_faults.py --stalls 5 --jobs 600
+    .venv/bin/python bench/drill_faults.py --gateway-only
 """
 
 from __future__ import annotations
@@ -57,6 +62,34 @@ FAULT_TESTS = [  # (fault, how many injected, the test)
     ("9 tokens rotated, SIGHUP", "2", "tests/test_contract_faults.py::test_tokens_rotated_under_a_running_scheduler_take_effect_at_once"),
     ("10 uploads announcing 1 MB, sending 1 byte", "50", "tests/test_gateway_faults.py::test_slow_uploads_are_cut_off_and_capped"),
     ("10 per-step latencies bounded (200,000 steps)", "-", "tests/test_latency_quantiles.py"),
+]
+
+
+# The second round's gateway faults (issue 48), each with its test.
+GATEWAY_FAULT_TESTS = [  # (fault, how many injected, the test)
+    ("G1 store damaged under its meta (ledger+meta, version row, v3, users, a column, bad version)", "6 x 2 backends",
+     "tests/test_gateway_faults.py::test_a_damaged_store_is_refused_at_open_whatever_meta_says"),
+    ("G2 model rows out of range (negative price, decimals, top_k)", "3 x 2 backends",
+     "tests/test_gateway_faults.py::test_a_model_row_out_of_range_is_refused_for_that_model_and_not_charged"),
+    ("G2 model row with a text created column", "1",
+     "tests/test_gateway_faults.py::test_a_created_column_stored_as_text_takes_down_that_model_alone"),
+    ("G3 poison in every query-log column, before start and while running", "12",
+     "tests/test_monitor_quarantine.py::test_poison_in_any_column_is_quarantined_at_start_and_while_running"),
+    ("G4 disk full under the gateway's store (WAL checkpoints)", "1", "tests/test_gateway_disk_full.py"),
+    ("G4 monitor child frozen (SIGSTOP)", "1",
+     "tests/test_monitor_quarantine.py::test_a_frozen_monitor_child_holds_no_admin_route_and_stalls_no_answer"),
+    ("G5 1,100 idle connections, 1,024 descriptors", "1,100",
+     "tests/test_gateway_faults.py::test_idle_connections_do_not_exhaust_descriptors_and_requests_are_served"),
+    ("G5 bodies not in their Content-Encoding (gzip, deflate)", "2",
+     "tests/test_gateway_faults.py::test_a_body_not_in_its_content_encoding_is_400_without_a_traceback"),
+    ("G5 admin body trickling through the monitor forward", "1",
+     "tests/test_monitor_quarantine.py::test_a_forwarded_admin_request_gets_the_body_timeout"),
+    ("G5 names with a newline (users, groups)", "6",
+     "tests/test_monitor_service.py::test_user_and_group_names_with_a_newline_are_refused"),
+    ("G5 a flood of log lines (suppressed, counted)", "40",
+     "tests/test_gateway_faults.py::test_the_gateway_exports_the_log_lines_its_rate_limit_left_out"),
+    ("G6 a test timing out with a gateway and its monitor running", "1",
+     "tests/test_suite_hygiene.py::test_a_test_that_times_out_leaves_no_gateway_nor_monitor_behind"),
 ]
 
 
@@ -118,9 +151,9 @@ def stall_drill(tmp: Path, jobs: int, stalls: int) -> dict:
         run.stop()
 
 
-def fault_tests(tmp: Path) -> list[dict]:
-    report = tmp / "junit.xml"
-    ids = [t for _, _, t in FAULT_TESTS]
+def fault_tests(tmp: Path, tests: list[tuple[str, str, str]] = FAULT_TESTS, part: str = "") -> list[dict]:
+    report = tmp / f"junit{part}.xml"
+    ids = [t for _, _, t in tests]
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *ids],
                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
     cases = []
@@ -132,9 +165,10 @@ def fault_tests(tmp: Path) -> list[dict]:
         cases.append({"path": path, "name": tc.get("name", ""), "ok": not bad, "skipped": skipped,
                       "seconds": float(tc.get("time", 0)), "tracebacks": 0 if not bad else text.count("Traceback")})
     out = []
-    for label, faults, test in FAULT_TESTS:
+    for label, faults, test in tests:
         path, _, name = test.partition("::")
-        mine = [c for c in cases if c["path"] == path and (not name or c["name"] == name)]
+        # (a parametrised test's cases are named NAME[PARAMS])
+        mine = [c for c in cases if c["path"] == path and (not name or c["name"].split("[")[0] == name)]
         out.append({"drill": label, "faults": faults, "work": "-", "lost": 0 if mine and all(c["ok"] for c in mine) else "?",
                     "tracebacks": sum(c["tracebacks"] for c in mine), "ok": bool(mine) and all(c["ok"] for c in mine),
                     "seconds": sum(c["seconds"] for c in mine),
@@ -148,11 +182,14 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--stalls", type=int, default=3)
     ap.add_argument("--skip-tests", action="store_true", help="the stall drill only")
+    ap.add_argument("--gateway-only", action="store_true", help="the second round's gateway fault tests only")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="analysim-drill-") as d:
-        rows = [stall_drill(Path(d), a.jobs, a.stalls)]
-        if not a.skip_tests:
+        rows = [] if a.gateway_only else [stall_drill(Path(d), a.jobs, a.stalls)]
+        if not a.skip_tests and not a.gateway_only:
             rows += fault_tests(Path(d))
+        if not a.skip_tests:
+            rows += fault_tests(Path(d), GATEWAY_FAULT_TESTS, "-gateway")
     print("| drill | faults injected | acknowledged work | lost | tracebacks | result | wall s | notes |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import ClientPayloadError, web
+from aiohttp.web_protocol import RequestPayloadError
 
+from mlaas_monitor.connections import ConnectionCap, default_max_connections
 from mlaas_monitor.openapi import openapi_spec
 from mlaas_monitor.service import ApiError, Gateway, bad_field
 
@@ -20,6 +22,7 @@ GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 # OpenAPI fragments describing the routes extensions add (see openapi.py).
 OPENAPI_FRAGMENTS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_fragments", list)
 UPLOADS: web.AppKey[list[int]] = web.AppKey("uploads", list)  # [slow bodies being received now]
+CONNECTION_CAP: web.AppKey[ConnectionCap] = web.AppKey("connection_cap", ConnectionCap)
 SLOW_BODY_S = 0.25  # a body still arriving after this is a slow upload
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -54,7 +57,25 @@ def error_response(e: ApiError) -> web.Response:
     return r
 
 
-async def _read_body(request: web.Request) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The body (``_receive_body``): 413 beyond the size limit, 400 when it cannot be decoded
+    (a Content-Encoding it is not in, a broken chunked encoding); ClientGone when the client left."""
+    try:
+        return await _receive_body(request)
+    except web.HTTPRequestEntityTooLarge as e:
+        limit = request.app[GATEWAY].limits.max_body_bytes
+        raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
+    except RequestPayloadError as e:  # (aiohttp's message: "400, message:\n  Can not decode ...")
+        why = str(e).rsplit("message:", 1)[-1].strip()
+        # The rest of the body is unreadable: marked read (aiohttp would otherwise read it to
+        # reuse the connection, and log the same error as unhandled), the connection closed.
+        request.content.feed_eof()
+        raise ApiError(400, "malformed_body", f"body: {why}", "body", headers={"Connection": "close"}) from e
+    except (ConnectionError, ClientPayloadError) as e:
+        raise ClientGone(str(e)) from e
+
+
+async def _receive_body(request: web.Request) -> bytes:
     """The body, received whole within ``limits.body_timeout_s``. One that has arrived with its
     headers (the usual case) is read at once; one still arriving after ``SLOW_BODY_S`` is a slow
     upload, of which at most ``limits.max_uploads`` are waited for at a time (beyond: 503 at
@@ -89,13 +110,7 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
 
 
 async def read_json(request: web.Request) -> Any:
-    try:
-        raw = await _read_body(request)
-    except web.HTTPRequestEntityTooLarge as e:
-        limit = request.app[GATEWAY].limits.max_body_bytes
-        raise ApiError(413, "body_too_large", f"body: larger than the limit of {limit} bytes", "body") from e
-    except (ConnectionError, ClientPayloadError) as e:
-        raise ClientGone(str(e)) from e
+    raw = await read_body(request)
     if not raw:
         raise bad_field("body", "empty body: expected JSON", "malformed_json")
     try:
@@ -125,7 +140,8 @@ def build_app(gw: Gateway) -> web.Application:
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.perf_counter()
         try:
-            response = await handler(request)
+            with cap.handling(request):
+                response = await handler(request)
         except ApiError as e:
             response = error_response(e)
             gw.metrics.rejections.labels(e.code).inc()
@@ -143,8 +159,11 @@ def build_app(gw: Gateway) -> web.Application:
         gw.metrics.observe_request("http", _route_name(request), response.status, time.perf_counter() - start)
         return response
 
+    cap = ConnectionCap(gw.limits.max_connections or default_max_connections(),
+                        lambda kind: gw.metrics.connections_capped.labels(kind).inc())
     app = web.Application(middlewares=[observe], client_max_size=gw.limits.max_body_bytes)
     app[GATEWAY] = gw
+    app[CONNECTION_CAP] = cap
     app[OPENAPI_FRAGMENTS] = []
     app[UPLOADS] = [0]
 
@@ -183,7 +202,8 @@ def build_app(gw: Gateway) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         gw.require_admin(principal(request))
-        return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
+        # In a thread: a collector may wait on another process (the monitor's metrics).
+        return web.Response(body=await asyncio.to_thread(gw.metrics.render), content_type="text/plain", charset="utf-8")
 
     def admin(fn: Callable[[web.Request], Awaitable[Any]]) -> Handler:
         async def handler(request: web.Request) -> web.Response:

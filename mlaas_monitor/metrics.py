@@ -66,6 +66,12 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        self.connections_capped = Counter(
+            "analysim_gateway_connections_capped_total",
+            "HTTP connections closed at the connection cap: the oldest idle one (idle) or, every one busy, the new one (busy).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.model_load_failures = Counter(
             "analysim_gateway_model_load_failures_total",
             "Times a stored model's row was parsed and failed validation (once per version of the row), by model.",

@@ -81,6 +81,12 @@ class Policy:
                 raise PolicyError(key, "unknown policy field")
         return replace(self, **kw)
 
+    def checked(self) -> Policy:
+        """This policy, if every field is in the range a client may set it to (a stored row
+        may hold anything: a negative price would credit the user); raises PolicyError."""
+        Policy().updated(self.to_dict())
+        return self
+
 
 class PolicyError(ValueError):
     def __init__(self, field: str, problem: str) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from analysim.ops_http import start_ops_server
 from analysim.tls import TlsFiles
 from mlaas_monitor.grpc_service import build_grpc_server
-from mlaas_monitor.http_app import build_app
+from mlaas_monitor.http_app import CONNECTION_CAP, build_app
 from mlaas_monitor.service import Gateway
 
 SHUTDOWN_GRACE_S = 10.0
@@ -102,15 +102,21 @@ async def serve(
     # lingering_time: after refusing a body that is still arriving (408, 503, 413), wait for the
     # rest of it this long at most before closing (aiohttp's default, 10 s, would let a trickle
     # hold the connection on).
+    # keepalive_timeout: aiohttp closes a connection waiting for a request head this long (from
+    # its opening or its last response), the header and idle timeout in one.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
-                           lingering_time=LINGER_S)
+                           lingering_time=LINGER_S, keepalive_timeout=gw.limits.idle_timeout_s)
     await runner.setup()
+    assert runner.server is not None
+    app[CONNECTION_CAP].install(runner.server)
     ops: web.AppRunner | None = None
     started = False
     try:
         metrics_port = None
         if metrics_at is not None:
-            ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw))
+            # (Rendered in a thread: the monitor's metrics are read from its process when scraped.)
+            ops, metrics_port = await start_ops_server(gw.metrics.registry, *metrics_at, lambda: readiness(gw),
+                                                       render_in_thread=True)
         site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None)
         await site.start()
         bound_http = runner.addresses[0][1]

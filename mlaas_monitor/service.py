@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # SQLite integers are signed 64-bit: larger quotas would fail in the store, not in validation.
 MAX_QUOTA_ROWS = 2**63 - 1
 
+# Matched with fullmatch: with match, "$" would also accept a trailing newline ("bob\n" beside "bob").
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_ID_LENGTH = 200
 REQUEST_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
@@ -112,6 +113,8 @@ class Limits:
     default_rate_limit: float | None = None  # requests per second per user
     body_timeout_s: float = 10.0  # a request body must arrive whole within this (else 408)
     max_uploads: int = 128  # bodies being received at once, at most (beyond: 503 at once)
+    idle_timeout_s: float = 15.0  # a connection with no request (none yet, or after one) is closed after this
+    max_connections: int = 0  # open HTTP connections, at most (connections.ConnectionCap); 0: from the fd limit
 
 
 @dataclass(frozen=True)
@@ -235,14 +238,16 @@ class Gateway:
             # isolated meanwhile: its routes answer 503 with the reason, every other model
             # keeps serving.
             broken = self._broken.get(model_id)
-            if broken is not None and broken[0] == self.store.model_created(model_id):
-                raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[1]}", "model_id")
+            created: float | None = None
             try:
                 created = self.store.model_created(model_id)
+                if broken is not None and broken[0] == created:
+                    raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {broken[1]}", "model_id")
                 m = self.store.load_model(model_id)
             except ModelUnavailable as e:
+                if broken != (created, e.reason):  # a failure counted once until the row changes
+                    self.metrics.model_load_failures.labels(model_id).inc()
                 self._broken[model_id] = (created, e.reason)
-                self.metrics.model_load_failures.labels(model_id).inc()
                 self._mark_unavailable(model_id, e.reason)
                 raise ApiError(503, "model_unavailable", f"model {model_id!r} is unavailable: {e.reason}", "model_id") from e
             if m is None:
@@ -324,7 +329,7 @@ class Gateway:
         """
         name = self.require_user(principal)
         model = self.model(model_id)
-        if request_key is not None and not REQUEST_KEY.match(request_key):
+        if request_key is not None and not REQUEST_KEY.fullmatch(request_key):
             raise bad_field(REQUEST_KEY_FIELD, "expected 1-255 printable ASCII characters without spaces")
         try:
             if packed is None:
@@ -449,7 +454,7 @@ class Gateway:
         if unknown:
             raise bad_field(sorted(unknown)[0], "unknown field")
         name = body.get("name")
-        if type(name) is not str or not USER_NAME.match(name):
+        if type(name) is not str or not USER_NAME.fullmatch(name):
             raise bad_field("name", "expected 1-64 characters: letters, digits, '_', '.', '@', '-'")
         quota, rate = self._limits_fields(body)
         key = auth.new_key()
@@ -534,9 +539,12 @@ class Gateway:
                 old = self._by_name.get(rec.name)
                 if old is None or old.record != rec:
                     self._install(rec)
-            for mid, policy in self.store.policies().items():
-                m = self._models.get(mid)
-                if m is not None and m.policy != policy:
+            policies = self.store.policies()
+            for mid, m in list(self._models.items()):
+                policy = policies.get(mid)
+                if policy is None:  # gone, or no longer servable: the next request loads it again
+                    del self._models[mid]
+                elif m.policy != policy:
                     self._models[mid] = replace(m, policy=policy)
         for rec in users:
             u = self._by_name.get(rec.name)

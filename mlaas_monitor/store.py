@@ -29,6 +29,8 @@ per commit. On PostgreSQL durability is the server's (synchronous_commit).
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import sqlite3
 import threading
@@ -48,8 +50,14 @@ from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.store_backends import Backend, Connection, SqliteBackend, backend_for
 from mlaas_monitor.stream import QueryEvent
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 4
 CHECKPOINT_INTERVAL_S = 0.5
+# A WAL past this size is checkpointed and truncated (waiting for the commit in flight): under
+# a steady stream of commits a passive checkpoint never finds the WAL idle to restart it, and
+# one that grew while checkpoints failed (a full disk) would otherwise keep its size.
+WAL_TRUNCATE_BYTES = 8 * 1024 * 1024
 # How soon a client refused with 503 (the database unavailable) should retry.
 RETRY_AFTER_S = 1
 
@@ -136,13 +144,76 @@ _DDL_AFTER = [
 ]
 
 
+# The columns of each table as _DDL declares them (the newest version's).
+_COLUMNS: dict[str, list[str]] = {
+    table: [d.split()[0].strip('"') for d in re.sub(r"--[^\n]*", "", body).split(",") if d.strip()]
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", _DDL, re.S)
+}
+# What a table missing from an existing store would lose if it were re-created empty. The
+# sequences table is not here: it is derived (from the query log) and older stores lack it.
+_HOLDS = {
+    "models": "every model it serves",
+    "users": "every user and API key",
+    "query_log": "every logged query (what the monitor and idempotency keys read)",
+    "ledger": "every charge (users' usage would restart at 0)",
+    "meta": "the store's schema version",
+}
+
+
+def _columns_at(version: int) -> dict[str, set[str]]:
+    """Each table's columns in a store of schema VERSION: the newest's less those a later migration adds."""
+    added = {(s[0], s[1]) for v, steps in _MIGRATIONS.items() if v >= version for s in steps if isinstance(s, tuple)}
+    return {t: {c for c in cols if (t, c) not in added} for t, cols in _COLUMNS.items()}
+
+
+def _read_version(db: Connection) -> int | str | None:
+    """meta's schema version: a number, the text stored when it is not one, None when absent."""
+    row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        return str(row[0])
+
+
+def _damage(present: dict[str, set[str]], version: int | str | None) -> str | None:
+    """What an existing store (PRESENT: each table's columns, empty when absent; VERSION: as
+    meta reads) lacks that its schema version had, and what re-creating it would lose; None
+    when it is whole."""
+    missing, lost = [], []
+    for table, holds in _HOLDS.items():
+        if not present[table]:
+            missing.append(f"{table} table")
+            lost.append(holds)
+    if present["meta"] and version is None:
+        missing.append("schema version (meta's schema_version row)")
+        lost.append(_HOLDS["meta"])
+    if isinstance(version, str) or (isinstance(version, int) and version < 1):
+        return (f"the store's schema version {version!r} is not a version this AnalySIM wrote: refusing to open it; "
+                "restore the store from a backup")  # fmt: skip
+    if isinstance(version, int) and version <= SCHEMA_VERSION:
+        for table, cols in _columns_at(version).items():
+            if present[table] and table in _HOLDS:
+                for col in sorted(cols - present[table]):
+                    missing.append(f"column {table}.{col}")
+                    lost.append(f"the {col} of every {table} row")
+    if not missing:
+        return None
+    one = len(missing) == 1
+    return (f"the store's {', '.join(missing)} {'is' if one else 'are'} missing: refusing to re-create "
+            f"{'it' if one else 'them'} empty, which would lose {'; '.join(lost)}; restore the store from a backup")
+
+
 def _policy_row(p: Policy) -> tuple[Any, ...]:
     return (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, p.top_k,
             p.confidence_noise, p.noise_seed)  # fmt: skip
 
 
 def _policy_of(row: Sequence[Any]) -> Policy:
-    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]), int(row[6]))
+    """The policy of a models row; ValueError (PolicyError) or TypeError when it cannot be served."""
+    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]),
+                  int(row[6])).checked()  # fmt: skip
 
 
 class StoreUnavailable(ApiError):
@@ -335,6 +406,7 @@ class Store:
             raise
         self._stop_checkpoints = threading.Event()
         self._checkpointer: threading.Thread | None = None
+        self.checkpoint_failures = 0  # WAL checkpoints the background thread tried and failed
         if background_checkpoint and isinstance(self._backend, SqliteBackend):
             # A WAL checkpoint fsyncs the database file: milliseconds, at unpredictable
             # commits. Moving it off the serving connection into a thread (its own
@@ -352,24 +424,18 @@ class Store:
         """The store for messages: its path, or its URL without the password."""
         return self._backend.describe()
 
-    def _schema_version(self, db: Connection) -> int | None:
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return None if row is None else int(row[0])
-
     def _migrate(self) -> None:
         b = self._backend
         with self._write("migrated") as db:
             b.migration_lock(db)
-            if b.columns(db, "meta") and self._schema_version(db) == SCHEMA_VERSION:
-                # A store of this version: every table it had must still be there. One
-                # re-created empty would lose its rows in silence (a ledger billed from zero).
-                # (An older store is migrated: the tables its version lacks are made.)
-                missing = [t for t in _TABLES if not b.columns(db, t)]
-                if missing:
-                    one = len(missing) == 1
-                    raise UserError(f"{b.describe()}: the store's {', '.join(missing)} table{'' if one else 's'} "
-                                    f"{'is' if one else 'are'} missing: refusing to re-create {'it' if one else 'them'} "
-                                    "empty; restore the store from a backup")  # fmt: skip
+            # Whatever meta says, an existing store must have every table and column its version
+            # had: one re-created empty would lose its rows in silence (a ledger billed from zero).
+            # (An older store is migrated: the columns its version lacks are added.)
+            present = {t: b.columns(db, t) for t in _TABLES}
+            if any(present.values()):
+                damage = _damage(present, _read_version(db) if present["meta"] else None)
+                if damage:
+                    raise UserError(f"{b.describe()}: {damage}")
             for stmt in _DDL.split(";"):
                 if stmt.strip():
                     db.execute(b.ddl(stmt))
@@ -395,11 +461,34 @@ class Store:
         return self._checkpointer is not None
 
     def _checkpoint_loop(self, interval: float = CHECKPOINT_INTERVAL_S) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
-        try:
-            while not self._stop_checkpoints.wait(interval):
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        finally:
+        """Checkpoint every INTERVAL until the store closes (truncating a WAL past
+        WAL_TRUNCATE_BYTES). One that fails (a full disk, an I/O error) is logged once and tried
+        again each interval on a new connection: were the thread to die, the WAL would grow with
+        every commit for as long as the gateway runs."""
+        db: sqlite3.Connection | None = None
+        failing = False
+        while not self._stop_checkpoints.wait(interval):
+            try:
+                if db is None:
+                    db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+                wal = Path(f"{self.path}-wal")
+                big = wal.exists() and wal.stat().st_size > WAL_TRUNCATE_BYTES
+                db.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if big else 'PASSIVE'})").fetchone()
+            except Exception as e:  # noqa: BLE001 (whatever it is, the next interval tries again)
+                self.checkpoint_failures += 1
+                if not failing:
+                    log.error("store %s: WAL checkpoint failed, retrying every %g s (the WAL grows meanwhile): %s",
+                              self.describe(), interval, e)  # fmt: skip
+                failing = True
+                if db is not None:
+                    with suppress(Exception):
+                        db.close()
+                    db = None
+                continue
+            if failing:
+                log.warning("store %s: WAL checkpoints work again", self.describe())
+                failing = False
+        if db is not None:
             db.close()
 
     def _conn(self, doing: str = "read") -> AbstractContextManager[Connection]:
@@ -466,10 +555,15 @@ class Store:
             return [r[0] for r in db.execute("SELECT id FROM models ORDER BY id")]
 
     def model_created(self, model_id: str) -> float | None:
-        """When the model's row was last written (cheap: the spec is not read); None if absent."""
+        """When the model's row was last written (cheap: the spec is not read); None if absent.
+        ModelUnavailable when the row's created column is not a number."""
         with self._conn() as db:
             row = db.execute(self._sql("SELECT created FROM models WHERE id=?"), (model_id,)).fetchone()
-        return None if row is None else float(row[0])
+        if row is None:
+            return None
+        if type(row[0]) not in (int, float):
+            raise ModelUnavailable(model_id, f"its created column is not a number: {str(row[0])[:40]!r}")
+        return float(row[0])
 
     def load_model(self, model_id: str) -> Model | None:
         with self._conn() as db:
@@ -488,10 +582,15 @@ class Store:
             raise ModelUnavailable(model_id, f"{type(e).__name__}: {str(e)[:200]}") from e
 
     def policies(self) -> dict[str, Policy]:
-        """Every stored model's policy (what a replica refreshes when the config changes)."""
+        """Every stored model's policy that can be served (what a replica refreshes when the
+        config changes); a model whose row cannot be served is left out."""
         with self._conn() as db:
-            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models")
-            return {r[0]: _policy_of(r[1:]) for r in rows}
+            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models").fetchall()
+        out = {}
+        for r in rows:
+            with suppress(ValueError, TypeError):
+                out[r[0]] = _policy_of(r[1:])
+        return out
 
     def set_policy(self, model_id: str, p: Policy) -> None:
         with self._write() as db:
@@ -721,14 +820,34 @@ def _told(labels: bytes, conf: bytes | None, leaves: bytes | None) -> tuple[np.n
 
 
 def _event(r: Iterable[Any]) -> QueryEvent:
-    """A logged row as an event; one whose blobs do not fit its shape comes back with its
-    ``problem`` said (the monitor quarantines it and moves on)."""
+    """A logged row as an event; one whose columns are not what the gateway writes (a
+    timestamp as text, a user as a blob, blobs that do not fit the shape) comes back with its
+    ``problem`` said and its fields made safe to log (the monitor quarantines it and moves on)."""
     qid, ts, user, model, n, f, feats, labels, conf, leaves = r
-    problem = _blob_problem(n, f, feats, labels, conf, leaves)
+    problem = _column_problem(ts, user, model) or _blob_problem(n, f, feats, labels, conf, leaves)
     if problem is not None:
-        return QueryEvent(qid, ts, user, model, np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)
+        return QueryEvent(qid, ts if _is_finite_number(ts) else 0.0, _as_text(user), _as_text(model),
+                          np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)  # fmt: skip
     features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
-    return QueryEvent(qid, ts, user, model, features, *_told(labels, conf, leaves))
+    return QueryEvent(qid, float(ts), user, model, features, *_told(labels, conf, leaves))
+
+
+def _is_finite_number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _as_text(v: Any) -> str:
+    """A text column's value, or its repr (shortened) when it is not text."""
+    return v if isinstance(v, str) else repr(v)[:60]
+
+
+def _column_problem(ts: Any, user: Any, model: Any) -> str | None:
+    if not _is_finite_number(ts):
+        return f"ts {_as_text(ts)} is not a finite number"
+    for name, v in (("user", user), ("model", model)):
+        if not isinstance(v, str):
+            return f"{name} {_as_text(v)} is not text"
+    return None
 
 
 def _blob_problem(n: Any, f: Any, feats: Any, labels: Any, conf: Any, leaves: Any) -> str | None:

@@ -10,12 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from analysim.core.job import GPU_MILLI
 from analysim.core.metrics import head_of_line_fragmentation
-from analysim.logs import RATE_LIMIT
 from analysim.ops_http import add_standard_metrics
 from scheduler_svc.grpc_metrics import GrpcServerMetrics
 from scheduler_svc.kueue_metrics import KueueMetrics
@@ -80,7 +79,6 @@ class SchedulerMetrics:
         self.registry.register(_ClusterCollector(lambda: live))
         if live.cluster.partition is not None:
             self.kueue = KueueMetrics(self.registry, live)
-        self.registry.register(_SuppressedLines())
         Gauge("analysim_journal_writable", "1 while the journal takes writes; 0 (disk full, I/O error): "
               "submissions are refused and the open group is kept and retried.",
               registry=self.registry).set_function(lambda: 0.0 if live.journal.failure else 1.0)
@@ -92,20 +90,6 @@ class SchedulerMetrics:
                 self.vc(c, v)
             for source in ("trace", "client"):
                 self.submitted.labels(v, source)
-
-
-class _SuppressedLines(Collector):
-    """Log lines left out by the rate limit (analysim.logs), by source."""
-
-    def describe(self) -> list:
-        return []
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        c = CounterMetricFamily("analysim_log_lines_suppressed", "Log lines left out by the per-source rate limit.",
-                                labels=["source"])
-        for source, n in sorted(RATE_LIMIT.suppressed.items()):
-            c.add_metric([source], n)
-        yield c
 
 
 class _ClusterCollector(Collector):

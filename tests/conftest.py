@@ -7,8 +7,17 @@ import pytest
 
 import analysim  # noqa: F401  (sets GRPC_ENABLE_FORK_SUPPORT=false before grpc is imported; see there)
 from tests.pg import PgCluster, throwaway_cluster
+from tests.procs import kill_started
 
 BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(autouse=True)
+def _kill_started_processes() -> Iterator[None]:
+    """Every process a test started through tests.procs.started is gone when the test ends,
+    timeouts and failures included."""
+    yield
+    kill_started()
 
 
 @pytest.fixture(scope="session")

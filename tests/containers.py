@@ -32,6 +32,8 @@ PROMETHEUS_CHANGES = ("USER nobody", "WORKDIR /prometheus", 'ENTRYPOINT ["/usr/b
 ENV = {"base": "ANALYSIM_TEST_BASE_IMAGE", "prometheus": "ANALYSIM_TEST_PROMETHEUS_IMAGE",
        "analysim": "ANALYSIM_TEST_IMAGE", "ray": "ANALYSIM_TEST_RAY_IMAGE"}
 RAY_EXTRAS = "postgres,ray,plots"
+# The label on every image (and build layer) the suite makes: what it prunes is only its own.
+SUITE_LABEL = "org.analysim.test-suite=1"
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -81,7 +83,7 @@ def context_files() -> list[Path]:
 
 
 def _rootfs_image(repo: str, packages: tuple[str, ...], hook: str = "", changes: tuple[str, ...] = ()) -> str:
-    tag = f"localhost/{repo}:{digest(SUITE, *packages, hook, *changes)}"
+    tag = f"localhost/{repo}:{digest(SUITE, *packages, hook, *changes, SUITE_LABEL)}"
     if exists(tag):
         return tag
     if shutil.which("mmdebstrap") is None:
@@ -94,7 +96,8 @@ def _rootfs_image(repo: str, packages: tuple[str, ...], hook: str = "", changes:
         r = subprocess.run([*cmd, SUITE, str(tar)], capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
             raise RuntimeError(f"mmdebstrap {repo}: {r.stderr.strip()[-2000:]}")
-        podman("import", *(a for c in changes for a in ("--change", c)), str(tar), tag, timeout=600)
+        labelled = (*changes, f"LABEL {SUITE_LABEL}")
+        podman("import", *(a for c in labelled for a in ("--change", c)), str(tar), tag, timeout=600)
     return tag
 
 
@@ -111,25 +114,31 @@ def analysim_image(extras: str = "", base: str | None = None) -> str:
     base = base or base_image()
     base_id = podman("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
     files = context_files()
-    h = digest(base_id, extras, DOCKERFILE.read_bytes(),
+    h = digest(base_id, extras, SUITE_LABEL, DOCKERFILE.read_bytes(),
                *(x for f in files for x in (str(f.relative_to(ROOT)), f.read_bytes())))
     repo = "localhost/analysim/analysim-ray" if "ray" in extras.split(",") else "localhost/analysim/analysim"
     tag = f"{repo}:ctx-{h}"
     if exists(tag):
         return tag
     args = ["build", "--format", "docker", "--network", "host", "--build-arg", f"BASE={base}", "-f", str(DOCKERFILE),
-            "-t", tag]
+            "-t", tag, "--label", SUITE_LABEL]
     if extras:
         args += ["--build-arg", f"EXTRAS={extras}"]
     if CA_BUNDLE.is_file():  # pip in the build verifies the package index with the host's CAs
         args += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
     podman(*args, str(ROOT), timeout=3600)
-    # Older builds of the same image are stale: drop them (and their dangling layers).
+    # Older builds of the same image are stale: drop them, and the dangling layers the suite's
+    # builds left (by their label: another project's dangling images are not ours to remove).
     for line in podman("images", "--format", "{{.Repository}}:{{.Tag}}", repo).stdout.split():
         if line.startswith(f"{repo}:ctx-") and line != tag:
             podman("rmi", line, check=False)
-    podman("image", "prune", "-f", check=False)
+    prune_suite_layers()
     return tag
+
+
+def prune_suite_layers() -> None:
+    """Remove the dangling images the suite's builds left, and only those."""
+    podman("image", "prune", "-f", "--filter", f"label={SUITE_LABEL}", check=False)
 
 
 def from_env_or_build(kind: str) -> str:

@@ -31,6 +31,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
@@ -211,6 +212,26 @@ def project(images: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -
         service.wait(30)
         left = containers.podman("ps", "-a", "--filter", f"label=com.docker.compose.project={p.name}", "-q").stdout
         assert r.returncode == 0 and not left.strip(), f"compose down left containers:\n{r.stderr[-2000:]}"
+
+
+def _one_file_image(tmp: Path, name: str, *changes: str) -> str:
+    """An untagged (dangling) image of one file with random content, imported; its id."""
+    (tmp / name).write_text(secrets.token_hex(16))
+    tar = tmp / f"{name}.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(tmp / name, arcname=name)
+    return containers.podman("import", *(a for c in changes for a in ("--change", c)), str(tar)).stdout.strip()
+
+
+def test_pruning_removes_the_suites_dangling_images_and_no_other(tmp_path: Path) -> None:
+    foreign = _one_file_image(tmp_path, "foreign")
+    ours = _one_file_image(tmp_path, "ours", f"LABEL {containers.SUITE_LABEL}")
+    try:
+        containers.prune_suite_layers()
+        assert containers.exists(foreign), "a dangling image the suite did not make was removed"
+        assert not containers.exists(ours)
+    finally:
+        containers.podman("rmi", "-f", foreign, ours, check=False)
 
 
 def test_the_stack_in_containers(project: Project) -> None:

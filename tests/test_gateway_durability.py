@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     Client,
@@ -117,7 +118,7 @@ def test_sigkill_loses_nothing_that_was_answered(tmp_path: Path) -> None:
         hammer.start()
         wait_until(lambda: len(hammer.answered) >= 300, what="300 answered queries")
         proc.send_signal(signal.SIGKILL)
-        assert proc.wait(30) == -signal.SIGKILL
+        assert proc.wait(scaled(30)) == -signal.SIGKILL
         hammer.join()
     finally:
         proc.kill()
@@ -147,7 +148,7 @@ def test_sigkill_loses_nothing_that_was_answered(tmp_path: Path) -> None:
         assert user.post("/v1/models/credit/predict", {"rows": credit_rows()[:1]})[0] == 200
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(scaled(30)) == 0
 
 
 def test_sigterm_finishes_in_flight_requests_and_the_ledger_matches_exactly(tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_sigterm_finishes_in_flight_requests_and_the_ledger_matches_exactly(tmp_
         hammer.start()
         wait_until(lambda: len(hammer.answered) >= 200, what="200 answered queries")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(scaled(30)) == 0
         hammer.join()
         _, err = proc.communicate()
         assert "gateway: stopped" in err and "Traceback" not in err

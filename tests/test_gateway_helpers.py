@@ -7,6 +7,7 @@ import functools
 import http.client
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
 from mlaas_monitor.training import train_model
-from tests.polling import wait_until
+from tests.polling import scaled, wait_until
+from tests.procs import started
 from tests.shared import DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +75,14 @@ def start_module(
 ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     """Run ``python -m ARGS --port-file PORT_FILE`` (the test admin key in its environment)
     and return it with the ports it wrote, once it listens. stderr is piped, so a process
-    that dies while starting fails the test with its message."""
+    that dies while starting fails the test with its message; it (and what it starts) is
+    killed when the test ends, however it ends."""
     port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen(
+    proc = started(subprocess.Popen(
         [sys.executable, "-m", *args, "--port-file", str(port_file)],
         cwd=ROOT, env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY},
         stdout=stdout, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    ))  # fmt: skip
 
     def ready() -> bool:
         assert proc.poll() is None, proc.communicate()
@@ -90,7 +93,8 @@ def start_module(
 
 
 class Client:
-    """Minimal HTTP/1.1 client: one keep-alive connection, reconnecting after errors."""
+    """Minimal HTTP/1.1 client: one keep-alive connection, reconnecting after errors and, as
+    HTTP clients do, when the server has closed it while idle (its idle timeout)."""
 
     def __init__(self, host: str, port: int, key: str | None = None) -> None:
         self.host, self.port, self.key = host, port, key
@@ -111,8 +115,10 @@ class Client:
         if k:
             headers["Authorization"] = f"Bearer {k}"
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        if self._conn is not None and self._conn.sock is not None and select.select([self._conn.sock], [], [], 0)[0]:
+            self.close()  # readable while no request is out: the server closed it
         if self._conn is None:
-            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=scaled(30))
         try:
             self._conn.request(method, path, body=data, headers=headers)
             resp = self._conn.getresponse()
@@ -164,7 +170,7 @@ class Running:
 
 @contextmanager
 def running_gateway(
-    db: Path, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
+    db: Path | str, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
 ) -> Iterator[Running]:
     store = Store(db, background_checkpoint=True)
     for m in models if models is not None else [credit_model()]:

@@ -153,14 +153,21 @@ def test_a_duplicate_while_the_first_is_in_flight_is_409(store_db: str) -> None:
 
 def test_a_version_1_store_is_migrated(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    # The query log as version 1 wrote it (the other tables did not change).
+    # The store as version 1 wrote it.
     con = sqlite3.connect(db)
     con.executescript(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         " INSERT INTO meta VALUES ('schema_version', '1');"
+        " CREATE TABLE models (id TEXT PRIMARY KEY, created REAL NOT NULL, spec TEXT NOT NULL,"
+        " reveal_confidence INTEGER NOT NULL, confidence_decimals INTEGER NOT NULL, reveal_leaf INTEGER NOT NULL,"
+        " price_micros INTEGER NOT NULL);"
+        " CREATE TABLE users (name TEXT PRIMARY KEY, key_hash TEXT NOT NULL UNIQUE, created REAL NOT NULL,"
+        " revoked REAL, quota_rows INTEGER, rate_limit REAL);"
         " CREATE TABLE query_log (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, user TEXT NOT NULL,"
         " model TEXT NOT NULL, n_rows INTEGER NOT NULL, n_features INTEGER NOT NULL, features BLOB NOT NULL,"
         " labels BLOB NOT NULL, confidences BLOB, leaves BLOB);"
+        " CREATE TABLE ledger (query_id INTEGER PRIMARY KEY REFERENCES query_log(id), ts REAL NOT NULL,"
+        " user TEXT NOT NULL, model TEXT NOT NULL, rows INTEGER NOT NULL, amount_micros INTEGER NOT NULL);"
     )
     con.close()
     store = Store(db)

@@ -31,6 +31,7 @@ from analysim._protos.v1 import prediction_pb2 as pb
 from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.errors import UserError
 from mlaas_monitor.store import SCHEMA_VERSION, Admission, QueryRecord, Refused, Store
+from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_gateway_http import PREDICT
 
@@ -283,7 +284,7 @@ def test_workers_stop_when_their_supervisor_is_killed(store_with_model: str, tmp
     proc, ports = gateway(store_with_model, tmp_path / "ports.json", "--workers", "2")
     pids = [w["pid"] for w in ports["workers"]]
     proc.kill()
-    proc.wait(30)
+    proc.wait(scaled(30))
 
     def gone(pid: int) -> bool:
         try:

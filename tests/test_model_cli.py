@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.shared import needs_shared
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
@@ -117,6 +118,6 @@ def test_analysim_gateway_serves_models_trained_while_running(tmp_path: Path) ->
         assert status == 200 and body["predictions"][0]["label"] == 0
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0, err
     assert out.startswith("gateway (monitored): http://127.0.0.1:")

@@ -19,6 +19,7 @@ from mlaas_monitor import auth
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.service import Decisions
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 
 
@@ -73,7 +74,7 @@ def test_shared_monitor_pushes_decisions_to_every_gateway_and_survives_sigkill(t
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait(30)
+                p.wait(scaled(30))
 
 
 def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs: list[subprocess.Popen[str]],
@@ -121,7 +122,7 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
     # The monitor SIGKILLed: both gateways keep serving, with the last decisions.
     mproc = procs[0]
     mproc.send_signal(signal.SIGKILL)
-    mproc.wait(30)
+    mproc.wait(scaled(30))
     for g in (ga, gb):
         wait_until(lambda: metric(g, "analysim_gateway_monitor_up") == 0, what="the gateways to notice")  # noqa: B023
     assert degraded(ben_a) and degraded(ben_b)
@@ -148,7 +149,7 @@ def run(db: Path, tmp: Path, rows: list[list[Any]], keys: dict[str, str], procs:
     for c in (ben_a, ben_b):
         wait_until(lambda: c.post("/v1/models/credit/predict", {"rows": rows[:1]})[0] == 403, what="ben refused")  # noqa: B023
     mproc.send_signal(signal.SIGTERM)
-    assert mproc.wait(30) == 0
+    assert mproc.wait(scaled(30)) == 0
 
 
 def test_decisions_long_poll_answers_on_change_on_a_foreign_token_and_on_close() -> None:

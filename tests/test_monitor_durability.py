@@ -12,6 +12,7 @@ from typing import Any
 
 from mlaas_monitor.model import Policy
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
     Client,
@@ -101,7 +102,7 @@ def test_monitor_state_survives_sigkill_and_sigterm(tmp_path: Path) -> None:
         gateway_nice = os.getpriority(os.PRIO_PROCESS, proc.pid)
         assert os.getpriority(os.PRIO_PROCESS, monitor_pid) == min(gateway_nice + 10, 19)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        proc.wait(scaled(30))
         wait_until(lambda: gone(monitor_pid), what="the gateway's monitor to exit with it")
         proc, admin = start(db, port_file)
         after = views(admin, subjects)
@@ -120,9 +121,9 @@ def test_monitor_state_survives_sigkill_and_sigterm(tmp_path: Path) -> None:
 
         # SIGTERM: a graceful stop checkpoints; nothing changes across the restart.
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(scaled(30)) == 0
         proc, admin = start(db, port_file)
         assert views(admin, subjects) == before2
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))

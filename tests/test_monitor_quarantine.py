@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,14 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.client import FORWARD_TIMEOUT_S, SCRAPE_TIMEOUT_S
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.procs import descendants
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_live_helpers import http_get
 from tests.test_monitor_durability import gone
+from tests.threads import CheckedThread
 
 F = len(credit_model().schema)
 
@@ -104,7 +109,7 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
             recorded = dict(c.execute("SELECT seq, reason FROM monitor_quarantine"))
         assert recorded == bad
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(scaled(30)) == 0
         # A restart reads the log again from the start: the same rows are skipped, not counted
         # again, and monitoring goes on.
         proc, admin = _start(db, port_file)
@@ -115,7 +120,7 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
         wait_until(lambda: _n_queries(admin).get("alice") == 35, what="monitoring resumed after the restart")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
 
 
 def _ops(port: int, path: str) -> tuple[int, str]:
@@ -150,7 +155,7 @@ def test_a_monitor_that_cannot_read_the_log_is_not_up_nor_ready(tmp_path: Path) 
         wait_until(lambda: _monitor_up(ops) == 1 and _ops(ops, "/readyz")[0] == 200, what="the monitor following again")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
 
 
 def _children(pid: int) -> list[int]:
@@ -185,4 +190,116 @@ def test_a_killed_monitor_child_is_restarted(tmp_path: Path) -> None:
         wait_until(lambda: _n_queries(admin).get("alice") == 25, what="monitoring resumed in the new monitor")
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.wait(scaled(30))
+
+
+# Values the gateway never writes, column by column (SQLite stores what it is given, but for
+# numbers in a text column, which its affinity turns into text).
+POISON_COLUMNS = [("ts", "'yesterday'"), ("ts", "x'00ff'"), ("ts", "9e999"), ("ts", "-9e999"), ("user", "x'616c'"),
+                  ("model", "x'63726564'")]  # fmt: skip
+
+
+def _poison_columns(db: Path) -> list[int]:
+    """A good-looking row of mallory's with one poisoned column each (POISON_COLUMNS); their seqs."""
+    x = np.zeros((1, F), "<f8").tobytes()
+    label = np.zeros(1, "<i4").tobytes()
+    seqs = []
+    with closing(sqlite3.connect(db, timeout=30, isolation_level=None)) as c:
+        c.execute("BEGIN IMMEDIATE")
+        seq = c.execute("SELECT next FROM sequences WHERE name = 'query_log'").fetchone()[0]
+        for column, value in POISON_COLUMNS:
+            v = {"ts": "strftime('%s', 'now')", "user": "'mallory'", "model": "'credit'", column: value}
+            c.execute(f'INSERT INTO query_log (id, ts, "user", model, n_rows, n_features, features, labels)'
+                      f" VALUES (?, {v['ts']}, {v['user']}, {v['model']}, 1, ?, ?, ?)", (seq, F, x, label))  # fmt: skip
+            seqs.append(seq)
+            seq += 1
+        c.execute("UPDATE sequences SET next = ? WHERE name = 'query_log'", (seq,))
+        c.execute("COMMIT")
+    return seqs
+
+
+def _quarantined_seqs(db: Path) -> set[int]:
+    with closing(sqlite3.connect(db, timeout=30)) as c:
+        return {r[0] for r in c.execute("SELECT seq FROM monitor_quarantine")}
+
+
+def test_poison_in_any_column_is_quarantined_at_start_and_while_running(tmp_path: Path) -> None:
+    """Rows poisoned while the gateway is down do not stop it starting; rows poisoned under a
+    running monitor are quarantined, not folded; good queries around them are folded."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    _store(db)
+    before = _poison_columns(db)  # written while no gateway runs
+    proc, admin = _start(db, port_file)
+    key = admin.post("/v1/admin/users", {"name": "alice"})[1]["api_key"]
+    alice = Client("127.0.0.1", admin.port, key)
+    assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[:10]})[0] == 200
+    wait_until(lambda: _n_queries(admin).get("alice") == 10, what="alice's queries folded past the poison")
+    assert set(before) <= _quarantined_seqs(db)
+    during = _poison_columns(db)
+    assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[10:20]})[0] == 200
+    wait_until(lambda: _n_queries(admin).get("alice") == 20, what="alice's queries folded past the new poison")
+    assert set(during) <= _quarantined_seqs(db)
+    assert set(_n_queries(admin)) == {"alice"}  # mallory's rows were never folded
+    assert _quarantined(admin).get("undecodable") == len(before) + len(during)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(scaled(30)) == 0
+    assert "Traceback" not in proc.communicate()[1]
+
+
+def test_a_frozen_monitor_child_holds_no_admin_route_and_stalls_no_answer(tmp_path: Path) -> None:
+    """SIGSTOP the gateway's monitor (it still accepts connections, answers nothing): a
+    forwarded admin route is 503 after FORWARD_TIMEOUT_S, not 60 s, and while a scrape of
+    /metrics waits on the monitor's metrics, queries are answered meanwhile."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    _store(db)
+    proc, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0"],
+                               port_file, "the gateway's port file")  # fmt: skip
+    admin, ops = Client("127.0.0.1", ports["http"], ADMIN_KEY), ports["metrics"]
+    alice = Client("127.0.0.1", admin.port, admin.post("/v1/admin/users", {"name": "alice"})[1]["api_key"])
+    assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[:5]})[0] == 200
+    wait_until(lambda: _n_queries(admin).get("alice") == 5, what="alice's queries folded")
+    (child,) = _children(proc.pid)
+    os.kill(child, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        status, body = admin.get("/v1/admin/monitor/credit")
+        took = time.monotonic() - start
+        assert (status, body["error"]["code"]) == (503, "monitor_unavailable"), body
+        assert FORWARD_TIMEOUT_S <= took < 50, took  # (it was held 60 s)
+        span: list[float] = []
+
+        def scrape() -> None:
+            span.append(time.monotonic())
+            assert _ops(ops, "/metrics")[0] == 200
+            span.append(time.monotonic())
+
+        scraper = CheckedThread(scrape, name="scraper")
+        scraper.start()
+        answered: list[tuple[float, float]] = []
+        while scraper.is_alive():
+            sent = time.monotonic()
+            assert alice.post("/v1/models/credit/predict", {"rows": credit_rows()[:1]})[0] == 200
+            answered.append((sent, time.monotonic()))
+        scraper.join(scaled(30))
+        assert span[1] - span[0] >= SCRAPE_TIMEOUT_S * 0.9, span  # the scrape did wait on the monitor
+        during = [a for a in answered if span[0] <= a[0] and a[1] <= span[1]]
+        assert len(during) >= 3, (span, answered)  # (the event loop was blocked for the whole scrape)
+    finally:
+        os.kill(child, signal.SIGCONT)
+
+
+def test_a_forwarded_admin_request_gets_the_body_timeout(tmp_path: Path) -> None:
+    """An admin request to a monitor route whose body trickles in is cut off (408) after the
+    gateway's --body-timeout, as any other route's."""
+    db, port_file = tmp_path / "store.db", tmp_path / "ports.json"
+    _store(db)
+    _, ports = start_module(["mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+                             "--body-timeout", "1"], port_file, "the gateway's port file")  # fmt: skip
+    head = (f"PUT /v1/admin/monitor/credit/config HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode()
+    with socket.create_connection(("127.0.0.1", ports["http"]), timeout=scaled(30)) as s:
+        s.sendall(head)
+        data = b""
+        while chunk := s.recv(65536):  # until the gateway closes it
+            data += chunk
+    assert data.split()[1] == b"408", data[:300]

@@ -20,6 +20,7 @@ from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.attacks import ApiClient, Domain, Oracle, Pathfinding
 from mlaas_monitor.store import Store
 from tests.pg import PgCluster
+from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_monitor_daemon import free_port, metric
 
@@ -74,7 +75,7 @@ class Deployment:
                     p.wait(60)
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    p.wait(30)
+                    p.wait(scaled(30))
 
 
 def deploy(cluster: PgCluster, tmp: Path, workers: int) -> Deployment:
@@ -152,7 +153,7 @@ def test_replicas_see_one_monitor(deployments: tuple[Deployment, Deployment]) ->
     history = two.monitor.get("/v1/admin/monitor/credit/users/m1")[1]["history"]
     monitor_proc = two.procs[0]
     monitor_proc.send_signal(signal.SIGKILL)
-    monitor_proc.wait(30)
+    monitor_proc.wait(scaled(30))
     late = [two.client("late") for _ in range(4)]
     rows = credit_rows()
     for i in range(0, 80, 2):

@@ -226,3 +226,10 @@ def test_store_tables_are_ours(tmp_path: Path, env: Env) -> None:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     db.close()
     assert {"monitor_subjects", "monitor_history", "monitor_warnings", "monitor_groups", "monitor_checkpoint"} <= tables
+
+
+@pytest.mark.parametrize("name", ["bob\n", "bob\r\n", "\nbob"])
+def test_user_and_group_names_with_a_newline_are_refused(env: Env, name: str) -> None:
+    for path, body in (("/v1/admin/users", {"name": name}), ("/v1/admin/groups", {"name": name, "members": ["x"]})):
+        status, answer = env.admin.post(path, body)
+        assert (status, answer["error"]["field"]) == (400, "name"), (path, answer)

@@ -43,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="a request body must arrive whole within S seconds, else 408 (default 10)")
     p.add_argument("--max-uploads", type=positive_int, default=128, metavar="N",
                    help="bodies received at once, at most; beyond, 503 with Retry-After at once (default 128)")
+    p.add_argument("--idle-timeout", type=float, default=15.0, metavar="S",
+                   help="close a connection that has sent no complete request head for S seconds, before its first "
+                        "request or after one (default 15)")
+    p.add_argument("--max-connections", type=nonneg_int, default=0, metavar="N",
+                   help="open HTTP connections at most; at the cap a new one closes the oldest idle one (default 0: "
+                        "the descriptor limit less 128)")
     p.add_argument("--default-quota-rows", type=nonneg_int, help="per-user row quota (default: unlimited)")
     p.add_argument("--default-rate-limit", type=rate, help="per-user requests/s (default: unlimited)")
     p.add_argument("--no-monitor", action="store_true",
@@ -93,7 +99,7 @@ def _serve(args: argparse.Namespace, worker: int | None = None) -> None:
     admin_key = load_admin_key(os.environ, args.admin_key_file)
     store = Store(args.db, args.synchronous, background_checkpoint=True)
     limits = Limits(args.max_body_bytes, args.max_batch_rows, args.default_quota_rows, args.default_rate_limit,
-                    args.body_timeout, args.max_uploads)
+                    args.body_timeout, args.max_uploads, args.idle_timeout, args.max_connections)
     gw = Gateway(store, admin_key, limits)
 
     def ready(b: Bound) -> None:

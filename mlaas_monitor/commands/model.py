@@ -70,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
     from mlaas_monitor.model import Policy, PolicyError
     from mlaas_monitor.training import train_model
 
-    if not MODEL_ID.match(args.name):
+    if not MODEL_ID.fullmatch(args.name):
         raise UserError("--name: expected 1-64 characters: letters, digits, '_', '.', '-'")
     try:
         policy = Policy().updated(

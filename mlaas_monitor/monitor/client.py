@@ -39,7 +39,7 @@ from prometheus_client.registry import Collector
 
 from analysim.errors import UserError
 from mlaas_monitor.admin_key import ENV_VAR
-from mlaas_monitor.http_app import add_openapi
+from mlaas_monitor.http_app import add_openapi, read_body
 from mlaas_monitor.monitor.openapi import monitor_openapi
 from mlaas_monitor.monitor.service import ADMIN_ROUTES, DECISIONS_PATH, GROUP_NAME, MAX_GROUP_MEMBERS
 from mlaas_monitor.service import ApiError, Gateway
@@ -50,6 +50,9 @@ RETRY_S = 1.0  # back-off before resubscribing to a monitor that is down
 START_TIMEOUT_S = 600.0  # the monitor reads the whole log once before it listens
 RESTART_BACKOFF_S = (1.0, 30.0)  # a dead child monitor is restarted after 1 s, doubling up to 30 s
 SCRAPE_TIMEOUT_S = 2.0
+# How long a forwarded admin request may wait for the monitor's answer: a monitor that is
+# stopped (SIGSTOP) or wedged still accepts connections, and would hold the admin route.
+FORWARD_TIMEOUT_S = 10.0
 # The gateway's own monitor runs below the gateway's CPU priority: answering queries is the
 # product, folding them in can wait a few milliseconds (it follows the log and catches up).
 # Without it, the scheduler lets the monitor's wake-ups take the core the gateway runs on.
@@ -151,12 +154,14 @@ class MonitorClient:
     # ---- admin routes ----
 
     async def forward(self, request: web.Request) -> web.Response:
+        """The admin request, its body received within the gateway's body timeout, sent to the
+        monitor; 503 when it does not answer within FORWARD_TIMEOUT_S."""
         assert self._session is not None
-        body = await request.read()
+        body = await read_body(request)
         try:
             async with self._session.request(request.method, f"{self.url}{request.path_qs}", data=body or None,
                                              headers={**self.auth, "Content-Type": "application/json"},
-                                             timeout=aiohttp.ClientTimeout(total=60)) as r:  # fmt: skip
+                                             timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as r:  # fmt: skip
                 return web.Response(body=await r.read(), status=r.status, content_type="application/json",
                                     headers={k: v for k, v in r.headers.items() if k in ("Allow", "Retry-After")})  # fmt: skip
         except (aiohttp.ClientError, TimeoutError) as e:

@@ -334,6 +334,9 @@ class Monitor(MonitorBase):
         now = time.time()
         for e in page:
             self.cursor = e.seq
+            if e.problem is not None:  # (its model may not even be text: no monitor to ask)
+                self._quarantine(e, "undecodable", e.problem)
+                continue
             try:
                 mon = self.monitor(e.model_id)
             except ApiError as err:
@@ -438,7 +441,7 @@ class Monitor(MonitorBase):
         if unknown:
             raise bad_field(str(sorted(unknown)[0])[:40], "unknown field")
         name = body.get("name")
-        if type(name) is not str or not GROUP_NAME.match(name):
+        if type(name) is not str or not GROUP_NAME.fullmatch(name):
             raise bad_field("name", "expected 1-64 characters: letters, digits, '_', '.', '@', '-'")
         members = body.get("members")
         if type(members) is not list or not 1 <= len(members) <= MAX_GROUP_MEMBERS:
