@@ -516,6 +516,15 @@ class LiveScheduler:
             if not self._taken(job_id):
                 return job_id
 
+    def known_vcs(self) -> list[str]:
+        """Every value a job's vc takes on this run: the partition's LocalQueues under a partition,
+        else the cluster's VCs, else "default". Every per-VC metric has a series for each, at 0
+        until something happens, so that "none" reads as 0 rather than as no data."""
+        c = self.cluster
+        if c.partition is not None:
+            return sorted(lq for lq, _ in c.partition.queue_of)
+        return [v.name for v in c.vcs] or ["default"]
+
     def default_vc(self) -> str:
         """What a submission without a vc means: "default" on a cluster that names no VCs; on one
         that does, nothing ("vc is required", with the list), rather than a VC it has not."""

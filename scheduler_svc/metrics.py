@@ -86,7 +86,7 @@ class SchedulerMetrics:
               registry=self.registry).set_function(lambda: 0.0 if live.journal.failure else 1.0)
         # Every per-VC counter starts at 0 for every VC, so that a rate is 0 (not absent)
         # until the first event: dashboards and alerts then tell "none" from "no data".
-        for v in [v.name for v in live.cluster.vcs] or ["default"]:
+        for v in live.known_vcs():
             for c in (self.started, self.completed, self.preempted, self.migrated, self.requeued, self.failed,
                       self.cancelled):
                 self.vc(c, v)
@@ -124,11 +124,14 @@ class _ClusterCollector(Collector):
         alloc = GaugeMetricFamily("analysim_allocated_gpus", "GPUs held by running jobs, by VC and GPU model.",
                                   labels=["vc", "gpu_model"])
         free = GaugeMetricFamily("analysim_free_gpus", "Free GPUs on nodes that are up, by GPU model.", labels=["gpu_model"])
-        by: dict[tuple[str, str], float] = defaultdict(float)
+        vcs = live.known_vcs()
+        # Every known VC on every model, at 0 when it holds none (trace VCs the run does not name too).
+        by: dict[tuple[str, str], float] = {(vc, m): 0.0 for vc in vcs for m in models}
         for job in eng.running.values():
             per = job.spec.gpu_milli / GPU_MILLI
             for n, slots in job.placement.gpus:
-                by[(job.spec.vc, models[st.model_id[n]])] += len(slots) * per
+                key = (job.spec.vc, models[st.model_id[n]])
+                by[key] = by.get(key, 0.0) + len(slots) * per
         for (vc, m), v in sorted(by.items()):
             alloc.add_metric([vc, m], v)
         for i, m in enumerate(models):
@@ -156,7 +159,7 @@ class _ClusterCollector(Collector):
         for job in eng.pending_jobs():
             pj[job.spec.vc] += 1
             pg[job.spec.vc] += job.spec.gpu_demand
-        for vc in sorted(set(pj) | {v.name for v in eng.spec.vcs}):  # every VC, 0 when none waits
+        for vc in sorted(set(pj) | set(vcs)):  # every VC, 0 when none waits
             pend.add_metric([vc], pj[vc])
             demand.add_metric([vc], pg[vc])
         yield pend

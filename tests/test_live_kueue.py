@@ -12,12 +12,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from analysim.clusters import parse_cluster
 from analysim.core.partition import GPU
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT
 from tests.test_kueue import _cq
-from tests.test_live_helpers import live, sample_sum, scrape, wait_until
+from tests.test_live_helpers import http_get, live, sample_sum, scrape, wait_until
 
 DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
 
@@ -93,3 +96,52 @@ def test_a_reclaim_is_counted_by_preempting_queue_and_reason(tmp_path: Path) -> 
     assert sample_sum(preempted, "kueue_preempted_workloads_total") == 1
     assert sample_sum(m["kueue_evicted_workloads"], "kueue_evicted_workloads_total", cluster_queue="team-a",
                       reason="Preempted") == 1
+
+
+# Labelled gauges with no series on a run whose VCs have no quota: under a partition the quotas
+# are the ClusterQueues' (kueue_cluster_queue_nominal_quota), not the VCs'.
+NO_VC_QUOTAS = {"analysim_vc_quota_gpus", "analysim_vc_free_quota_gpus"}
+
+
+@pytest.mark.parametrize("partition", [True, False], ids=["partition", "vcs"])
+def test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens(tmp_path: Path, partition: bool) -> None:
+    # Nothing submitted: every per-VC gauge (a VC being a LocalQueue under a partition) and every
+    # per-ClusterQueue one is there at 0, so that sums, dashboards and absent() alerts read "none",
+    # not "no data"; the stack's "Kueue's pending = the scheduler's pending" then holds at 0 too.
+    args = ["--jobs", "0", *(["--partition", str(DEMO)] if partition else [])]
+    with live(tmp_path, args, "demo", nodes=16, agents=1) as (run, _):
+        status, text = http_get(run.scheduler.info["host"], run.scheduler.info["metrics"], "/metrics")
+    assert status == 200
+    families = list(text_string_to_metric_families(text))
+    m = {f.name: f.samples for f in families}
+    if partition:
+        vcs = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(DEMO.read_text()) if d and d["kind"] == "LocalQueue")
+        queues = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(DEMO.read_text())
+                        if d and d["kind"] == "ClusterQueue")
+    else:
+        vcs, queues = sorted(v.name for v in parse_cluster("demo").vcs), []
+    assert vcs
+    models = sorted({s.labels["gpu_model"] for s in m["analysim_cluster_gpus"]})
+    per_vc = {"analysim_pending_jobs": [{}], "analysim_pending_gpus": [{}],
+              "analysim_allocated_gpus": [{"gpu_model": g} for g in models]}
+    if not partition:
+        per_vc |= {"analysim_vc_quota_gpus": [{}], "analysim_vc_free_quota_gpus": [{}]}
+    for family, extra in per_vc.items():
+        series = {tuple(sorted(s.labels.items())): s.value for s in m[family]}
+        for vc in vcs:
+            for labels in extra:
+                key = tuple(sorted({"vc": vc, **labels}.items()))
+                assert key in series, (family, key)
+                if "quota" not in family:
+                    assert series[key] == 0, (family, key)
+    for vc in vcs:
+        assert sample_sum(m["analysim_jobs_started"], "analysim_jobs_started_total", vc=vc) == 0
+        assert any(s.labels.get("vc") == vc for s in m["analysim_jobs_started"]), vc
+    for q in queues:
+        for status in ("active", "inadmissible"):
+            assert [s.value for s in m["kueue_pending_workloads"]
+                    if s.labels == {"cluster_queue": q, "status": status}] == [0.0], (q, status)
+        assert [s.value for s in m["kueue_admitted_active_workloads"] if s.labels["cluster_queue"] == q] == [0.0]
+    # No labelled gauge of the scheduler is left without series.
+    empty = sorted(f.name for f in families if f.type == "gauge" and not f.samples)
+    assert empty == (sorted(NO_VC_QUOTAS) if partition else []), empty
