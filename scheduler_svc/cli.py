@@ -44,8 +44,10 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
                                                 "an existing one is resumed")
     p.add_argument("--accept-journal-loss", action="store_true",
-                   help="resume from a damaged --journal (failed integrity check, WAL frames SQLite drops, an empty "
-                        "file) with what it still holds, logging what is lost; without it such a journal is refused")
+                   help="resume from a damaged --journal (failed integrity check, WAL frames SQLite drops, a WAL cut "
+                        "or deleted, a table lost, values no scheduler writes, an empty file) with what it still "
+                        "holds, logging what is lost (every acknowledged job by id); without it such a journal is "
+                        "refused")
     p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay")
     p.add_argument("--plots", action="store_true", help="with --out, also the PNG plots")
     p.add_argument("--no-offline-check", action="store_true",

@@ -45,7 +45,7 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     rows = j2.jobs()
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [("a", "trace", specs[0], "pending", None),
                                                                ("b", "trace", specs[1], "pending", None)]
-    assert j2.meta() == {}
+    assert j2.meta() == {"transactions": 1}  # the commit of the two jobs; not the open group's
     j2.ended("b", "cancelled", {"job_id": "b"})
     j2.close()
     assert Journal(path).jobs()[1][3:] == ("cancelled", {"job_id": "b"})
