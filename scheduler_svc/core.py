@@ -53,7 +53,7 @@ from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
 from scheduler_svc.latency import LatencyQuantiles
 from scheduler_svc.metrics import SchedulerMetrics
-from scheduler_svc.sessions import Placed, Session, plausible
+from scheduler_svc.sessions import Placed, Session, plausible, possible_end
 from scheduler_svc.summary import build_summary, fidelity
 
 log = logging.getLogger("scheduler_svc")
@@ -255,7 +255,8 @@ class LiveScheduler:
                 continue
             del self._unresumed[job_id]
             self._started_ids.add(job_id)
-            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders)
+            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders, start,
+                                         self.engine.expected_end(job))
             resumed += 1
             if report.HasField("end_s"):
                 end = max(report.end_s, self.engine.now)
@@ -367,6 +368,17 @@ class LiveScheduler:
             self._start()
         self._kick.set()
 
+    def refuse_agent(self, s: Session, reason: str, why: str) -> None:
+        """An agent that sent what no honest agent sends (a lookahead that is not ahead, an end
+        outside its launch) is refused: counted, its stream ended with INVALID_ARGUMENT, and lost
+        (its jobs requeued), so that lockstep never waits on it nor takes its word."""
+        if s.lost:
+            return
+        self.metrics.agents_refused.labels(reason).inc()
+        log.warning("agent %s refused: %s", s.agent_id, why, extra={"source": s.agent_id})
+        s.refused = (reason, why)
+        self.lose(s, f"refused: {why}")
+
     def lose(self, s: Session, why: str) -> None:
         if s.lost:
             return
@@ -405,6 +417,8 @@ class LiveScheduler:
         self.metrics.received.inc()
         seen: set[tuple[int, str, int]] = set()
         for ev in msg.events:
+            if s.lost:  # refused by an earlier report of this message
+                return
             key = (ev.kind, ev.job_id, ev.launch_id)
             if key in seen:  # the same report again in one message: counted, not taken (nor logged) twice
                 self.metrics.agent_events.labels("duplicate").inc()
@@ -416,6 +430,10 @@ class LiveScheduler:
         if msg.HasField("ack"):
             ack = msg.ack
             if s in self._pending_acks and ack.step == self._step:
+                if not ack.lookahead_s > self.t_cur:  # NaN too: the next step could never move on
+                    self.refuse_agent(s, "lookahead_not_ahead", f"lookahead t={ack.lookahead_s:.6g} is not after "
+                                      f"the step's t={self.t_cur:.6g}")
+                    return
                 s.bound = ack.lookahead_s
                 self._pending_acks.discard(s)
                 if not self._pending_acks:
@@ -437,6 +455,10 @@ class LiveScheduler:
             return
         if not math.isfinite(ev.time_s):
             self.metrics.agent_events.labels("bad_time").inc()
+            return
+        if not possible_end(p, ev.time_s):
+            self.refuse_agent(s, "impossible_end", f"{apb.JobEvent.Kind.Name(ev.kind)} of {ev.job_id[:80]!r} at "
+                              f"t={ev.time_s:.6g}, outside its launch's [{p.start_s:.6g}, {p.end_s:.6g}]")
             return
         if ev.kind == apb.JobEvent.KIND_FINISHED:
             self._completions.append((ev.time_s, ev.launch_id, ev.job_id))
@@ -843,7 +865,7 @@ class LiveScheduler:
                 out[s].append(cmd)
                 if end < s.bound:
                     s.bound = end
-            self.placed[job_id] = Placed(self._launch_seq, job.completion_token, tuple(targets))
+            self.placed[job_id] = Placed(self._launch_seq, job.completion_token, tuple(targets), t, end)
         return out
 
     def _account(self, d: Decision) -> None:

@@ -302,6 +302,8 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             while True:
                 msg = await s.outbox.get()
                 if msg is None:
+                    if s.refused is not None:
+                        await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, s.refused[1], s.refused[0])
                     return
                 yield msg
         finally:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 # Virtual seconds: a minute to four weeks (trace jobs run from seconds to weeks).
 JOB_TIME_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400, 28 * 86400)
+# analysim_agents_refused_total's reasons.
+AGENT_REFUSALS = ("lookahead_not_ahead", "impossible_end")
 # Wall seconds: the target is p99 under 10 ms.
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 
@@ -61,6 +63,12 @@ class SchedulerMetrics:
                                     ["reason"], registry=r)
         self.agents_lost = Counter("analysim_agents_lost_total", "Agent sessions lost (stream ended or heartbeat missed).",
                                    registry=r)
+        self.agents_refused = Counter("analysim_agents_refused_total",
+                                      "Agent sessions ended with INVALID_ARGUMENT for a report no honest agent sends, "
+                                      "by reason (lookahead_not_ahead, impossible_end); each is also lost.",
+                                      ["reason"], registry=r)
+        for reason in AGENT_REFUSALS:
+            self.agents_refused.labels(reason)
         self.grpc_server = GrpcServerMetrics(r)  # the gRPC server's interceptor
         add_standard_metrics(r, "scheduler")
         self.sent = self.messages.labels("sent")
