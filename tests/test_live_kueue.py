@@ -25,21 +25,72 @@ from tests.test_live_helpers import http_get, live, sample_sum, scrape, wait_unt
 DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
 
 
+def _refused_offline_and_live(tmp_path: Path, bad: Path) -> str:
+    """The one-line error both `analysim simulate` and the live scheduler give for partition
+    ``bad`` at start (the same one), before the scheduler serves anything."""
+    errors = {}
+    for prog, argv in (("analysim simulate", ["-m", "analysim", "simulate", "--no-plots", "--no-progress",
+                                              "--out", str(tmp_path / "out")]),
+                       ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db"),
+                                          "--port-file", str(tmp_path / "port.json")])):
+        r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
+    assert not (tmp_path / "port.json").exists()  # never served, so never acknowledged anything
+    assert errors["analysim simulate"] == errors["scheduler_svc"]
+    return errors["scheduler_svc"]
+
+
 def test_a_bad_partition_is_the_same_one_line_error_as_offline(tmp_path: Path) -> None:
     bad = tmp_path / "kueue.yaml"
     bad.write_text(DEMO.read_text().replace("nominalQuota: 31", "nominalQuota: 31\n        borrowLimit: 4", 1))
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "borrowLimit" in t)
-    errors = {}
-    for prog, argv in (("analysim simulate", ["-m", "analysim", "simulate", "--no-plots", "--no-progress",
-                                              "--out", str(tmp_path / "out")]),
-                       ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db")])):
-        r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
-        errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
-    assert errors["analysim simulate"] == errors["scheduler_svc"]
-    assert errors["scheduler_svc"].startswith(f"{bad}, line {line}: document ") and "borrowLimit: unknown field" in \
-        errors["scheduler_svc"]
+    error = _refused_offline_and_live(tmp_path, bad)
+    assert error.startswith(f"{bad}, line {line}: document ") and "borrowLimit: unknown field" in error
+
+
+def _first_cq_spec(text: str, extra: str) -> str:
+    """The demo partition with ``extra`` lines at the top of its first ClusterQueue's spec."""
+    i = text.index("spec:", text.index("kind: ClusterQueue"))
+    return text[:i] + "spec:\n" + extra + text[i + len("spec:"):]
+
+
+_CQ = """---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: q%d}
+spec:
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: v100
+      resources:
+      - {name: "nvidia.com/gpu", nominalQuota: 1}
+"""
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 1e400", 1),
+     "nominalQuota: 1e400 is more than any cluster could hold (at most 1e+06 for nvidia.com/gpu)"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 1e999999", 1),
+     "nominalQuota: 1e999999 is more than any cluster could hold"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 31\n        borrowingLimit: 1e400", 1),
+     "borrowingLimit: 1e400 is more than any cluster could hold"),
+    (lambda t: _first_cq_spec(t, "  fairSharing: {weight: 1e400}"),
+     "fairSharing.weight: 1e400 is more than any cluster could hold (at most 1e+06 for fairSharing.weight)"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: !foo 31", 1),
+     "could not determine a constructor for the tag '!foo'"),
+    (lambda t: t + "---\nnested: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply to be a Kueue object"),
+    (lambda t: t + "".join(_CQ % i for i in range(100_000)), "a partition file may have at most 4,194,304"),
+    (lambda t: t + "---\n~\n" * 6000, "more than 5,000 documents"),
+], ids=["nominal-1e400", "nominal-1e999999", "borrowing-1e400", "weight-1e400", "unknown-tag", "deep-nesting",
+        "100k-cluster-queues", "too-many-documents"])
+def test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start(tmp_path: Path, edit, says: str) -> None:
+    bad = tmp_path / "kueue.yaml"
+    bad.write_text(edit(DEMO.read_text()))
+    error = _refused_offline_and_live(tmp_path, bad)
+    assert error.startswith(str(bad)) and says in error, error
 
 
 @pytest.mark.parametrize(("vc", "gpus", "reason", "field", "says"), [
