@@ -146,6 +146,7 @@ class LiveScheduler:
         self._client_seq = 0
         self.trace_skipped = 0
         self._finishing = False
+        self.out_error: str | None = None  # why the run's end could not be written to --out (it then takes no jobs)
         self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
         self._unresumed: dict[str, JobSpec] = {}  # journalled, not ended: resumed or resubmitted at the start
@@ -951,8 +952,13 @@ class LiveScheduler:
         if self.out is not None:
             from analysim.report import write_run
 
-            await asyncio.to_thread(write_run, self.out, summary, self.recorder.jobs, self.recorder.timeseries(),
-                                    self.plots)
+            try:
+                await asyncio.to_thread(write_run, self.out, summary, self.recorder.jobs, self.recorder.timeseries(),
+                                        self.plots)
+            except Exception as e:  # noqa: BLE001 — whatever the writer raises, the run still ends
+                self.out_error = f"cannot write the run's end to --out {self.out}: {e}"
+                log.error("%s; the run is done without it, and takes no more jobs", self.out_error)
+                summary["out_error"] = self.out_error
         self.summary = summary
         self.done = True
         self._publish("done", "", (), f"{summary['jobs_completed']} completed")

@@ -87,6 +87,9 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             live.metrics.rejected.labels("out_of_bounds").inc()
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds",
                          field=_job_field(problem, "out_of_bounds"))
+        if live.out_error is not None:
+            await refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"the run has ended, but {live.out_error}; it "
+                         "takes no more jobs: restart it with a writable --out", "out_unwritable")
         if live.writing_out:
             await refuse(context, grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
                          "writing_out")
