@@ -146,6 +146,8 @@ class LiveScheduler:
         self._client_seq = 0
         self.trace_skipped = 0
         self._finishing = False
+        # Lockstep: when and why the replay stopped being the offline run's (an agent lost), else None.
+        self.diverged: dict | None = None
         self.out_error: str | None = None  # why the run's end could not be written to --out (it then takes no jobs)
         self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
@@ -394,6 +396,11 @@ class LiveScheduler:
         self.metrics.agents_lost.inc()
         log.warning("agent %s lost (%s): %d node(s) down", s.agent_id, why, len(s.nodes))
         at = self.event_time()  # one instant for all its nodes: a paced clock moves between calls
+        if self.clock.lockstep and self.started and self.diverged is None:
+            # Its jobs are requeued from their last checkpoint: the schedule is no longer the
+            # offline run's from here on (a paced run is not held to it anyway).
+            self.diverged = {"at_s": at, "why": f"agent {s.agent_id} lost ({why}); its jobs were requeued"}
+            log.warning("the lockstep replay diverges from the offline run from t=%.1f: %s", at, self.diverged["why"])
         for name in s.nodes:
             if self.node_owner.get(name) is s:
                 del self.node_owner[name]

@@ -139,6 +139,11 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
                          f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}", "out_of_bounds",
                          field="limit")
+        if request.status not in spb.JobStatus.values():
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"status {request.status} is not a JobStatus",
+                         "out_of_bounds", field="status")
+        if (problem := bounds.text_problem("vc", request.vc)) is not None:
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds", field="vc")
         status = word(spb.JobStatus, request.status)
         ids = live.job_ids()
         recs = []

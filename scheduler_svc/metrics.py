@@ -192,6 +192,10 @@ class _ClusterCollector(Collector):
                                 value=live.achieved_speed() if clock.lockstep else clock.speed)
         yield GaugeMetricFamily("analysim_clock_lockstep", "1 in lockstep mode.", value=1.0 if clock.lockstep else 0.0)
         yield GaugeMetricFamily("analysim_clock_paused", "1 while the clock is paused.", value=1.0 if clock.paused else 0.0)
+        yield GaugeMetricFamily("analysim_lockstep_diverged",
+                                "1 once a lockstep replay lost an agent (its jobs requeued): from then on it is not the "
+                                "offline run; when and why in the log and the summary's live.diverged_from_offline.",
+                                value=0.0 if live.diverged is None else 1.0)
         fid = (live.summary or {}).get("fidelity")
         if fid:  # once the replay is done and compared with its offline run
             yield GaugeMetricFamily("analysim_offline_divergence_ratio",
