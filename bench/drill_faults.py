@@ -12,6 +12,13 @@
    broken model row, a store missing its ledger, a flood of agent reports, malformed
    protobuf and hostile ids, token rotation and SIGHUP, slow uploads, bounded latencies.
 
+3. The scheduler's second round: a journal drill (client jobs acknowledged, the scheduler
+   SIGKILLed, its WAL cut to its header: the restart refused naming them, then resumed with
+   --accept-journal-loss logging each by id), then the tests of each fault fixed in that round:
+   gauges at 0, cut WALs, journal records no scheduler writes, a full disk at open, hostile
+   agents, partitions and sweep SPECs beyond any cluster, an unwritable --out, ListJobs and
+   token-file faults (``--only-scheduler-2``: this part alone).
+
 Prints one Markdown table (the one in docs/reliability.md) and exits 1 if any drill lost
 acknowledged work, left a traceback, hung or failed.
 
@@ -57,6 +64,24 @@ FAULT_TESTS = [  # (fault, how many injected, the test)
     ("9 tokens rotated, SIGHUP", "2", "tests/test_contract_faults.py::test_tokens_rotated_under_a_running_scheduler_take_effect_at_once"),
     ("10 uploads announcing 1 MB, sending 1 byte", "50", "tests/test_gateway_faults.py::test_slow_uploads_are_cut_off_and_capped"),
     ("10 per-step latencies bounded (200,000 steps)", "-", "tests/test_latency_quantiles.py"),
+]
+
+
+# The scheduler's faults of the second round (issue 48), each with its test: numbered on from 11.
+SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
+    ("11 nothing pending: every labelled gauge at 0 (partition, VCs)", "2", "tests/test_live_kueue.py::test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens"),
+    ("12 journal WAL cut mid-frame, to its header, emptied, deleted", "4", "tests/test_live_journal_damage.py::test_a_cut_wal_is_refused_naming_the_acknowledged_jobs_it_loses"),
+    ("12 journal records no scheduler writes (dropped/re-shaped table, deleted rows, NaN/inf clock, bad status, unknown spec key)", "8", "tests/test_live_journal_damage.py::test_records_no_scheduler_writes_are_refused"),
+    ("12 journal table dropped, loss accepted", "1", "tests/test_live_journal_damage.py::test_a_dropped_table_accepted_logs_every_lost_job"),
+    ("12 journal WAL that is a directory", "1", "tests/test_live_journal_damage.py::test_a_wal_that_is_a_directory_is_one_line"),
+    ("12 intact journal on a full disk", "1", "tests/test_live_disk_full.py::test_an_intact_journal_on_a_full_disk_is_reported_as_a_full_disk"),
+    ("13 hostile agent: lookahead 0/-1/-inf/NaN, end before launch / +1e12", "6", "tests/test_live_agent_checks.py"),
+    ("14 partitions beyond any cluster or reader (1e400, 1e999999, !foo, 20,000-deep, 100,000 ClusterQueues, ...)", "8", "tests/test_live_kueue.py::test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start"),
+    ("14 sweep SPECs the run refuses (11 kinds: 1e20 jobs, a million cells, ...), run and --dry-run", "22", "tests/test_sweep.py::test_bad_spec_is_one_line_before_any_cell_runs"),
+    ("15 --out unwritable at start, or lost before the end", "4", "tests/test_live_out.py"),
+    ("16 ListJobs bad status enum, 10 MB vc", "2", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
+    ("16 token file not UTF-8 under a running scheduler", "1", "tests/test_contract_faults.py::test_a_token_file_that_is_not_utf8_keeps_the_previous_tokens"),
+    ("16 token files rewritten while held open", "1", "tests/test_contract_faults.py::test_token_files_are_replaced_by_rename"),
 ]
 
 
@@ -118,9 +143,9 @@ def stall_drill(tmp: Path, jobs: int, stalls: int) -> dict:
         run.stop()
 
 
-def fault_tests(tmp: Path) -> list[dict]:
-    report = tmp / "junit.xml"
-    ids = [t for _, _, t in FAULT_TESTS]
+def fault_tests(tmp: Path, tests: list[tuple[str, str, str]] = FAULT_TESTS, report_name: str = "junit.xml") -> list[dict]:
+    report = tmp / report_name
+    ids = [t for _, _, t in tests]
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *ids],
                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
     cases = []
@@ -132,9 +157,9 @@ def fault_tests(tmp: Path) -> list[dict]:
         cases.append({"path": path, "name": tc.get("name", ""), "ok": not bad, "skipped": skipped,
                       "seconds": float(tc.get("time", 0)), "tracebacks": 0 if not bad else text.count("Traceback")})
     out = []
-    for label, faults, test in FAULT_TESTS:
+    for label, faults, test in tests:
         path, _, name = test.partition("::")
-        mine = [c for c in cases if c["path"] == path and (not name or c["name"] == name)]
+        mine = [c for c in cases if c["path"] == path and (not name or c["name"].split("[")[0] == name)]
         out.append({"drill": label, "faults": faults, "work": "-", "lost": 0 if mine and all(c["ok"] for c in mine) else "?",
                     "tracebacks": sum(c["tracebacks"] for c in mine), "ok": bool(mine) and all(c["ok"] for c in mine),
                     "seconds": sum(c["seconds"] for c in mine),
@@ -143,16 +168,75 @@ def fault_tests(tmp: Path) -> list[dict]:
     return out
 
 
+def journal_loss_drill(tmp: Path, clients: int = 10) -> dict:
+    """Acknowledged client jobs, the scheduler SIGKILLed, its WAL cut to its header: the restart
+    is refused in one line naming them; with --accept-journal-loss it resumes and logs every
+    lost one by id. Lost: acknowledged jobs neither in the journal nor named."""
+    cluster = "8x8"
+    journal = tmp / "journal-loss" / "journal.db"
+    journal.parent.mkdir()
+    args = ["--jobs", "100", "--seed", "6", "--journal", str(journal), "--cluster", cluster, "--log-level", "WARNING",
+            "--no-offline-check"]
+    run = LocalRun(tmp / "journal-loss" / "procs")
+    start = time.monotonic()
+    try:
+        run.provision([n.name for n in parse_cluster(cluster).nodes], 1)
+        run.start_scheduler(args)
+        run.start_agents(cluster, 8, 1)
+        with run.client() as client:
+            client.wait_ready()
+            acked = [client.submit(num_gpus=1, duration_s=30.0).job_id for _ in range(clients)]
+            client.wait_done(120)
+        run.kill(run.scheduler, signal.SIGKILL)
+        found = tracebacks(run)
+    finally:
+        run.stop()
+    with open(f"{journal}-wal", "r+b") as f:
+        f.truncate(32)  # the WAL's header only: every frame gone
+    refused = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", *args], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    one_line = refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    again = LocalRun(tmp / "journal-loss" / "accepted")
+    named: set[str] = set()
+    try:
+        again.start_scheduler([*args, "--accept-journal-loss"])
+        line = next((x for x in again.scheduler.log.read_text().splitlines() if "acknowledged client job(s): " in x), "")
+        named = set(line.split("acknowledged client job(s): ", 1)[-1].split(", ")) if line else set()
+        found += refused.stderr.count("Traceback") + again.scheduler.log.read_text().count("Traceback")
+    finally:
+        again.stop()
+    with closing(sqlite3.connect(journal)) as db:
+        kept = {r[0] for r in db.execute("SELECT job_id FROM jobs WHERE source = 'client'")}
+    lost = len(set(acked) - kept - named)
+    return {"drill": f"journal: {clients} client jobs acknowledged, SIGKILL, WAL cut to its header, restart, "
+                     "restart accepting the loss",
+            "faults": 1, "work": clients, "lost": lost, "tracebacks": found,
+            "ok": one_line and f"{clients} acknowledged client job(s)" in refused.stderr and lost == 0
+            and named == set(acked) - kept,
+            "seconds": time.monotonic() - start,
+            "note": f"refused: exit {refused.returncode}, one line: {one_line}; accepted: {len(named)} lost job(s) "
+                    f"named in the log, {len(kept)} kept"}
+
+
+def scheduler_faults_2(tmp: Path) -> list[dict]:
+    """The second round of the scheduler's faults: the journal drill, then each fault's test."""
+    return [journal_loss_drill(tmp), *fault_tests(tmp, SCHEDULER_FAULT_TESTS_2, "junit-scheduler-2.xml")]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--stalls", type=int, default=3)
     ap.add_argument("--skip-tests", action="store_true", help="the stall drill only")
+    ap.add_argument("--only-scheduler-2", action="store_true",
+                    help="only the scheduler's second round (the journal drill and its fault tests)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="analysim-drill-") as d:
-        rows = [stall_drill(Path(d), a.jobs, a.stalls)]
-        if not a.skip_tests:
+        rows = [] if a.only_scheduler_2 else [stall_drill(Path(d), a.jobs, a.stalls)]
+        if not a.skip_tests and not a.only_scheduler_2:
             rows += fault_tests(Path(d))
+        if not a.skip_tests:
+            rows += scheduler_faults_2(Path(d))
     print("| drill | faults injected | acknowledged work | lost | tracebacks | result | wall s | notes |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
