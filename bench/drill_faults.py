@@ -74,7 +74,7 @@ SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
     ("12 journal records no scheduler writes (dropped/re-shaped table, deleted rows, NaN/inf clock, bad status, unknown spec key)", "8", "tests/test_live_journal_damage.py::test_records_no_scheduler_writes_are_refused"),
     ("12 journal table dropped, loss accepted", "1", "tests/test_live_journal_damage.py::test_a_dropped_table_accepted_logs_every_lost_job"),
     ("12 journal WAL that is a directory", "1", "tests/test_live_journal_damage.py::test_a_wal_that_is_a_directory_is_one_line"),
-    ("12 intact journal on a full disk", "1", "tests/test_live_disk_full.py::test_an_intact_journal_on_a_full_disk_is_reported_as_a_full_disk"),
+    ("12 intact journal on a full disk; --out on a full disk", "2", "tests/test_live_disk_full.py::test_a_full_disk_at_start_is_reported_as_a_full_disk"),
     ("13 hostile agent: lookahead 0/-1/-inf/NaN, end before launch / +1e12", "6", "tests/test_live_agent_checks.py"),
     ("14 partitions beyond any cluster or reader (1e400, 1e999999, !foo, 20,000-deep, 100,000 ClusterQueues, ...)", "8", "tests/test_live_kueue.py::test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start"),
     ("14 sweep SPECs the run refuses (11 kinds: 1e20 jobs, a million cells, ...), run and --dry-run", "22", "tests/test_sweep.py::test_bad_spec_is_one_line_before_any_cell_runs"),

@@ -164,21 +164,28 @@ for extra in ([], ["--accept-journal-loss"]):
     r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
                         "--journal", str(path), "--port", "0", *extra], capture_output=True, text=True, timeout=60)
     starts.append([r.returncode, r.stderr])
+# --out on the full disk (the journal elsewhere): refused at start, not at the replay's end.
+r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
+                    "--journal", sys.argv[2], "--out", str(mnt / "out"), "--port", "0"],
+                   capture_output=True, text=True, timeout=60)
+out_start = [r.returncode, r.stderr]
 (mnt / "filler").unlink()
-print(json.dumps({"starts": starts, "jobs": [row[0] for row in Journal(path).jobs()]}))
+print(json.dumps({"starts": starts, "out": out_start, "jobs": [row[0] for row in Journal(path).jobs()]}))
 """
 
 
-def test_an_intact_journal_on_a_full_disk_is_reported_as_a_full_disk(tmp_path: Path) -> None:
+def test_a_full_disk_at_start_is_reported_as_a_full_disk(tmp_path: Path) -> None:
     mnt = tmp_path / "disk"
     mnt.mkdir()
     if not _namespaces_work(mnt):
         pytest.skip("unshare cannot mount a tmpfs here (no unprivileged user namespaces)")
-    r = subprocess.run([str(_wrapper(tmp_path, mnt)), "-c", _FULL_AT_START, str(mnt)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=180)
+    r = subprocess.run([str(_wrapper(tmp_path, mnt)), "-c", _FULL_AT_START, str(mnt), str(tmp_path / "other.db")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for code, err in out["starts"]:
         assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert "the disk is full" in err and "accept" not in err and "damaged" not in err, err
     assert out["jobs"] == [f"acked-{i}" for i in range(5)]  # space back: all there, nothing lost
+    code, err = out["out"]
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"--out {mnt / 'out'}: the disk is full" in err, err
