@@ -56,6 +56,9 @@ SOURCES = ("trace", "client")  # what a job row's source may be
 RETRY_S = 1.0  # a journal that failed a write is tried again this often
 CHECKPOINT_BYTES = 4 << 20  # the WAL is folded into the file past this size (SQLite's default, 1000 pages)
 MIN_FREE_BYTES = 256 << 10  # less free space than this at start: the disk is full (SQLite needs its -shm and WAL)
+# The files a journal is made of, by suffix of its path: the database, SQLite's WAL and shared
+# memory, and the acknowledgement record. Copied, moved or removed together.
+FILE_SUFFIXES = ("", "-wal", "-shm", "-acks")
 TX_KEY = "transactions"  # meta key: how many transactions the journal committed
 # Each table's columns, in order: a journal with other tables or columns is not one this reads.
 COLUMNS = {"jobs": ("job_id", "seq", "source", "spec", "status", "record"), "meta": ("key", "value")}
@@ -167,8 +170,8 @@ class Journal:
         self.group_s = group_s
         self.wal = self.path.with_name(self.path.name + "-wal")
         self.acks_path = self.path.with_name(self.path.name + "-acks")  # the acknowledgement record
-        empty = self.path.exists() and self.path.stat().st_size == 0 and not (self.wal.exists() and
-                                                                               self.wal.stat().st_size)
+        existed = self.path.exists()
+        empty = existed and self.path.stat().st_size == 0 and not (self.wal.exists() and self.wal.stat().st_size)
         self._lock_fd = _lock(self.path)
         damage = None
         try:
@@ -178,6 +181,9 @@ class Journal:
             damage, lost = (damage or found.problem), found.lost
             if empty:
                 damage = "the file is empty (0 bytes), where a journal was expected"
+            if not existed and acks is not None:  # removed without its record (a fresh start removes all of them)
+                damage = (f"the file is missing, but its acknowledgement record {self.acks_path} says it committed "
+                          f"{acks[TX_KEY]} transaction(s)")
             if damage is not None and not accept_loss:
                 raise UserError(f"--journal {self.path} is damaged: {damage}; resuming would lose {lost.brief()}; "
                                 "pass --accept-journal-loss to resume from what it still holds (the loss is logged), "
@@ -199,6 +205,8 @@ class Journal:
             self._tx = int(self.meta().get(TX_KEY, 0))  # transactions committed
         except UserError:
             os.close(self._lock_fd)
+            if not existed:  # left as it was: without the file the lock made
+                self.path.unlink(missing_ok=True)
             raise
         except (sqlite3.DatabaseError, TypeError, ValueError) as e:
             os.close(self._lock_fd)

@@ -245,3 +245,14 @@ def test_a_wal_that_is_a_directory_is_one_line(acked: tuple[Path, list[str]], tm
         _, err = p.communicate(timeout=60)
         assert p.returncode == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert "is not a regular file" in err, err
+
+
+def test_a_journal_removed_without_its_record_is_refused(acked: tuple[Path, list[str]], tmp_path: Path) -> None:
+    journal, ids = acked
+    copy = _copy(journal, tmp_path / "gone")
+    for suffix in ("", "-wal"):
+        Path(f"{copy}{suffix}").unlink()
+    err = _refused(copy)
+    assert "the file is missing, but its acknowledgement record" in err, err
+    assert f"{CLIENT_JOBS} acknowledged client job(s)" in err, err
+    assert not copy.exists()  # left as it was
