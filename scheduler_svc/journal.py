@@ -528,47 +528,50 @@ def _lost(acks: dict | None, clients: set[str], client_rows: int = 0) -> Lost:
 
 
 def _contents(ro: sqlite3.Connection, acks: dict | None, wal: Path) -> Found:
+    """Its tables and columns, every value, and its count of transactions against the record;
+    the first problem found, and what resuming would lose: the acknowledged client jobs without
+    a good row (the rows that fail their checks are dropped when the loss is accepted)."""
     tables = {name: tuple(c[1] for c in ro.execute(f"PRAGMA table_info({name})"))
               for (name,) in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables and acks is None:
         return Found(fresh=True)
+    problems = []
     for name, columns in COLUMNS.items():
         if name not in tables:
-            return Found(f"its table {name} is missing", _lost(acks, set()))
-        if tables[name] != columns:
-            return Found(f"its table {name} has columns ({', '.join(tables[name])}), not ({', '.join(columns)})",
-                         _lost(acks, set()))
+            problems.append(f"its table {name} is missing")
+        elif tables[name] != columns:
+            problems.append(f"its table {name} has columns ({', '.join(tables[name])}), not ({', '.join(columns)})")
     meta = {}
-    for key, text in ro.execute("SELECT key, value FROM meta"):
-        value, problem = _meta_value(key, text)
-        if problem is not None:
-            return Found(problem, _lost(acks, set()))  # the clock or the count: all of it is in doubt
-        meta[key] = value
-    clients, bad = set(), None
-    for row in ro.execute("SELECT job_id, source, spec, status, record FROM jobs ORDER BY seq"):
-        problem = row_problem(*row)
-        if problem is not None:
-            bad = bad or f"job {str(row[0])[:80]!r}: {problem}"
-        elif row[1] == "client":
-            clients.add(row[0])
-    client_rows = ro.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
+    if tables.get("meta") == COLUMNS["meta"]:
+        for key, text in ro.execute("SELECT key, value FROM meta"):
+            value, problem = _meta_value(key, text)
+            if problem is None:
+                meta[key] = value
+            else:
+                problems.append(problem)
+    clients, client_rows = set(), 0
+    if tables.get("jobs") == COLUMNS["jobs"]:
+        for row in ro.execute("SELECT job_id, source, spec, status, record FROM jobs ORDER BY seq"):
+            problem = row_problem(*row)
+            if problem is not None:
+                problems.append(f"job {str(row[0])[:80]!r}: {problem}")
+            elif row[1] == "client":
+                clients.add(row[0])
+        client_rows = ro.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
     lost = _lost(acks, clients, client_rows)
-    if bad is not None:
-        return Found(bad, lost)
     tx = meta.get(TX_KEY, 0)
     if acks is None:
         if tx:  # counted transactions, so it had a record: it was removed
-            return Found(f"its acknowledgement record {wal.with_name(wal.name.removesuffix('-wal') + '-acks')} "
-                         "is missing, so what it acknowledged cannot be checked", lost)
-        return Found(lost=lost)
-    if tx >= acks[TX_KEY] and lost.count:
-        return Found(f"{lost.count} acknowledged client job(s) are missing from its table jobs", lost)
-    if tx < acks[TX_KEY]:
+            problems.append(f"its acknowledgement record {wal.with_name(wal.name.removesuffix('-wal') + '-acks')} "
+                            "is missing, so what it acknowledged cannot be checked")
+    elif tx < acks[TX_KEY]:
         how = "missing" if not wal.exists() else "empty" if _size(wal) == 0 else \
             "cut to its header" if _size(wal) <= 32 else "cut short"
-        return Found(f"it holds {tx} of the {acks[TX_KEY]} transactions it committed (its WAL is {how}: "
-                     "SQLite reads what is left as if nothing were missing)", lost)
-    return Found(lost=lost)
+        problems.append(f"it holds {tx} of the {acks[TX_KEY]} transactions it committed (its WAL is {how}: "
+                        "SQLite reads what is left as if nothing were missing)")
+    elif lost.count:
+        problems.append(f"{lost.count} acknowledged client job(s) are missing from its table jobs")
+    return Found(problems[0] if problems else None, lost)
 
 
 def _wal_checksum(b: bytes, magic: int, s0: int = 0, s1: int = 0) -> tuple[int, int]:
