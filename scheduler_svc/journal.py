@@ -19,12 +19,13 @@ SQLite's recovery dropped (a frame that fails its checksum ends the WAL for SQLi
 transactions after it are lost), a table missing or of another shape, a value no scheduler
 writes (a clock of NaN, an unknown status or spec field), or fewer transactions than were
 committed. SQLite cannot see the last: a WAL cut, emptied or deleted simply ends earlier. So
-every transaction counts itself (``meta.transactions``), and after each commit the count is
-also written, with the client jobs acknowledged since the WAL was last folded into the file,
-to the acknowledgement record ``<journal>-acks`` (replaced by rename, so it is never half
-written): a journal that holds fewer transactions than its record is missing some, and the
-record names the acknowledged jobs that went with them. The WAL is folded into the file and
-emptied (a TRUNCATE checkpoint) by the journal itself, so that the list stays short.
+every transaction counts itself (``meta.transactions``), and the acknowledgement record
+``<journal>-acks`` keeps the count outside the WAL: a fixed-size header (transactions, client
+jobs acknowledged) rewritten in place after each commit, and a line per client job acknowledged
+since the WAL was last folded into the file, appended before the commit under its number. A
+journal that holds fewer transactions than its record is missing some, and the record names the
+acknowledged jobs that went with them. The WAL is folded into the file and emptied (a TRUNCATE
+checkpoint) by the journal itself, and the lines cut off with it, so that the list stays short.
 ``accept_loss`` (``--accept-journal-loss``) resumes anyway, and logs exactly what was lost.
 A disk too full to open the journal is reported as such: nothing is lost, space is needed.
 """
@@ -59,7 +60,8 @@ MIN_FREE_BYTES = 256 << 10  # less free space than this at start: the disk is fu
 # The files a journal is made of, by suffix of its path: the database, SQLite's WAL and shared
 # memory, and the acknowledgement record. Copied, moved or removed together.
 FILE_SUFFIXES = ("", "-wal", "-shm", "-acks")
-TX_KEY = "transactions"  # meta key: how many transactions the journal committed
+TX_KEY = "transactions"
+ACKS_HEADER_BYTES = 96  # the acknowledgement record's first line, padded: its counts  # meta key: how many transactions the journal committed
 # Each table's columns, in order: a journal with other tables or columns is not one this reads.
 COLUMNS = {"jobs": ("job_id", "seq", "source", "spec", "status", "record"), "meta": ("key", "value")}
 
@@ -221,9 +223,14 @@ class Journal:
         self._group: list[tuple[str, Any, bool]] = []
         self._group_clients: list[str] = []  # the open group's client jobs (acknowledged once it commits)
         self._client_jobs = self.db.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
-        self._since: list[str] = []  # client jobs acknowledged since the WAL was last folded into the file
         self.failure: JournalUnavailable | None = None  # set while the journal cannot be written
         self._seq = self.db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM jobs").fetchone()[0]
+        # The record, open for the run: its header rewritten in place after each commit, the
+        # acknowledged jobs appended before it. Made anew now, for what the journal holds.
+        self._acks_fd = os.open(self.acks_path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._acks_size = ACKS_HEADER_BYTES  # where the next acknowledged job's line goes
+        os.ftruncate(self._acks_fd, 0)
+        os.pwrite(self._acks_fd, self._acks_header(), 0)
         self._checkpoint()  # what was read is in the file now: the record's list starts empty
 
     def _begin(self) -> None:
@@ -238,35 +245,43 @@ class Journal:
         if self.failure is not None:
             self._replay()
         if self._in_tx:
+            # The group's client jobs go into the record before the commit, under the number the
+            # commit will have (a full disk fails them first, and the group is rolled back); the
+            # header's count follows the commit. A restart takes a line only up to the header's
+            # count: the record never claims more than the journal committed.
+            mark = self._acks_size
             try:
-                # The record is written before the commit (a full disk fails it first, and the
-                # group is rolled back) and put in place after it: it never claims more than the
-                # journal committed.
-                staged = self._stage_acks()
+                self._append_acks(self._tx + 1, self._group_clients)
                 self.db.execute(_SET_META, (TX_KEY, json.dumps(self._tx + 1)))
                 self.db.execute("COMMIT")
             except (sqlite3.OperationalError, OSError) as e:
+                with contextlib.suppress(OSError):  # lines of a group that is not committed: gone
+                    os.ftruncate(self._acks_fd, mark)
+                self._acks_size = mark
                 raise self._fail(e) from None
             self._in_tx = False
             self._tx += 1
             self._client_jobs += len(self._group_clients)
-            self._since += self._group_clients
             self._group_clients = []
             try:
-                os.replace(staged, self.acks_path)
+                os.pwrite(self._acks_fd, self._acks_header(), 0)
             except OSError as e:  # the record is behind the journal: nothing is lost, a restart accepts it
                 log.error("journal %s: cannot update its acknowledgement record %s (%s)", self.path, self.acks_path, e)
             if _size(self.wal) >= CHECKPOINT_BYTES:
                 self._checkpoint()
         self._group.clear()
 
-    def _stage_acks(self) -> Path:
-        """The acknowledgement record as it will be once the open group commits, in a file beside it."""
-        record = {TX_KEY: self._tx + 1, "client_jobs": self._client_jobs + len(self._group_clients),
-                  "since_checkpoint": self._since + self._group_clients}
-        staged = self.acks_path.with_name(self.acks_path.name + ".tmp")
-        staged.write_text(json.dumps(record, separators=(",", ":")))
-        return staged
+    def _acks_header(self) -> bytes:
+        """The record's header: how many transactions were committed and client jobs acknowledged,
+        in a fixed-size first line (rewritten in place: one small write, whole or not at all)."""
+        text = json.dumps({TX_KEY: self._tx, "client_jobs": self._client_jobs}, separators=(",", ":"))
+        return text.encode().ljust(ACKS_HEADER_BYTES - 1) + b"\n"
+
+    def _append_acks(self, tx: int, job_ids: list[str]) -> None:
+        if job_ids:
+            data = "".join(f"{tx} {json.dumps(i)}\n" for i in job_ids).encode()
+            os.pwrite(self._acks_fd, data, self._acks_size)
+            self._acks_size += len(data)
 
     def _checkpoint(self) -> None:
         """Fold the WAL into the file and empty it: what it held can no longer be lost with it,
@@ -278,7 +293,11 @@ class Journal:
             log.warning("journal %s: cannot fold its WAL into the file (%s); kept as it is", self.path, e)
             return
         if not busy:
-            self._since.clear()
+            try:
+                os.ftruncate(self._acks_fd, ACKS_HEADER_BYTES)
+                self._acks_size = ACKS_HEADER_BYTES
+            except OSError as e:  # the list only grows: a restart checks jobs that are safe anyway
+                log.warning("journal %s: cannot shorten its acknowledgement record (%s)", self.path, e)
 
     def due(self) -> bool:
         """An open group is older than ``group_s`` (a failed one: older than ``RETRY_S``)."""
@@ -395,6 +414,7 @@ class Journal:
             # are re-read from the trace on restart, and the agents report the ends again.
             log.error("%s: %d write(s) of the last group are not journalled", e, len(self._group))
         self.db.close()
+        os.close(self._acks_fd)
         os.close(self._lock_fd)  # after SQLite's own descriptors: closing one drops its POSIX locks
 
 
@@ -470,18 +490,36 @@ def _refuse_unusable(path: Path, wal: Path) -> None:
 
 
 def _read_acks(path: Path) -> tuple[dict | None, str | None]:
-    """The acknowledgement record (None when there is none), and what is wrong with it."""
+    """The acknowledgement record (None when there is none) as {transactions, client_jobs,
+    since_checkpoint: [job ids]}, and what is wrong with it. Lines under a number past the
+    header's count belong to a commit that did not happen; a last line without its newline was
+    being written when the scheduler stopped: neither was acknowledged."""
     try:
-        record = json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         return None, None
     except IsADirectoryError:
         return None, f"its acknowledgement record {path} is a directory"
-    except (OSError, ValueError) as e:
-        return None, f"its acknowledgement record {path} is unreadable ({e})"
-    ok = isinstance(record, dict) and _count(record.get(TX_KEY)) and _count(record.get("client_jobs")) and \
-        isinstance(record.get("since_checkpoint"), list) and all(isinstance(i, str) for i in record["since_checkpoint"])
-    return (record, None) if ok else (None, f"its acknowledgement record {path} is not one a scheduler writes")
+    except OSError as e:
+        return None, f"its acknowledgement record {path} is unreadable ({e.strerror})"
+    if not data:  # made, its header not yet written: the scheduler stopped before its first commit
+        return None, None
+    bad = (None, f"its acknowledgement record {path} is not one a scheduler writes")
+    try:
+        header = json.loads(data[:ACKS_HEADER_BYTES])
+        if not (isinstance(header, dict) and _count(header.get(TX_KEY)) and _count(header.get("client_jobs"))):
+            return bad
+        ids = []
+        for line in data[ACKS_HEADER_BYTES:].split(b"\n")[:-1]:
+            tx, _, job = line.partition(b" ")
+            job_id = json.loads(job)
+            if not isinstance(job_id, str):
+                return bad
+            if int(tx) <= header[TX_KEY]:
+                ids.append(job_id)
+    except ValueError:
+        return bad
+    return {TX_KEY: header[TX_KEY], "client_jobs": header["client_jobs"], "since_checkpoint": ids}, None
 
 
 def _meta_value(key: str, text: object) -> tuple[object, str | None]:
