@@ -23,6 +23,18 @@ def nonneg_int(text: str) -> int:
     return v
 
 
+def count_at_most(most: int, what: str):  # noqa: ANN201 — an argparse type
+    """A non-negative integer up to ``most`` (past it, ``what`` says why there is a limit)."""
+
+    def parse(text: str) -> int:
+        v = nonneg_int(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"expected at most {most:,} ({what}), got {v:,}")
+        return v
+
+    return parse
+
+
 def positive_int(text: str) -> int:
     v = _parsed(text, int, "a positive integer")
     if v < 1:

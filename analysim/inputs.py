@@ -10,6 +10,7 @@ import dataclasses
 import sys
 
 from analysim.argtypes import (
+    count_at_most,
     nonneg_int,
     percent,
     positive_int,
@@ -30,6 +31,8 @@ DEFAULT_SYNTHETIC_JOBS = 2000
 # The embedded trace offers a quarter of Philly's load, sized for the 128-GPU 'demo' cluster
 # (Philly's ~374 busy GPUs were sized for 512).
 DEFAULT_RATE_SCALE = 0.25
+# The most jobs the embedded synthetic trace makes: ten times Philly's, still a few GB in memory.
+MAX_SYNTHETIC_JOBS = 10**7
 # A trace's own cluster, when --cluster is not given.
 DEFAULT_CLUSTER = {"philly": "philly", "openb": "openb", "helios": "helios-venus", "synthetic": "demo"}
 
@@ -39,7 +42,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace", help="trace file (default: the embedded synthetic Philly-like trace)")
     g.add_argument("--format", default="auto", choices=["auto", "philly", "openb", "helios", "canonical"],
                    help="trace format (default: detected from the header)")
-    g.add_argument("--jobs", type=nonneg_int, default=DEFAULT_SYNTHETIC_JOBS,
+    g.add_argument("--jobs", type=count_at_most(MAX_SYNTHETIC_JOBS, "the synthetic trace is held in memory"),
+                   default=DEFAULT_SYNTHETIC_JOBS,
                    help=f"jobs in the embedded synthetic trace (default {DEFAULT_SYNTHETIC_JOBS})")
     g.add_argument("--rate-scale", type=positive_number, default=DEFAULT_RATE_SCALE,
                    help=f"arrival rate of the embedded synthetic trace, relative to Philly's (default {DEFAULT_RATE_SCALE})")

@@ -7,7 +7,9 @@ import heapq
 import importlib.util
 import json
 import math
+import os
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -123,6 +125,30 @@ class JobsCsv:
     def waiting(self) -> int:
         """Rows held back in the reorder buffer."""
         return len(self._rows)
+
+
+# Free space an output folder needs at the start of a run: the summary, CSVs and plots of a
+# large run are a few MB; under this, the run would fail at its end.
+OUT_MIN_FREE_BYTES = 16 << 20
+
+
+def check_out_folder(out: Path, flag: str = "--out") -> None:
+    """UserError now, at the start of a run, if ``out`` could not take the run's outputs at its
+    end: an existing file that is not a folder, a folder that cannot be made or written in, or
+    a disk without room. Makes the folder."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out}: is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+        st = os.statvfs(out)
+    except OSError as e:
+        raise UserError(f"{flag} {out}: cannot write there ({e.strerror})") from None
+    free = st.f_bavail * st.f_frsize
+    if free < OUT_MIN_FREE_BYTES:
+        raise UserError(f"{flag} {out}: the disk is full ({free:,} bytes free; the run's outputs need about "
+                        f"{OUT_MIN_FREE_BYTES >> 20} MB)")
 
 
 def write_run(out: Path, summary: dict, jobs: Sequence[dict] | None, timeseries: Sequence[dict], plots: bool = True,

@@ -13,9 +13,11 @@ from analysim.errors import UserError
 def token_lines(path: str | Path) -> list[tuple[int, str]]:
     """``(line number, text)`` of every line of a token file that holds something."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes().decode("utf-8")
     except OSError as e:
         raise UserError(f"token file {path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"token file {path}: not UTF-8 text (byte {e.start})") from None
     return [(i, s) for i, raw in enumerate(text.splitlines(), 1) if (s := raw.split("#", 1)[0].strip())]
 
 

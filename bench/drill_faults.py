@@ -16,6 +16,13 @@
    a frozen monitor child, idle connections, mis-encoded bodies, a trickling admin body,
    names with a newline, a log flood, a test timing out with its processes running.
 
+3. The scheduler's second round: a journal drill (client jobs acknowledged, the scheduler
+   SIGKILLed, its WAL cut to its header: the restart refused naming them, then resumed with
+   --accept-journal-loss logging each by id), then the tests of each fault fixed in that round:
+   gauges at 0, cut WALs, journal records no scheduler writes, a full disk at open, hostile
+   agents, partitions and sweep SPECs beyond any cluster, an unwritable --out, ListJobs and
+   token-file faults (``--only-scheduler-2``: this part alone).
+
 Prints one Markdown table (the one in docs/reliability.md) and exits 1 if any drill lost
 acknowledged work, left a traceback, hung or failed.
 
@@ -90,6 +97,24 @@ GATEWAY_FAULT_TESTS = [  # (fault, how many injected, the test)
      "tests/test_gateway_faults.py::test_the_gateway_exports_the_log_lines_its_rate_limit_left_out"),
     ("G6 a test timing out with a gateway and its monitor running", "1",
      "tests/test_suite_hygiene.py::test_a_test_that_times_out_leaves_no_gateway_nor_monitor_behind"),
+]
+
+
+# The scheduler's faults of the second round (issue 48), each with its test: numbered on from 11.
+SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
+    ("11 nothing pending: every labelled gauge at 0 (partition, VCs)", "2", "tests/test_live_kueue.py::test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens"),
+    ("12 journal WAL cut mid-frame, to its header, emptied, deleted", "4", "tests/test_live_journal_damage.py::test_a_cut_wal_is_refused_naming_the_acknowledged_jobs_it_loses"),
+    ("12 journal records no scheduler writes (dropped/re-shaped table, deleted rows, NaN/inf clock, bad status, unknown spec key)", "8", "tests/test_live_journal_damage.py::test_records_no_scheduler_writes_are_refused"),
+    ("12 journal table dropped, loss accepted", "1", "tests/test_live_journal_damage.py::test_a_dropped_table_accepted_logs_every_lost_job"),
+    ("12 journal WAL that is a directory", "1", "tests/test_live_journal_damage.py::test_a_wal_that_is_a_directory_is_one_line"),
+    ("12 intact journal on a full disk; --out on a full disk", "2", "tests/test_live_disk_full.py::test_a_full_disk_at_start_is_reported_as_a_full_disk"),
+    ("13 hostile agent: lookahead 0/-1/-inf/NaN, end before launch / +1e12", "6", "tests/test_live_agent_checks.py"),
+    ("14 partitions beyond any cluster or reader (1e400, 1e999999, !foo, 20,000-deep, 100,000 ClusterQueues, ...)", "8", "tests/test_live_kueue.py::test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start"),
+    ("14 sweep SPECs the run refuses (11 kinds: 1e20 jobs, a million cells, ...), run and --dry-run", "22", "tests/test_sweep.py::test_bad_spec_is_one_line_before_any_cell_runs"),
+    ("15 --out unwritable at start, or lost before the end", "4", "tests/test_live_out.py"),
+    ("16 ListJobs bad status enum, 10 MB vc", "2", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
+    ("16 token file not UTF-8 under a running scheduler", "1", "tests/test_contract_faults.py::test_a_token_file_that_is_not_utf8_keeps_the_previous_tokens"),
+    ("16 token files rewritten while held open", "1", "tests/test_contract_faults.py::test_token_files_are_replaced_by_rename"),
 ]
 
 
@@ -177,19 +202,79 @@ def fault_tests(tmp: Path, tests: list[tuple[str, str, str]] = FAULT_TESTS, part
     return out
 
 
+def journal_loss_drill(tmp: Path, clients: int = 10) -> dict:
+    """Acknowledged client jobs, the scheduler SIGKILLed, its WAL cut to its header: the restart
+    is refused in one line naming them; with --accept-journal-loss it resumes and logs every
+    lost one by id. Lost: acknowledged jobs neither in the journal nor named."""
+    cluster = "8x8"
+    journal = tmp / "journal-loss" / "journal.db"
+    journal.parent.mkdir()
+    args = ["--jobs", "100", "--seed", "6", "--journal", str(journal), "--cluster", cluster, "--log-level", "WARNING",
+            "--no-offline-check"]
+    run = LocalRun(tmp / "journal-loss" / "procs")
+    start = time.monotonic()
+    try:
+        run.provision([n.name for n in parse_cluster(cluster).nodes], 1)
+        run.start_scheduler(args)
+        run.start_agents(cluster, 8, 1)
+        with run.client() as client:
+            client.wait_ready()
+            acked = [client.submit(num_gpus=1, duration_s=30.0).job_id for _ in range(clients)]
+            client.wait_done(120)
+        run.kill(run.scheduler, signal.SIGKILL)
+        found = tracebacks(run)
+    finally:
+        run.stop()
+    with open(f"{journal}-wal", "r+b") as f:
+        f.truncate(32)  # the WAL's header only: every frame gone
+    refused = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", *args], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    one_line = refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    again = LocalRun(tmp / "journal-loss" / "accepted")
+    named: set[str] = set()
+    try:
+        again.start_scheduler([*args, "--accept-journal-loss"])
+        line = next((x for x in again.scheduler.log.read_text().splitlines() if "acknowledged client job(s): " in x), "")
+        named = set(line.split("acknowledged client job(s): ", 1)[-1].split(", ")) if line else set()
+        found += refused.stderr.count("Traceback") + again.scheduler.log.read_text().count("Traceback")
+    finally:
+        again.stop()
+    with closing(sqlite3.connect(journal)) as db:
+        kept = {r[0] for r in db.execute("SELECT job_id FROM jobs WHERE source = 'client'")}
+    lost = len(set(acked) - kept - named)
+    return {"drill": f"journal: {clients} client jobs acknowledged, SIGKILL, WAL cut to its header, restart, "
+                     "restart accepting the loss",
+            "faults": 1, "work": clients, "lost": lost, "tracebacks": found,
+            "ok": one_line and f"{clients} acknowledged client job(s)" in refused.stderr and lost == 0
+            and named == set(acked) - kept,
+            "seconds": time.monotonic() - start,
+            "note": f"refused: exit {refused.returncode}, one line: {one_line}; accepted: {len(named)} lost job(s) "
+                    f"named in the log, {len(kept)} kept"}
+
+
+def scheduler_faults_2(tmp: Path) -> list[dict]:
+    """The second round of the scheduler's faults: the journal drill, then each fault's test."""
+    return [journal_loss_drill(tmp), *fault_tests(tmp, SCHEDULER_FAULT_TESTS_2, "-scheduler-2")]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--stalls", type=int, default=3)
     ap.add_argument("--skip-tests", action="store_true", help="the stall drill only")
     ap.add_argument("--gateway-only", action="store_true", help="the second round's gateway fault tests only")
+    ap.add_argument("--only-scheduler-2", action="store_true",
+                    help="only the scheduler's second round (the journal drill and its fault tests)")
     a = ap.parse_args()
+    only = a.gateway_only or a.only_scheduler_2
     with tempfile.TemporaryDirectory(prefix="analysim-drill-") as d:
-        rows = [] if a.gateway_only else [stall_drill(Path(d), a.jobs, a.stalls)]
-        if not a.skip_tests and not a.gateway_only:
+        rows = [] if only else [stall_drill(Path(d), a.jobs, a.stalls)]
+        if not a.skip_tests and not only:
             rows += fault_tests(Path(d))
-        if not a.skip_tests:
+        if not a.skip_tests and not a.only_scheduler_2:
             rows += fault_tests(Path(d), GATEWAY_FAULT_TESTS, "-gateway")
+        if not a.skip_tests and not a.gateway_only:
+            rows += scheduler_faults_2(Path(d))
     print("| drill | faults injected | acknowledged work | lost | tracebacks | result | wall s | notes |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

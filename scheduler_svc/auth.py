@@ -72,9 +72,17 @@ def agent_token_name(index: int) -> str:
 
 
 def _secret(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    """``path`` (mode 600) replaced by rename: a scheduler or agent re-reading it sees the old
+    file or the new one, never a half-written one."""
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(staged, path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
 
 
 def write_tokens(directory: str | Path, node_names: Sequence[str], agents: int, keep: bool = False) -> Path:

@@ -37,6 +37,13 @@ def _printable(s: str) -> bool:
     return s.isprintable() and "\x00" not in s
 
 
+def text_problem(field: str, value: str) -> str | None:
+    """The bound of a name such as a vc or a user (None: in bounds)."""
+    if len(value) > TEXT_MAX or not _printable(value):
+        return f"{field} must be at most {TEXT_MAX} printable characters, got {len(value)}"
+    return None
+
+
 def job_problem(job_id: str, num_gpus: int, gpu_milli: int, duration_s: float, vc: str, user: str,
                 gpu_models: list[str] | tuple[str, ...], cpu_milli: int, memory_mib: int) -> str | None:
     """What is out of bounds in a job request (None: nothing). ``job_id`` may be empty (chosen
@@ -50,8 +57,8 @@ def job_problem(job_id: str, num_gpus: int, gpu_milli: int, duration_s: float, v
     if not (math.isfinite(duration_s) and DURATION_MIN_S <= duration_s <= DURATION_MAX_S):
         return f"duration_s must be between {DURATION_MIN_S:g} and {DURATION_MAX_S:g} s, got {duration_s:g}"
     for name, value in (("vc", vc), ("user", user)):
-        if len(value) > TEXT_MAX or not _printable(value):
-            return f"{name} must be at most {TEXT_MAX} printable characters, got {len(value)}"
+        if (problem := text_problem(name, value)) is not None:
+            return problem
     if len(gpu_models) > GPU_MODELS_MAX or any(len(m) > TEXT_MAX or not _printable(m) for m in gpu_models):
         return f"gpu_models: at most {GPU_MODELS_MAX} names of at most {TEXT_MAX} printable characters"
     if not 0 <= cpu_milli <= CPU_MILLI_MAX:

@@ -44,9 +44,12 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal", type=Path, help="SQLite journal (default: a fresh file in a temporary folder); "
                                                 "an existing one is resumed")
     p.add_argument("--accept-journal-loss", action="store_true",
-                   help="resume from a damaged --journal (failed integrity check, WAL frames SQLite drops, an empty "
-                        "file) with what it still holds, logging what is lost; without it such a journal is refused")
-    p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay")
+                   help="resume from a damaged --journal (failed integrity check, WAL frames SQLite drops, a WAL cut "
+                        "or deleted, a table lost, values no scheduler writes, an empty file) with what it still "
+                        "holds, logging what is lost (every acknowledged job by id); without it such a journal is "
+                        "refused")
+    p.add_argument("--out", type=Path, help="write summary.json, jobs.csv, timeseries.csv here at the end of the replay (checked at "
+                        "start: a folder that can be made and written, with 16 MB free)")
     p.add_argument("--plots", action="store_true", help="with --out, also the PNG plots")
     p.add_argument("--events", type=Path, metavar="FILE",
                    help="write every decision to this CSV as analysim simulate --events does (FILE.partial until the "
@@ -90,6 +93,7 @@ def authenticator(args: argparse.Namespace, node_order: list[str]):  # noqa: ANN
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysim.report import check_out_folder
     from scheduler_svc.core import LiveScheduler
     from scheduler_svc.journal import Journal, JournalUnavailable
     from scheduler_svc.metrics import SchedulerMetrics
@@ -104,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         from analysim.report import pyplot
 
         pyplot()  # matplotlib is there, or a one-line error now rather than at the end of the replay
+    if args.out is not None:
+        check_out_folder(args.out)  # a file, an unwritable folder, a full disk: now, not at the replay's end
     trace, cluster = load_inputs(args)
     opts = run_options(args, args.policy, args.placement)
     auth = authenticator(args, [n.name for n in cluster.nodes])
@@ -111,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     tls.server_credentials()  # unreadable or half-given TLS files: an error now, not after the replay starts
     journal_path = args.journal or Path(tempfile.mkdtemp(prefix="analysim-journal-")) / "journal.db"
 
-    async def main() -> None:
+    async def main() -> bool:
         # The scheduler's asyncio objects must be made on the loop that runs them.
         journal = Journal(journal_path, accept_loss=args.accept_journal_loss)
         try:
@@ -127,11 +133,10 @@ def run(args: argparse.Namespace) -> int:
         # so that full collections (latency spikes on a lockstep step) stay cheap.
         gc.collect()
         gc.freeze()
-        await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done,
-                    auth=auth, tls=tls)
+        return await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done,
+                           auth=auth, tls=tls)
 
-    asyncio.run(main())
-    return 0
+    return 0 if asyncio.run(main()) else 1  # 1: the run's end could not be written to --out (logged)
 
 
 def write_tokens(args: argparse.Namespace) -> int:

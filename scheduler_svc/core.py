@@ -54,7 +54,7 @@ from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import TERMINAL, Journal, JournalUnavailable
 from scheduler_svc.latency import LatencyQuantiles
 from scheduler_svc.metrics import SchedulerMetrics
-from scheduler_svc.sessions import Placed, Session, plausible
+from scheduler_svc.sessions import Placed, Session, plausible, possible_end
 from scheduler_svc.summary import build_summary, fidelity
 
 log = logging.getLogger("scheduler_svc")
@@ -153,6 +153,9 @@ class LiveScheduler:
         self._client_seq = 0
         self.trace_skipped = 0
         self._finishing = False
+        # Lockstep: when and why the replay stopped being the offline run's (an agent lost), else None.
+        self.diverged: dict | None = None
+        self.out_error: str | None = None  # why the run's end could not be written to --out (it then takes no jobs)
         self._fidelity: dict | None = None
         self._started_ids: set[str] = set()
         self._unresumed: dict[str, JobSpec] = {}  # journalled, not ended: resumed or resubmitted at the start
@@ -262,7 +265,8 @@ class LiveScheduler:
                 continue
             del self._unresumed[job_id]
             self._started_ids.add(job_id)
-            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders)
+            self.placed[job_id] = Placed(la.launch_id, job.completion_token, holders, start,
+                                         self.engine.expected_end(job))
             resumed += 1
             if report.HasField("end_s"):
                 end = max(report.end_s, self.engine.now)
@@ -374,6 +378,17 @@ class LiveScheduler:
             self._start()
         self._kick.set()
 
+    def refuse_agent(self, s: Session, reason: str, why: str) -> None:
+        """An agent that sent what no honest agent sends (a lookahead that is not ahead, an end
+        outside its launch) is refused: counted, its stream ended with INVALID_ARGUMENT, and lost
+        (its jobs requeued), so that lockstep never waits on it nor takes its word."""
+        if s.lost:
+            return
+        self.metrics.agents_refused.labels(reason).inc()
+        log.warning("agent %s refused: %s", s.agent_id, why, extra={"source": s.agent_id})
+        s.refused = (reason, why)
+        self.lose(s, f"refused: {why}")
+
     def lose(self, s: Session, why: str) -> None:
         if s.lost:
             return
@@ -388,6 +403,11 @@ class LiveScheduler:
         self.metrics.agents_lost.inc()
         log.warning("agent %s lost (%s): %d node(s) down", s.agent_id, why, len(s.nodes))
         at = self.event_time()  # one instant for all its nodes: a paced clock moves between calls
+        if self.clock.lockstep and self.started and self.diverged is None:
+            # Its jobs are requeued from their last checkpoint: the schedule is no longer the
+            # offline run's from here on (a paced run is not held to it anyway).
+            self.diverged = {"at_s": at, "why": f"agent {s.agent_id} lost ({why}); its jobs were requeued"}
+            log.warning("the lockstep replay diverges from the offline run from t=%.1f: %s", at, self.diverged["why"])
         for name in s.nodes:
             if self.node_owner.get(name) is s:
                 del self.node_owner[name]
@@ -412,6 +432,8 @@ class LiveScheduler:
         self.metrics.received.inc()
         seen: set[tuple[int, str, int]] = set()
         for ev in msg.events:
+            if s.lost:  # refused by an earlier report of this message
+                return
             key = (ev.kind, ev.job_id, ev.launch_id)
             if key in seen:  # the same report again in one message: counted, not taken (nor logged) twice
                 self.metrics.agent_events.labels("duplicate").inc()
@@ -423,6 +445,10 @@ class LiveScheduler:
         if msg.HasField("ack"):
             ack = msg.ack
             if s in self._pending_acks and ack.step == self._step:
+                if not ack.lookahead_s > self.t_cur:  # NaN too: the next step could never move on
+                    self.refuse_agent(s, "lookahead_not_ahead", f"lookahead t={ack.lookahead_s:.6g} is not after "
+                                      f"the step's t={self.t_cur:.6g}")
+                    return
                 s.bound = ack.lookahead_s
                 self._pending_acks.discard(s)
                 if not self._pending_acks:
@@ -444,6 +470,10 @@ class LiveScheduler:
             return
         if not math.isfinite(ev.time_s):
             self.metrics.agent_events.labels("bad_time").inc()
+            return
+        if not possible_end(p, ev.time_s):
+            self.refuse_agent(s, "impossible_end", f"{apb.JobEvent.Kind.Name(ev.kind)} of {ev.job_id[:80]!r} at "
+                              f"t={ev.time_s:.6g}, outside its launch's [{p.start_s:.6g}, {p.end_s:.6g}]")
             return
         if ev.kind == apb.JobEvent.KIND_FINISHED:
             self._completions.append((ev.time_s, ev.launch_id, ev.job_id))
@@ -522,6 +552,15 @@ class LiveScheduler:
             job_id = f"client-{self._client_seq:06d}"
             if not self._taken(job_id):
                 return job_id
+
+    def known_vcs(self) -> list[str]:
+        """Every value a job's vc takes on this run: the partition's LocalQueues under a partition,
+        else the cluster's VCs, else "default". Every per-VC metric has a series for each, at 0
+        until something happens, so that "none" reads as 0 rather than as no data."""
+        c = self.cluster
+        if c.partition is not None:
+            return sorted(lq for lq, _ in c.partition.queue_of)
+        return [v.name for v in c.vcs] or ["default"]
 
     def default_vc(self) -> str:
         """What a submission without a vc means: "default" on a cluster that names no VCs; on one
@@ -844,7 +883,7 @@ class LiveScheduler:
                 out[s].append(cmd)
                 if end < s.bound:
                     s.bound = end
-            self.placed[job_id] = Placed(self._launch_seq, job.completion_token, tuple(targets))
+            self.placed[job_id] = Placed(self._launch_seq, job.completion_token, tuple(targets), t, end)
         return out
 
     def _account(self, d: Decision) -> None:
@@ -934,8 +973,13 @@ class LiveScheduler:
         if self.out is not None:
             from analysim.report import write_run
 
-            await asyncio.to_thread(write_run, self.out, summary, self.recorder.jobs, self.recorder.timeseries(),
-                                    self.plots)
+            try:
+                await asyncio.to_thread(write_run, self.out, summary, self.recorder.jobs, self.recorder.timeseries(),
+                                        self.plots)
+            except Exception as e:  # noqa: BLE001 — whatever the writer raises, the run still ends
+                self.out_error = f"cannot write the run's end to --out {self.out}: {e}"
+                log.error("%s; the run is done without it, and takes no more jobs", self.out_error)
+                summary["out_error"] = self.out_error
         self.summary = summary
         self.done = True
         self._publish("done", "", (), f"{summary['jobs_completed']} completed")

@@ -87,6 +87,9 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             live.metrics.rejected.labels("out_of_bounds").inc()
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds",
                          field=_job_field(problem, "out_of_bounds"))
+        if live.out_error is not None:
+            await refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"the run has ended, but {live.out_error}; it "
+                         "takes no more jobs: restart it with a writable --out", "out_unwritable")
         if live.writing_out:
             await refuse(context, grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
                          "writing_out")
@@ -136,6 +139,11 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
                          f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}", "out_of_bounds",
                          field="limit")
+        if request.status not in spb.JobStatus.values():
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"status {request.status} is not a JobStatus",
+                         "out_of_bounds", field="status")
+        if (problem := bounds.text_problem("vc", request.vc)) is not None:
+            await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds", field="vc")
         status = word(spb.JobStatus, request.status)
         ids = live.job_ids()
         recs = []
@@ -314,6 +322,8 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             while True:
                 msg = await s.outbox.get()
                 if msg is None:
+                    if s.refused is not None:
+                        await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, s.refused[1], s.refused[0])
                     return
                 yield msg
         finally:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 # Virtual seconds: a minute to four weeks (trace jobs run from seconds to weeks).
 JOB_TIME_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400, 28 * 86400)
+# analysim_agents_refused_total's reasons.
+AGENT_REFUSALS = ("lookahead_not_ahead", "impossible_end")
 # Wall seconds: the target is p99 under 10 ms.
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 
@@ -60,6 +62,12 @@ class SchedulerMetrics:
                                     ["reason"], registry=r)
         self.agents_lost = Counter("analysim_agents_lost_total", "Agent sessions lost (stream ended or heartbeat missed).",
                                    registry=r)
+        self.agents_refused = Counter("analysim_agents_refused_total",
+                                      "Agent sessions ended with INVALID_ARGUMENT for a report no honest agent sends, "
+                                      "by reason (lookahead_not_ahead, impossible_end); each is also lost.",
+                                      ["reason"], registry=r)
+        for reason in AGENT_REFUSALS:
+            self.agents_refused.labels(reason)
         self.grpc_server = GrpcServerMetrics(r)  # the gRPC server's interceptor
         add_standard_metrics(r, "scheduler")
         self.sent = self.messages.labels("sent")
@@ -84,7 +92,7 @@ class SchedulerMetrics:
               registry=self.registry).set_function(lambda: 0.0 if live.journal.failure else 1.0)
         # Every per-VC counter starts at 0 for every VC, so that a rate is 0 (not absent)
         # until the first event: dashboards and alerts then tell "none" from "no data".
-        for v in [v.name for v in live.cluster.vcs] or ["default"]:
+        for v in live.known_vcs():
             for c in (self.started, self.completed, self.preempted, self.migrated, self.requeued, self.failed,
                       self.cancelled):
                 self.vc(c, v)
@@ -108,11 +116,14 @@ class _ClusterCollector(Collector):
         alloc = GaugeMetricFamily("analysim_allocated_gpus", "GPUs held by running jobs, by VC and GPU model.",
                                   labels=["vc", "gpu_model"])
         free = GaugeMetricFamily("analysim_free_gpus", "Free GPUs on nodes that are up, by GPU model.", labels=["gpu_model"])
-        by: dict[tuple[str, str], float] = defaultdict(float)
+        vcs = live.known_vcs()
+        # Every known VC on every model, at 0 when it holds none (trace VCs the run does not name too).
+        by: dict[tuple[str, str], float] = {(vc, m): 0.0 for vc in vcs for m in models}
         for job in eng.running.values():
             per = job.spec.gpu_milli / GPU_MILLI
             for n, slots in job.placement.gpus:
-                by[(job.spec.vc, models[st.model_id[n]])] += len(slots) * per
+                key = (job.spec.vc, models[st.model_id[n]])
+                by[key] = by.get(key, 0.0) + len(slots) * per
         for (vc, m), v in sorted(by.items()):
             alloc.add_metric([vc, m], v)
         for i, m in enumerate(models):
@@ -140,7 +151,7 @@ class _ClusterCollector(Collector):
         for job in eng.pending_jobs():
             pj[job.spec.vc] += 1
             pg[job.spec.vc] += job.spec.gpu_demand
-        for vc in sorted(set(pj) | {v.name for v in eng.spec.vcs}):  # every VC, 0 when none waits
+        for vc in sorted(set(pj) | set(vcs)):  # every VC, 0 when none waits
             pend.add_metric([vc], pj[vc])
             demand.add_metric([vc], pg[vc])
         yield pend
@@ -165,6 +176,10 @@ class _ClusterCollector(Collector):
                                 value=live.achieved_speed() if clock.lockstep else clock.speed)
         yield GaugeMetricFamily("analysim_clock_lockstep", "1 in lockstep mode.", value=1.0 if clock.lockstep else 0.0)
         yield GaugeMetricFamily("analysim_clock_paused", "1 while the clock is paused.", value=1.0 if clock.paused else 0.0)
+        yield GaugeMetricFamily("analysim_lockstep_diverged",
+                                "1 once a lockstep replay lost an agent (its jobs requeued): from then on it is not the "
+                                "offline run; when and why in the log and the summary's live.diverged_from_offline.",
+                                value=0.0 if live.diverged is None else 1.0)
         fid = (live.summary or {}).get("fidelity")
         if fid:  # once the replay is done and compared with its offline run
             yield GaugeMetricFamily("analysim_offline_divergence_ratio",

@@ -32,7 +32,9 @@ def readiness(live: LiveScheduler) -> tuple[bool, str]:
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
-                exit_when_done: bool = False, auth: Authenticator | None = None, tls: TlsFiles | None = None) -> None:
+                exit_when_done: bool = False, auth: Authenticator | None = None, tls: TlsFiles | None = None) -> bool:
+    """Serve until SIGTERM/SIGINT (or the replay's end with ``exit_when_done``); False if the
+    run's end could not be written to --out."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,3 +84,4 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         waiter.cancel()
         live.commit()
         live.journal.close()
+    return live.out_error is None

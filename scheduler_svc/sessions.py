@@ -28,6 +28,7 @@ class Session:
     last_seen: float = field(default_factory=time.monotonic)
     bound: float = INF  # lockstep: no completion from this agent before this virtual time
     telemetry: dict[str, apb.NodeTelemetry] = field(default_factory=dict)
+    refused: tuple[str, str] | None = None  # (reason, message): a report no honest agent sends ended it
 
 
 @dataclass(slots=True)
@@ -37,6 +38,18 @@ class Placed:
     launch_id: int
     token: int  # the engine's completion token at launch: a later stop or move changes it
     sessions: tuple[Session, ...]
+    start_s: float  # the launch's virtual time: no end before it
+    end_s: float  # the end the agents compute from the launch: none after it
+
+
+# How far past a launch's end an agent's report may be (float rounding, relative to the end).
+END_TOLERANCE = 1e-9
+
+
+def possible_end(p: Placed, t: float) -> bool:
+    """An agent's end (or failure) time for a launch is one it could compute: finite, not before
+    the launch, not after the end the launch gives."""
+    return math.isfinite(t) and p.start_s <= t <= p.end_s + END_TOLERANCE * max(1.0, abs(p.end_s))
 
 
 def plausible(g: apb.GpuState, gpus: int) -> bool:

@@ -43,6 +43,8 @@ def build_summary(live: LiveScheduler) -> dict:
         "decision_latency_p99_s": lat.quantile(0.99),
         "decision_latency_max_s": lat.max,
         "agents_lost": live.agents_lost,
+        # Lockstep: {"at_s", "why"} once an agent was lost (the schedule is not the offline run's from then on).
+        "diverged_from_offline": live.diverged,
         "jobs_resumed": live.jobs_resumed,
         "scheduler_cpu_s": ru.ru_utime + ru.ru_stime,
         "scheduler_peak_rss_bytes": ru.ru_maxrss * 1024,

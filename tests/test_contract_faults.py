@@ -13,8 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from analysim._protos.v1 import scheduler_pb2 as spb
+from analysim._protos.v1 import scheduler_pb2_grpc as spb_grpc
 from analysim.rpc_status import refusal_of
-from analysim.tokens import read_token
+from analysim.tokens import bearer, read_token
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import ROOT
 from tests.test_gateway_helpers import running_gateway
@@ -63,6 +65,15 @@ def test_scheduler_contract_under_hostile_input(tmp_path: Path) -> None:
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         ok = client.submit(num_gpus=1, duration_s=10.0, job_id="ok-1.a:b@c+d").job_id
         assert client.get_job(ok).job_id == ok
+        # ListJobs: a status the enum does not have, a 10 MB vc: INVALID_ARGUMENT, no internals.
+        with grpc.insecure_channel(run.target) as ch:
+            stub = spb_grpc.SchedulerServiceStub(ch)
+            for field, req in (("status", spb.ListJobsRequest(status=99)),
+                               ("vc", spb.ListJobsRequest(vc="x" * 10_000_000))):
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.ListJobs(req, timeout=10, metadata=bearer(token))
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and _is_plain_refusal(e.value), field
+                assert refusal_of(e.value)["code"] == "out_of_bounds" and refusal_of(e.value).get("field") == field
 
 
 def test_tokens_rotated_under_a_running_scheduler_take_effect_at_once(tmp_path: Path) -> None:
@@ -93,6 +104,33 @@ def test_tokens_rotated_under_a_running_scheduler_take_effect_at_once(tmp_path: 
         assert run.scheduler.alive()
         with SchedulerClient(run.target, token=new) as fresh:
             assert fresh.cluster_state().clock.started
+
+
+def test_a_token_file_that_is_not_utf8_keeps_the_previous_tokens(tmp_path: Path) -> None:
+    with live(tmp_path, ["--jobs", "0"], "4x8", 4, agents=1) as (run, client):
+        assert run.token_dir is not None
+        (run.token_dir / "client.token").write_bytes(b"\xff\xfe not UTF-8\n")
+        run.scheduler.popen.send_signal(signal.SIGHUP)
+        wait_until(lambda: "not re-read" in run.scheduler.log.read_text(), 10, "the unreadable file logged")
+        assert client.submit(num_gpus=1, duration_s=10.0).job_id  # the previous client token still works
+        assert client.cluster_state().clock.started
+    log = run.scheduler.log.read_text()
+    assert "not UTF-8 text" in log and "the previous tokens stay valid" in log and "Traceback" not in log, log
+
+
+def test_token_files_are_replaced_by_rename(tmp_path: Path) -> None:
+    # A reader holding the old file (a scheduler re-reading it) sees all of it, never a truncated one.
+    args = [sys.executable, "-m", "scheduler_svc", "tokens", "--cluster", "4x8", "--agents", "2",
+            "--out", str(tmp_path / "t")]
+    assert subprocess.run(args, cwd=ROOT, capture_output=True).returncode == 0
+    old = (tmp_path / "t" / "client.token").read_text()
+    with (tmp_path / "t" / "client.token").open() as held:
+        assert subprocess.run([*args, "--new"], cwd=ROOT, capture_output=True).returncode == 0
+        assert held.read() == old
+    new = tmp_path / "t" / "client.token"
+    assert new.read_text() != old and new.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == sorted(
+        ["agents.tokens", "agent-0.token", "agent-1.token", "client.token", "operator.token"])  # nothing staged left
 
 
 def test_gateway_answers_malformed_bytes_with_invalid_argument(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ scheduler resumes taking work when space returns."""
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
-from scheduler_svc.launcher import LocalRun
+from scheduler_svc.launcher import ROOT, LocalRun
 from tests.test_live_helpers import http_get, sample_sum, scrape, wait_until
 
 TMPFS_SIZE = "4m"
@@ -140,3 +141,51 @@ def _journalled(path: Path, copy: Path) -> dict[str, str]:
             shutil.copyfile(src, copy / f"journal.db{suffix}")
     with closing(sqlite3.connect(copy / "journal.db")) as db:
         return dict(db.execute("SELECT job_id, status FROM jobs"))
+
+
+# Run in the small tmpfs's namespace: a journal with acknowledged client jobs, the disk filled,
+# the scheduler started on it (plain and accepting a loss), then space freed and the journal read.
+_FULL_AT_START = r"""
+import json, subprocess, sys
+from pathlib import Path
+from analysim.core.job import JobSpec
+from scheduler_svc.journal import Journal
+from tests.test_live_disk_full import _fill
+
+mnt = Path(sys.argv[1])
+path = mnt / "journal.db"
+j = Journal(path)
+for i in range(5):
+    j.add_client_job(JobSpec(f"acked-{i}", 0.0, 60.0, 1))
+j.close()
+_fill(mnt / "filler")
+starts = []
+for extra in ([], ["--accept-journal-loss"]):
+    r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
+                        "--journal", str(path), "--port", "0", *extra], capture_output=True, text=True, timeout=60)
+    starts.append([r.returncode, r.stderr])
+# --out on the full disk (the journal elsewhere): refused at start, not at the replay's end.
+r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
+                    "--journal", sys.argv[2], "--out", str(mnt / "out"), "--port", "0"],
+                   capture_output=True, text=True, timeout=60)
+out_start = [r.returncode, r.stderr]
+(mnt / "filler").unlink()
+print(json.dumps({"starts": starts, "out": out_start, "jobs": [row[0] for row in Journal(path).jobs()]}))
+"""
+
+
+def test_a_full_disk_at_start_is_reported_as_a_full_disk(tmp_path: Path) -> None:
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if not _namespaces_work(mnt):
+        pytest.skip("unshare cannot mount a tmpfs here (no unprivileged user namespaces)")
+    r = subprocess.run([str(_wrapper(tmp_path, mnt)), "-c", _FULL_AT_START, str(mnt), str(tmp_path / "other.db")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for code, err in out["starts"]:
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "the disk is full" in err and "accept" not in err and "damaged" not in err, err
+    assert out["jobs"] == [f"acked-{i}" for i in range(5)]  # space back: all there, nothing lost
+    code, err = out["out"]
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"--out {mnt / 'out'}: the disk is full" in err, err

@@ -165,6 +165,11 @@ def test_lockstep_agent_stalled_past_its_deadline_comes_back(tmp_path: Path) -> 
         assert stalled.alive(), stalled.tail()
         summary = client.wait_done(120)
         assert stalled.alive() and run.agents[1] is stalled
+        m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
     assert summary["jobs_completed"] == summary["jobs_total"] == 200
     assert summary["live"]["agents_lost"] == 1
+    # Not the offline run any more, and the summary and metrics say so: when, and why.
+    diverged = summary["live"]["diverged_from_offline"]
+    assert diverged["at_s"] > 0 and "agent agent-1 lost" in diverged["why"] and "requeued" in diverged["why"], diverged
+    assert sample_sum(m["analysim_lockstep_diverged"], "analysim_lockstep_diverged") == 1
     assert "Traceback" not in stalled.log.read_text()

@@ -63,6 +63,7 @@ def test_lockstep_replay_matches_offline_simulation(case: str, tmp_path: Path) -
     assert summary["jobs_completed"] == summary["jobs_total"] == 300
     assert summary["fidelity"]["identical_jobs"] == 300
     assert summary["fidelity"]["max_abs_delta_jct_s"] == 0.0
+    assert summary["live"]["diverged_from_offline"] is None  # no agent lost: nothing says it diverged
     if "preempt" in case:
         assert summary["preemptions"] > 0  # the case exercises what it claims to
     if "migrate" in case:

@@ -37,8 +37,10 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _copy(journal: Path, to: Path, wal: bool = True) -> Path:
+    """The journal's files: the database, its WAL, its acknowledgement record."""
     to.mkdir()
     shutil.copyfile(journal, to / "journal.db")
+    shutil.copyfile(f"{journal}-acks", to / "journal.db-acks")
     if wal:
         shutil.copyfile(f"{journal}-wal", to / "journal.db-wal")
     return to / "journal.db"
@@ -141,3 +143,122 @@ def test_empty_journal_is_refused(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     err = _refused(empty)
     assert "empty" in err
+
+
+CLIENT_JOBS = 10
+
+
+@pytest.fixture(scope="module")
+def acked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A journal with CLIENT_JOBS acknowledged client jobs (all ended) as a SIGKILLed scheduler
+    leaves it, with the ids of those jobs."""
+    tmp = tmp_path_factory.mktemp("acked")
+    journal = tmp / "journal.db"
+    with live(tmp, [*ARGS[:4], "--journal", str(journal)], "8x8", 8, agents=1) as (run, client):
+        ids = [client.submit(num_gpus=1, duration_s=30.0).job_id for _ in range(CLIENT_JOBS)]
+        client.wait_done(120)
+        run.kill(run.scheduler, signal.SIGKILL)
+    assert Path(f"{journal}-wal").stat().st_size > 0
+    return journal, ids
+
+
+def _copy_all(journal: Path, to: Path) -> Path:
+    """The journal's files as the killed scheduler left them, its -shm too."""
+    copy = _copy(journal, to)
+    if Path(f"{journal}-shm").exists():
+        shutil.copyfile(f"{journal}-shm", to / "journal.db-shm")
+    return copy
+
+
+def _lost_in_log(log: str) -> set[str]:
+    line = next(x for x in log.splitlines() if "--accept-journal-loss" in x and "acknowledged client job" in x)
+    return set(line.split("acknowledged client job(s): ", 1)[1].split(", "))
+
+
+@pytest.mark.parametrize("cut", ["mid-frame", "header", "emptied", "missing"])
+def test_a_cut_wal_is_refused_naming_the_acknowledged_jobs_it_loses(acked: tuple[Path, list[str]], tmp_path: Path,
+                                                                      cut: str) -> None:
+    journal, ids = acked
+    copy = _copy_all(journal, tmp_path / "cut")
+    wal = Path(f"{copy}-wal")
+    page = struct.unpack(">I", wal.read_bytes()[8:12])[0]
+    if cut == "missing":
+        wal.unlink()
+    else:
+        with wal.open("r+b") as f:
+            f.truncate({"mid-frame": 32 + 3 * (24 + page) + 100, "header": 32, "emptied": 0}[cut])
+    err = _refused(copy)
+    assert "transactions it committed" in err and "acknowledged client job(s)" in err, err
+    if cut != "mid-frame":  # nothing of the run reached the file: every acknowledged job would be lost
+        assert f"{CLIENT_JOBS} acknowledged client job(s) ({ids[0]}, " in err, err
+    log = _serves(copy, "--accept-journal-loss")
+    lost = _lost_in_log(log)
+    assert lost <= set(ids) and (lost == set(ids) or cut == "mid-frame"), log
+    assert lost, log
+
+
+def _edited(journal: Path, to: Path, *sql: str) -> Path:
+    copy = _copy(journal, to)
+    with closing(sqlite3.connect(copy)) as db:
+        for statement in sql:
+            db.execute(statement)
+        db.commit()
+    return copy
+
+
+@pytest.mark.parametrize(("sql", "says"), [
+    (["DROP TABLE jobs"], "its table jobs is missing"),
+    (["ALTER TABLE jobs RENAME COLUMN record TO rec"], "its table jobs has columns"),
+    (["UPDATE jobs SET status = 'pending' WHERE job_id = (SELECT MIN(job_id) FROM jobs WHERE source = 'client')"],
+     "its status is 'pending' with an end record"),
+    (["UPDATE jobs SET status = 'done' WHERE job_id = (SELECT MIN(job_id) FROM jobs WHERE source = 'client')"],
+     "its status is 'done'"),
+    (["UPDATE meta SET value = 'NaN' WHERE key = 'clock'"], "meta clock is nan"),
+    (["UPDATE meta SET value = 'Infinity' WHERE key = 'clock'"], "meta clock is inf"),
+    (["UPDATE jobs SET spec = replace(spec, '\"num_gpus\"', '\"gpus\"') WHERE source = 'client'"],
+     "unknown field(s) 'gpus'"),
+    (["DELETE FROM jobs WHERE source = 'client'"], f"{CLIENT_JOBS} acknowledged client job(s) are missing"),
+], ids=["dropped-table", "renamed-column", "ended-as-pending", "unknown-status", "nan-clock", "inf-clock",
+        "unknown-spec-key", "deleted-rows"])
+def test_records_no_scheduler_writes_are_refused(acked: tuple[Path, list[str]], tmp_path: Path, sql: list[str],
+                                                 says: str) -> None:
+    journal, ids = acked
+    copy = _edited(journal, tmp_path / "edit", *sql)
+    err = _refused(copy)
+    assert says in err, err
+    # What resuming would lose, by name: the acknowledged client jobs without a good row (a bad
+    # clock loses no job; a bad row, that job; a table lost or every spec renamed, all of them).
+    lost = 0 if "clock" in says else 1 if "status" in says else CLIENT_JOBS
+    if lost == 0:
+        assert "resuming would lose no acknowledged client job" in err, err
+    else:
+        assert sorted(ids)[0] == ids[0]
+        assert f"resuming would lose {lost} acknowledged client job(s) ({ids[0]}" in err, err
+
+
+def test_a_dropped_table_accepted_logs_every_lost_job(acked: tuple[Path, list[str]], tmp_path: Path) -> None:
+    journal, ids = acked
+    copy = _edited(journal, tmp_path / "drop", "DROP TABLE jobs")
+    assert _lost_in_log(_serves(copy, "--accept-journal-loss")) == set(ids)
+
+
+def test_a_wal_that_is_a_directory_is_one_line(acked: tuple[Path, list[str]], tmp_path: Path) -> None:
+    journal, _ = acked
+    copy = _copy(journal, tmp_path / "dir", wal=False)
+    Path(f"{copy}-wal").mkdir()
+    for extra in ((), ("--accept-journal-loss",)):
+        p = _start(copy, *extra)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "is not a regular file" in err, err
+
+
+def test_a_journal_removed_without_its_record_is_refused(acked: tuple[Path, list[str]], tmp_path: Path) -> None:
+    journal, ids = acked
+    copy = _copy(journal, tmp_path / "gone")
+    for suffix in ("", "-wal"):
+        Path(f"{copy}{suffix}").unlink()
+    err = _refused(copy)
+    assert "the file is missing, but its acknowledgement record" in err, err
+    assert f"{CLIENT_JOBS} acknowledged client job(s)" in err, err
+    assert not copy.exists()  # left as it was

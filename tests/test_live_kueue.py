@@ -12,31 +12,85 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from analysim.clusters import parse_cluster
 from analysim.core.partition import GPU
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT
 from tests.test_kueue import _cq
-from tests.test_live_helpers import live, sample_sum, scrape, wait_until
+from tests.test_live_helpers import http_get, live, sample_sum, scrape, wait_until
 
 DEMO = ROOT / "examples" / "kueue" / "demo.yaml"
+
+
+def _refused_offline_and_live(tmp_path: Path, bad: Path) -> str:
+    """The one-line error both `analysim simulate` and the live scheduler give for partition
+    ``bad`` at start (the same one), before the scheduler serves anything."""
+    errors = {}
+    for prog, argv in (("analysim simulate", ["-m", "analysim", "simulate", "--no-plots", "--no-progress",
+                                              "--out", str(tmp_path / "out")]),
+                       ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db"),
+                                          "--port-file", str(tmp_path / "port.json")])):
+        r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
+    assert not (tmp_path / "port.json").exists()  # never served, so never acknowledged anything
+    assert errors["analysim simulate"] == errors["scheduler_svc"]
+    return errors["scheduler_svc"]
 
 
 def test_a_bad_partition_is_the_same_one_line_error_as_offline(tmp_path: Path) -> None:
     bad = tmp_path / "kueue.yaml"
     bad.write_text(DEMO.read_text().replace("nominalQuota: 31", "nominalQuota: 31\n        borrowLimit: 4", 1))
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "borrowLimit" in t)
-    errors = {}
-    for prog, argv in (("analysim simulate", ["-m", "analysim", "simulate", "--no-plots", "--no-progress",
-                                              "--out", str(tmp_path / "out")]),
-                       ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db")])):
-        r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
-        errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
-    assert errors["analysim simulate"] == errors["scheduler_svc"]
-    assert errors["scheduler_svc"].startswith(f"{bad}, line {line}: document ") and "borrowLimit: unknown field" in \
-        errors["scheduler_svc"]
+    error = _refused_offline_and_live(tmp_path, bad)
+    assert error.startswith(f"{bad}, line {line}: document ") and "borrowLimit: unknown field" in error
+
+
+def _first_cq_spec(text: str, extra: str) -> str:
+    """The demo partition with ``extra`` lines at the top of its first ClusterQueue's spec."""
+    i = text.index("spec:", text.index("kind: ClusterQueue"))
+    return text[:i] + "spec:\n" + extra + text[i + len("spec:"):]
+
+
+_CQ = """---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: q%d}
+spec:
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: v100
+      resources:
+      - {name: "nvidia.com/gpu", nominalQuota: 1}
+"""
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 1e400", 1),
+     "nominalQuota: 1e400 is more than any cluster could hold (at most 1e+06 for nvidia.com/gpu)"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 1e999999", 1),
+     "nominalQuota: 1e999999 is more than any cluster could hold"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: 31\n        borrowingLimit: 1e400", 1),
+     "borrowingLimit: 1e400 is more than any cluster could hold"),
+    (lambda t: _first_cq_spec(t, "  fairSharing: {weight: 1e400}"),
+     "fairSharing.weight: 1e400 is more than any cluster could hold (at most 1e+06 for fairSharing.weight)"),
+    (lambda t: t.replace("nominalQuota: 31", "nominalQuota: !foo 31", 1),
+     "could not determine a constructor for the tag '!foo'"),
+    (lambda t: t + "---\nnested: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply to be a Kueue object"),
+    (lambda t: t + "".join(_CQ % i for i in range(100_000)), "a partition file may have at most 4,194,304"),
+    (lambda t: t + "---\n~\n" * 6000, "more than 5,000 documents"),
+], ids=["nominal-1e400", "nominal-1e999999", "borrowing-1e400", "weight-1e400", "unknown-tag", "deep-nesting",
+        "100k-cluster-queues", "too-many-documents"])
+def test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start(tmp_path: Path, edit, says: str) -> None:
+    bad = tmp_path / "kueue.yaml"
+    bad.write_text(edit(DEMO.read_text()))
+    error = _refused_offline_and_live(tmp_path, bad)
+    assert error.startswith(str(bad)) and says in error, error
 
 
 @pytest.mark.parametrize(("vc", "gpus", "reason", "field", "says"), [
@@ -93,3 +147,52 @@ def test_a_reclaim_is_counted_by_preempting_queue_and_reason(tmp_path: Path) -> 
     assert sample_sum(preempted, "kueue_preempted_workloads_total") == 1
     assert sample_sum(m["kueue_evicted_workloads"], "kueue_evicted_workloads_total", cluster_queue="team-a",
                       reason="Preempted") == 1
+
+
+# Labelled gauges with no series on a run whose VCs have no quota: under a partition the quotas
+# are the ClusterQueues' (kueue_cluster_queue_nominal_quota), not the VCs'.
+NO_VC_QUOTAS = {"analysim_vc_quota_gpus", "analysim_vc_free_quota_gpus"}
+
+
+@pytest.mark.parametrize("partition", [True, False], ids=["partition", "vcs"])
+def test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens(tmp_path: Path, partition: bool) -> None:
+    # Nothing submitted: every per-VC gauge (a VC being a LocalQueue under a partition) and every
+    # per-ClusterQueue one is there at 0, so that sums, dashboards and absent() alerts read "none",
+    # not "no data"; the stack's "Kueue's pending = the scheduler's pending" then holds at 0 too.
+    args = ["--jobs", "0", *(["--partition", str(DEMO)] if partition else [])]
+    with live(tmp_path, args, "demo", nodes=16, agents=1) as (run, _):
+        status, text = http_get(run.scheduler.info["host"], run.scheduler.info["metrics"], "/metrics")
+    assert status == 200
+    families = list(text_string_to_metric_families(text))
+    m = {f.name: f.samples for f in families}
+    if partition:
+        vcs = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(DEMO.read_text()) if d and d["kind"] == "LocalQueue")
+        queues = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(DEMO.read_text())
+                        if d and d["kind"] == "ClusterQueue")
+    else:
+        vcs, queues = sorted(v.name for v in parse_cluster("demo").vcs), []
+    assert vcs
+    models = sorted({s.labels["gpu_model"] for s in m["analysim_cluster_gpus"]})
+    per_vc = {"analysim_pending_jobs": [{}], "analysim_pending_gpus": [{}],
+              "analysim_allocated_gpus": [{"gpu_model": g} for g in models]}
+    if not partition:
+        per_vc |= {"analysim_vc_quota_gpus": [{}], "analysim_vc_free_quota_gpus": [{}]}
+    for family, extra in per_vc.items():
+        series = {tuple(sorted(s.labels.items())): s.value for s in m[family]}
+        for vc in vcs:
+            for labels in extra:
+                key = tuple(sorted({"vc": vc, **labels}.items()))
+                assert key in series, (family, key)
+                if "quota" not in family:
+                    assert series[key] == 0, (family, key)
+    for vc in vcs:
+        assert sample_sum(m["analysim_jobs_started"], "analysim_jobs_started_total", vc=vc) == 0
+        assert any(s.labels.get("vc") == vc for s in m["analysim_jobs_started"]), vc
+    for q in queues:
+        for status in ("active", "inadmissible"):
+            assert [s.value for s in m["kueue_pending_workloads"]
+                    if s.labels == {"cluster_queue": q, "status": status}] == [0.0], (q, status)
+        assert [s.value for s in m["kueue_admitted_active_workloads"] if s.labels["cluster_queue"] == q] == [0.0]
+    # No labelled gauge of the scheduler is left without series.
+    empty = sorted(f.name for f in families if f.type == "gauge" and not f.samples)
+    assert empty == (sorted(NO_VC_QUOTAS) if partition else []), empty

@@ -134,6 +134,11 @@ def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
     assert info["grpc"] > 0 and info["auth"] is True and Path(info["workdir"]) == (tmp_path / "w").resolve()
     assert set(info["agents"]) == {"0", "1"} and (tmp_path / "w" / "tokens" / "agents.tokens").stat().st_mode & 0o077 == 0
     assert "accounted for: 30 completed" in p.stdout
+    # Again in the same workdir: a fresh journal, every one of its files (the acknowledgement record too) replaced.
+    again = subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "10", "--cluster", "4x8", "--no-progress",
+                            "--no-offline-check", "--workdir", "w"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0 and "accounted for: 10 completed" in again.stdout, again.stderr
     bad = subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "1", "--exit-when-done"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [

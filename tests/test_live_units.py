@@ -24,7 +24,7 @@ from node_agent.telemetry import gpu_sample
 from scheduler_svc.auth import AGENT, CLIENT, Authenticator
 from scheduler_svc.bounds import job_problem
 from scheduler_svc.cli import parse_speed
-from scheduler_svc.journal import Journal
+from scheduler_svc.journal import Journal, _read_acks
 from scheduler_svc.launcher import ROOT, split_nodes
 
 
@@ -45,7 +45,7 @@ def test_journal_round_trip_and_group_commit(tmp_path: Path) -> None:
     rows = j2.jobs()
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [("a", "trace", specs[0], "pending", None),
                                                                ("b", "trace", specs[1], "pending", None)]
-    assert j2.meta() == {}
+    assert j2.meta() == {"transactions": 1}  # the commit of the two jobs; not the open group's
     j2.ended("b", "cancelled", {"job_id": "b"})
     j2.close()
     assert Journal(path).jobs()[1][3:] == ("cancelled", {"job_id": "b"})
@@ -191,3 +191,19 @@ def test_agent_token_node_ranges(tmp_path: Path) -> None:
     path.write_text("short\n")
     with pytest.raises(UserError, match="at least 16 characters"):
         Authenticator().add_file(CLIENT, path)
+
+
+def test_the_acknowledgement_record_claims_only_committed_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    j = Journal(path)
+    for i in range(3):
+        j.add_client_job(JobSpec(f"c-{i}", 0.0, 60.0, 1))
+    acks = Path(f"{path}-acks")
+    with acks.open("ab") as f:  # a group's lines written, its commit never made; a line cut short
+        f.write(f'{j._tx + 1} "ghost"\n{j._tx} "cut'.encode())  # noqa: SLF001
+    record, problem = _read_acks(acks)
+    assert problem is None and record == {"transactions": j._tx, "client_jobs": 3,  # noqa: SLF001
+                                          "since_checkpoint": ["c-0", "c-1", "c-2"]}
+    j._checkpoint()  # noqa: SLF001 — the WAL folded into the file: the list starts again
+    assert _read_acks(acks)[0]["since_checkpoint"] == []
+    j.close()

@@ -173,11 +173,20 @@ def test_bad_spec_names_the_key(spec, key, problem):
     ("limit: []\n", "limit: empty list"),
     ("jobs: 10\nunknown_thing: 3\n", "unknown key 'unknown_thing'"),
     ("policy: [fifo\n", "not valid YAML"),
+    ("jobs: 100000000000000000000\n", "jobs: 100000000000000000000: argument --jobs: expected at most 10,000,000"),
+    ("jobs: 1e20\n", "jobs: 1e20: argument --jobs"),
+    (f"jobs: [{', '.join(map(str, range(1, 1001)))}]\nseed: [{', '.join(map(str, range(1000)))}]\n",
+     "1,000,000 cells (1000 jobs x 1000 seed); a sweep may have at most 10,000"),
+    ("cluster: demo\npartition: %s\npartition_set: {ClusterQueue/nope/v100/nvidia.com/gpu/nominalQuota: [1, 2]}\n"
+     % (Path(__file__).parents[1] / "examples" / "kueue" / "demo.yaml"), "has no ClusterQueue 'nope'"),
 ])
-def test_bad_spec_is_one_line_before_any_cell_runs(tmp_path, text, key):
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry-run"])
+def test_bad_spec_is_one_line_before_any_cell_runs(tmp_path, text, key, dry):
+    # --dry-run runs the run's own checks: what the run refuses, the dry run refuses too.
     spec = tmp_path / "s.yaml"
-    spec.write_text("jobs: 20\ncluster: tiny\n" + text if "jobs" not in text else text)
-    r = analysim("sweep", str(spec), "--out", str(tmp_path / "o"), cwd=tmp_path)
+    spec.write_text("jobs: 20\ncluster: tiny\n" + text if "jobs" not in text and "cluster" not in text else
+                    ("jobs: 20\n" + text if "jobs" not in text else text))
+    r = analysim("sweep", str(spec), "--out", str(tmp_path / "o"), *(["--dry-run"] if dry else []), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"analysim sweep: error: {spec}: ") and key in r.stderr, r.stderr

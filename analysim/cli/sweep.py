@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from analysim.report import cluster_queue_table
-    from analysim.sweep import EngineOptions, run_sweep
+    from analysim.sweep import EngineOptions, preflight, run_sweep
     from analysim.sweep.engines import import_ray, machine_cpus
     from analysim.sweep.spec import load_sweep
 
@@ -52,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--cell-cpus: expected a positive number, got {args.cell_cpus}")
     sweep = load_sweep(args.spec)
     if args.dry_run:
+        preflight(sweep, sweep.cells)  # the run's own checks: policies, traces, clusters, partitions
         for c in sweep.cells:
             print(f"{c.id}  {c.label}")
         print(f"{len(sweep.cells)} cells")

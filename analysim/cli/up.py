@@ -120,12 +120,13 @@ def main(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cluster, spec: str, workdir: Path, tls) -> int:  # noqa: ANN001
     from analysim.portfile import write_port_file
     from scheduler_svc.client import NotServing
+    from scheduler_svc.journal import FILE_SUFFIXES
     from scheduler_svc.launcher import LocalRun
 
     sched_args = forward_args(args)
     if args.journal is None:
         # With the logs, and fresh: resuming is for an explicit --journal.
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in FILE_SUFFIXES:
             (workdir / f"journal.db{suffix}").unlink(missing_ok=True)
         sched_args += ["--journal", str(workdir / "journal.db")]
     run = LocalRun(workdir, tls=tls)

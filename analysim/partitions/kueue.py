@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, DecimalException
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,17 @@ _SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)")
 # Base units per resource (analysim.core.partition.UNITS): GPUs in thousandths, CPU in
 # millicores, memory and anything else in the quantity's own unit.
-_SCALE = {GPU: 1000, CPU: 1000}
+# A fairSharing weight is read as a quantity too, in thousandths (a weight may be 0.5).
+WEIGHT = "fairSharing.weight"
+_SCALE = {GPU: 1000, CPU: 1000, WEIGHT: 1000}
+# The most a quota may give, in base units: far beyond any cluster (a million GPUs, 100 million
+# cores, an exbibyte of memory), and small enough to stay exact as a float in the core's sums.
+_MOST = {GPU: 10**9, CPU: 10**11, MEMORY: 2**60, WEIGHT: 10**9}
+_MOST_OTHER = 2**53
+# A partition file is a cluster's configuration, a few KB: past these it is refused before it is
+# parsed (or while it is), rather than read for minutes.
+MAX_FILE_BYTES = 4 << 20
+MAX_DOCUMENTS = 5000
 
 
 def in_kubernetes_units(resource: str, amount: int) -> float:
@@ -145,7 +155,10 @@ class _At:
     def value(self) -> Any:
         if not isinstance(self.node, yaml.ScalarNode):
             raise self.error(f"expected a value, got {_kind(self.node)}")
-        return yaml.SafeLoader("").construct_object(self.node)  # type: ignore[no-untyped-call]
+        try:
+            return yaml.SafeLoader("").construct_object(self.node)  # type: ignore[no-untyped-call]
+        except yaml.YAMLError as e:  # a tag it does not know (!foo), a malformed timestamp, ...
+            raise self.error(str(getattr(e, "problem", None) or e).splitlines()[0]) from None
 
     def text(self) -> str:
         v = self.value()
@@ -180,13 +193,17 @@ def quantity(v: object, resource: str) -> int:
     m = _QUANTITY.fullmatch(str(v).strip()) if not isinstance(v, bool) and v is not None else None
     if m is None:
         raise ValueError(f"expected a quantity (e.g. 8, 500m, 36Gi), got {v!r}")
+    most = _MOST.get(resource, _MOST_OTHER)
     try:
         amount = Decimal(m[1]) * _SUFFIX[m[2]] * _SCALE.get(resource, 1)
-    except InvalidOperation:
-        raise ValueError(f"expected a quantity, got {v!r}") from None
-    if amount < 0:
-        raise ValueError(f"must not be negative, got {v!r}")
-    return int(amount.to_integral_value(rounding=ROUND_CEILING))
+        if amount < 0:
+            raise ValueError(f"must not be negative, got {v!r}")
+        if amount > most:
+            raise ValueError(f"{v} is more than any cluster could hold (at most "
+                             f"{in_kubernetes_units(resource, most):g} for {resource})")
+        return int(amount.to_integral_value(rounding=ROUND_CEILING))
+    except DecimalException:  # beyond Decimal's own range (e.g. 1e999999)
+        raise ValueError(f"{v} is more than any cluster could hold") from None
 
 
 def _kind(node: yaml.Node) -> str:
@@ -202,19 +219,25 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
         raise UserError(f"{path}: not a UTF-8 text file") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise UserError(f"{path}: {len(text):,} characters; a partition file may have at most {MAX_FILE_BYTES:,}")
     read = _Read(path, cluster)
+    seen = 0
     try:
-        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
+            if i > MAX_DOCUMENTS:
+                raise UserError(f"{path}: more than {MAX_DOCUMENTS:,} documents; a partition file may have at most "
+                                f"{MAX_DOCUMENTS:,}")
+            if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
+                continue
+            seen += 1
+            _document(read, _At(read, node, i, "", ""))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise InputFileError(path, mark.line + 1 if mark else None, None,
                              f"bad YAML: {getattr(e, 'problem', None) or e}") from None
-    seen = 0
-    for i, node in enumerate(docs, 1):
-        if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
-            continue
-        seen += 1
-        _document(read, _At(read, node, i, "", ""))
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a Kueue object") from None
     if not seen:
         raise UserError(f"{path}: no Kueue objects in this file")
     return _resolve(read)
@@ -309,7 +332,7 @@ def _weight(at: _At) -> float:
     f = at.fields(("weight",))
     if "weight" not in f:
         return 1.0
-    return f["weight"].quantity(CPU) / 1000  # (read in thousandths, as a CPU quantity: a weight may be 0.5)
+    return f["weight"].quantity(WEIGHT) / 1000
 
 
 def _preemption(at: _At) -> Preemption:

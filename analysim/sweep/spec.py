@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ NOT_IN_ID = ("no_plots",)
 # ``analysim report`` draws the sweep's own figures (``no_plots: false`` brings them back).
 SWEEP_DEFAULTS: dict[str, object] = {"no_plots": True}
 SPECIAL = ("cells", "exclude")
+MAX_CELLS = 10_000  # cells a SPEC may expand to: each is a simulate run (hours of CPU for the largest)
 PARTITION_SET = "partition_set"
 Scalar = str | int | float | bool | None
 
@@ -219,6 +221,12 @@ def expand(data: dict, source: str = "SPEC") -> Sweep:
         for key in rule:
             check_key(key, f"exclude, entry {i}: ")
 
+    # Counted before any is made: a SPEC of a million cells is refused at once, not expanded.
+    n = math.prod(len(v) for v in axes.values()) * len(explicit)
+    if n > MAX_CELLS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items())
+        raise SpecError(f"{source}: {n:,} cells ({sizes}{f' x {len(explicit)} cells entries' if len(explicit) > 1 else ''}"
+                        f"); a sweep may have at most {MAX_CELLS:,}")
     combos = []
     for values in itertools.product(*axes.values()):
         for entry in explicit:
