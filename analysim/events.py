@@ -40,7 +40,7 @@ def kueue_state(engine: Engine) -> KueueState | None:
 
 class EventsCsv:
     """Writes the events file of one engine's run: a row per decision as it is made (the engine's
-    ``log_decisions_to``), to ``FILE.partial``, renamed to FILE when the run ends well."""
+    ``Engine.decision_log``), to ``FILE.partial``, renamed to FILE when the run ends well."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -78,7 +78,7 @@ class EventsCsv:
         """Write the decisions of this engine from now on."""
         self.engine = engine
         self.kueue = kueue_state(engine)
-        engine.log_decisions_to(self.decided)
+        engine.decision_log.add(self.decided)
 
     def decided(self, d: Decision) -> None:
         job = self.engine.jobs[d.job_id]

@@ -16,11 +16,12 @@ from typing import Protocol
 import numpy as np
 
 from analysim.core.cluster import ClusterSpec
-from analysim.core.engine import Decision, Engine, EngineConfig, InfeasibleJob
+from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.framework import Policy
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.policies import PARTITION_QUEUES, build_policy, partition_policy
+from analysim.core.records import Decision
 
 MODES = ("replay", "inflate")
 

@@ -42,10 +42,11 @@ from pathlib import Path
 
 from analysim._protos.v1 import agent_pb2 as apb
 from analysim.core.cluster import ClusterSpec
-from analysim.core.engine import Decision, Engine, InfeasibleJob
+from analysim.core.engine import Engine, InfeasibleJob
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus
 from analysim.core.metrics import MetricsRecorder
 from analysim.core.partition import Partition
+from analysim.core.records import Decision
 from analysim.errors import UserError
 from analysim.events import EventsCsv, kueue_state, queue_in, why_pending
 from analysim.partitions import assign_queues

@@ -34,8 +34,8 @@ from analysim.events import kueue_state
 from analysim.partitions.kueue import in_kubernetes_units
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Decision
     from analysim.core.job import JobRun
+    from analysim.core.records import Decision
     from scheduler_svc.core import LiveScheduler
 
 # Kueue's buckets (1 s, then 2.5 s doubling to 10240 s), continued doubling to a month: a trace's

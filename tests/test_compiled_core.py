@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
-from analysim.core.engine import Decision, EngineConfig
+from analysim.core.engine import EngineConfig
 from analysim.core.fragmentation import TaskClass, WorkloadDistribution
 from analysim.core.job import JobSpec
 from analysim.core.plugins.queue import QUEUE_SORTS
 from analysim.core.policies import build_policy
+from analysim.core.records import Decision
 
 ROOT = Path(__file__).resolve().parents[1]
 

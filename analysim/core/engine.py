@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -35,7 +35,7 @@ from analysim.core.node_views import NodeViews
 from analysim.core.orders import DedicatedRooms
 from analysim.core.placement import cpu_mem_on
 from analysim.core.ranked import FreshRanking, RankedIndex
-from analysim.core.records import REBALANCE, UNBLOCK, Decision, EngineConfig, InfeasibleJob, JobBook
+from analysim.core.records import REBALANCE, UNBLOCK, DecisionLog, EngineConfig, InfeasibleJob, JobBook
 from analysim.core.scheduling_queue import IndexPlan, SchedulingQueue
 
 if TYPE_CHECKING:
@@ -66,11 +66,8 @@ class Engine(Handle):
         # (kept by launch and _stop for quota reclaim's bound; full_free's dtype: a cast per addition tripled its cost)
         self.gpus_of_vc: dict[str, np.ndarray] = {}
         self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
-        self.decisions: list[Decision] = []  # (empty with EngineConfig.keep_decisions off)
-        # Where each decision goes as it is made: the log, and/or a sink (log_decisions_to); None:
-        # nowhere, and _record makes none.
-        self._on_decision: Callable[[Decision], None] | None = (
-            self.decisions.append if self.config.keep_decisions else None)
+        self.decision_log = DecisionLog(self.config.keep_decisions)  # where each decision goes
+        self.decisions = self.decision_log.kept  # (empty with keep_decisions off)
         self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
         self.recorder = recorder
         self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
@@ -250,7 +247,7 @@ class Engine(Handle):
         ex.expected_end_s = started_s + overhead_s + remaining_s * slowdown
         if self.ends is not None:
             self.ends.add(job, ex.expected_end_s)
-        self._record("resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes))
+        self.decision_log.record(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes))
         return job
 
     def _at(self, at: float | None) -> float:
@@ -350,7 +347,7 @@ class Engine(Handle):
         job.status = JobStatus.COMPLETED
         job.end_s = self.now
         self.policy.queue.on_event("complete", job, self)
-        self._record("complete", job.job_id, nodes)
+        self.decision_log.record(self.now, "complete", job.job_id, nodes)
         self._ended(job)
 
     def _on_node_down(self, node: int) -> None:
@@ -672,7 +669,7 @@ class Engine(Handle):
         job.overhead_s = self.config.restore_overhead_s
         job.preemptions += 1
         job.placement = None
-        self._record("preempt", job.job_id, nodes, why)
+        self.decision_log.record(self.now, "preempt", job.job_id, nodes, why)
         self._requeue(job)
 
     def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...], why: tuple[str, str, str]) -> None:
@@ -683,29 +680,11 @@ class Engine(Handle):
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
         self.launch(job, pl, record=False)  # (recorded as a migration, not a fresh launch)
-        self._record("migrate", job.job_id, (self.node_names[node],), why)
+        self.decision_log.record(self.now, "migrate", job.job_id, (self.node_names[node],), why)
 
     def _decide(self, kind: str, job: JobRun) -> None:
-        self._record(kind, job.job_id, tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ())
-
-    def _record(self, kind: str, job_id: str, nodes: tuple[str, ...], why: tuple[str, str, str] = ("", "", "")) -> None:
-        """A decision, in the log with EngineConfig.keep_decisions (off for long runs) and to the
-        sink given to log_decisions_to; ``why``: see Decision."""
-        if self._on_decision is not None:
-            self._on_decision(Decision(self.now, kind, job_id, nodes, *why))
-
-    def log_decisions_to(self, sink: Callable[[Decision], None]) -> None:
-        """Hand each decision to ``sink`` as it is made (before the next one changes anything the
-        sink may read, such as the quota usage), besides the log if it is kept."""
-        log = self._on_decision
-        if log is None:
-            self._on_decision = sink
-        else:
-            def both(d: Decision) -> None:
-                log(d)
-                sink(d)
-
-            self._on_decision = both
+        nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
+        self.decision_log.record(self.now, kind, job.job_id, nodes)
 
 
 class Recorder(Protocol):

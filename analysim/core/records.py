@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from analysim.core.job import by_fields
@@ -60,6 +61,29 @@ class Decision:
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
+
+
+class DecisionLog:
+    """Where the engine's decisions go as they are made: the kept list (with
+    EngineConfig.keep_decisions; off for long runs) and every sink handed to it (an events file,
+    analysim.events), in that order. With neither, no Decision is made at all."""
+
+    def __init__(self, keep: bool) -> None:
+        self.kept: list[Decision] = []  # every decision, in order, when kept; else empty
+        # (each takes every decision before the next one changes anything it may read, such as
+        # the quota usage)
+        self.sinks: list[Callable[[Decision], None]] = [self.kept.append] if keep else []
+
+    def add(self, sink: Callable[[Decision], None]) -> None:
+        self.sinks.append(sink)
+
+    def record(self, now: float, kind: str, job_id: str, nodes: tuple[str, ...],
+               why: tuple[str, str, str] = ("", "", "")) -> None:
+        """A decision of the engine's (``why``: see Decision), to every sink; none is made without one."""
+        if self.sinks:
+            d = Decision(now, kind, job_id, nodes, *why)
+            for sink in self.sinks:
+                sink(d)
 
 
 class InfeasibleJob(ValueError):

@@ -340,25 +340,12 @@ class KueuePreemption:
         candidates with the advantage, the other queues' others and the queue's own."""
         st = self.state
         q = fit.q
-        policy = st.partition.nodes[q].preemption
-        reclaim = policy.reclaim_within_cohort
+        reclaim = st.partition.nodes[q].preemption.reclaim_within_cohort
         lca = {c: a for c, a, _ in plan.sources}
         ahead = [c for c, _, adv in plan.sources if adv]
         behind = [c for c, _, adv in plan.sources if not adv]
-        no_advantaged = next(self._walk(ahead, job, plan, reclaim, True), None) is None
-        no_others = no_advantaged and next(self._walk(behind, job, plan, reclaim, False), None) is None
-        forbidden = policy.borrow_within_cohort == NEVER
-        if no_others or forbidden and not plan.under:
-            attempts: tuple[bool, ...] = (True,)
-        elif forbidden and no_advantaged:
-            attempts = (False, True)
-        else:
-            attempts = (True, False)
-        t = policy.max_priority_threshold
-        # (an attempt that borrows passes over the others' candidates that may be taken only
-        # without borrowing: those at or above this priority, or all when borrowWithinCohort is
-        # Never; priority ascending, the walk stops there)
-        while_borrowing = -math.inf if forbidden else plan.prio if t is None or t >= plan.prio else t + 1
+        attempts = self._attempts(job, plan, ahead, behind)
+        while_borrowing = self._while_borrowing(q, plan)
         # (the other queues each attempt may take from, for its bound: one that borrows only the
         # advantaged and those with a workload below while_borrowing)
         borrowing_others = [c for c in ahead if st.by_queue[c]] + [
@@ -376,6 +363,30 @@ class KueuePreemption:
             if got:
                 return got
         return None
+
+    def _attempts(self, job: JobRun, plan: _Plan, ahead: list[int], behind: list[int]) -> tuple[bool, ...]:
+        """Whether each attempt, in order, may borrow (module docstring, "Attempts")."""
+        policy = self.state.partition.nodes[self.state.queue(job)].preemption
+        reclaim = policy.reclaim_within_cohort
+        no_advantaged = next(self._walk(ahead, job, plan, reclaim, True), None) is None
+        no_others = no_advantaged and next(self._walk(behind, job, plan, reclaim, False), None) is None
+        forbidden = policy.borrow_within_cohort == NEVER
+        if no_others or forbidden and not plan.under:
+            return (True,)
+        if forbidden and no_advantaged:
+            return (False, True)
+        return (True, False)
+
+    def _while_borrowing(self, q: int, plan: _Plan) -> float:
+        """The priority from which the other queues' candidates without the advantage may be taken
+        only by an attempt that does not borrow: at or above the job's, or above
+        maxPriorityThreshold; all of them when borrowWithinCohort is Never. (Priority ascending,
+        a borrowing attempt's walk stops there.)"""
+        policy = self.state.partition.nodes[q].preemption
+        if policy.borrow_within_cohort == NEVER:
+            return -math.inf
+        t = policy.max_priority_threshold
+        return plan.prio if t is None or t >= plan.prio else t + 1
 
     def _own_candidates(self, job: JobRun, q: int, prio: int, within: str, need: frozenset) -> list[JobRun]:
         """The queue's own candidates, in candidate order."""
