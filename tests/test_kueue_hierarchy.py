@@ -5,17 +5,13 @@ preemption is needed (whenCanPreempt and preference)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from analysim.core.cluster import ClusterSpec
-from analysim.core.engine import Engine, EngineConfig
+from analysim.core.engine import Engine
 from analysim.core.partition import GPU
 from analysim.core.plugins.kueue import KueueState
 from analysim.core.plugins.kueue_flavors import Heights, borrowing_level
-from analysim.core.policies import partition_policy
-from analysim.partitions import assign_queues
 from tests.test_kueue import (
     FLAVOR,
     TWO_FLAVORS,
@@ -27,20 +23,14 @@ from tests.test_kueue import (
     _read,
 )
 from tests.test_kueue_preemption import PRIORITIES, _preempted
+from tests.test_kueue_preemption import _run as _run_on
 
 # Two 8-GPU nodes, one flavor.
 ONE_FLAVOR_NODES = _nodes((2, "V100", 8, 16))
 
 
 def _run(cluster: ClusterSpec, part, jobs, until: float | None = None) -> Engine:
-    spec = dataclasses.replace(cluster, vcs=(), partition=part)
-    kept, filtered = assign_queues(jobs, part)
-    assert not filtered, filtered
-    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True))
-    for j in kept:
-        engine.submit(j)
-    engine.run(until if until is not None else float("inf"))
-    return engine
+    return _run_on(part, jobs, until, cluster)
 
 
 def _gpus(nominal: int, **limits: int) -> str:

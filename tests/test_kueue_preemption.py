@@ -52,8 +52,8 @@ value: 200
 """
 
 
-def _run(part, jobs, until: float | None = None) -> Engine:
-    spec = dataclasses.replace(CPU_NODES, vcs=(), partition=part)
+def _run(part, jobs, until: float | None = None, cluster=CPU_NODES) -> Engine:
+    spec = dataclasses.replace(cluster, vcs=(), partition=part)
     kept, filtered = assign_queues(jobs, part)
     assert not filtered, filtered
     engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True))
