@@ -99,6 +99,31 @@ def test_status_history_and_metrics_agree(env: Env) -> None:
     assert "analysim_extraction_warnings" in fams
 
 
+def test_pools_and_exposure_are_listed_and_exported(env: Env) -> None:
+    """The subjects pooled by what the rows are (auto:pool, auto:young) and the model's
+    exposure: in the admin view, the status gauge and the exposure gauge, alike."""
+    name, user = env.user("pool")
+    rows = credit_rows()
+    # A line search along the amount from the first row: each probe one feature from it.
+    probes = [[a, *rows[0][1:]] for a in (151, 301, 451, 601, 751, 901) if a != rows[0][0]]
+    assert user.post("/v1/models/credit/predict", {"rows": rows[:30] + probes})[0] == 200
+    env.settle(name, 36)
+    status, view = env.admin.post("/v1/admin/monitor/credit/evaluate", {})
+    assert status == 200, view
+    pools = {p["subject"]: p for p in view["pools"]}
+    assert set(pools) == {"auto:pool", "auto:young", "auto:model"}
+    assert pools["auto:pool"]["n_queries"] >= len(probes)
+    assert pools["auto:model"]["n_queries"] == view["total_queries"]
+    assert view["exposure"] == pools["auto:model"]["status"]["best_copy"]
+    status, text = env.admin.get("/metrics")
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    exposure = {s.labels["model"]: s.value for s in fams["analysim_extraction_exposure_ratio"].samples}
+    assert exposure["credit"] == pytest.approx(view["exposure"])
+    gauge = {(s.labels["subject"], s.labels["method"]): s.value for s in fams["analysim_extraction_status"].samples}
+    assert gauge[("auto:pool", "best_copy")] == pytest.approx(pools["auto:pool"]["status"]["best_copy"])
+    assert ("auto:model", "best_copy") not in gauge  # reported as exposure, not as a subject's status (no alert)
+
+
 def test_groups_merge_members_and_equal_one_user(env: Env) -> None:
     rows = credit_rows()
     (a, ca), (b, cb), (solo, cs) = env.user("ga"), env.user("gb"), env.user("gs")

@@ -12,6 +12,7 @@ of queries, a replay reproduces the same statuses and history.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, cove
 from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
+from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, flags
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status
 
 # How much of the model a subject holds (extent), and whether its queries look like an
@@ -92,6 +94,10 @@ class MonitorConfig:
     auto_k: int = 0  # >= 2: also pool the k users with the highest status (automatic collusion)
     auto_link: bool = True  # pool accounts whose queries differ from each other's in one feature (linkage.py)
     link_min: int = 3  # linking queries that join two accounts
+    # Pool rows by what they look like, from any account (pool.py): auto:pool (rows out of
+    # distribution, in a boundary margin or one feature from an earlier row), auto:young (rows
+    # of accounts before their first evaluation) and auto:model (every row: the exposure).
+    pool: bool = True
     prada_delta: float = PRADA_DELTA  # PRADA alarm when Shapiro-Wilk W < delta (status prada >= 1 - delta)
     prada_min_queries: int = 50  # distances before PRADA says anything
     ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
@@ -110,6 +116,7 @@ class MonitorConfig:
             "auto_k": self.auto_k,
             "auto_link": self.auto_link,
             "link_min": self.link_min,
+            "pool": self.pool,
             "prada_delta": self.prada_delta,
             "prada_min_queries": self.prada_min_queries,
             "ood_alarm": self.ood_alarm,
@@ -150,7 +157,7 @@ class MonitorConfig:
                 if type(v) is not int or not (v == 0 or 2 <= v <= 1000):
                     raise ConfigError(key, "expected 0 (off) or an integer from 2 to 1000")
                 kw[key] = v
-            elif key == "auto_link":
+            elif key in ("auto_link", "pool"):
                 if type(v) is not bool:
                     raise ConfigError(key, "expected true or false")
                 kw[key] = v
@@ -343,6 +350,18 @@ class ModelMonitor:
         self.linkage = Linkage(self.n_features, self.config.link_min)
         self.users: dict[str, SubjectState] = {}
         self.groups: dict[str, SubjectState] = {}  # keyed by subject name ("group:x", "auto:topk")
+        # The subjects pooled by what the rows are (pool.py), and the rows each keeps raw.
+        self.pools: dict[str, SubjectState] = {}
+        self.kept: dict[str, Kept] = {}
+        for name in POOLED:
+            first = min(self.config.first_eval, self.config.min_refit)
+            self.pools[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
+                                            next_eval=first, next_refit=first)  # fmt: skip
+            self.kept[name] = Kept()
+        # Rows waiting for the link index, in log order, with whether their account was
+        # still young (before its first evaluation) when it sent them: pooled at each link.
+        self._pool_pending: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
+        self._sent: Counter[str] = Counter()  # rows per account as the pools saw them (ingested or restored)
         self.total_queries = 0
         self.next_auto = 0
         self.last_seq = 0
@@ -374,8 +393,7 @@ class ModelMonitor:
         next ``fold`` (every evaluation does one)."""
         s = self.user(user)
         s.append(X, labels)
-        if self.config.auto_link:
-            self.linkage.add(user, X)
+        self._index(user, X, labels)
         s.n_queries += X.shape[0]
         self.total_queries += X.shape[0]
         self.last_seq = max(self.last_seq, seq)
@@ -384,11 +402,15 @@ class ModelMonitor:
     def fold(self, s: SubjectState) -> Summary | None:
         """Bring a user's summary (and star boxes) up to date with its queries; returns it."""
         X = s.unfolded_rows()
-        if X is not None and s.summary is not None:
+        if X is not None:
+            self._fold_rows(s, X)
+        return s.summary
+
+    def _fold_rows(self, s: SubjectState, X: np.ndarray) -> None:
+        if s.summary is not None:
             pos = self.regions.leaf_index[self.tree.apply(X)]
             s.summary.add(pos, X)
             self._fold_star(s, pos, X)
-        return s.summary
 
     def _fold_star(self, s: SubjectState, pos: np.ndarray, X: np.ndarray) -> None:
         # The rows as sent (float64), not T_u's float32 copy: the boxes are scored on S by
@@ -406,8 +428,44 @@ class ModelMonitor:
         s.append(X, labels, fold_later=False)
         # The star boxes are not persisted: rebuilt from the logged queries, in their order.
         self._fold_star(s, self.regions.leaf_index[self.tree.apply(X)], np.asarray(X, np.float64))
-        if self.config.auto_link:
+        self._index(user, X, labels)
+
+    def _index(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
+        """Queue a query for the link index and the pools (linked and pooled together, in
+        log order, at the next ``link``)."""
+        c = self.config
+        if c.auto_link or c.pool:
             self.linkage.add(user, X)
+        if c.pool:
+            young = self._sent[user] < c.first_eval
+            self._sent[user] += X.shape[0]
+            self._pool_pending.append((user, X, labels, young))
+
+    def link(self) -> None:
+        """Link the waiting rows and pool those that look like extraction (pool.py)."""
+        found = self.linkage.flush()
+        pending, self._pool_pending = self._pool_pending, []
+        if not pending or not found.hashes:
+            return
+        users = [u for u, X, _, _ in pending for _ in range(X.shape[0])]
+        X = np.concatenate([np.asarray(x, np.float64) for _, x, _, _ in pending])
+        y = np.concatenate([lab for _, _, lab, _ in pending])
+        young = np.concatenate([np.full(x.shape[0], yg) for _, x, _, yg in pending])
+        flagged = flags(self.ood.far(X), self.boundary.close(X)[1], found.near) != 0
+        for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
+            idx = np.flatnonzero(take)
+            if idx.size:
+                self._pool_add(name, [users[i] for i in idx], X[idx], y[idx], [found.hashes[i] for i in idx])
+
+    def _pool_add(self, name: str, users: list[str], X: np.ndarray, y: np.ndarray, hashes: list[int]) -> None:
+        s = self.pools[name]
+        kept, past = self.kept[name].select(users, hashes)
+        s.n_queries += X.shape[0]
+        if kept.any():
+            s.append(X[kept], y[kept])
+        if past.any():  # past the cap: into the summary and star boxes, after the rows before them
+            self.fold(s)
+            self._fold_rows(s, X[past])
 
     # ---- evaluation ----
 
@@ -521,7 +579,9 @@ class ModelMonitor:
         return status.get("prada", 0.0) >= 1.0 - c.prada_delta or status.get("ood", 0.0) >= c.ood_alarm
 
     def _warnings(self, s: SubjectState, ts: float) -> list[ExtractionWarning]:
-        out = []
+        out: list[ExtractionWarning] = []
+        if s.name == EXPOSURE:  # reported, not warned: ordinary customers expose an easy model
+            return out
         for method, threshold in sorted(self.config.thresholds.items()):
             if method not in s.warned and s.status[method] >= threshold:
                 s.warned.add(method)
@@ -536,13 +596,19 @@ class ModelMonitor:
         # The per-event common case, kept cheap: no group, no automatic pool due, no user due.
         users = self.users
         linked: dict[str, tuple[str, ...]] = {}
-        if self.config.auto_link:
-            # Link the waiting rows when something is due (or many wait): a function of the
-            # event sequence, so a replay links at the same points.
+        c = self.config
+        if c.auto_link or c.pool:
+            # Link (and pool) the waiting rows when something is due (or many wait): a
+            # function of the event sequence, so a replay links at the same points.
             due = force or any(n in users and users[n].n_queries >= users[n].next_eval for n in touched)
-            linked = self.linkage.components(flush=due or self.linkage.pending_rows >= LINK_BATCH)
+            if due or self.linkage.pending_rows >= LINK_BATCH:
+                self.link()
+            if c.auto_link:
+                linked = self.linkage.components(flush=False)
+        pools_due = c.pool and any(p.n_queries >= p.next_eval for p in self.pools.values())
         if (
             not force
+            and not pools_due
             and not groups
             and not linked
             and (self.config.auto_k < 2 or self.total_queries < self.next_auto)
@@ -579,6 +645,12 @@ class ModelMonitor:
                 e, w = self.evaluate(g, present, ts, refit=force or grown)  # new members: refit T_u
                 evals.append(e)
                 warns += w
+        if c.pool:
+            for p in self.pools.values():
+                if p.n_queries and (force or p.n_queries >= p.next_eval):
+                    e, w = self.evaluate(p, None, ts, refit=force)
+                    evals.append(e)
+                    warns += w
         k = self.config.auto_k
         if k >= 2 and len(self.users) >= 2 and (force or self.total_queries >= self.next_auto):
             method = self.config.default_method
@@ -616,4 +688,9 @@ class ModelMonitor:
         return "none"
 
     def subject(self, name: str) -> SubjectState | None:
-        return self.users.get(name) or self.groups.get(name)
+        return self.users.get(name) or self.groups.get(name) or self.pools.get(name)
+
+    @property
+    def exposure(self) -> float:
+        """The model's exposure: best_copy over every answered row, a running maximum."""
+        return self.pools[EXPOSURE].status["best_copy"]

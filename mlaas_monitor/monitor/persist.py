@@ -132,7 +132,7 @@ class MonitorDB:
                 "INSERT OR REPLACE INTO monitor_subjects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(mon.model_id, s.name, s.n_queries, s.next_eval, s.next_refit, s.evaluated_at, json.dumps(s.status),
                   json.dumps(sorted(s.warned)), json.dumps(list(s.members)),
-                  *(s.summary.to_bytes() if s.summary is not None else (None, None, None)))
+                  *(s.summary.to_bytes() if s.name in mon.users and s.summary is not None else (None, None, None)))
                  for s in dirty],
             )  # fmt: skip
             db.execute(
@@ -170,7 +170,12 @@ class MonitorDB:
             (mon.model_id,),
         ):
             subject, n, next_eval, next_refit, evaluated_at, status, warned, members, counts, lo, hi = r
-            if counts is not None:
+            if subject in mon.pools:
+                # A pooled subject's rows, count and summary are rebuilt from the replayed log
+                # (pool.py: a function of it); its schedule, status and warnings come back.
+                s = mon.pools[subject]
+                n = s.n_queries
+            elif counts is not None:
                 s = mon.user(subject)
                 s.summary = Summary.from_bytes(counts, lo, hi, L, d)
             else:

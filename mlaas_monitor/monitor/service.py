@@ -38,6 +38,7 @@ from mlaas_monitor.monitor.core import (
 )
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
 from mlaas_monitor.monitor.persist import MonitorDB
+from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
 from mlaas_monitor.store import ModelUnavailable, Store
@@ -133,6 +134,13 @@ class MonitorBase:
             "1 while a subject's queries look like an attack (the model's PRADA or out-of-distribution alarm), else 0.",
             ["model", "subject"], registry=reg,
         )  # fmt: skip
+        # The model's exposure (pool.py): best_copy over every answered row, a running maximum.
+        # A gauge of its own, not a subject's status: it is reported, never alarmed on.
+        self.m_exposure = Gauge(
+            "analysim_extraction_exposure_ratio",
+            "Share of the model its answers to every account together have given away (best_copy over all rows).",
+            ["model"], registry=reg,
+        )  # fmt: skip
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
@@ -149,11 +157,16 @@ class MonitorBase:
         return not subject.startswith(GROUP_PREFIX) or subject[len(GROUP_PREFIX):] in self.groups
 
     def _publish_all(self, mon: ModelMonitor) -> None:
-        for s in [*mon.users.values(), *mon.groups.values()]:
-            if self._current(s.name):
-                for method in METHODS:
-                    self.m_status.labels(mon.model_id, s.name, method).set(s.status[method])
-                self.m_intent.labels(mon.model_id, s.name).set(mon.intent_alarm(s.status))
+        for s in [*mon.users.values(), *mon.groups.values(), *mon.pools.values()]:
+            self._publish(mon.model_id, s.name, s.status, mon)
+
+    def _publish(self, model_id: str, subject: str, status: dict[str, float], mon: ModelMonitor) -> None:
+        if subject == EXPOSURE:
+            self.m_exposure.labels(model_id).set(status["best_copy"])
+        elif self._current(subject):
+            for method in METHODS:
+                self.m_status.labels(model_id, subject, method).set(status[method])
+            self.m_intent.labels(model_id, subject).set(mon.intent_alarm(status))
 
     def forget(self, subject: str) -> None:
         """Drop a subject's status series (a revoked user, a deleted group): a dashboard or an
@@ -178,10 +191,7 @@ class MonitorBase:
             s = mon.subject(e.subject)
             if s is not None:
                 self._dirty[mon.model_id][s.name] = s
-            if self._current(e.subject):
-                for method, v in e.status.items():
-                    self.m_status.labels(e.model, e.subject, method).set(v)
-                self.m_intent.labels(e.model, e.subject).set(mon.intent_alarm(e.status))
+            self._publish(e.model, e.subject, e.status, mon)
         if evals:
             self.m_refits.labels(mon.model_id).inc(len(evals))
         for w in warns:
@@ -384,6 +394,10 @@ class Monitor(MonitorBase):
             "users": [s.public() for _, s in sorted(mon.users.items())],
             "groups": [{**s.public(), "n_queries": sum(mon.users[m].n_queries for m in s.members if m in mon.users)}
                        for _, s in sorted(mon.groups.items())],  # fmt: skip
+            # Subjects pooled by what the rows are, from any account (pool.py), and the
+            # model's exposure (best_copy over every answered row).
+            "pools": [s.public() for _, s in sorted(mon.pools.items())] if mon.config.pool else [],
+            "exposure": mon.exposure,
         }
 
     def subject_view(self, model_id: str, subject: str) -> dict[str, Any]:

@@ -1,0 +1,117 @@
+"""Subjects pooled by what the rows are (pool.py): the flags of hand-made rows, the pool and
+the exposure fed from any account, the cap on raw rows, and two invariants (Hypothesis):
+the pool covers at least what any account's flagged rows cover, and the exposure never falls."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlaas_monitor.monitor.core import ModelMonitor
+from mlaas_monitor.monitor.coverage import Summary, coverage, merge_all
+from mlaas_monitor.monitor.linkage import Linkage
+from mlaas_monitor.monitor.pool import EXPOSURE, FLAG_MARGIN, FLAG_NEAR, FLAG_OOD, POOL, YOUNG, Kept, flags
+from tests.test_gateway_helpers import credit_model
+from tests.test_monitor_core import queries
+
+
+def labels(mon: ModelMonitor, X: np.ndarray) -> np.ndarray:
+    return mon.tree.value[mon.tree.apply(X)].argmax(axis=1)
+
+
+def send(mon: ModelMonitor, stream: list[tuple[str, np.ndarray]]) -> list[float]:
+    """Feed the stream (seq = position) and return the exposure after each event."""
+    out = []
+    for seq, (user, X) in enumerate(stream, 1):
+        mon.ingest(user, X, labels(mon, X), seq)
+        mon.evaluate_due({user}, {}, float(seq))
+        out.append(mon.exposure)
+    return out
+
+
+def test_near_flag_by_hand() -> None:
+    """One feature from an earlier, different row of any account (the sender's own too);
+    an exact repeat is not; two features apart is not."""
+    link = Linkage(2)
+    link.add("a", np.array([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [5.0, 5.0]]))
+    link.add("b", np.array([[5.0, 6.0], [7.0, 8.0], [9.0, 9.0]]))
+    found = link.flush()
+    assert found.near.tolist() == [False, True, False, False, True, False, False]
+    assert found.hashes[0] == found.hashes[2] and len(set(found.hashes)) == 6
+
+
+def test_flag_bits() -> None:
+    far, close, near = np.array([1, 0, 0, 1, 0], bool), np.array([0, 1, 0, 1, 0], bool), np.array([0, 0, 1, 1, 0], bool)
+    assert flags(far, close, near).tolist() == [FLAG_OOD, FLAG_MARGIN, FLAG_NEAR, FLAG_OOD | FLAG_MARGIN | FLAG_NEAR, 0]
+
+
+def test_pool_takes_the_flagged_rows_of_any_account() -> None:
+    mon = ModelMonitor(credit_model())
+    S = mon.S
+    link = Linkage(S.shape[1])
+    link.add("x", S)
+    natural = S[~link.flush().near][:12]  # rows of S: none far, none in a margin, none one feature from another
+    probe = natural[0].copy()
+    probe[0] = 990.0  # one feature from an earlier row (another account's), at the domain's edge
+    edge = np.array([[100.0, 3.0, 18.0, 0.0]])  # a domain corner farther than tau from every row of S (0.81 > 0.60)
+    assert not mon.ood.far(natural).any() and not mon.boundary.close(natural)[1].any()
+    assert mon.ood.far(edge).all()
+    stream = [(f"n{i}", natural[i : i + 1]) for i in range(12)] + [("p", probe[None, :]), ("q", edge)]
+    send(mon, stream)
+    mon.evaluate_due(set(), {}, 99.0, force=True)
+    pool = mon.pools[POOL]
+    assert pool.n_queries == 2
+    assert mon.kept[POOL].owners == ["p", "q"]
+    assert mon.pools[EXPOSURE].n_queries == 14
+    assert mon.pools[YOUNG].n_queries == 14  # every account here sent fewer than first_eval rows
+    rows, _ = pool.data(mon.n_features)
+    assert np.array_equal(rows, np.vstack([probe, edge[0]]).astype(np.float32))
+
+
+def test_exposure_is_every_account_as_one_and_raw_rows_are_capped() -> None:
+    mon = ModelMonitor(credit_model())
+    mon.kept[EXPOSURE] = Kept(max_rows=40)
+    stream = [(f"u{i % 5}", queries(i, 1 + i % 3)) for i in range(60)]
+    send(mon, stream)
+    mon.evaluate_due(set(), {}, 99.0, force=True)
+    expo = mon.pools[EXPOSURE]
+    assert expo.n_queries == sum(X.shape[0] for _, X in stream)
+    assert len(mon.kept[EXPOSURE].hashes) == 40 and expo.data(mon.n_features)[0].shape[0] == 40
+    # Past the cap the rows still reach the summary: it is every account's merged.
+    users = [mon.fold(u) for u in mon.users.values()]
+    merged = merge_all([u for u in users if u is not None], mon.regions.n_leaves, mon.n_features)
+    assert expo.summary is not None and expo.summary.equals(merged)
+
+
+def _flagged_summary(mon: ModelMonitor, user: str) -> Summary:
+    """The summary of one account's rows that joined the pool (kept raw: the stream is under the cap)."""
+    rows, _ = mon.pools[POOL].data(mon.n_features)
+    mine = np.asarray([o == user for o in mon.kept[POOL].owners], bool)
+    out = Summary.empty(mon.regions.n_leaves, mon.n_features)
+    X = rows[mine].astype(np.float64)
+    out.add(mon.regions.leaf_index[mon.tree.apply(X)], X)
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.integers(1, 4), st.booleans()), min_size=5, max_size=60))
+def test_pool_covers_each_accounts_flagged_rows_and_exposure_never_falls(events: list[tuple[int, int, int, bool]]) -> None:
+    mon = ModelMonitor(credit_model())
+    stream = []
+    for user, seed, n, walk in events:
+        X = queries(seed, n)
+        if walk and stream:  # a path-finding step: an earlier row with one feature changed
+            X = np.repeat(stream[seed % len(stream)][1][:1], n, axis=0)
+            X[:, seed % X.shape[1]] = queries(seed + 1, n)[:, seed % X.shape[1]]
+        stream.append((f"a{user}", X))
+    exposure = send(mon, stream)
+    assert all(b >= a for a, b in zip(exposure, exposure[1:], strict=False))
+    mon.evaluate_due(set(), {}, 0.0, force=True)
+    pool = mon.pools[POOL]
+    assert pool.summary is not None
+    pooled = coverage(mon.regions, mon.fold(pool) or pool.summary)
+    for user in {u for u, _ in stream}:
+        alone = coverage(mon.regions, _flagged_summary(mon, user))
+        assert pooled[0] >= alone[0] - 1e-12 and pooled[1] >= alone[1] - 1e-12
+    assert mon.exposure >= exposure[-1]
