@@ -4,14 +4,28 @@ the pool covers at least what any account's flagged rows cover, and the exposure
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlaas_monitor.monitor.core import ModelMonitor
+from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
 from mlaas_monitor.monitor.coverage import Summary, coverage, merge_all
 from mlaas_monitor.monitor.linkage import Linkage
-from mlaas_monitor.monitor.pool import EXPOSURE, FLAG_MARGIN, FLAG_NEAR, FLAG_OOD, POOL, YOUNG, Kept, flags
+from mlaas_monitor.monitor.pool import (
+    EXPOSURE,
+    FLAG_MARGIN,
+    FLAG_NEAR,
+    FLAG_OOD,
+    POOL,
+    YOUNG,
+    Kept,
+    flags,
+    joins_pool,
+)
 from tests.test_gateway_helpers import credit_model
 from tests.test_monitor_core import queries
 
@@ -41,32 +55,40 @@ def test_near_flag_by_hand() -> None:
     assert found.hashes[0] == found.hashes[2] and len(set(found.hashes)) == 6
 
 
-def test_flag_bits() -> None:
-    far, close, near = np.array([1, 0, 0, 1, 0], bool), np.array([0, 1, 0, 1, 0], bool), np.array([0, 0, 1, 1, 0], bool)
-    assert flags(far, close, near).tolist() == [FLAG_OOD, FLAG_MARGIN, FLAG_NEAR, FLAG_OOD | FLAG_MARGIN | FLAG_NEAR, 0]
+def test_flag_bits_and_who_joins() -> None:
+    far, close = np.array([1, 0, 0, 1, 0, 1, 0], bool), np.array([0, 1, 0, 1, 0, 0, 1], bool)
+    near = np.array([0, 0, 1, 1, 0, 1, 1], bool)
+    mask = flags(far, close, near)
+    assert mask.tolist() == [FLAG_OOD, FLAG_MARGIN, FLAG_NEAR, FLAG_OOD | FLAG_MARGIN | FLAG_NEAR, 0,
+                             FLAG_OOD | FLAG_NEAR, FLAG_MARGIN | FLAG_NEAR]  # fmt: skip
+    assert joins_pool(mask).tolist() == [False, False, False, True, False, True, True]
 
 
-def test_pool_takes_the_flagged_rows_of_any_account() -> None:
+def test_pool_takes_the_rows_that_look_like_extraction_from_any_account() -> None:
+    """A row joins auto:pool when it is one feature from an earlier row (of any account)
+    and also out of distribution or in a margin; one sign alone does not make it join."""
     mon = ModelMonitor(credit_model())
     S = mon.S
     link = Linkage(S.shape[1])
     link.add("x", S)
     natural = S[~link.flush().near][:12]  # rows of S: none far, none in a margin, none one feature from another
-    probe = natural[0].copy()
-    probe[0] = 990.0  # one feature from an earlier row (another account's), at the domain's edge
-    edge = np.array([[100.0, 3.0, 18.0, 0.0]])  # a domain corner farther than tau from every row of S (0.81 > 0.60)
     assert not mon.ood.far(natural).any() and not mon.boundary.close(natural)[1].any()
-    assert mon.ood.far(edge).all()
-    stream = [(f"n{i}", natural[i : i + 1]) for i in range(12)] + [("p", probe[None, :]), ("q", edge)]
+    edge = np.array([[100.0, 3.0, 18.0, 0.0]])  # a domain corner farther than tau from every row of S (0.81 > 0.60)
+    step = edge.copy()
+    step[0, 2] = 19.0  # one feature from the corner, still far: joins
+    inside = natural[1:2].copy()
+    inside[0, 3] = natural[0, 3] if natural[0, 3] != natural[1, 3] else (natural[1, 3] + 1) % 3
+    assert not mon.ood.far(inside).any() and not mon.boundary.close(inside)[1].any()
+    assert mon.ood.far(edge).all() and mon.ood.far(step).all()
+    # r: one feature from natural[1], in distribution and in no margin: stays out
+    stream = [(f"n{i}", natural[i : i + 1]) for i in range(12)] + [("p", edge), ("q", step), ("r", inside)]
     send(mon, stream)
     mon.evaluate_due(set(), {}, 99.0, force=True)
     pool = mon.pools[POOL]
-    assert pool.n_queries == 2
-    assert mon.kept[POOL].owners == ["p", "q"]
-    assert mon.pools[EXPOSURE].n_queries == 14
-    assert mon.pools[YOUNG].n_queries == 14  # every account here sent fewer than first_eval rows
-    rows, _ = pool.data(mon.n_features)
-    assert np.array_equal(rows, np.vstack([probe, edge[0]]).astype(np.float32))
+    assert pool.n_queries == 1 and mon.kept[POOL].owners == ["q"]
+    assert np.array_equal(pool.data(mon.n_features)[0], step.astype(np.float32))
+    assert mon.pools[EXPOSURE].n_queries == len(stream)
+    assert mon.pools[YOUNG].n_queries == len(stream)  # every account here sent fewer than first_eval rows
 
 
 def test_exposure_is_every_account_as_one_and_raw_rows_are_capped() -> None:
@@ -115,3 +137,42 @@ def test_pool_covers_each_accounts_flagged_rows_and_exposure_never_falls(events:
         alone = coverage(mon.regions, _flagged_summary(mon, user))
         assert pooled[0] >= alone[0] - 1e-12 and pooled[1] >= alone[1] - 1e-12
     assert mon.exposure >= exposure[-1]
+
+
+def test_a_new_leaf_identity_makes_an_evaluation_due() -> None:
+    """After its first evaluation, a user whose answer shows a leaf it had not seen is
+    evaluated at that query, off the query-count schedule; a leaf it has seen does not."""
+    model = replace(credit_model(), policy=Policy(reveal_leaf=True))
+    for reveal in (True, False):
+        mon = ModelMonitor(model, MonitorConfig(reveal_eval=reveal))
+        leaves = mon.regions.leaf_index[mon.tree.apply(mon.S)]
+        first, other = leaves[0], next(v for v in leaves if v != leaves[0])
+        same = mon.S[leaves == first]
+        assert same.shape[0] >= 12, "the test needs 12 held-out rows in one leaf"
+        evals = []
+        for seq in range(1, 12):  # 11 rows of one leaf: evaluated once, at first_eval (10)
+            mon.ingest("u", same[seq : seq + 1], labels(mon, same[seq : seq + 1]), seq)
+            evals += [e.n_queries for e in mon.evaluate_due({"u"}, {}, float(seq))[0] if e.subject == "u"]
+        assert evals == [10]
+        new = mon.S[leaves == other][:1]
+        mon.ingest("u", new, labels(mon, new), 12)
+        evals += [e.n_queries for e in mon.evaluate_due({"u"}, {}, 12.0)[0] if e.subject == "u"]
+        assert evals == ([10, 12] if reveal else [10])
+
+
+def test_young_accounts_budget_is_the_owners() -> None:
+    """auto:young is reported; it is warned only against a budget the owner set."""
+    stream = [(f"short{i}", queries(i, 3)) for i in range(40)]  # 40 accounts of 3 rows: none ever evaluated
+    quiet, budget = ModelMonitor(credit_model()), ModelMonitor(credit_model(), MonitorConfig().updated({"young_budget": 0.01}))
+    for mon in (quiet, budget):
+        send(mon, stream)
+        assert not any(u.evaluated_at for u in mon.users.values())
+        # Nothing was due, so the 120 rows still wait for the link index (at most LINK_BATCH do)
+        assert mon.pools[YOUNG].n_queries == 0 and mon.linkage.pending_rows == 120
+        mon.evaluate_due(set(), {}, 0.0, force=True)
+        assert mon.pools[YOUNG].n_queries == 120
+    assert quiet.pools[YOUNG].status["best_copy"] > 0.01 and not quiet.pools[YOUNG].warned
+    assert budget.pools[YOUNG].warned == {"best_copy"}
+    assert MonitorConfig().updated({"young_budget": None}).young_budget is None
+    with pytest.raises(ConfigError, match="young_budget"):
+        MonitorConfig().updated({"young_budget": 2})

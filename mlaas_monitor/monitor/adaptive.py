@@ -56,6 +56,7 @@ class Checkpoint:
     max_status: float  # the highest default-method status over the attacker's subjects
     warned: bool  # any of its subjects warned by then
     enforced: bool  # any of its subjects meets the enforcement rule by then
+    pool_warned: bool = False  # the model's pool of extraction-like rows (pool.py) warned by then
 
 
 @dataclass

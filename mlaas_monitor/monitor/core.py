@@ -31,7 +31,7 @@ from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, cove
 from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
-from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, flags
+from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, flags, joins_pool
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status
 
 # How much of the model a subject holds (extent), and whether its queries look like an
@@ -98,6 +98,15 @@ class MonitorConfig:
     # distribution, in a boundary margin or one feature from an earlier row), auto:young (rows
     # of accounts before their first evaluation) and auto:model (every row: the exposure).
     pool: bool = True
+    # Evaluate a subject when an answer shows it a leaf identity it had not seen (at most one
+    # evaluation per identity beyond the schedule; the tree refit keeps its own schedule).
+    reveal_eval: bool = True
+    # auto:young (every row an account sent before its first evaluation) is warned when its
+    # default-method status reaches this: the owner's budget for what accounts too young to
+    # be evaluated hold together. None (the default): reported, not warned, because ordinary
+    # customers' first rows together copy an easy model (German credit: 50 benign users'
+    # first rows held 0.76 after 221 of them; docs/monitor.md).
+    young_budget: float | None = None
     prada_delta: float = PRADA_DELTA  # PRADA alarm when Shapiro-Wilk W < delta (status prada >= 1 - delta)
     prada_min_queries: int = 50  # distances before PRADA says anything
     ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
@@ -117,6 +126,8 @@ class MonitorConfig:
             "auto_link": self.auto_link,
             "link_min": self.link_min,
             "pool": self.pool,
+            "reveal_eval": self.reveal_eval,
+            "young_budget": self.young_budget,
             "prada_delta": self.prada_delta,
             "prada_min_queries": self.prada_min_queries,
             "ood_alarm": self.ood_alarm,
@@ -157,7 +168,7 @@ class MonitorConfig:
                 if type(v) is not int or not (v == 0 or 2 <= v <= 1000):
                     raise ConfigError(key, "expected 0 (off) or an integer from 2 to 1000")
                 kw[key] = v
-            elif key in ("auto_link", "pool"):
+            elif key in ("auto_link", "pool", "reveal_eval"):
                 if type(v) is not bool:
                     raise ConfigError(key, "expected true or false")
                 kw[key] = v
@@ -165,6 +176,8 @@ class MonitorConfig:
                 if type(v) is not int or not 1 <= v <= 1_000_000:
                     raise ConfigError(key, "expected an integer from 1 to 1000000")
                 kw[key] = v
+            elif key == "young_budget":
+                kw[key] = None if v is None else _unit(v, key)
             elif key in ("prada_delta", "ood_alarm", "boundary_alarm"):
                 kw[key] = _unit(v, key)
             elif key == "enforcement":
@@ -255,6 +268,9 @@ class SubjectState:
     ood: OodState | None = None  # users only
     boundary: BoundaryState | None = None  # users only
     star: StarState | None = None  # users only, with the summary (not persisted: rebuilt from the logged queries)
+    # (G,) the leaf identities its answers have shown (users and pools; rebuilt from the
+    # logged queries): an answer that shows a new one makes an evaluation due at once.
+    revealed: np.ndarray | None = None
     _X: list[np.ndarray] = field(default_factory=list)
     _y: list[np.ndarray] = field(default_factory=list)
     _unfolded: int = 0  # trailing chunks of _X not yet in the summary
@@ -395,6 +411,7 @@ class ModelMonitor:
         s.append(X, labels)
         self._index(user, X, labels)
         s.n_queries += X.shape[0]
+        self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         self.total_queries += X.shape[0]
         self.last_seq = max(self.last_seq, seq)
         return s
@@ -427,7 +444,9 @@ class ModelMonitor:
         s = self.user(user)
         s.append(X, labels, fold_later=False)
         # The star boxes are not persisted: rebuilt from the logged queries, in their order.
-        self._fold_star(s, self.regions.leaf_index[self.tree.apply(X)], np.asarray(X, np.float64))
+        pos = self.regions.leaf_index[self.tree.apply(X)]
+        self._fold_star(s, pos, np.asarray(X, np.float64))
+        self._seen(s, pos)
         self._index(user, X, labels)
 
     def _index(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
@@ -441,6 +460,26 @@ class ModelMonitor:
             self._sent[user] += X.shape[0]
             self._pool_pending.append((user, X, labels, young))
 
+    def _seen(self, s: SubjectState, pos: np.ndarray) -> bool:
+        """Mark the identities of these leaf positions seen; True when one is new."""
+        if self.identities is None:
+            return False
+        if s.revealed is None:
+            s.revealed = np.zeros(self.identities.n_groups, bool)
+        g = self.identities.group[pos]
+        new = not s.revealed[g].all()
+        s.revealed[g] = True
+        return new
+
+    def _reveal(self, s: SubjectState, pos: np.ndarray) -> None:
+        """Evaluation when information is revealed: an answer showing a leaf identity the
+        subject had not seen makes its evaluation due now, not only on the query-count
+        schedule (path-finding reveals leaves in bursts). After its first evaluation (before
+        it the status is noise); at most once per identity, so at most one evaluation per
+        leaf identity more than the schedule's, and the tree refit keeps its own schedule."""
+        if self._seen(s, pos) and s.evaluated_at and self.config.reveal_eval:
+            s.next_eval = min(s.next_eval, s.n_queries)
+
     def link(self) -> None:
         """Link the waiting rows and pool those that look like extraction (pool.py)."""
         found = self.linkage.flush()
@@ -451,7 +490,7 @@ class ModelMonitor:
         X = np.concatenate([np.asarray(x, np.float64) for _, x, _, _ in pending])
         y = np.concatenate([lab for _, _, lab, _ in pending])
         young = np.concatenate([np.full(x.shape[0], yg) for _, x, _, yg in pending])
-        flagged = flags(self.ood.far(X), self.boundary.close(X)[1], found.near) != 0
+        flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
         for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
             idx = np.flatnonzero(take)
             if idx.size:
@@ -461,6 +500,7 @@ class ModelMonitor:
         s = self.pools[name]
         kept, past = self.kept[name].select(users, hashes)
         s.n_queries += X.shape[0]
+        self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         if kept.any():
             s.append(X[kept], y[kept])
         if past.any():  # past the cap: into the summary and star boxes, after the rows before them
@@ -582,7 +622,11 @@ class ModelMonitor:
         out: list[ExtractionWarning] = []
         if s.name == EXPOSURE:  # reported, not warned: ordinary customers expose an easy model
             return out
-        for method, threshold in sorted(self.config.thresholds.items()):
+        c = self.config
+        thresholds = c.thresholds
+        if s.name == YOUNG:
+            thresholds = {} if c.young_budget is None else {c.default_method: c.young_budget}
+        for method, threshold in sorted(thresholds.items()):
             if method not in s.warned and s.status[method] >= threshold:
                 s.warned.add(method)
                 out.append(ExtractionWarning(self.model_id, s.name, method, threshold, s.status[method], s.n_queries, self.last_seq, ts))

@@ -55,6 +55,7 @@ from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
 from mlaas_monitor.monitor.linkage import LINK_PREFIX
+from mlaas_monitor.monitor.pool import POOL
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -410,6 +411,9 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = Store(db, background_checkpoint=True)
     store.add_model(model)
+    if "adaptive" in opts.strategies:  # each coalition on a copy of its own: a pool of its rows alone
+        for accounts in opts.adaptive_accounts:
+            store.add_model(replace(model, id=_adaptive_model(accounts)))
     if "policies" in opts.strategies:  # the same tree under each response policy
         for i, pol in enumerate(RESPONSE_POLICIES.values()):
             store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
@@ -548,7 +552,18 @@ def _benign(run: _Run, seed: int) -> dict[str, Any]:
         run.add_curve("benign", name, hist, truth, aligned=truth)
         o.close()
     return {"accounts": n_users, "queries_used": int(vols.sum()),
-            "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())}}  # fmt: skip
+            "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())},
+            "pools": _pools(run.admin)}  # fmt: skip
+
+
+def _pools(admin: ApiClient, model_id: str = MODEL_ID) -> dict[str, Any]:
+    """The model's pooled subjects (pool.py) as they stand: per subject its rows, best_copy
+    and whether it was warned; and the model's exposure."""
+    view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
+    out: dict[str, Any] = {p["subject"]: {"n_queries": p["n_queries"], "best_copy": p["status"]["best_copy"],
+                                          "warned": "best_copy" in p["warned"]} for p in view["pools"]}  # fmt: skip
+    out["exposure"] = view["exposure"]
+    return out
 
 
 def _draw(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -633,27 +648,35 @@ def _adaptive_all(run: _Run, seed: int, k: int) -> dict[str, Any]:
             "runs": rows, "table": format_adaptive(rows, run.opts.adaptive_safety)}  # fmt: skip
 
 
+def _adaptive_model(accounts: int) -> str:
+    return f"{MODEL_ID}-a{accounts}"
+
+
 def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
-    """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py). The
-    fidelity it holds when it is first warned, when the enforcement rule would first act on
-    it, and at the end: how much can be stolen unseen."""
+    """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py), on a
+    copy of the model of its own (so that the model's pool holds its rows alone). The
+    fidelity it holds when it is first warned (one of its accounts or groups; the pool),
+    when the enforcement rule would first act on it, and at the end: how much can be stolen
+    unseen."""
     admin, opts = run.admin, run.opts
-    config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
+    model_id = _adaptive_model(accounts)
+    config = admin.call("GET", f"/v1/admin/monitor/{model_id}/config")
     method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
     enf = config["enforcement"]
     names = [f"adaptive{accounts}-{i + 1}" for i in range(accounts)]
     keys = [run.new_key(n) for n in names]
-    first = Oracle.connect(run.url, keys[:1], MODEL_ID, opts.pathfinding_budget)
-    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], MODEL_ID, first.domain, opts.pathfinding_budget)
+    first = Oracle.connect(run.url, keys[:1], model_id, opts.pathfinding_budget)
+    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, opts.pathfinding_budget)
     first.close()
     tracker = FidelityTracker(run.held_X, run.truth)
     oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, f"adaptive k={accounts}", run.on_queries)
 
     def subjects() -> list[dict[str, Any]]:
         mine = set(names)
-        view = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")
+        view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
         return [u for u in view["users"] if u["subject"] in mine] + [
-            g for g in view["groups"] if mine.intersection(g.get("members", []))]  # fmt: skip
+            g for g in view["groups"] if mine.intersection(g.get("members", []))] + [
+            p for p in view["pools"] if p["subject"] == POOL]  # fmt: skip
 
     def intent(st: dict[str, float]) -> bool:
         return st.get("prada", 0.0) >= 1.0 - config["prada_delta"] or st.get("ood", 0.0) >= config["ood_alarm"]
@@ -670,23 +693,27 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
             time.sleep(0.01)
         name = names[account]
         own = [x for x in subs if x["subject"] == name or name in x.get("members", [])]
+        accts = [x for x in subs if x["subject"] != POOL]
         return Checkpoint(oracle.queries, max((x["status"][method] for x in own), default=0.0),
-                          any(x.get("warned") for x in subs),
+                          any(x.get("warned") for x in accts),
                           any(x["status"][enf["method"]] >= enf["threshold"] and (not enf["intent"] or intent(x["status"]))
-                              for x in subs))  # fmt: skip
+                              for x in accts),
+                          any(x["subject"] == POOL and method in x.get("warned", []) for x in subs))  # fmt: skip
 
     pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look)
     tracker.box = pf.rebuild
     rebuilt = pf.run()
     tracker.finish(oracle, rebuilt)
-    _settle(admin, names, oracle.queries)
+    _settle(admin, names, oracle.queries, model_id=model_id)
     final = look(0)
     cps = [*pf.result.checkpoints, final]
     warned_at = next((c.queries for c in cps if c.warned), None)
+    pool_at = next((c.queries for c in cps if c.pool_warned), None)
     enforced_at = next((c.queries for c in cps if c.enforced), None)
-    subs = subjects()
+    subs = [x for x in subjects() if x["subject"] != POOL]
     ext = lambda q: extent(value_at(tracker.curve, q) or 1.0 / k, k)  # noqa: E731
     oracle.close()
+    pools = _pools(admin, model_id)
     return {
         "accounts": accounts, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
         "accounts_retired": len(pf.result.retired),
@@ -696,6 +723,11 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
         "enforced_at": enforced_at, "extent_at_enforcement": None if enforced_at is None else ext(enforced_at),
         "final_extent": extent(tracker.curve[-1][1], k), "final_balanced_fidelity": tracker.curve[-1][1],
         "method": method, "threshold": threshold,
+        "pool_warned_at": pool_at, "extent_at_pool_warning": None if pool_at is None else ext(pool_at),
+        "first_coalition_warning_extent": min((x for x in (None if warned_at is None else ext(warned_at),
+                                                           None if pool_at is None else ext(pool_at)) if x is not None),
+                                              default=None),
+        "pools": pools,
     }  # fmt: skip
 
 
@@ -706,13 +738,15 @@ def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
     out = [f"Adaptive attacker (knows {rows[0]['method']} and its threshold {rows[0]['threshold']:.2f}; each account retires "
            f"{safety} below it): extent = balanced fidelity beyond a constant copy of its pooled copy", "",
            "| accounts k | queries | leaves found | accounts retired | groups formed | highest status | first warning at | "
-           "extent then | enforcement rule at | extent then | extent at the end (unwarned: stolen unseen) |",
-           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+           "extent then | pool warned at | extent then | pool status at the end | enforcement rule at | extent then | "
+           "extent at the end (unwarned: stolen unseen) |",
+           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         out.append(f"| {r['accounts']} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
                    f"{', '.join(r['groups']) or '–'} | {f(r['max_subject_status'])} | {f(r['warned_at'])} | "
-                   f"{f(r['extent_at_warning'])} | {f(r['enforced_at'])} | {f(r['extent_at_enforcement'])} | "
-                   f"{f(r['final_extent'])} |")  # fmt: skip
+                   f"{f(r['extent_at_warning'])} | {f(r.get('pool_warned_at'))} | {f(r.get('extent_at_pool_warning'))} | "
+                   f"{f(r.get('pools', {}).get(POOL, {}).get('best_copy'))} | {f(r['enforced_at'])} | "
+                   f"{f(r['extent_at_enforcement'])} | {f(r['final_extent'])} |")  # fmt: skip
     return out
 
 
