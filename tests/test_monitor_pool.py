@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlaas_monitor.model import Policy
+from mlaas_monitor.model import Model, Policy
 from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
 from mlaas_monitor.monitor.coverage import Summary, coverage, merge_all
 from mlaas_monitor.monitor.linkage import Linkage
@@ -176,3 +176,43 @@ def test_young_accounts_budget_is_the_owners() -> None:
     assert MonitorConfig().updated({"young_budget": None}).young_budget is None
     with pytest.raises(ConfigError, match="young_budget"):
         MonitorConfig().updated({"young_budget": 2})
+
+
+def line_searches(model: Model, n: int, seed: int = 0) -> list[np.ndarray]:
+    """Path-finding's probes in miniature: from a corner of the domain, one feature moved
+    across its range (one feature from each other; corners lie far from the data)."""
+    lo = np.array([f.min for f in model.schema.features])
+    hi = np.array([f.max for f in model.schema.features])
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        X = np.repeat(np.where(rng.random(lo.shape[0]) < 0.5, lo, hi)[None], 6, axis=0)
+        j = i % lo.shape[0]
+        X[:, j] = np.linspace(lo[j], hi[j], 6).round()
+        out.append(X)
+    return out
+
+
+def test_attribution_and_response_while_the_pool_is_warned() -> None:
+    model = replace(credit_model(), policy=Policy(reveal_leaf=True))
+    cfg = MonitorConfig().updated({"pool_response": {"action": "degrade", "top": 1, "hold": 200}})
+    mon = ModelMonitor(model, cfg)
+    probes = line_searches(model, 40)
+    # Two accounts share the searches (m0 three in four), then the pool is warned.
+    send(mon, [("m0" if i % 4 else "m1", X) for i, X in enumerate(probes[:30])])
+    mon.evaluate_due(set(), {}, 0.0, force=True)
+    assert mon.pool_warned() and mon.pool_standing() and mon.pool_warned_at is not None
+    ranked = [a for a, _, _ in mon.attribution]
+    assert set(ranked) == {"m0", "m1"} and all(0.0 <= fall <= 1.0 for _, fall, _ in mon.attribution)
+    assert {a: n for a, _, n in mon.attribution} == {a: mon.kept[POOL].owners.count(a) for a in ("m0", "m1")}
+    top = ranked[0]
+    # A fresh account that keeps probing, and a customer who signed up meanwhile (rows of S).
+    send(mon, [("fresh", X) for X in probes[30:]] + [("shopper", mon.S[i : i + 1]) for i in range(12)])
+    decided = mon.decisions({})
+    assert decided[top][0] == "degrade" and decided[top][1].startswith("auto:pool contributor #1")
+    assert decided["fresh"] == ("degrade", "new account while auto:pool's warning stands")
+    assert "shopper" not in decided  # evaluated, and none of its rows joined the pool
+    assert ({"m0", "m1"} - {top}).isdisjoint(decided)  # top=1
+    # The warning lapses once the pool has taken no row for `hold` of the model's rows.
+    send(mon, [(f"later{i}", mon.S[i : i + 1]) for i in range(12, 60)] * 5)
+    assert not mon.pool_standing() and mon.decisions({}) == {}

@@ -65,6 +65,7 @@ ADMIN_ROUTES = [
     ("GET", "/v1/admin/monitor/credit/users/x"), ("GET", "/v1/admin/monitor/credit/groups/x"),
     ("GET", "/v1/admin/monitor/credit/subjects/x"), ("GET", "/v1/admin/warnings"), ("GET", "/v1/admin/groups"),
     ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/x"), ("DELETE", "/v1/admin/groups/x"),
+    ("GET", "/v1/admin/monitor/credit/actions"),
 ]  # fmt: skip
 
 
@@ -257,3 +258,54 @@ def test_store_tables_are_ours(tmp_path: Path, env: Env) -> None:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     db.close()
     assert {"monitor_subjects", "monitor_history", "monitor_warnings", "monitor_groups", "monitor_checkpoint"} <= tables
+
+
+def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> None:
+    """Through a real gateway and its monitor: accounts that share line searches make
+    auto:pool warn; with the pool response on, its top contributor and a fresh account are
+    answered with labels only, and the admin API lists each action with its reason."""
+    from tests.test_monitor_pool import line_searches
+
+    store = Store(tmp_path / "store.db")
+    model = credit_model()
+    store.add_model(model)
+    store.set_policy("credit", Policy(reveal_leaf=True))
+
+    def raw(X: Any) -> list[list[Any]]:
+        return [[f.categories[int(v)] if f.categories else float(v) for f, v in zip(model.schema.features, x, strict=True)]
+                for x in X]  # fmt: skip
+
+    with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[local_monitor_extension()]) as t:
+        env = Env(t, store)
+        cfg = {"pool_response": {"action": "degrade", "top": 1, "hold": 100_000}}
+        assert env.admin.request("PUT", "/v1/admin/monitor/credit/config", cfg)[0] == 200
+        (a, ca), (b, cb) = env.user("ring"), env.user("ring")
+        probes = line_searches(model, 30)
+        for i, X in enumerate(probes):
+            assert (ca if i % 4 else cb).post("/v1/models/credit/predict", {"rows": raw(X)})[0] == 200
+        env.settle(a, 6 * 22)
+        view = env.admin.post("/v1/admin/monitor/credit/evaluate", {})[1]
+        pool = next(p for p in view["pools"] if p["subject"] == "auto:pool")
+        assert pool["warned"] == ["best_copy"] and view["pool_standing"]
+        top = view["attribution"][0]["account"]
+        assert {x["account"] for x in view["attribution"]} == {a, b}
+        fresh, cf = env.user("fresh")
+
+        def degraded(client: Client) -> bool:
+            status, body = client.post("/v1/models/credit/predict", {"rows": raw(probes[0][:1])})
+            assert status == 200
+            return set(body["predictions"][0]) == {"label"}
+
+        wait_until(lambda: degraded(ca if top == a else cb), what="the top contributor to be degraded")
+        wait_until(lambda: degraded(cf), what="a fresh account to be degraded")
+        actions = env.admin.get("/v1/admin/monitor/credit/actions")[1]
+        why = {x["user"]: x["reason"] for x in actions["actions"] if x["action"] == "degrade"}
+        assert why[top].startswith("auto:pool contributor #1") and why[fresh].startswith("new account")
+        assert {x["user"] for x in actions["current"]} >= {top, fresh}
+        fams = {f.name: f for f in text_string_to_metric_families(env.admin.get("/metrics")[1])}
+        taken = {(s.labels["action"], s.labels["rule"]): s.value for s in fams["analysim_monitor_actions"].samples
+                 if s.name.endswith("_total")}  # fmt: skip
+        assert taken[("degrade", "pool")] >= 2
+        falls = {s.labels["account"] for s in fams["analysim_extraction_attribution_ratio"].samples}
+        assert falls == {a, b}
+    store.close()

@@ -299,6 +299,16 @@ def extraction() -> Dashboard:
                               "(reported, never alarmed: on an easy model customers reveal it). auto:pool: rows one "
                               "feature from an earlier row and out of distribution or in a boundary margin, from any "
                               "account; auto:young: rows of accounts before their first evaluation."),
+            Panel("Pool attribution", [
+                ('max by (model, account) (analysim_extraction_attribution_ratio{model=~"$model"})', "{{account}}")],
+                  kind="table", width=12, instant=True,
+                  description="While auto:pool is warned: how much its best copy falls without each account's rows "
+                              "(the accounts with the most pooled rows); the pool response acts on the first."),
+            Panel("Enforcement actions", [
+                ('sum by (rule, action) (analysim_monitor_actions_total{model=~"$model"})', "{{rule}} {{action}}")],
+                  kind="stat", width=12,
+                  description="Decisions taken (degrade, refuse) or lifted (none), by the per-subject rule or the pool "
+                              "response; each with its reason at /v1/admin/monitor/MODEL/actions."),
         ]),
          ("Warnings and enforcement", [
             Panel("Warnings by method", [('sum by (method) (analysim_extraction_warnings_total{model=~"$model"})',

@@ -48,6 +48,7 @@ GROUP_PREFIX = "group:"
 PRADA_DELTA = 0.78
 LINK_BATCH = 512  # rows waiting for the link index before it is brought up to date anyway
 AUTO_PREFIX = "auto:top"
+ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
 
 
 class ConfigError(ValueError):
@@ -67,6 +68,24 @@ class Enforcement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "method": self.method, "threshold": self.threshold, "intent": self.intent}
+
+
+@dataclass(frozen=True)
+class PoolResponse:
+    """What enforcement does while auto:pool's warning stands (pool.py): ``action`` for the
+    ``top`` accounts whose rows the pool's extent falls most without (attribution), and, with
+    ``new_accounts``, for every account first seen since the warning (a coalition whose
+    contributors are cut off moves to fresh accounts)."""
+
+    action: str = "none"  # none | degrade (labels only) | refuse
+    top: int = 3  # accounts ranked by how much the pool's extent falls without their rows
+    new_accounts: bool = True
+    # The warning stands while the pool keeps growing: it took a row within this many of the
+    # model's latest answered rows (the pool's status is a running maximum and never falls).
+    hold: int = 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "top": self.top, "new_accounts": self.new_accounts, "hold": self.hold}
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,7 @@ class MonitorConfig:
     ood_min_queries: int = 30  # queries before it says anything
     boundary_alarm: float = BOUNDARY_ALARM  # Quiring et al.'s alarm on the mean in-margin ratio (reported, not acted on)
     enforcement: Enforcement = Enforcement()
+    pool_response: PoolResponse = PoolResponse()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +154,7 @@ class MonitorConfig:
             "ood_min_queries": self.ood_min_queries,
             "boundary_alarm": self.boundary_alarm,
             "enforcement": self.enforcement.to_dict(),
+            "pool_response": self.pool_response.to_dict(),
         }
 
     def updated(self, patch: Any) -> MonitorConfig:
@@ -182,6 +203,8 @@ class MonitorConfig:
                 kw[key] = _unit(v, key)
             elif key == "enforcement":
                 kw[key] = _enforcement(v, self.enforcement)
+            elif key == "pool_response":
+                kw[key] = _pool_response(v, self.pool_response)
             else:
                 raise ConfigError(str(key)[:40], "unknown field")
         return replace(self, **kw)
@@ -218,6 +241,27 @@ def _enforcement(v: Any, old: Enforcement) -> Enforcement:
             kw[key] = x
         else:
             raise ConfigError(f"enforcement.{str(key)[:40]}", "unknown field")
+    return replace(old, **kw)
+
+
+def _pool_response(v: Any, old: PoolResponse) -> PoolResponse:
+    if type(v) is not dict:
+        raise ConfigError("pool_response", "expected an object with action, top, new_accounts, hold")
+    kw: dict[str, Any] = {}
+    for key, x in v.items():
+        where = f"pool_response.{str(key)[:40]}"
+        if key == "action":
+            if x not in ACTIONS:
+                raise ConfigError(where, f"expected one of {', '.join(ACTIONS)}")
+        elif key in ("top", "hold"):
+            if type(x) is not int or not 0 <= x <= 1_000_000:
+                raise ConfigError(where, "expected an integer from 0 to 1000000")
+        elif key == "new_accounts":
+            if type(x) is not bool:
+                raise ConfigError(where, "expected true or false")
+        else:
+            raise ConfigError(where, "unknown field")
+        kw[key] = x
     return replace(old, **kw)
 
 
@@ -378,6 +422,14 @@ class ModelMonitor:
         # still young (before its first evaluation) when it sent them: pooled at each link.
         self._pool_pending: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
         self._sent: Counter[str] = Counter()  # rows per account as the pools saw them (ingested or restored)
+        self.rows_seen = 0  # answered rows of the model, in log order (ingested or restored)
+        self.first_seen: dict[str, int] = {}  # account -> rows_seen before its first row
+        self.pool_grew_at = 0  # rows_seen when auto:pool last took a row
+        self.pooled_by: Counter[str] = Counter()  # account -> its rows auto:pool took (past the cap too)
+        self.pool_warned_at: int | None = None  # rows_seen when auto:pool was warned (None: not since start)
+        # While auto:pool is warned: per account (the ATTRIBUTED with the most pooled rows), how
+        # much the pool's extent falls without its rows, largest first (attribute()).
+        self.attribution: list[tuple[str, float, int]] = []
         self.total_queries = 0
         self.next_auto = 0
         self.last_seq = 0
@@ -453,6 +505,8 @@ class ModelMonitor:
         """Queue a query for the link index and the pools (linked and pooled together, in
         log order, at the next ``link``)."""
         c = self.config
+        self.first_seen.setdefault(user, self.rows_seen)
+        self.rows_seen += X.shape[0]
         if c.auto_link or c.pool:
             self.linkage.add(user, X)
         if c.pool:
@@ -500,6 +554,9 @@ class ModelMonitor:
         s = self.pools[name]
         kept, past = self.kept[name].select(users, hashes)
         s.n_queries += X.shape[0]
+        if name == POOL:
+            self.pool_grew_at = self.rows_seen
+            self.pooled_by.update(users)
         self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         if kept.any():
             s.append(X[kept], y[kept])
@@ -695,6 +752,10 @@ class ModelMonitor:
                     e, w = self.evaluate(p, None, ts, refit=force)
                     evals.append(e)
                     warns += w
+                    if p.name == POOL and self.pool_warned():
+                        if self.pool_warned_at is None:
+                            self.pool_warned_at = self.rows_seen
+                        self.attribution = self.attribute()
         k = self.config.auto_k
         if k >= 2 and len(self.users) >= 2 and (force or self.total_queries >= self.next_auto):
             method = self.config.default_method
@@ -717,10 +778,14 @@ class ModelMonitor:
     # ---- enforcement ----
 
     def enforcement_for(self, user: str, groups: dict[str, tuple[str, ...]]) -> str:
-        """'none', 'degrade' or 'refuse' for this user's next query."""
+        """'none', 'degrade' or 'refuse' for this user's next query, by the per-subject rule."""
+        why = self._enforced(user, groups)
+        return "none" if why is None else why[0]
+
+    def _enforced(self, user: str, groups: dict[str, tuple[str, ...]]) -> tuple[str, str] | None:
         e = self.config.enforcement
         if e.action == "none":
-            return "none"
+            return None
         subjects = [self.users.get(user)]
         subjects += [self.groups.get(GROUP_PREFIX + gname) for gname, members in groups.items() if user in members]
         linked = self.linkage.subject_of(user) if self.config.auto_link else None
@@ -728,8 +793,73 @@ class ModelMonitor:
             subjects.append(self.groups.get(linked))
         for s in subjects:
             if s is not None and s.status[e.method] >= e.threshold and (not e.intent or self.attack_like(s)):
-                return e.action
-        return "none"
+                return e.action, f"{s.name} {e.method} {s.status[e.method]:.3f} >= {e.threshold}" + (" with an intent alarm" if e.intent else "")
+        return None
+
+    # ---- the pool: attribution and response ----
+
+    def pool_warned(self) -> bool:
+        return self.config.default_method in self.pools[POOL].warned
+
+    def pool_standing(self) -> bool:
+        """auto:pool's warning stands: it was warned and it took a row lately (``hold``)."""
+        return self.pool_warned() and self.rows_seen - self.pool_grew_at <= self.config.pool_response.hold
+
+    def attribute(self) -> list[tuple[str, float, int]]:
+        """(account, how much the pool's extent falls without its rows, its pooled rows) for
+        the ATTRIBUTED accounts with the most pooled rows, largest fall first. The extents are
+        the best copy of the pool's kept rows now (not the running maximum), with and without
+        the account's; rows past the raw-row cap are not attributed."""
+        pool, kept = self.pools[POOL], self.kept[POOL]
+        self.fold(pool)
+        X, y = pool.data(self.n_features)
+        owners = np.asarray(kept.owners, dtype=object)
+        counts = Counter(kept.owners)
+        if len(counts) < 1 or X.shape[0] != owners.shape[0]:
+            return []
+        base = self._copy_extent(X, y)
+        out = []
+        for account, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:ATTRIBUTED]:
+            rest = owners != account
+            out.append((account, max(0.0, base - self._copy_extent(X[rest], y[rest])), n))
+        return sorted(out, key=lambda a: (-a[1], -a[2], a[0]))
+
+    def _copy_extent(self, X: np.ndarray, y: np.ndarray) -> float:
+        """best_copy of these rows (in this order) as one fresh subject's, now."""
+        if X.shape[0] == 0:
+            return 0.0
+        tmp = SubjectState("", Summary.empty(self.regions.n_leaves, self.n_features))
+        tmp.append(np.asarray(X, np.float64), y)
+        self.evaluate(tmp, None, 0.0, refit=True)
+        return tmp.status["best_copy"]
+
+    def decisions(self, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]:
+        """Per account enforcement acts on: (action, why). The per-subject rule first; then,
+        while auto:pool's warning stands, the pool response's top contributors and new accounts."""
+        out = {}
+        for user in self.users:
+            why = self._enforced(user, groups)
+            if why is not None:
+                out[user] = why
+        r = self.config.pool_response
+        if r.action == "none" or not self.pool_standing():
+            return out
+        # The ranking, not only a positive fall: where several accounts hold the same leaves
+        # (a coalition's redundancy) no single one's removal lowers the extent, and the ones
+        # with the most pooled rows come first.
+        for rank, (account, fall, n) in enumerate(self.attribution[: r.top], 1):
+            if account not in out:
+                out[account] = (r.action, f"auto:pool contributor #{rank}: its {self.config.default_method} falls "
+                                          f"{fall:.3f} without this account's {n} pooled rows")  # fmt: skip
+        if r.new_accounts and self.pool_warned_at is not None:
+            # An account first seen since the warning, until its first evaluation, and after it
+            # while its rows keep joining the pool: a fresh sybil stays cut off, a customer
+            # who signed up meanwhile gets labels only for its first first_eval rows.
+            for user, first in self.first_seen.items():
+                if first >= self.pool_warned_at and user not in out and (
+                        self._sent[user] < self.config.first_eval or self.pooled_by[user]):
+                    out[user] = (r.action, "new account while auto:pool's warning stands")
+        return out
 
     def subject(self, name: str) -> SubjectState | None:
         return self.users.get(name) or self.groups.get(name) or self.pools.get(name)

@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS monitor_warnings (
     n_queries INTEGER NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
     UNIQUE (model, subject, method)
 );
+CREATE TABLE IF NOT EXISTS monitor_actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, user TEXT NOT NULL, action TEXT NOT NULL,
+    reason TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS monitor_quarantine (
     seq INTEGER PRIMARY KEY, model TEXT NOT NULL, user TEXT NOT NULL, reason TEXT NOT NULL,
     detail TEXT NOT NULL, ts REAL NOT NULL
@@ -104,6 +108,18 @@ class MonitorDB:
 
     def delete_group(self, name: str) -> None:
         self._db.execute("DELETE FROM monitor_groups WHERE name=?", (name,))
+
+    # ---- enforcement actions ----
+
+    def record_actions(self, rows: list[tuple[str, str, str, str, int, float]]) -> None:
+        """(model, user, action, reason, seq, ts) of each decision that changed (action
+        'none': lifted)."""
+        self._db.executemany("INSERT INTO monitor_actions (model, user, action, reason, seq, ts) VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def actions(self, model: str) -> list[dict[str, Any]]:
+        keys = ("id", "model", "user", "action", "reason", "seq", "ts")
+        sql = "SELECT id, model, user, action, reason, seq, ts FROM monitor_actions WHERE model=? ORDER BY id"
+        return [dict(zip(keys, r, strict=True)) for r in self._db.execute(sql, (model,))]
 
     # ---- rows the monitor could not fold ----
 

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import json_response, read_json
 from mlaas_monitor.monitor.core import (
+    ACTIONS,
     GROUP_PREFIX,
     METHODS,
     ConfigError,
@@ -150,6 +151,17 @@ class MonitorBase:
             buckets=UPDATE_BUCKETS, registry=reg,
         )  # fmt: skip
         self.m_refits = Counter("analysim_monitor_refits_total", "Subject evaluations (tree refits).", ["model"], registry=reg)
+        self.m_actions = Counter(
+            "analysim_monitor_actions_total",
+            "Enforcement decisions taken or lifted, by model, action (none: lifted) and rule (subject, pool).",
+            ["model", "action", "rule"], registry=reg,
+        )  # fmt: skip
+        # While the pool is warned: how much its extent falls without each account's rows.
+        self.m_attribution = Gauge(
+            "analysim_extraction_attribution_ratio",
+            "Fall of auto:pool's best_copy without the account's rows (the accounts with the most pooled rows).",
+            ["model", "account"], registry=reg,
+        )  # fmt: skip
         reg.register(_ThresholdCollector(self))
 
     def _current(self, subject: str) -> bool:
@@ -226,6 +238,8 @@ class Monitor(MonitorBase):
         self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
         self._unavailable: dict[str, str] = {}
         self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
+        self._acted: dict[str, dict[str, tuple[str, str]]] = {}  # model -> user -> (action, why) last published
+        self._attributed: dict[str, list[tuple[str, float, int]]] = {}  # model -> the attribution last exported
         self._last_flush = time.monotonic()
         self.m_lag = Histogram(
             "analysim_monitor_lag_seconds", "Time from a query's commit to the monitor folding it in.",
@@ -294,6 +308,9 @@ class Monitor(MonitorBase):
             if self.cursor:  # found while following the log: catch this model up to the cursor
                 self._catch_up(mon)
             self._publish_all(mon)
+            for action in ACTIONS:  # 0, not absent, until the first: a dashboard and increase() see it
+                for rule in ("subject", "pool"):
+                    self.m_actions.labels(model_id, action, rule)
             self._decide(mon)
         return mon
 
@@ -375,10 +392,27 @@ class Monitor(MonitorBase):
         self.db.close()
 
     def _decide(self, mon: ModelMonitor) -> None:
-        if mon.config.enforcement.action == "none":
-            self.decisions.set(mon.model_id, {})
-            return
-        self.decisions.set(mon.model_id, {u: a for u in mon.users if (a := mon.enforcement_for(u, self.groups)) != "none"})
+        """Publish what enforcement does per account; log (and count) each decision taken,
+        changed or lifted, with its reason."""
+        decided = mon.decisions(self.groups)
+        before = self._acted.get(mon.model_id, {})
+        changed = [(u, *decided.get(u, ("none", "lifted"))) for u in sorted(set(decided) | set(before))
+                   if decided.get(u, ("none",))[0] != before.get(u, ("none",))[0]]  # fmt: skip
+        if changed:
+            now = time.time()
+            self.db.record_actions([(mon.model_id, u, a, why, mon.last_seq, now) for u, a, why in changed])
+            for u, a, why in changed:
+                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(("auto:pool", "new account")) else "subject").inc()
+                log.warning("enforcement: model %s user %s -> %s (%s)", mon.model_id, u, a, why)
+        self._acted[mon.model_id] = decided
+        self.decisions.set(mon.model_id, {u: a for u, (a, _) in decided.items()})
+        if mon.attribution != self._attributed.get(mon.model_id):
+            for account, _, _ in self._attributed.get(mon.model_id, []):
+                with contextlib.suppress(KeyError):
+                    self.m_attribution.remove(mon.model_id, account)
+            for account, fall, _ in mon.attribution:
+                self.m_attribution.labels(mon.model_id, account).set(fall)
+            self._attributed[mon.model_id] = list(mon.attribution)
 
     # ---- admin views ----
 
@@ -398,7 +432,16 @@ class Monitor(MonitorBase):
             # model's exposure (best_copy over every answered row).
             "pools": [s.public() for _, s in sorted(mon.pools.items())] if mon.config.pool else [],
             "exposure": mon.exposure,
+            "pool_standing": mon.pool_standing(),
+            "attribution": [{"account": a, "fall": fall, "pooled_rows": n} for a, fall, n in mon.attribution],
         }
+
+    def actions_view(self, model_id: str) -> dict[str, Any]:
+        """Every enforcement decision taken, changed or lifted on the model, with its reason,
+        and what enforcement does now."""
+        self.monitor(model_id)  # 404 for an unknown model
+        return {"model": model_id, "actions": self.db.actions(model_id),
+                "current": [{"user": u, "action": a, "reason": why} for u, (a, why) in sorted(self._acted.get(model_id, {}).items())]}  # fmt: skip
 
     def subject_view(self, model_id: str, subject: str) -> dict[str, Any]:
         mon = self.monitor(model_id)
@@ -528,7 +571,7 @@ ADMIN_ROUTES = (
     ("GET", "/v1/admin/monitor/{model}/users/{name}"), ("GET", "/v1/admin/monitor/{model}/groups/{name}"),
     ("GET", "/v1/admin/monitor/{model}/subjects/{subject}"), ("GET", "/v1/admin/warnings"),
     ("GET", "/v1/admin/groups"), ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/{name}"),
-    ("DELETE", "/v1/admin/groups/{name}"),
+    ("DELETE", "/v1/admin/groups/{name}"), ("GET", "/v1/admin/monitor/{model}/actions"),
 )  # fmt: skip
 DECISIONS_PATH = "/v1/monitor/decisions"
 
@@ -587,8 +630,12 @@ def add_routes(mon: Monitor, app: web.Application, authorize: Callable[[web.Requ
     def delete_group(request: web.Request, body: Any) -> Any:
         return mon.delete_group(request.match_info["name"])
 
+    def actions(request: web.Request, body: Any) -> Any:
+        return mon.actions_view(request.match_info["model"])
+
     handlers = dict(zip(ADMIN_ROUTES, (models, one_model, evaluate, get_config, put_config, user, group, subject,
-                                        warnings, list_groups, create_group, get_group, delete_group), strict=True))  # fmt: skip
+                                        warnings, list_groups, create_group, get_group, delete_group, actions),
+                        strict=True))  # fmt: skip
     for (method, path), fn in handlers.items():
         app.router.add_route(method, path, admin(fn))
 
