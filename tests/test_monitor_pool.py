@@ -216,3 +216,14 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
     # The warning lapses once the pool has taken no row for `hold` of the model's rows.
     send(mon, [(f"later{i}", mon.S[i : i + 1]) for i in range(12, 60)] * 5)
     assert not mon.pool_standing() and mon.decisions({}) == {}
+
+
+def test_link_index_memory_is_bounded() -> None:
+    """Past max_keys the oldest keys are forgotten: a row one feature from a forgotten row
+    is not flagged, one from a recent row is."""
+    link = Linkage(2, max_keys=40)
+    link.add("a", np.array([[float(i), 1000.0 + i] for i in range(30)]))  # 60 keys: the oldest quarter-plus goes
+    link.flush()
+    assert len(link._first) <= 40
+    link.add("b", np.array([[0.0, 5.0], [29.0, 5.0]]))  # one feature from row 0 (forgotten) and row 29 (kept)
+    assert link.flush().near.tolist() == [False, True]

@@ -66,7 +66,10 @@ ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confiden
 # accounts (adaptive.py), once per k in --adaptive-accounts; reported in a table of its own.
 # policies: the same tree served under each response policy of RESPONSE_POLICIES (output
 # post-processing as a defence), attacked by path-finding and natural sampling.
-EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "policies")
+# natural_sybil: k accounts each sending fewer than first_eval rows of the data (none is ever
+# evaluated alone), on a model copy of its own; what they hold pooled offline, against what
+# the monitor's pools (auto:young, auto:pool) and the exposure say.
+EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "natural_sybil", "policies")
 RESPONSE_POLICIES = {
     "leaf ids + confidence (2 decimals)": Policy(reveal_leaf=True, price_micros=0),
     "confidence, 2 decimals (BigML)": Policy(price_micros=0),
@@ -110,6 +113,7 @@ class EvalOptions:
     slow_pause_s: float = 0.001
     adaptive_accounts: tuple[int, ...] = (1, 4, 16)
     adaptive_safety: float = 0.1  # an adaptive account retires this far below the threshold
+    natural_sybil_accounts: int = 100  # accounts of the natural sybil, each first_eval - 1 rows
 
 
 # ---- curves and their analysis (pure) ----
@@ -414,6 +418,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     if "adaptive" in opts.strategies:  # each coalition on a copy of its own: a pool of its rows alone
         for accounts in opts.adaptive_accounts:
             store.add_model(replace(model, id=_adaptive_model(accounts)))
+    if "natural_sybil" in opts.strategies:
+        store.add_model(replace(model, id=NATURAL_SYBIL_MODEL))
     if "policies" in opts.strategies:  # the same tree under each response policy
         for i, pol in enumerate(RESPONSE_POLICIES.values()):
             store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
@@ -456,6 +462,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
                     res = _benign(run, seed)
                 elif strategy == "adaptive":
                     res = _adaptive_all(run, seed, k)
+                elif strategy == "natural_sybil":
+                    res = _natural_sybil(run, seed, k)
                 elif strategy == "policies":
                     res = _policies(run, seed, k, thresholds, delta)
                 else:
@@ -497,6 +505,12 @@ def _progress_bar(total: int) -> Any:
 
 
 def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
+    if "pooled_extent_offline" in res:  # natural_sybil
+        p = res["pools"]
+        return (f"{strategy}: {res['accounts']} accounts x {res['rows_per_account']} rows; pooled offline extent "
+                f"{res['pooled_extent_offline']:.3f}; highest account status {res['max_account_status']:.3f} "
+                f"({res['accounts_evaluated']} evaluated); auto:young {p['auto:young']['best_copy']:.3f}, "
+                f"auto:pool {p['auto:pool']['best_copy']:.3f} ({p['auto:pool']['n_queries']} rows), exposure {p['exposure']:.3f}")  # fmt: skip
     if "runs" in res:  # adaptive, policies: a table of their own
         return f"{strategy}: {len(res['runs'])} runs, {res['queries_used']} queries over {res['accounts']} account(s) (table below)"
     ev = res.get("evaluation") or {}
@@ -508,14 +522,18 @@ def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
             f"PRADA alarms {ev.get('prada_alarms', 0)}/{ev.get('curves', 0)}, OOD alarms {ev.get('ood_alarms', 0)}")  # fmt: skip
 
 
-def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID) -> dict[str, Any]:
+def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID,
+            force: bool = True) -> dict[str, Any]:  # fmt: skip
     """Wait (polling, with a deadline) until the monitor has folded in every query these
-    accounts sent, then have it evaluate every subject at the final count."""
+    accounts sent, then have it evaluate every subject at the final count (``force``; else
+    the view as the monitor's own schedule left it)."""
     deadline = time.monotonic() + timeout
     want = set(names)
     while True:
-        users = admin.call("GET", f"/v1/admin/monitor/{model_id}")["users"]
-        if sum(u["n_queries"] for u in users if u["subject"] in want) >= sent:
+        view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
+        if sum(u["n_queries"] for u in view["users"] if u["subject"] in want) >= sent:
+            if not force:
+                return view  # type: ignore[no-any-return]
             break
         if time.monotonic() > deadline:
             raise UserError("the monitor did not catch up with the queries sent")
@@ -564,6 +582,44 @@ def _pools(admin: ApiClient, model_id: str = MODEL_ID) -> dict[str, Any]:
                                           "warned": "best_copy" in p["warned"]} for p in view["pools"]}  # fmt: skip
     out["exposure"] = view["exposure"]
     return out
+
+
+NATURAL_SYBIL_MODEL = f"{MODEL_ID}-ns"
+
+
+def _natural_sybil(run: _Run, seed: int, k: int) -> dict[str, Any]:
+    """``natural_sybil_accounts`` accounts, each sending first_eval - 1 distinct rows of the
+    data (too few for any to be evaluated), on a model copy of their own. The truth is the
+    best copy of all their answers pooled offline; beside it what the monitor says: the
+    highest account status, auto:young, auto:pool and the model's exposure."""
+    opts, admin = run.opts, run.admin
+    config = admin.call("GET", f"/v1/admin/monitor/{NATURAL_SYBIL_MODEL}/config")
+    per = max(1, config["first_eval"] - 1)
+    rng = np.random.default_rng(seed)
+    names = [f"nsybil-{i + 1:03d}" for i in range(opts.natural_sybil_accounts)]
+    rows = run.train_X[_draw(rng, run.train_X.shape[0], per * len(names))]
+    X, labels, ident = [], [], []
+    domain = None
+    for i, name in enumerate(names):
+        o = Oracle.connect(run.url, [run.new_key(name)], NATURAL_SYBIL_MODEL, per)
+        o.ask(rows[i * per : (i + 1) * per])
+        X.append(np.concatenate(o.log_X))
+        labels += o.log_labels
+        ident += o.log_ident
+        domain = o.domain
+        o.close()
+    sent = per * len(names)
+    view = _settle(admin, names, sent, model_id=NATURAL_SYBIL_MODEL, force=False)  # the accounts as the schedule left them
+    _settle(admin, names, sent, model_id=NATURAL_SYBIL_MODEL)  # then the pools at the final count
+    allX = np.concatenate(X)
+    copies = [TreeRebuild(allX, labels), *box_copies(domain, allX, labels, ident)]
+    pooled = extent(best_copy(copies, run.held_X, run.truth)[0], k)
+    users = [u for u in view["users"] if u["subject"] in set(names)]
+    return {"accounts": len(names), "queries_used": sent, "rows_per_account": per,
+            "pooled_extent_offline": pooled,
+            "max_account_status": max((u["status"]["best_copy"] for u in users), default=0.0),
+            "accounts_evaluated": sum(1 for u in users if u["evaluated_at"]),
+            "pools": _pools(admin, NATURAL_SYBIL_MODEL)}  # fmt: skip
 
 
 def _draw(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -929,6 +985,15 @@ def format_table(summary: dict[str, Any]) -> str:
         per = ", ".join(f"{m} {f(v)}" for m, v in sy["max_account_status_by_method"].items())
         lines.append(f"\nsybil: {sy['accounts']} accounts of {sy['per_account_queries']} queries, highest single-account "
                      f"status {per}; grouped automatically as {f(sy['grouped_as'])} ({sy['accounts_grouped']} accounts)")  # fmt: skip
+    be = summary["strategies"].get("benign")
+    if be and be.get("pools"):
+        p = be["pools"]
+        lines.append(f"\nbenign pools: auto:pool {f(p['auto:pool']['best_copy'])} ({p['auto:pool']['n_queries']} rows, "
+                     f"{'warned' if p['auto:pool']['warned'] else 'not warned'}), auto:young {f(p['auto:young']['best_copy'])} "
+                     f"({p['auto:young']['n_queries']} rows), exposure {f(p['exposure'])}")  # fmt: skip
+    ns = summary["strategies"].get("natural_sybil")
+    if ns:
+        lines.append("\n" + _one_line("natural_sybil", ns, method))
     lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
     return "\n".join(lines)
 

@@ -23,12 +23,18 @@ components.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
 from typing import NamedTuple
 
 import numpy as np
 
 LINK_PREFIX = "auto:link-"
 MIN_ROWS = 25
+# Deletion keys kept (each row has d): past this the oldest quarter is forgotten, so memory
+# stays bounded over any number of logged rows (4M keys: 200,000 rows of 20 features, about
+# 0.5 GB). Line searches probe around recent rows; a row one feature from a row forgotten
+# by then is neither linked nor flagged (docs/monitor.md, Limits).
+MAX_KEYS = 4_000_000
 # Odd 64-bit multipliers: a row's hash is sum(bits_j * seed_j) mod 2^64 over its float32 bits.
 _SEEDS = np.random.default_rng(0x11AA).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 
@@ -42,8 +48,9 @@ class Linked(NamedTuple):
 
 
 class Linkage:
-    def __init__(self, n_features: int, min_links: int = 3, min_fraction: float = 0.2) -> None:
+    def __init__(self, n_features: int, min_links: int = 3, min_fraction: float = 0.2, max_keys: int = MAX_KEYS) -> None:
         self.d = n_features
+        self.max_keys = max_keys
         self.min_links, self.min_fraction = min_links, min_fraction
         self._rows: Counter[str] = Counter()  # rows linked so far, per user
         self._first: dict[int, tuple[str, int]] = {}  # deletion key -> (first sender, its row hash)
@@ -126,6 +133,9 @@ class Linkage:
                 base = max(MIN_ROWS, min(self._rows[pair[0]], self._rows[pair[1]]))
                 if n >= self.min_links and n >= self.min_fraction * base:
                     joined |= self._union(*pair)
+        if len(first) > self.max_keys:  # forget the oldest quarter (dicts keep insertion order)
+            for k in list(islice(first, len(first) - 3 * self.max_keys // 4)):
+                del first[k]
         return Linked(joined, full, near)
 
     def _union(self, a: str, b: str) -> bool:
