@@ -141,23 +141,21 @@ def test_pool_covers_each_accounts_flagged_rows_and_exposure_never_falls(events:
 
 def test_a_new_leaf_identity_makes_an_evaluation_due() -> None:
     """After its first evaluation, a user whose answer shows a leaf it had not seen is
-    evaluated at that query, off the query-count schedule; a leaf it has seen does not."""
+    evaluated off the query-count schedule, REVEAL_GAP queries after its last evaluation at
+    the earliest; rows of leaves it has seen do not bring one forward."""
     model = replace(credit_model(), policy=Policy(reveal_leaf=True))
     for reveal in (True, False):
         mon = ModelMonitor(model, MonitorConfig(reveal_eval=reveal))
         leaves = mon.regions.leaf_index[mon.tree.apply(mon.S)]
         first, other = leaves[0], next(v for v in leaves if v != leaves[0])
         same = mon.S[leaves == first]
-        assert same.shape[0] >= 12, "the test needs 12 held-out rows in one leaf"
+        assert same.shape[0] >= 16, "the test needs 16 held-out rows in one leaf"
+        stream = [same[i : i + 1] for i in range(11)] + [mon.S[leaves == other][:1]] + [same[i : i + 1] for i in range(11, 16)]
         evals = []
-        for seq in range(1, 12):  # 11 rows of one leaf: evaluated once, at first_eval (10)
-            mon.ingest("u", same[seq : seq + 1], labels(mon, same[seq : seq + 1]), seq)
+        for seq, X in enumerate(stream, 1):  # the new leaf at query 12
+            mon.ingest("u", X, labels(mon, X), seq)
             evals += [e.n_queries for e in mon.evaluate_due({"u"}, {}, float(seq))[0] if e.subject == "u"]
-        assert evals == [10]
-        new = mon.S[leaves == other][:1]
-        mon.ingest("u", new, labels(mon, new), 12)
-        evals += [e.n_queries for e in mon.evaluate_due({"u"}, {}, 12.0)[0] if e.subject == "u"]
-        assert evals == ([10, 12] if reveal else [10])
+        assert evals == ([10, 15] if reveal else [10])  # 15 = 10 + REVEAL_GAP; the schedule's next is 25
 
 
 def test_young_accounts_budget_is_the_owners() -> None:

@@ -48,6 +48,7 @@ GROUP_PREFIX = "group:"
 PRADA_DELTA = 0.78
 LINK_BATCH = 512  # rows waiting for the link index before it is brought up to date anyway
 AUTO_PREFIX = "auto:top"
+REVEAL_GAP = 5  # queries between two evaluations, at least, when a new leaf identity brings one forward
 ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
 
 
@@ -530,12 +531,14 @@ class ModelMonitor:
         subject had not seen makes its evaluation due now, not only on the query-count
         schedule (path-finding reveals leaves in bursts). After its first evaluation (before
         it the status is noise); at most once per identity, so at most one evaluation (and
-        tree refit) per leaf identity more than the schedule's. The refit too: a copy scored
+        tree refit) per leaf identity more than the schedule's, and at least REVEAL_GAP
+        queries after the previous evaluation (a burst of new leaves costs one). The refit too: a copy scored
         with a stale tree would sit below what the answers give (monitor-eval measured 0.41
         below on German credit's benign users without it)."""
         if self._seen(s, pos) and s.evaluated_at and self.config.reveal_eval:
-            s.next_eval = min(s.next_eval, s.n_queries)
-            s.next_refit = min(s.next_refit, s.n_queries)
+            at = max(s.n_queries, s.evaluated_at + REVEAL_GAP)
+            s.next_eval = min(s.next_eval, at)
+            s.next_refit = min(s.next_refit, at)
 
     def link(self) -> None:
         """Link the waiting rows and pool those that look like extraction (pool.py)."""
