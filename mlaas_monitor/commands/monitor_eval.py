@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--accounts", type=positive_int, default=3, help="colluding accounts K (default 3)")
     p.add_argument("--collude-base", choices=("random", "pathfinding"), default="pathfinding")
     p.add_argument("--sybil-queries", type=positive_int, default=100, help="queries per sybil account (default 100)")
+    p.add_argument("--adaptive-pool-aware", default="",
+                   help="comma-separated k: adaptive runs over k accounts that also know the pool (each probe moved "
+                        "by a hair in a continuous feature; default none)")
     p.add_argument("--natural-sybil-accounts", type=positive_int, default=100,
                    help="natural_sybil: accounts, each sending first_eval - 1 rows of the data (default 100)")
     p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="tree size (default 26)")
@@ -64,13 +67,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--adaptive-accounts: expected comma-separated whole numbers, got {args.adaptive_accounts!r}") from None
     if not adaptive or min(adaptive) < 1:
         raise UserError("--adaptive-accounts: expected account counts of at least 1")
+    try:
+        pool_aware = tuple(int(x) for x in args.adaptive_pool_aware.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--adaptive-pool-aware: expected comma-separated whole numbers, got {args.adaptive_pool_aware!r}") from None
+    if pool_aware and min(pool_aware) < 1:
+        raise UserError("--adaptive-pool-aware: expected account counts of at least 1")
     opts = EvalOptions(
         dataset=args.dataset, out=out, strategies=strategies, accounts=args.accounts,
         max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, table=table_options(args),
         seed=args.seed, budget=args.budget, collude_base=args.collude_base, oracle=args.oracle,
         benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
         reference_queries=args.reference_queries, sybil_queries=args.sybil_queries, adaptive_accounts=adaptive,
-        natural_sybil_accounts=args.natural_sybil_accounts,
+        natural_sybil_accounts=args.natural_sybil_accounts, adaptive_pool_aware=pool_aware,
     )  # fmt: skip
     progress = not args.no_progress and sys.stderr.isatty()
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)

@@ -114,6 +114,8 @@ class EvalOptions:
     adaptive_accounts: tuple[int, ...] = (1, 4, 16)
     adaptive_safety: float = 0.1  # an adaptive account retires this far below the threshold
     natural_sybil_accounts: int = 100  # accounts of the natural sybil, each first_eval - 1 rows
+    # adaptive runs that also know the pool: each probe moved by a hair in a continuous feature
+    adaptive_pool_aware: tuple[int, ...] = ()
 
 
 # ---- curves and their analysis (pure) ----
@@ -418,6 +420,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     if "adaptive" in opts.strategies:  # each coalition on a copy of its own: a pool of its rows alone
         for accounts in opts.adaptive_accounts:
             store.add_model(replace(model, id=_adaptive_model(accounts)))
+        for accounts in opts.adaptive_pool_aware:
+            store.add_model(replace(model, id=_adaptive_model(accounts, pool_aware=True)))
     if "natural_sybil" in opts.strategies:
         store.add_model(replace(model, id=NATURAL_SYBIL_MODEL))
     if "policies" in opts.strategies:  # the same tree under each response policy
@@ -700,26 +704,27 @@ def _reporting(tracker: FidelityTracker, strategy: str, report: Callable[[str, i
 
 def _adaptive_all(run: _Run, seed: int, k: int) -> dict[str, Any]:
     rows = [_adaptive(run, accounts, seed + accounts, k) for accounts in run.opts.adaptive_accounts]
+    rows += [_adaptive(run, accounts, seed + accounts, k, pool_aware=True) for accounts in run.opts.adaptive_pool_aware]
     return {"accounts": sum(r["accounts"] for r in rows), "queries_used": sum(r["queries_used"] for r in rows),
             "runs": rows, "table": format_adaptive(rows, run.opts.adaptive_safety)}  # fmt: skip
 
 
-def _adaptive_model(accounts: int) -> str:
-    return f"{MODEL_ID}-a{accounts}"
+def _adaptive_model(accounts: int, pool_aware: bool = False) -> str:
+    return f"{MODEL_ID}-a{accounts}{'p' if pool_aware else ''}"
 
 
-def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
+def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = False) -> dict[str, Any]:
     """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py), on a
     copy of the model of its own (so that the model's pool holds its rows alone). The
     fidelity it holds when it is first warned (one of its accounts or groups; the pool),
     when the enforcement rule would first act on it, and at the end: how much can be stolen
     unseen."""
     admin, opts = run.admin, run.opts
-    model_id = _adaptive_model(accounts)
+    model_id = _adaptive_model(accounts, pool_aware)
     config = admin.call("GET", f"/v1/admin/monitor/{model_id}/config")
     method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
     enf = config["enforcement"]
-    names = [f"adaptive{accounts}-{i + 1}" for i in range(accounts)]
+    names = [f"adaptive{accounts}{'p' if pool_aware else ''}-{i + 1}" for i in range(accounts)]
     keys = [run.new_key(n) for n in names]
     first = Oracle.connect(run.url, keys[:1], model_id, opts.pathfinding_budget)
     oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, opts.pathfinding_budget)
@@ -756,7 +761,7 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
                               for x in accts),
                           any(x["subject"] == POOL and method in x.get("warned", []) for x in subs))  # fmt: skip
 
-    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look)
+    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look, pool_aware=pool_aware)
     tracker.box = pf.rebuild
     rebuilt = pf.run()
     tracker.finish(oracle, rebuilt)
@@ -771,7 +776,7 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
     oracle.close()
     pools = _pools(admin, model_id)
     return {
-        "accounts": accounts, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
+        "accounts": accounts, "pool_aware": pool_aware, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
         "accounts_retired": len(pf.result.retired),
         "groups": sorted(g["subject"] for g in subs if g.get("members")),
         "max_subject_status": max((x["status"][method] for x in subs), default=0.0),
@@ -798,7 +803,7 @@ def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
            "extent at the end (unwarned: stolen unseen) |",
            "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
-        out.append(f"| {r['accounts']} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
+        out.append(f"| {r['accounts']}{' (pool-aware)' if r.get('pool_aware') else ''} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
                    f"{', '.join(r['groups']) or '–'} | {f(r['max_subject_status'])} | {f(r['warned_at'])} | "
                    f"{f(r['extent_at_warning'])} | {f(r.get('pool_warned_at'))} | {f(r.get('extent_at_pool_warning'))} | "
                    f"{f(r.get('pools', {}).get(POOL, {}).get('best_copy'))} | {f(r['enforced_at'])} | "
