@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--adaptive-pool-aware", default="",
                    help="comma-separated k: adaptive runs over k accounts that also know the pool (each probe moved "
                         "by a hair in a continuous feature; default none)")
+    p.add_argument("--adaptive-response", choices=("none", "degrade", "refuse"), default="none",
+                   help="the pool response (pool_response.action) on the adaptive runs' models (default none)")
     p.add_argument("--natural-sybil-accounts", type=positive_int, default=100,
                    help="natural_sybil: accounts, each sending first_eval - 1 rows of the data (default 100)")
     p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="tree size (default 26)")
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
         reference_queries=args.reference_queries, sybil_queries=args.sybil_queries, adaptive_accounts=adaptive,
         natural_sybil_accounts=args.natural_sybil_accounts, adaptive_pool_aware=pool_aware,
+        adaptive_response=args.adaptive_response,
     )  # fmt: skip
     progress = not args.no_progress and sys.stderr.isatty()
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)

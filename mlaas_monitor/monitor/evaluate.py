@@ -116,6 +116,7 @@ class EvalOptions:
     natural_sybil_accounts: int = 100  # accounts of the natural sybil, each first_eval - 1 rows
     # adaptive runs that also know the pool: each probe moved by a hair in a continuous feature
     adaptive_pool_aware: tuple[int, ...] = ()
+    adaptive_response: str = "none"  # the pool response (labels only: degrade; refuse) on the adaptive runs' models
 
 
 # ---- curves and their analysis (pure) ----
@@ -721,6 +722,8 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = Fa
     unseen."""
     admin, opts = run.admin, run.opts
     model_id = _adaptive_model(accounts, pool_aware)
+    if opts.adaptive_response != "none":
+        admin.call("PUT", f"/v1/admin/monitor/{model_id}/config", {"pool_response": {"action": opts.adaptive_response}})
     config = admin.call("GET", f"/v1/admin/monitor/{model_id}/config")
     method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
     enf = config["enforcement"]
@@ -775,6 +778,7 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = Fa
     ext = lambda q: extent(value_at(tracker.curve, q) or 1.0 / k, k)  # noqa: E731
     oracle.close()
     pools = _pools(admin, model_id)
+    acted = {a["user"] for a in admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"] if a["action"] != "none"}
     return {
         "accounts": accounts, "pool_aware": pool_aware, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
         "accounts_retired": len(pf.result.retired),
@@ -788,7 +792,8 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = Fa
         "first_coalition_warning_extent": min((x for x in (None if warned_at is None else ext(warned_at),
                                                            None if pool_at is None else ext(pool_at)) if x is not None),
                                               default=None),
-        "pools": pools,
+        "pools": pools, "response": config["pool_response"]["action"], "accounts_acted_on": len(acted),
+        "accounts_acted_on_attacker": len(acted & set(names)),
     }  # fmt: skip
 
 
@@ -800,14 +805,15 @@ def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
            f"{safety} below it): extent = balanced fidelity beyond a constant copy of its pooled copy", "",
            "| accounts k | queries | leaves found | accounts retired | groups formed | highest status | first warning at | "
            "extent then | pool warned at | extent then | pool status at the end | enforcement rule at | extent then | "
-           "extent at the end (unwarned: stolen unseen) |",
-           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+           "extent at the end (unwarned: stolen unseen) | pool response | accounts acted on (the attacker's) |",
+           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
     for r in rows:
         out.append(f"| {r['accounts']}{' (pool-aware)' if r.get('pool_aware') else ''} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
                    f"{', '.join(r['groups']) or '–'} | {f(r['max_subject_status'])} | {f(r['warned_at'])} | "
                    f"{f(r['extent_at_warning'])} | {f(r.get('pool_warned_at'))} | {f(r.get('extent_at_pool_warning'))} | "
                    f"{f(r.get('pools', {}).get(POOL, {}).get('best_copy'))} | {f(r['enforced_at'])} | "
-                   f"{f(r['extent_at_enforcement'])} | {f(r['final_extent'])} |")  # fmt: skip
+                   f"{f(r['extent_at_enforcement'])} | {f(r['final_extent'])} | {r.get('response', 'none')} | "
+                   f"{r.get('accounts_acted_on', 0)} ({r.get('accounts_acted_on_attacker', 0)}) |")  # fmt: skip
     return out
 
 
