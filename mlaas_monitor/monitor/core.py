@@ -705,10 +705,12 @@ class ModelMonitor:
         linked: dict[str, tuple[str, ...]] = {}
         c = self.config
         if c.auto_link or c.pool:
-            # Link (and pool) the waiting rows when something is due (or many wait): a
-            # function of the event sequence, so a replay links at the same points.
+            # Link (and pool) the waiting rows when something is due, or when enough wait (a
+            # pool's own schedule needs its rows: a coalition of accounts too short to be
+            # due would otherwise reach the pool LINK_BATCH rows late). A function of the
+            # event sequence, so a replay links at the same points.
             due = force or any(n in users and users[n].n_queries >= users[n].next_eval for n in touched)
-            if due or self.linkage.pending_rows >= LINK_BATCH:
+            if due or self.linkage.pending_rows >= (min(LINK_BATCH, c.min_refit) if c.pool else LINK_BATCH):
                 self.link()
             if c.auto_link:
                 linked = self.linkage.components(flush=False)
