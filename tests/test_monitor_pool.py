@@ -225,3 +225,20 @@ def test_link_index_memory_is_bounded() -> None:
     assert len(link._first) <= 40
     link.add("b", np.array([[0.0, 5.0], [29.0, 5.0]]))  # one feature from row 0 (forgotten) and row 29 (kept)
     assert link.flush().near.tolist() == [False, True]
+
+
+def test_an_extracting_accounts_every_row_joins_the_pool() -> None:
+    """An account with at least EXTRACTING_MIN pooled rows, EXTRACTING_SHARE of its rows,
+    brings all its rows (earlier and later natural ones too); a customer's do not join."""
+    model = credit_model()
+    mon = ModelMonitor(model)
+    S = mon.S
+    probes = line_searches(model, 4)  # 24 rows, most of them one feature apart and far from S
+    send(mon, [("shop", S[:5]), ("p", S[5:10])] + [("p", X) for X in probes] + [("p", S[10:15]), ("shop", S[15:20])])
+    mon.evaluate_due(set(), {}, 0.0, force=True)
+    owners = mon.kept[POOL].owners
+    assert "p" in mon.extracting and "shop" not in mon.extracting
+    assert owners.count("shop") == 0
+    # p's natural rows, before and after its probes, are in the pool with its probes
+    rows = {tuple(r) for r in mon.pools[POOL].data(mon.n_features)[0].tolist()}
+    assert {tuple(r) for r in S[5:15].astype(np.float32).tolist()} <= rows

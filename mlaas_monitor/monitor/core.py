@@ -48,6 +48,12 @@ GROUP_PREFIX = "group:"
 PRADA_DELTA = 0.78
 LINK_BATCH = 512  # rows waiting for the link index before it is brought up to date anyway
 AUTO_PREFIX = "auto:top"
+# An account whose pooled rows reach this many, and this share of its linked rows, is
+# extracting: all its rows join auto:pool. A customer's rows rarely join at all (none of
+# German credit's benign rows; Adult's near-duplicates in a margin or far from S are a few
+# per cent of its rows); a path-finder's nearly all do.
+EXTRACTING_MIN = 3
+EXTRACTING_SHARE = 0.2
 REVEAL_GAP = 5  # queries between two evaluations, at least, when a new leaf identity brings one forward
 ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
 
@@ -427,6 +433,8 @@ class ModelMonitor:
         self.first_seen: dict[str, int] = {}  # account -> rows_seen before its first row
         self.pool_grew_at = 0  # rows_seen when auto:pool last took a row
         self.pooled_by: Counter[str] = Counter()  # account -> its rows auto:pool took (past the cap too)
+        self._linked: Counter[str] = Counter()  # account -> its rows linked and pooled so far
+        self.extracting: set[str] = set()  # accounts whose every row joins auto:pool (EXTRACTING_*)
         self.pool_warned_at: int | None = None  # rows_seen when auto:pool was warned (None: not since start)
         # While auto:pool is warned: per account (the ATTRIBUTED with the most pooled rows), how
         # much the pool's extent falls without its rows, largest first (attribute()).
@@ -551,15 +559,38 @@ class ModelMonitor:
         y = np.concatenate([lab for _, _, lab, _ in pending])
         young = np.concatenate([np.full(x.shape[0], yg) for _, x, _, yg in pending])
         flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
+        # An extracting account's every row joins, not only its flagged ones: what it holds is
+        # what all its answers give (its starting points, the probes inside a leaf).
+        flagged |= np.fromiter((u in self.extracting for u in users), bool, len(users))
         for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
             idx = np.flatnonzero(take)
             if idx.size:
                 self._pool_add(name, [users[i] for i in idx], X[idx], y[idx], [found.hashes[i] for i in idx])
+        self._linked.update(users)
+        for u in sorted(set(users) - self.extracting):
+            if self.pooled_by[u] >= max(EXTRACTING_MIN, EXTRACTING_SHARE * self._linked[u]):
+                self._extracting(u)
 
-    def _pool_add(self, name: str, users: list[str], X: np.ndarray, y: np.ndarray, hashes: list[int]) -> None:
+    def _extracting(self, user: str) -> None:
+        """The account's rows are mostly extraction-like: from now on all its rows join
+        auto:pool, and its earlier ones (as far as they are linked) join now."""
+        self.extracting.add(user)
+        s = self.users.get(user)
+        if s is None:
+            return
+        self.fold(s)
+        X, y = s.data(self.n_features)
+        n = self._linked[user]
+        X, y = np.asarray(X[:n], np.float64), y[:n]
+        self._pool_add(POOL, [user] * n, X, y, Linkage.hashes(X), repeats=False)
+
+    def _pool_add(self, name: str, users: list[str], X: np.ndarray, y: np.ndarray, hashes: list[int],
+                  repeats: bool = True) -> None:  # fmt: skip
+        """Rows join a pooled subject (counted with their repeats, unless ``repeats`` is off:
+        rows that may be in it already)."""
         s = self.pools[name]
         kept, past = self.kept[name].select(users, hashes)
-        s.n_queries += X.shape[0]
+        s.n_queries += X.shape[0] if repeats else int(kept.sum() + past.sum())
         if name == POOL:
             self.pool_grew_at = self.rows_seen
             self.pooled_by.update(users)

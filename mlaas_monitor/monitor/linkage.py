@@ -77,6 +77,11 @@ class Linkage:
             keys = full[:, None] - terms + seeds[d:][None, :]
         return full.tolist(), keys.tolist()
 
+    @classmethod
+    def hashes(cls, X: np.ndarray) -> list[int]:
+        """Each row's hash (as ``flush`` reports it)."""
+        return cls._keys(X)[0] if X.shape[0] else []
+
     def find(self, user: str) -> str:
         root = user
         while self._parent.get(root, root) != root:
