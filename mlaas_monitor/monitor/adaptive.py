@@ -41,12 +41,21 @@ class AccountOracle(Oracle):
         super().__init__(clients, model_id, domain, budget)
         self.current = 0
         self.sent = [0] * len(clients)  # rows per account
+        # (query-log seq of each request, rows sent in all once it was answered): when a
+        # warning (which names the seq it came at) found the attacker
+        self.answered: list[tuple[int, int]] = []
 
     def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
         path = f"/v1/models/{self.model_id}/predict"
-        out = self.clients[self.current].call("POST", path, {"rows": [self.domain.raw(x) for x in X]})["predictions"]
+        body = self.clients[self.current].call("POST", path, {"rows": [self.domain.raw(x) for x in X]})
+        out = body["predictions"]
         self.sent[self.current] += len(out)
+        self.answered.append((int(body["query_id"]), sum(self.sent)))
         return out  # type: ignore[no-any-return]
+
+    def rows_by(self, seq: int) -> int:
+        """Rows the attacker had sent when the query-log row ``seq`` was written."""
+        return max((n for q, n in self.answered if q <= seq), default=0)
 
 
 @dataclass

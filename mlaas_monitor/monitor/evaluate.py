@@ -771,8 +771,17 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = Fa
     _settle(admin, names, oracle.queries, model_id=model_id)
     final = look(0)
     cps = [*pf.result.checkpoints, final]
-    warned_at = next((c.queries for c in cps if c.warned), None)
-    pool_at = next((c.queries for c in cps if c.pool_warned), None)
+    # When the first warning about the coalition came: the seq each warning names, as the
+    # attacker's row count then (not the next look, which comes once per leaf explored).
+    found = [w for w in admin.call("GET", f"/v1/admin/warnings?model={model_id}")["warnings"] if w["method"] == method]
+    mine = set(names)
+
+    def at(ws: list[dict[str, Any]]) -> int | None:
+        return min((oracle.rows_by(w["seq"]) for w in ws), default=None)
+
+    groups = {g["subject"] for g in subjects() if g.get("members")}
+    warned_at = at([w for w in found if w["subject"] in mine or w["subject"] in groups])
+    pool_at = at([w for w in found if w["subject"] == POOL])
     enforced_at = next((c.queries for c in cps if c.enforced), None)
     subs = [x for x in subjects() if x["subject"] != POOL]
     ext = lambda q: extent(value_at(tracker.curve, q) or 1.0 / k, k)  # noqa: E731
