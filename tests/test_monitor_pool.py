@@ -193,7 +193,7 @@ def line_searches(model: Model, n: int, seed: int = 0) -> list[np.ndarray]:
 
 def test_attribution_and_response_while_the_pool_is_warned() -> None:
     model = replace(credit_model(), policy=Policy(reveal_leaf=True))
-    cfg = MonitorConfig().updated({"pool_response": {"action": "degrade", "top": 1, "hold": 200}})
+    cfg = MonitorConfig().updated({"pool_response": {"action": "degrade", "top": 1, "extracting": False, "hold": 200}})
     mon = ModelMonitor(model, cfg)
     probes = line_searches(model, 40)
     # Two accounts share the searches (m0 three in four), then the pool is warned.
@@ -210,7 +210,10 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
     assert decided[top][0] == "degrade" and decided[top][1].startswith("auto:pool contributor #1")
     assert decided["fresh"] == ("degrade", "new account while auto:pool's warning stands")
     assert "shopper" not in decided  # evaluated, and none of its rows joined the pool
-    assert ({"m0", "m1"} - {top}).isdisjoint(decided)  # top=1
+    assert ({"m0", "m1"} - {top}).isdisjoint(decided)  # top=1, extracting accounts not acted on
+    mon.config = MonitorConfig().updated({"pool_response": {"action": "degrade", "top": 1, "hold": 200}})
+    other = ({"m0", "m1"} - {top}).pop()
+    assert mon.decisions({})[other][1].startswith("extracting account while auto:pool's warning stands")
     # The warning lapses once the pool has taken no row for `hold` of the model's rows.
     send(mon, [(f"later{i}", mon.S[i : i + 1]) for i in range(12, 60)] * 5)
     assert not mon.pool_standing() and mon.decisions({}) == {}

@@ -299,8 +299,11 @@ def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> N
         wait_until(lambda: degraded(ca if top == a else cb), what="the top contributor to be degraded")
         wait_until(lambda: degraded(cf), what="a fresh account to be degraded")
         actions = env.admin.get("/v1/admin/monitor/credit/actions")[1]
-        why = {x["user"]: x["reason"] for x in actions["actions"] if x["action"] == "degrade"}
+        taken = {x["user"] for x in actions["actions"] if x["action"] == "degrade" and x["reason"]}
+        why = {x["user"]: x["reason"] for x in actions["current"]}
+        assert taken >= {a, b, fresh}
         assert why[top].startswith("auto:pool contributor #1") and why[fresh].startswith("new account")
+        assert why[b if top == a else a].startswith("extracting account")  # most of its rows joined the pool
         assert {x["user"] for x in actions["current"]} >= {top, fresh}
         fams = {f.name: f for f in text_string_to_metric_families(env.admin.get("/metrics")[1])}
         taken = {(s.labels["action"], s.labels["rule"]): s.value for s in fams["analysim_monitor_actions"].samples

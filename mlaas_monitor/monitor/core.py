@@ -86,13 +86,17 @@ class PoolResponse:
 
     action: str = "none"  # none | degrade (labels only) | refuse
     top: int = 3  # accounts ranked by how much the pool's extent falls without their rows
+    # and every extracting account (most of its rows join the pool: EXTRACTING_*), however
+    # little its removal alone lowers the extent: a coalition spreads its leaves over many
+    extracting: bool = True
     new_accounts: bool = True
     # The warning stands while the pool keeps growing: it took a row within this many of the
     # model's latest answered rows (the pool's status is a running maximum and never falls).
     hold: int = 1000
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "top": self.top, "new_accounts": self.new_accounts, "hold": self.hold}
+        return {"action": self.action, "top": self.top, "extracting": self.extracting, "new_accounts": self.new_accounts,
+                "hold": self.hold}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,7 @@ def _enforcement(v: Any, old: Enforcement) -> Enforcement:
 
 def _pool_response(v: Any, old: PoolResponse) -> PoolResponse:
     if type(v) is not dict:
-        raise ConfigError("pool_response", "expected an object with action, top, new_accounts, hold")
+        raise ConfigError("pool_response", "expected an object with action, top, extracting, new_accounts, hold")
     kw: dict[str, Any] = {}
     for key, x in v.items():
         where = f"pool_response.{str(key)[:40]}"
@@ -263,7 +267,7 @@ def _pool_response(v: Any, old: PoolResponse) -> PoolResponse:
         elif key in ("top", "hold"):
             if type(x) is not int or not 0 <= x <= 1_000_000:
                 raise ConfigError(where, "expected an integer from 0 to 1000000")
-        elif key == "new_accounts":
+        elif key in ("new_accounts", "extracting"):
             if type(x) is not bool:
                 raise ConfigError(where, "expected true or false")
         else:
@@ -593,7 +597,7 @@ class ModelMonitor:
         s.n_queries += X.shape[0] if repeats else int(kept.sum() + past.sum())
         if name == POOL:
             self.pool_grew_at = self.rows_seen
-            self.pooled_by.update(users)
+            self.pooled_by.update(u for u, k, p in zip(users, kept, past, strict=True) if repeats or k or p)
         self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         if kept.any():
             s.append(X[kept], y[kept])
@@ -890,6 +894,10 @@ class ModelMonitor:
             if account not in out:
                 out[account] = (r.action, f"auto:pool contributor #{rank}: its {self.config.default_method} falls "
                                           f"{fall:.3f} without this account's {n} pooled rows")  # fmt: skip
+        if r.extracting:
+            for user in sorted(self.extracting - set(out)):
+                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({self.pooled_by[user]} "
+                                       f"of its {self._linked[user]} rows pooled)")  # fmt: skip
         if r.new_accounts and self.pool_warned_at is not None:
             # An account first seen since the warning, until its first evaluation, and after it
             # while its rows keep joining the pool: a fresh sybil stays cut off, a customer

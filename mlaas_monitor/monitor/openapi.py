@@ -77,6 +77,8 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                     **_obj(action={"type": "string", "enum": list(ACTIONS)},
                            top={"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                 "description": "accounts ranked by how much auto:pool's extent falls without them"},
+                           extracting={"type": "boolean", "description": "also every account most of whose rows join "
+                                                                          "the pool"},
                            new_accounts={"type": "boolean", "description": "also accounts first seen since the warning"},
                            hold={"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                  "description": "the warning stands while the pool took a row within this many rows"}),

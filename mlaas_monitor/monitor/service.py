@@ -402,7 +402,7 @@ class Monitor(MonitorBase):
             now = time.time()
             self.db.record_actions([(mon.model_id, u, a, why, mon.last_seq, now) for u, a, why in changed])
             for u, a, why in changed:
-                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(("auto:pool", "new account")) else "subject").inc()
+                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(("auto:pool", "new account", "extracting account")) else "subject").inc()
                 log.warning("enforcement: model %s user %s -> %s (%s)", mon.model_id, u, a, why)
         self._acted[mon.model_id] = decided
         self.decisions.set(mon.model_id, {u: a for u, (a, _) in decided.items()})
