@@ -137,6 +137,11 @@ class MonitorConfig:
     # customers' first rows together copy an easy model (German credit: 50 benign users'
     # first rows held 0.76 after 221 of them; docs/monitor.md).
     young_budget: float | None = None
+    # auto:pool is warned when its default-method status reaches this, lower than a
+    # customer's threshold: none of the four evaluation datasets' benign rows joined the pool,
+    # and a coalition's extent jumps by a leaf at a time (0.15-0.3 on wine's 7 leaves), so a
+    # warning at 0.5 came when it held 0.77-0.93 there.
+    pool_threshold: float = 0.25
     prada_delta: float = PRADA_DELTA  # PRADA alarm when Shapiro-Wilk W < delta (status prada >= 1 - delta)
     prada_min_queries: int = 50  # distances before PRADA says anything
     ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
@@ -159,6 +164,7 @@ class MonitorConfig:
             "pool": self.pool,
             "reveal_eval": self.reveal_eval,
             "young_budget": self.young_budget,
+            "pool_threshold": self.pool_threshold,
             "prada_delta": self.prada_delta,
             "prada_min_queries": self.prada_min_queries,
             "ood_alarm": self.ood_alarm,
@@ -210,7 +216,7 @@ class MonitorConfig:
                 kw[key] = v
             elif key == "young_budget":
                 kw[key] = None if v is None else _unit(v, key)
-            elif key in ("prada_delta", "ood_alarm", "boundary_alarm"):
+            elif key in ("prada_delta", "ood_alarm", "boundary_alarm", "pool_threshold"):
                 kw[key] = _unit(v, key)
             elif key == "enforcement":
                 kw[key] = _enforcement(v, self.enforcement)
@@ -724,6 +730,8 @@ class ModelMonitor:
         thresholds = c.thresholds
         if s.name == YOUNG:
             thresholds = {} if c.young_budget is None else {c.default_method: c.young_budget}
+        elif s.name == POOL:
+            thresholds = {c.default_method: c.pool_threshold}
         for method, threshold in sorted(thresholds.items()):
             if method not in s.warned and s.status[method] >= threshold:
                 s.warned.add(method)

@@ -70,6 +70,7 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                 pool={"type": "boolean", "description": "pool rows by what they are, from any account (auto:pool, "
                                                         "auto:young, auto:model)"},
                 reveal_eval={"type": "boolean", "description": "evaluate a subject when an answer shows it a new leaf identity"},
+                pool_threshold={**unit, "description": "auto:pool is warned when its default-method status reaches this"},
                 young_budget={**unit, "nullable": True,
                               "description": "warn when auto:young (rows of accounts before their first evaluation) "
                                              "reaches this; null: reported only"},
