@@ -172,3 +172,18 @@ def test_monitor_eval_shows_progress_on_a_terminal_unless_told_not_to(tmp_path: 
     assert "strategy" in shown and "\r" in shown  # a tqdm bar: unit "strategy", redrawn in place
     quiet = _run_on_a_terminal([*args, "--no-progress", "--out", str(tmp_path / "b")])
     assert "strategy" not in quiet and "random: 30 queries" in quiet  # the per-strategy lines stay
+
+
+def test_natural_sybil_is_pooled_offline_and_by_the_young_accounts_pool(tmp_path: Path) -> None:
+    """Accounts too short to be evaluated alone: none is, and auto:young (every row of an
+    account before its first evaluation) holds what they hold pooled offline, or more (the
+    monitor's copies include the offline ones: the same rows, the same reconstructions)."""
+    out = tmp_path / "eval"
+    assert cli_main(["monitor-eval", "--dataset", "iris", "--strategies", "natural_sybil", "--natural-sybil-accounts", "12",
+                     "--no-progress", "--out", str(out)]) == 0  # fmt: skip
+    ns = json.loads((out / "summary.json").read_text())["strategies"]["natural_sybil"]
+    assert ns["accounts"] == 12 and ns["rows_per_account"] == 9 and ns["queries_used"] == 108
+    assert ns["accounts_evaluated"] == 0 and ns["max_account_status"] == 0.0
+    assert ns["pools"]["auto:young"]["n_queries"] == 108 and ns["pools"]["auto:model"]["n_queries"] == 108
+    assert ns["pools"]["auto:young"]["best_copy"] >= ns["pooled_extent_offline"] - 0.05 > 0.0
+    assert "natural_sybil: 12 accounts x 9 rows" in (out / "table.md").read_text()

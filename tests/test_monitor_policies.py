@@ -191,14 +191,15 @@ def test_best_copy_is_a_running_maximum_and_first_evaluated_at_first_eval(merged
         sent += X.shape[0]
         mon.ingest("u", X, y, sent)
         evs, _ = mon.evaluate_due({"u"}, {}, 0.0)
-        for e in evs:
+        for e in (e for e in evs if e.subject == "u"):  # (the pools are evaluated too)
             # The copy from exactly these answers, with nothing remembered.
             f = fresh.user(f"at-{e.n_queries}")
             fresh.ingest(f.name, np.concatenate(oracle.log_X)[: e.n_queries], np.array(
                 [index[str(v)] for v in oracle.log_labels[: e.n_queries]]), 1)  # fmt: skip
             fresh.evaluate(f, None, 0.0, refit=True)
             hist.append((e.n_queries, e.status["best_copy"], f.status["best_copy"]))
-    assert hist[0][0] == 10 and hist[1][0] == 25  # first at first_eval, then at min_refit
+    # first at first_eval, then at min_refit (and between, when an answer shows a new leaf)
+    assert hist[0][0] == 10 and 25 in {n for n, _, _ in hist}
     values = [v for _, v, _ in hist]
     assert values == sorted(values)  # never down
     best = 0.0

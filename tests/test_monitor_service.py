@@ -17,7 +17,7 @@ from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.client import local_monitor_extension
-from mlaas_monitor.monitor.core import EXTENT_METHODS
+from mlaas_monitor.monitor.core import EXTENT_METHODS, ModelMonitor
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -65,6 +65,7 @@ ADMIN_ROUTES = [
     ("GET", "/v1/admin/monitor/credit/users/x"), ("GET", "/v1/admin/monitor/credit/groups/x"),
     ("GET", "/v1/admin/monitor/credit/subjects/x"), ("GET", "/v1/admin/warnings"), ("GET", "/v1/admin/groups"),
     ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/x"), ("DELETE", "/v1/admin/groups/x"),
+    ("GET", "/v1/admin/monitor/credit/actions"),
 ]  # fmt: skip
 
 
@@ -85,7 +86,9 @@ def test_status_history_and_metrics_agree(env: Env) -> None:
         assert user.post("/v1/models/credit/predict", {"rows": rows[i : i + 3]})[0] == 200
     view = env.settle(name, 120)
     hist = view["history"]
-    assert [p["n_queries"] for p in hist] == sorted(p["n_queries"] for p in hist) and [p["n_queries"] for p in hist[:2]] == [12, 27]  # first at >= first_eval (10), then >= min_refit (25)
+    assert [p["n_queries"] for p in hist] == sorted(p["n_queries"] for p in hist) and hist[0]["n_queries"] == 12
+    # then at >= min_refit (25) and on the schedule; between, when an answer shows a new leaf
+    assert {27, 54, 81} <= {p["n_queries"] for p in hist}
     assert all(0.0 <= p[m] <= 1.0 for p in hist for m in ("ig", "coverage_volume", "coverage_mass", "fidelity"))
     assert hist[-1]["n_queries"] == view["evaluated_at"]
     status, text = env.admin.get("/metrics")
@@ -97,6 +100,35 @@ def test_status_history_and_metrics_agree(env: Env) -> None:
     hist_count = [s for s in fams["analysim_monitor_update_duration_seconds"].samples if s.name.endswith("_count")]
     assert hist_count and hist_count[0].value >= 1
     assert "analysim_extraction_warnings" in fams
+
+
+def test_pools_and_exposure_are_listed_and_exported(env: Env) -> None:
+    """The subjects pooled by what the rows are (auto:pool, auto:young) and the model's
+    exposure: in the admin view, the status gauge and the exposure gauge, alike."""
+    name, user = env.user("pool")
+    rows = credit_rows()
+    # A line search along the amount from the first row: each probe one feature from it.
+    probes = [[a, *rows[0][1:]] for a in (151, 301, 451, 601, 751, 901) if a != rows[0][0]]
+    assert user.post("/v1/models/credit/predict", {"rows": rows[:30] + probes})[0] == 200
+    env.settle(name, 36)
+    status, view = env.admin.post("/v1/admin/monitor/credit/evaluate", {})
+    assert status == 200, view
+    pools = {p["subject"]: p for p in view["pools"]}
+    assert set(pools) == {"auto:pool", "auto:young", "auto:model"}
+    # The probes one feature from the first row that are also far from S or in a margin join.
+    mon = ModelMonitor(credit_model())
+    X = credit_model().schema.encode_rows(probes)
+    unusual = int((mon.ood.far(X) | mon.boundary.close(X)[1]).sum())
+    assert unusual >= 1 and pools["auto:pool"]["n_queries"] >= unusual
+    assert pools["auto:model"]["n_queries"] == view["total_queries"]
+    assert view["exposure"] == pools["auto:model"]["status"]["best_copy"]
+    status, text = env.admin.get("/metrics")
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    exposure = {s.labels["model"]: s.value for s in fams["analysim_extraction_exposure_ratio"].samples}
+    assert exposure["credit"] == pytest.approx(view["exposure"])
+    gauge = {(s.labels["subject"], s.labels["method"]): s.value for s in fams["analysim_extraction_status"].samples}
+    assert gauge[("auto:pool", "best_copy")] == pytest.approx(pools["auto:pool"]["status"]["best_copy"])
+    assert ("auto:model", "best_copy") not in gauge  # reported as exposure, not as a subject's status (no alert)
 
 
 def test_groups_merge_members_and_equal_one_user(env: Env) -> None:
@@ -233,3 +265,57 @@ def test_user_and_group_names_with_a_newline_are_refused(env: Env, name: str) ->
     for path, body in (("/v1/admin/users", {"name": name}), ("/v1/admin/groups", {"name": name, "members": ["x"]})):
         status, answer = env.admin.post(path, body)
         assert (status, answer["error"]["field"]) == (400, "name"), (path, answer)
+
+
+def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> None:
+    """Through a real gateway and its monitor: accounts that share line searches make
+    auto:pool warn; with the pool response on, its top contributor and a fresh account are
+    answered with labels only, and the admin API lists each action with its reason."""
+    from tests.test_monitor_pool import line_searches
+
+    store = Store(tmp_path / "store.db")
+    model = credit_model()
+    store.add_model(model)
+    store.set_policy("credit", Policy(reveal_leaf=True))
+
+    def raw(X: Any) -> list[list[Any]]:
+        return [[f.categories[int(v)] if f.categories else float(v) for f, v in zip(model.schema.features, x, strict=True)]
+                for x in X]  # fmt: skip
+
+    with GatewayThread(Gateway(store, ADMIN_KEY), extensions=[local_monitor_extension()]) as t:
+        env = Env(t, store)
+        cfg = {"pool_response": {"action": "degrade", "top": 1, "hold": 100_000}}
+        assert env.admin.request("PUT", "/v1/admin/monitor/credit/config", cfg)[0] == 200
+        (a, ca), (b, cb) = env.user("ring"), env.user("ring")
+        probes = line_searches(model, 30)
+        for i, X in enumerate(probes):
+            assert (ca if i % 4 else cb).post("/v1/models/credit/predict", {"rows": raw(X)})[0] == 200
+        env.settle(a, 6 * 22)
+        view = env.admin.post("/v1/admin/monitor/credit/evaluate", {})[1]
+        pool = next(p for p in view["pools"] if p["subject"] == "auto:pool")
+        assert pool["warned"] == ["best_copy"] and view["pool_standing"]
+        top = view["attribution"][0]["account"]
+        assert {x["account"] for x in view["attribution"]} == {a, b}
+        fresh, cf = env.user("fresh")
+
+        def degraded(client: Client) -> bool:
+            status, body = client.post("/v1/models/credit/predict", {"rows": raw(probes[0][:1])})
+            assert status == 200
+            return set(body["predictions"][0]) == {"label"}
+
+        wait_until(lambda: degraded(ca if top == a else cb), what="the top contributor to be degraded")
+        wait_until(lambda: degraded(cf), what="a fresh account to be degraded")
+        actions = env.admin.get("/v1/admin/monitor/credit/actions")[1]
+        taken = {x["user"] for x in actions["actions"] if x["action"] == "degrade" and x["reason"]}
+        why = {x["user"]: x["reason"] for x in actions["current"]}
+        assert taken >= {a, b, fresh}
+        assert why[top].startswith("auto:pool contributor #1") and why[fresh].startswith("new account")
+        assert why[b if top == a else a].startswith("extracting account")  # most of its rows joined the pool
+        assert {x["user"] for x in actions["current"]} >= {top, fresh}
+        fams = {f.name: f for f in text_string_to_metric_families(env.admin.get("/metrics")[1])}
+        taken = {(s.labels["action"], s.labels["rule"]): s.value for s in fams["analysim_monitor_actions"].samples
+                 if s.name.endswith("_total")}  # fmt: skip
+        assert taken[("degrade", "pool")] >= 2
+        falls = {s.labels["account"] for s in fams["analysim_extraction_attribution_ratio"].samples}
+        assert falls == {a, b}
+    store.close()

@@ -289,6 +289,27 @@ def extraction() -> Dashboard:
             Panel("Every method, now", [(f"analysim_extraction_status{{{SUBJ}}}", "{{subject}} {{method}}")],
                   kind="table", width=12, instant=True),
         ]),
+         ("Pooled by what the queries are", [
+            Panel("Model exposure and the pools", [
+                ('max by (model) (analysim_extraction_exposure_ratio{model=~"$model"})', "{{model}} exposure"),
+                ('max by (model, subject) (analysim_extraction_status{model=~"$model", subject=~"auto:(pool|young)", '
+                 'method=~"$method"})', "{{model}} {{subject}}")],
+                  unit="percentunit", max=1, width=24,
+                  description="Exposure: the best copy every answer of the model, to every account, makes together "
+                              "(reported, never alarmed: on an easy model customers reveal it). auto:pool: rows one "
+                              "feature from an earlier row and out of distribution or in a boundary margin, from any "
+                              "account; auto:young: rows of accounts before their first evaluation."),
+            Panel("Pool attribution", [
+                ('max by (model, account) (analysim_extraction_attribution_ratio{model=~"$model"})', "{{account}}")],
+                  kind="table", width=12, instant=True,
+                  description="While auto:pool is warned: how much its best copy falls without each account's rows "
+                              "(the accounts with the most pooled rows); the pool response acts on the first."),
+            Panel("Enforcement actions", [
+                ('sum by (rule, action) (analysim_monitor_actions_total{model=~"$model"})', "{{rule}} {{action}}")],
+                  kind="stat", width=12,
+                  description="Decisions taken (degrade, refuse) or lifted (none), by the per-subject rule or the pool "
+                              "response; each with its reason at /v1/admin/monitor/MODEL/actions."),
+        ]),
          ("Warnings and enforcement", [
             Panel("Warnings by method", [('sum by (method) (analysim_extraction_warnings_total{model=~"$model"})',
                                           "{{method}}")], kind="stat", width=8),

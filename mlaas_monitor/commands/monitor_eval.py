@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", help="target column (default as for 'model train')")
     add_dataset_arguments(p)
     p.add_argument("--strategies", help="comma-separated, from benign, random, pathfinding, colluding, sybil, "
-                   "natural, confidence, slow, adaptive, policies (default: all)")  # fmt: skip
+                   "natural, confidence, slow, adaptive, natural_sybil, policies (default: all)")  # fmt: skip
     p.add_argument("--adaptive-accounts", default="1,4,16",
                    help="comma-separated account counts k for the adaptive attacker (default 1,4,16)")
     p.add_argument("--benign-users", type=positive_int, default=50, help="benign population size (default 50)")
@@ -31,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--accounts", type=positive_int, default=3, help="colluding accounts K (default 3)")
     p.add_argument("--collude-base", choices=("random", "pathfinding"), default="pathfinding")
     p.add_argument("--sybil-queries", type=positive_int, default=100, help="queries per sybil account (default 100)")
+    p.add_argument("--adaptive-pool-aware", default="",
+                   help="comma-separated k: adaptive runs over k accounts that also know the pool (each probe moved "
+                        "by a hair in a continuous feature; default none)")
+    p.add_argument("--adaptive-response", choices=("none", "degrade", "refuse"), default="none",
+                   help="the pool response (pool_response.action) on the adaptive runs' models (default none)")
+    p.add_argument("--natural-sybil-accounts", type=positive_int, default=100,
+                   help="natural_sybil: accounts, each sending first_eval - 1 rows of the data (default 100)")
     p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="tree size (default 26)")
     p.add_argument("--max-depth", type=positive_int)
     p.add_argument("--budget", type=positive_int, default=2000,
@@ -62,12 +69,20 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--adaptive-accounts: expected comma-separated whole numbers, got {args.adaptive_accounts!r}") from None
     if not adaptive or min(adaptive) < 1:
         raise UserError("--adaptive-accounts: expected account counts of at least 1")
+    try:
+        pool_aware = tuple(int(x) for x in args.adaptive_pool_aware.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--adaptive-pool-aware: expected comma-separated whole numbers, got {args.adaptive_pool_aware!r}") from None
+    if pool_aware and min(pool_aware) < 1:
+        raise UserError("--adaptive-pool-aware: expected account counts of at least 1")
     opts = EvalOptions(
         dataset=args.dataset, out=out, strategies=strategies, accounts=args.accounts,
         max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, table=table_options(args),
         seed=args.seed, budget=args.budget, collude_base=args.collude_base, oracle=args.oracle,
         benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
         reference_queries=args.reference_queries, sybil_queries=args.sybil_queries, adaptive_accounts=adaptive,
+        natural_sybil_accounts=args.natural_sybil_accounts, adaptive_pool_aware=pool_aware,
+        adaptive_response=args.adaptive_response,
     )  # fmt: skip
     progress = not args.no_progress and sys.stderr.isatty()
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)

@@ -31,6 +31,7 @@ import numpy as np
 from mlaas_monitor.monitor.attacks import ApiClient, BoxRebuild, Domain, Oracle, Pathfinding
 
 PERTURB_TRIES = 3
+BLUR = 1e-5  # pool-aware: each probe moved by up to this share of each continuous feature's range
 
 
 class AccountOracle(Oracle):
@@ -40,12 +41,21 @@ class AccountOracle(Oracle):
         super().__init__(clients, model_id, domain, budget)
         self.current = 0
         self.sent = [0] * len(clients)  # rows per account
+        # (query-log seq of each request, rows sent in all once it was answered): when a
+        # warning (which names the seq it came at) found the attacker
+        self.answered: list[tuple[int, int]] = []
 
     def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
         path = f"/v1/models/{self.model_id}/predict"
-        out = self.clients[self.current].call("POST", path, {"rows": [self.domain.raw(x) for x in X]})["predictions"]
+        body = self.clients[self.current].call("POST", path, {"rows": [self.domain.raw(x) for x in X]})
+        out = body["predictions"]
         self.sent[self.current] += len(out)
+        self.answered.append((int(body["query_id"]), sum(self.sent)))
         return out  # type: ignore[no-any-return]
+
+    def rows_by(self, seq: int) -> int:
+        """Rows the attacker had sent when the query-log row ``seq`` was written."""
+        return max((n for q, n in self.answered if q <= seq), default=0)
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Checkpoint:
     max_status: float  # the highest default-method status over the attacker's subjects
     warned: bool  # any of its subjects warned by then
     enforced: bool  # any of its subjects meets the enforcement rule by then
+    pool_warned: bool = False  # the model's pool of extraction-like rows (pool.py) warned by then
 
 
 @dataclass
@@ -70,9 +81,13 @@ class AdaptivePathfinding(Pathfinding):
 
     def __init__(
         self, oracle: AccountOracle, seed: int, threshold: float, safety: float,
-        look: Callable[[int], Checkpoint], starts: list[np.ndarray] | None = None,
+        look: Callable[[int], Checkpoint], starts: list[np.ndarray] | None = None, pool_aware: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(oracle, seed)
+        # Knows the pool (pool.py): moves every probe by a hair in each continuous feature, so
+        # that no probe is one feature from an earlier row (rows are compared exactly);
+        # with fewer than two continuous features it cannot, and probes as before.
+        self.blurred = np.flatnonzero(~self.domain.integer) if pool_aware else np.empty(0, np.int64)
         self.accounts = oracle
         self.threshold, self.safety, self.look = threshold, safety, look
         self.owner: dict[int, int] = {}  # id(point) -> account that sent it
@@ -86,6 +101,15 @@ class AdaptivePathfinding(Pathfinding):
             p = x.copy()
             self.owner[id(p)] = self.accounts.current
             self.queue.append((p, ident, label))
+
+    def _ask(self, X: np.ndarray) -> list[tuple[Any, Any]] | None:
+        if self.blurred.size >= 2:  # every continuous feature: then no probe is one feature from another
+            X = X.copy()
+            j = self.blurred
+            span = (self.domain.hi - self.domain.lo)[j]
+            hair = self.rng.uniform(0.5, 1.0, (X.shape[0], j.size)) * BLUR * span
+            X[:, j] = np.clip(X[:, j] + hair, self.domain.lo[j], self.domain.hi[j])
+        return super()._ask(X)
 
     def _under(self, account: int) -> bool:
         cp = self.look(account)

@@ -80,14 +80,18 @@ class Boundary:
             st.close = np.zeros(self.n_leaves, np.int64)
         if X.shape[0] == 0:
             return
+        pos, close = self.close(X)
+        np.add.at(st.counts, pos, 1)
+        np.add.at(st.close, pos, close.astype(np.int64))
+        st.done += X.shape[0]
+
+    def close(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the leaf position it reached, and whether it lies in a margin of that leaf."""
         X = np.asarray(X, np.float64)
         pos = self.leaf_index[self.tree.apply(X)]
         lt, lw, ht, hw = self.lo_t[pos], self.lo_w[pos], self.hi_t[pos], self.hi_w[pos]
         # Strict comparisons, as the paper's: no margin where the data reach the bound.
-        near = (lt + lw > X) | (ht - hw < X)
-        np.add.at(st.counts, pos, 1)
-        np.add.at(st.close, pos, near.any(axis=1).astype(np.int64))
-        st.done += X.shape[0]
+        return pos, ((lt + lw > X) | (ht - hw < X)).any(axis=1)
 
     def status(self, st: BoundaryState) -> float:
         """The mean over all leaves of the in-margin ratio (leaves with too few queries: 0)."""

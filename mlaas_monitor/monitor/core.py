@@ -12,6 +12,7 @@ of queries, a replay reproduces the same statuses and history.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, cove
 from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
+from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, flags, joins_pool
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status
 
 # How much of the model a subject holds (extent), and whether its queries look like an
@@ -46,6 +48,14 @@ GROUP_PREFIX = "group:"
 PRADA_DELTA = 0.78
 LINK_BATCH = 512  # rows waiting for the link index before it is brought up to date anyway
 AUTO_PREFIX = "auto:top"
+# An account whose pooled rows reach this many, and this share of its linked rows, is
+# extracting: all its rows join auto:pool. A customer's rows rarely join at all (none of
+# German credit's benign rows; Adult's near-duplicates in a margin or far from S are a few
+# per cent of its rows); a path-finder's nearly all do.
+EXTRACTING_MIN = 3
+EXTRACTING_SHARE = 0.2
+REVEAL_GAP = 5  # queries between two evaluations, at least, when a new leaf identity brings one forward
+ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
 
 
 class ConfigError(ValueError):
@@ -65,6 +75,28 @@ class Enforcement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "method": self.method, "threshold": self.threshold, "intent": self.intent}
+
+
+@dataclass(frozen=True)
+class PoolResponse:
+    """What enforcement does while auto:pool's warning stands (pool.py): ``action`` for the
+    ``top`` accounts whose rows the pool's extent falls most without (attribution), and, with
+    ``new_accounts``, for every account first seen since the warning (a coalition whose
+    contributors are cut off moves to fresh accounts)."""
+
+    action: str = "none"  # none | degrade (labels only) | refuse
+    top: int = 3  # accounts ranked by how much the pool's extent falls without their rows
+    # and every extracting account (most of its rows join the pool: EXTRACTING_*), however
+    # little its removal alone lowers the extent: a coalition spreads its leaves over many
+    extracting: bool = True
+    new_accounts: bool = True
+    # The warning stands while the pool keeps growing: it took a row within this many of the
+    # model's latest answered rows (the pool's status is a running maximum and never falls).
+    hold: int = 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "top": self.top, "extracting": self.extracting, "new_accounts": self.new_accounts,
+                "hold": self.hold}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,12 +124,31 @@ class MonitorConfig:
     auto_k: int = 0  # >= 2: also pool the k users with the highest status (automatic collusion)
     auto_link: bool = True  # pool accounts whose queries differ from each other's in one feature (linkage.py)
     link_min: int = 3  # linking queries that join two accounts
+    # Pool rows by what they look like, from any account (pool.py): auto:pool (rows out of
+    # distribution, in a boundary margin or one feature from an earlier row), auto:young (rows
+    # of accounts before their first evaluation) and auto:model (every row: the exposure).
+    pool: bool = True
+    # Evaluate (and refit) a subject when an answer shows it a leaf identity it had not seen
+    # (at most one evaluation per identity beyond the schedule).
+    reveal_eval: bool = True
+    # auto:young (every row an account sent before its first evaluation) is warned when its
+    # default-method status reaches this: the owner's budget for what accounts too young to
+    # be evaluated hold together. None (the default): reported, not warned, because ordinary
+    # customers' first rows together copy an easy model (German credit: 50 benign users'
+    # first rows held 0.76 after 221 of them; docs/monitor.md).
+    young_budget: float | None = None
+    # auto:pool is warned when its default-method status reaches this, lower than a
+    # customer's threshold: none of the four evaluation datasets' benign rows joined the pool,
+    # and a coalition's extent jumps by a leaf at a time (0.15-0.3 on wine's 7 leaves), so a
+    # warning at 0.5 came when it held 0.77-0.93 there.
+    pool_threshold: float = 0.25
     prada_delta: float = PRADA_DELTA  # PRADA alarm when Shapiro-Wilk W < delta (status prada >= 1 - delta)
     prada_min_queries: int = 50  # distances before PRADA says anything
     ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
     ood_min_queries: int = 30  # queries before it says anything
     boundary_alarm: float = BOUNDARY_ALARM  # Quiring et al.'s alarm on the mean in-margin ratio (reported, not acted on)
     enforcement: Enforcement = Enforcement()
+    pool_response: PoolResponse = PoolResponse()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,12 +161,17 @@ class MonitorConfig:
             "auto_k": self.auto_k,
             "auto_link": self.auto_link,
             "link_min": self.link_min,
+            "pool": self.pool,
+            "reveal_eval": self.reveal_eval,
+            "young_budget": self.young_budget,
+            "pool_threshold": self.pool_threshold,
             "prada_delta": self.prada_delta,
             "prada_min_queries": self.prada_min_queries,
             "ood_alarm": self.ood_alarm,
             "ood_min_queries": self.ood_min_queries,
             "boundary_alarm": self.boundary_alarm,
             "enforcement": self.enforcement.to_dict(),
+            "pool_response": self.pool_response.to_dict(),
         }
 
     def updated(self, patch: Any) -> MonitorConfig:
@@ -150,7 +206,7 @@ class MonitorConfig:
                 if type(v) is not int or not (v == 0 or 2 <= v <= 1000):
                     raise ConfigError(key, "expected 0 (off) or an integer from 2 to 1000")
                 kw[key] = v
-            elif key == "auto_link":
+            elif key in ("auto_link", "pool", "reveal_eval"):
                 if type(v) is not bool:
                     raise ConfigError(key, "expected true or false")
                 kw[key] = v
@@ -158,10 +214,14 @@ class MonitorConfig:
                 if type(v) is not int or not 1 <= v <= 1_000_000:
                     raise ConfigError(key, "expected an integer from 1 to 1000000")
                 kw[key] = v
-            elif key in ("prada_delta", "ood_alarm", "boundary_alarm"):
+            elif key == "young_budget":
+                kw[key] = None if v is None else _unit(v, key)
+            elif key in ("prada_delta", "ood_alarm", "boundary_alarm", "pool_threshold"):
                 kw[key] = _unit(v, key)
             elif key == "enforcement":
                 kw[key] = _enforcement(v, self.enforcement)
+            elif key == "pool_response":
+                kw[key] = _pool_response(v, self.pool_response)
             else:
                 raise ConfigError(str(key)[:40], "unknown field")
         return replace(self, **kw)
@@ -198,6 +258,27 @@ def _enforcement(v: Any, old: Enforcement) -> Enforcement:
             kw[key] = x
         else:
             raise ConfigError(f"enforcement.{str(key)[:40]}", "unknown field")
+    return replace(old, **kw)
+
+
+def _pool_response(v: Any, old: PoolResponse) -> PoolResponse:
+    if type(v) is not dict:
+        raise ConfigError("pool_response", "expected an object with action, top, extracting, new_accounts, hold")
+    kw: dict[str, Any] = {}
+    for key, x in v.items():
+        where = f"pool_response.{str(key)[:40]}"
+        if key == "action":
+            if x not in ACTIONS:
+                raise ConfigError(where, f"expected one of {', '.join(ACTIONS)}")
+        elif key in ("top", "hold"):
+            if type(x) is not int or not 0 <= x <= 1_000_000:
+                raise ConfigError(where, "expected an integer from 0 to 1000000")
+        elif key in ("new_accounts", "extracting"):
+            if type(x) is not bool:
+                raise ConfigError(where, "expected true or false")
+        else:
+            raise ConfigError(where, "unknown field")
+        kw[key] = x
     return replace(old, **kw)
 
 
@@ -248,6 +329,9 @@ class SubjectState:
     ood: OodState | None = None  # users only
     boundary: BoundaryState | None = None  # users only
     star: StarState | None = None  # users only, with the summary (not persisted: rebuilt from the logged queries)
+    # (G,) the leaf identities its answers have shown (users and pools; rebuilt from the
+    # logged queries): an answer that shows a new one makes an evaluation due at once.
+    revealed: np.ndarray | None = None
     _X: list[np.ndarray] = field(default_factory=list)
     _y: list[np.ndarray] = field(default_factory=list)
     _unfolded: int = 0  # trailing chunks of _X not yet in the summary
@@ -343,6 +427,28 @@ class ModelMonitor:
         self.linkage = Linkage(self.n_features, self.config.link_min)
         self.users: dict[str, SubjectState] = {}
         self.groups: dict[str, SubjectState] = {}  # keyed by subject name ("group:x", "auto:topk")
+        # The subjects pooled by what the rows are (pool.py), and the rows each keeps raw.
+        self.pools: dict[str, SubjectState] = {}
+        self.kept: dict[str, Kept] = {}
+        for name in POOLED:
+            first = min(self.config.first_eval, self.config.min_refit)
+            self.pools[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
+                                            next_eval=first, next_refit=first)  # fmt: skip
+            self.kept[name] = Kept()
+        # Rows waiting for the link index, in log order, with whether their account was
+        # still young (before its first evaluation) when it sent them: pooled at each link.
+        self._pool_pending: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
+        self._sent: Counter[str] = Counter()  # rows per account as the pools saw them (ingested or restored)
+        self.rows_seen = 0  # answered rows of the model, in log order (ingested or restored)
+        self.first_seen: dict[str, int] = {}  # account -> rows_seen before its first row
+        self.pool_grew_at = 0  # rows_seen when auto:pool last took a row
+        self.pooled_by: Counter[str] = Counter()  # account -> its rows auto:pool took (past the cap too)
+        self._linked: Counter[str] = Counter()  # account -> its rows linked and pooled so far
+        self.extracting: set[str] = set()  # accounts whose every row joins auto:pool (EXTRACTING_*)
+        self.pool_warned_at: int | None = None  # rows_seen when auto:pool was warned (None: not since start)
+        # While auto:pool is warned: per account (the ATTRIBUTED with the most pooled rows), how
+        # much the pool's extent falls without its rows, largest first (attribute()).
+        self.attribution: list[tuple[str, float, int]] = []
         self.total_queries = 0
         self.next_auto = 0
         self.last_seq = 0
@@ -374,9 +480,9 @@ class ModelMonitor:
         next ``fold`` (every evaluation does one)."""
         s = self.user(user)
         s.append(X, labels)
-        if self.config.auto_link:
-            self.linkage.add(user, X)
+        self._index(user, X, labels)
         s.n_queries += X.shape[0]
+        self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         self.total_queries += X.shape[0]
         self.last_seq = max(self.last_seq, seq)
         return s
@@ -384,11 +490,15 @@ class ModelMonitor:
     def fold(self, s: SubjectState) -> Summary | None:
         """Bring a user's summary (and star boxes) up to date with its queries; returns it."""
         X = s.unfolded_rows()
-        if X is not None and s.summary is not None:
+        if X is not None:
+            self._fold_rows(s, X)
+        return s.summary
+
+    def _fold_rows(self, s: SubjectState, X: np.ndarray) -> None:
+        if s.summary is not None:
             pos = self.regions.leaf_index[self.tree.apply(X)]
             s.summary.add(pos, X)
             self._fold_star(s, pos, X)
-        return s.summary
 
     def _fold_star(self, s: SubjectState, pos: np.ndarray, X: np.ndarray) -> None:
         # The rows as sent (float64), not T_u's float32 copy: the boxes are scored on S by
@@ -405,9 +515,101 @@ class ModelMonitor:
         s = self.user(user)
         s.append(X, labels, fold_later=False)
         # The star boxes are not persisted: rebuilt from the logged queries, in their order.
-        self._fold_star(s, self.regions.leaf_index[self.tree.apply(X)], np.asarray(X, np.float64))
-        if self.config.auto_link:
+        pos = self.regions.leaf_index[self.tree.apply(X)]
+        self._fold_star(s, pos, np.asarray(X, np.float64))
+        self._seen(s, pos)
+        self._index(user, X, labels)
+
+    def _index(self, user: str, X: np.ndarray, labels: np.ndarray) -> None:
+        """Queue a query for the link index and the pools (linked and pooled together, in
+        log order, at the next ``link``)."""
+        c = self.config
+        self.first_seen.setdefault(user, self.rows_seen)
+        self.rows_seen += X.shape[0]
+        if c.auto_link or c.pool:
             self.linkage.add(user, X)
+        if c.pool:
+            young = self._sent[user] < c.first_eval
+            self._sent[user] += X.shape[0]
+            self._pool_pending.append((user, X, labels, young))
+
+    def _seen(self, s: SubjectState, pos: np.ndarray) -> bool:
+        """Mark the identities of these leaf positions seen; True when one is new."""
+        if self.identities is None:
+            return False
+        if s.revealed is None:
+            s.revealed = np.zeros(self.identities.n_groups, bool)
+        g = self.identities.group[pos]
+        new = not s.revealed[g].all()
+        s.revealed[g] = True
+        return new
+
+    def _reveal(self, s: SubjectState, pos: np.ndarray) -> None:
+        """Evaluation when information is revealed: an answer showing a leaf identity the
+        subject had not seen makes its evaluation due now, not only on the query-count
+        schedule (path-finding reveals leaves in bursts). After its first evaluation (before
+        it the status is noise); at most once per identity, so at most one evaluation (and
+        tree refit) per leaf identity more than the schedule's, and at least REVEAL_GAP
+        queries after the previous evaluation (a burst of new leaves costs one). The refit too: a copy scored
+        with a stale tree would sit below what the answers give (monitor-eval measured 0.41
+        below on German credit's benign users without it)."""
+        if self._seen(s, pos) and s.evaluated_at and self.config.reveal_eval:
+            at = max(s.n_queries, s.evaluated_at + REVEAL_GAP)
+            s.next_eval = min(s.next_eval, at)
+            s.next_refit = min(s.next_refit, at)
+
+    def link(self) -> None:
+        """Link the waiting rows and pool those that look like extraction (pool.py)."""
+        found = self.linkage.flush()
+        pending, self._pool_pending = self._pool_pending, []
+        if not pending or not found.hashes:
+            return
+        users = [u for u, X, _, _ in pending for _ in range(X.shape[0])]
+        X = np.concatenate([np.asarray(x, np.float64) for _, x, _, _ in pending])
+        y = np.concatenate([lab for _, _, lab, _ in pending])
+        young = np.concatenate([np.full(x.shape[0], yg) for _, x, _, yg in pending])
+        flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
+        # An extracting account's every row joins, not only its flagged ones: what it holds is
+        # what all its answers give (its starting points, the probes inside a leaf).
+        flagged |= np.fromiter((u in self.extracting for u in users), bool, len(users))
+        for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
+            idx = np.flatnonzero(take)
+            if idx.size:
+                self._pool_add(name, [users[i] for i in idx], X[idx], y[idx], [found.hashes[i] for i in idx])
+        self._linked.update(users)
+        for u in sorted(set(users) - self.extracting):
+            if self.pooled_by[u] >= max(EXTRACTING_MIN, EXTRACTING_SHARE * self._linked[u]):
+                self._extracting(u)
+
+    def _extracting(self, user: str) -> None:
+        """The account's rows are mostly extraction-like: from now on all its rows join
+        auto:pool, and its earlier ones (as far as they are linked) join now."""
+        self.extracting.add(user)
+        s = self.users.get(user)
+        if s is None:
+            return
+        self.fold(s)
+        X, y = s.data(self.n_features)
+        n = self._linked[user]
+        X, y = np.asarray(X[:n], np.float64), y[:n]
+        self._pool_add(POOL, [user] * n, X, y, Linkage.hashes(X), repeats=False)
+
+    def _pool_add(self, name: str, users: list[str], X: np.ndarray, y: np.ndarray, hashes: list[int],
+                  repeats: bool = True) -> None:  # fmt: skip
+        """Rows join a pooled subject (counted with their repeats, unless ``repeats`` is off:
+        rows that may be in it already)."""
+        s = self.pools[name]
+        kept, past = self.kept[name].select(users, hashes)
+        s.n_queries += X.shape[0] if repeats else int(kept.sum() + past.sum())
+        if name == POOL:
+            self.pool_grew_at = self.rows_seen
+            self.pooled_by.update(u for u, k, p in zip(users, kept, past, strict=True) if repeats or k or p)
+        self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
+        if kept.any():
+            s.append(X[kept], y[kept])
+        if past.any():  # past the cap: into the summary and star boxes, after the rows before them
+            self.fold(s)
+            self._fold_rows(s, X[past])
 
     # ---- evaluation ----
 
@@ -521,8 +723,16 @@ class ModelMonitor:
         return status.get("prada", 0.0) >= 1.0 - c.prada_delta or status.get("ood", 0.0) >= c.ood_alarm
 
     def _warnings(self, s: SubjectState, ts: float) -> list[ExtractionWarning]:
-        out = []
-        for method, threshold in sorted(self.config.thresholds.items()):
+        out: list[ExtractionWarning] = []
+        if s.name == EXPOSURE:  # reported, not warned: ordinary customers expose an easy model
+            return out
+        c = self.config
+        thresholds = c.thresholds
+        if s.name == YOUNG:
+            thresholds = {} if c.young_budget is None else {c.default_method: c.young_budget}
+        elif s.name == POOL:
+            thresholds = {c.default_method: c.pool_threshold}
+        for method, threshold in sorted(thresholds.items()):
             if method not in s.warned and s.status[method] >= threshold:
                 s.warned.add(method)
                 out.append(ExtractionWarning(self.model_id, s.name, method, threshold, s.status[method], s.n_queries, self.last_seq, ts))
@@ -536,13 +746,21 @@ class ModelMonitor:
         # The per-event common case, kept cheap: no group, no automatic pool due, no user due.
         users = self.users
         linked: dict[str, tuple[str, ...]] = {}
-        if self.config.auto_link:
-            # Link the waiting rows when something is due (or many wait): a function of the
+        c = self.config
+        if c.auto_link or c.pool:
+            # Link (and pool) the waiting rows when something is due, or when enough wait (a
+            # pool's own schedule needs its rows: a coalition of accounts too short to be
+            # due would otherwise reach the pool LINK_BATCH rows late). A function of the
             # event sequence, so a replay links at the same points.
             due = force or any(n in users and users[n].n_queries >= users[n].next_eval for n in touched)
-            linked = self.linkage.components(flush=due or self.linkage.pending_rows >= LINK_BATCH)
+            if due or self.linkage.pending_rows >= (min(LINK_BATCH, c.min_refit) if c.pool else LINK_BATCH):
+                self.link()
+            if c.auto_link:
+                linked = self.linkage.components(flush=False)
+        pools_due = c.pool and any(p.n_queries >= p.next_eval for p in self.pools.values())
         if (
             not force
+            and not pools_due
             and not groups
             and not linked
             and (self.config.auto_k < 2 or self.total_queries < self.next_auto)
@@ -579,6 +797,16 @@ class ModelMonitor:
                 e, w = self.evaluate(g, present, ts, refit=force or grown)  # new members: refit T_u
                 evals.append(e)
                 warns += w
+        if c.pool:
+            for p in self.pools.values():
+                if p.n_queries and (force or p.n_queries >= p.next_eval):
+                    e, w = self.evaluate(p, None, ts, refit=force)
+                    evals.append(e)
+                    warns += w
+                    if p.name == POOL and self.pool_warned():
+                        if self.pool_warned_at is None:
+                            self.pool_warned_at = self.rows_seen
+                        self.attribution = self.attribute()
         k = self.config.auto_k
         if k >= 2 and len(self.users) >= 2 and (force or self.total_queries >= self.next_auto):
             method = self.config.default_method
@@ -601,10 +829,14 @@ class ModelMonitor:
     # ---- enforcement ----
 
     def enforcement_for(self, user: str, groups: dict[str, tuple[str, ...]]) -> str:
-        """'none', 'degrade' or 'refuse' for this user's next query."""
+        """'none', 'degrade' or 'refuse' for this user's next query, by the per-subject rule."""
+        why = self._enforced(user, groups)
+        return "none" if why is None else why[0]
+
+    def _enforced(self, user: str, groups: dict[str, tuple[str, ...]]) -> tuple[str, str] | None:
         e = self.config.enforcement
         if e.action == "none":
-            return "none"
+            return None
         subjects = [self.users.get(user)]
         subjects += [self.groups.get(GROUP_PREFIX + gname) for gname, members in groups.items() if user in members]
         linked = self.linkage.subject_of(user) if self.config.auto_link else None
@@ -612,8 +844,82 @@ class ModelMonitor:
             subjects.append(self.groups.get(linked))
         for s in subjects:
             if s is not None and s.status[e.method] >= e.threshold and (not e.intent or self.attack_like(s)):
-                return e.action
-        return "none"
+                return e.action, f"{s.name} {e.method} {s.status[e.method]:.3f} >= {e.threshold}" + (" with an intent alarm" if e.intent else "")
+        return None
+
+    # ---- the pool: attribution and response ----
+
+    def pool_warned(self) -> bool:
+        return self.config.default_method in self.pools[POOL].warned
+
+    def pool_standing(self) -> bool:
+        """auto:pool's warning stands: it was warned and it took a row lately (``hold``)."""
+        return self.pool_warned() and self.rows_seen - self.pool_grew_at <= self.config.pool_response.hold
+
+    def attribute(self) -> list[tuple[str, float, int]]:
+        """(account, how much the pool's extent falls without its rows, its pooled rows) for
+        the ATTRIBUTED accounts with the most pooled rows, largest fall first. The extents are
+        the best copy of the pool's kept rows now (not the running maximum), with and without
+        the account's; rows past the raw-row cap are not attributed."""
+        pool, kept = self.pools[POOL], self.kept[POOL]
+        self.fold(pool)
+        X, y = pool.data(self.n_features)
+        owners = np.asarray(kept.owners, dtype=object)
+        counts = Counter(kept.owners)
+        if len(counts) < 1 or X.shape[0] != owners.shape[0]:
+            return []
+        base = self._copy_extent(X, y)
+        out = []
+        for account, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:ATTRIBUTED]:
+            rest = owners != account
+            out.append((account, max(0.0, base - self._copy_extent(X[rest], y[rest])), n))
+        return sorted(out, key=lambda a: (-a[1], -a[2], a[0]))
+
+    def _copy_extent(self, X: np.ndarray, y: np.ndarray) -> float:
+        """best_copy of these rows (in this order) as one fresh subject's, now."""
+        if X.shape[0] == 0:
+            return 0.0
+        tmp = SubjectState("", Summary.empty(self.regions.n_leaves, self.n_features))
+        tmp.append(np.asarray(X, np.float64), y)
+        self.evaluate(tmp, None, 0.0, refit=True)
+        return tmp.status["best_copy"]
+
+    def decisions(self, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]:
+        """Per account enforcement acts on: (action, why). The per-subject rule first; then,
+        while auto:pool's warning stands, the pool response's top contributors and new accounts."""
+        out = {}
+        for user in self.users:
+            why = self._enforced(user, groups)
+            if why is not None:
+                out[user] = why
+        r = self.config.pool_response
+        if r.action == "none" or not self.pool_standing():
+            return out
+        # The ranking, not only a positive fall: where several accounts hold the same leaves
+        # (a coalition's redundancy) no single one's removal lowers the extent, and the ones
+        # with the most pooled rows come first.
+        for rank, (account, fall, n) in enumerate(self.attribution[: r.top], 1):
+            if account not in out:
+                out[account] = (r.action, f"auto:pool contributor #{rank}: its {self.config.default_method} falls "
+                                          f"{fall:.3f} without this account's {n} pooled rows")  # fmt: skip
+        if r.extracting:
+            for user in sorted(self.extracting - set(out)):
+                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({self.pooled_by[user]} "
+                                       f"of its {self._linked[user]} rows pooled)")  # fmt: skip
+        if r.new_accounts and self.pool_warned_at is not None:
+            # An account first seen since the warning, until its first evaluation, and after it
+            # while its rows keep joining the pool: a fresh sybil stays cut off, a customer
+            # who signed up meanwhile gets labels only for its first first_eval rows.
+            for user, first in self.first_seen.items():
+                if first >= self.pool_warned_at and user not in out and (
+                        self._sent[user] < self.config.first_eval or self.pooled_by[user]):
+                    out[user] = (r.action, "new account while auto:pool's warning stands")
+        return out
 
     def subject(self, name: str) -> SubjectState | None:
-        return self.users.get(name) or self.groups.get(name)
+        return self.users.get(name) or self.groups.get(name) or self.pools.get(name)
+
+    @property
+    def exposure(self) -> float:
+        """The model's exposure: best_copy over every answered row, a running maximum."""
+        return self.pools[EXPOSURE].status["best_copy"]

@@ -55,6 +55,7 @@ from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
 from mlaas_monitor.monitor.linkage import LINK_PREFIX
+from mlaas_monitor.monitor.pool import POOL
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -65,7 +66,10 @@ ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confiden
 # accounts (adaptive.py), once per k in --adaptive-accounts; reported in a table of its own.
 # policies: the same tree served under each response policy of RESPONSE_POLICIES (output
 # post-processing as a defence), attacked by path-finding and natural sampling.
-EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "policies")
+# natural_sybil: k accounts each sending fewer than first_eval rows of the data (none is ever
+# evaluated alone), on a model copy of its own; what they hold pooled offline, against what
+# the monitor's pools (auto:young, auto:pool) and the exposure say.
+EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "natural_sybil", "policies")
 RESPONSE_POLICIES = {
     "leaf ids + confidence (2 decimals)": Policy(reveal_leaf=True, price_micros=0),
     "confidence, 2 decimals (BigML)": Policy(price_micros=0),
@@ -109,6 +113,10 @@ class EvalOptions:
     slow_pause_s: float = 0.001
     adaptive_accounts: tuple[int, ...] = (1, 4, 16)
     adaptive_safety: float = 0.1  # an adaptive account retires this far below the threshold
+    natural_sybil_accounts: int = 100  # accounts of the natural sybil, each first_eval - 1 rows
+    # adaptive runs that also know the pool: each probe moved by a hair in a continuous feature
+    adaptive_pool_aware: tuple[int, ...] = ()
+    adaptive_response: str = "none"  # the pool response (labels only: degrade; refuse) on the adaptive runs' models
 
 
 # ---- curves and their analysis (pure) ----
@@ -410,6 +418,13 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = Store(db, background_checkpoint=True)
     store.add_model(model)
+    if "adaptive" in opts.strategies:  # each coalition on a copy of its own: a pool of its rows alone
+        for accounts in opts.adaptive_accounts:
+            store.add_model(replace(model, id=_adaptive_model(accounts)))
+        for accounts in opts.adaptive_pool_aware:
+            store.add_model(replace(model, id=_adaptive_model(accounts, pool_aware=True)))
+    if "natural_sybil" in opts.strategies:
+        store.add_model(replace(model, id=NATURAL_SYBIL_MODEL))
     if "policies" in opts.strategies:  # the same tree under each response policy
         for i, pol in enumerate(RESPONSE_POLICIES.values()):
             store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
@@ -452,6 +467,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
                     res = _benign(run, seed)
                 elif strategy == "adaptive":
                     res = _adaptive_all(run, seed, k)
+                elif strategy == "natural_sybil":
+                    res = _natural_sybil(run, seed, k)
                 elif strategy == "policies":
                     res = _policies(run, seed, k, thresholds, delta)
                 else:
@@ -493,6 +510,12 @@ def _progress_bar(total: int) -> Any:
 
 
 def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
+    if "pooled_extent_offline" in res:  # natural_sybil
+        p = res["pools"]
+        return (f"{strategy}: {res['accounts']} accounts x {res['rows_per_account']} rows; pooled offline extent "
+                f"{res['pooled_extent_offline']:.3f}; highest account status {res['max_account_status']:.3f} "
+                f"({res['accounts_evaluated']} evaluated); auto:young {p['auto:young']['best_copy']:.3f}, "
+                f"auto:pool {p['auto:pool']['best_copy']:.3f} ({p['auto:pool']['n_queries']} rows), exposure {p['exposure']:.3f}")  # fmt: skip
     if "runs" in res:  # adaptive, policies: a table of their own
         return f"{strategy}: {len(res['runs'])} runs, {res['queries_used']} queries over {res['accounts']} account(s) (table below)"
     ev = res.get("evaluation") or {}
@@ -504,14 +527,18 @@ def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
             f"PRADA alarms {ev.get('prada_alarms', 0)}/{ev.get('curves', 0)}, OOD alarms {ev.get('ood_alarms', 0)}")  # fmt: skip
 
 
-def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID) -> dict[str, Any]:
+def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.0, model_id: str = MODEL_ID,
+            force: bool = True) -> dict[str, Any]:  # fmt: skip
     """Wait (polling, with a deadline) until the monitor has folded in every query these
-    accounts sent, then have it evaluate every subject at the final count."""
+    accounts sent, then have it evaluate every subject at the final count (``force``; else
+    the view as the monitor's own schedule left it)."""
     deadline = time.monotonic() + timeout
     want = set(names)
     while True:
-        users = admin.call("GET", f"/v1/admin/monitor/{model_id}")["users"]
-        if sum(u["n_queries"] for u in users if u["subject"] in want) >= sent:
+        view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
+        if sum(u["n_queries"] for u in view["users"] if u["subject"] in want) >= sent:
+            if not force:
+                return view  # type: ignore[no-any-return]
             break
         if time.monotonic() > deadline:
             raise UserError("the monitor did not catch up with the queries sent")
@@ -548,7 +575,56 @@ def _benign(run: _Run, seed: int) -> dict[str, Any]:
         run.add_curve("benign", name, hist, truth, aligned=truth)
         o.close()
     return {"accounts": n_users, "queries_used": int(vols.sum()),
-            "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())}}  # fmt: skip
+            "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())},
+            "pools": _pools(run.admin)}  # fmt: skip
+
+
+def _pools(admin: ApiClient, model_id: str = MODEL_ID) -> dict[str, Any]:
+    """The model's pooled subjects (pool.py) as they stand: per subject its rows, best_copy
+    and whether it was warned; and the model's exposure."""
+    view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
+    out: dict[str, Any] = {p["subject"]: {"n_queries": p["n_queries"], "best_copy": p["status"]["best_copy"],
+                                          "warned": "best_copy" in p["warned"]} for p in view["pools"]}  # fmt: skip
+    out["exposure"] = view["exposure"]
+    return out
+
+
+NATURAL_SYBIL_MODEL = f"{MODEL_ID}-ns"
+
+
+def _natural_sybil(run: _Run, seed: int, k: int) -> dict[str, Any]:
+    """``natural_sybil_accounts`` accounts, each sending first_eval - 1 distinct rows of the
+    data (too few for any to be evaluated), on a model copy of their own. The truth is the
+    best copy of all their answers pooled offline; beside it what the monitor says: the
+    highest account status, auto:young, auto:pool and the model's exposure."""
+    opts, admin = run.opts, run.admin
+    config = admin.call("GET", f"/v1/admin/monitor/{NATURAL_SYBIL_MODEL}/config")
+    per = max(1, config["first_eval"] - 1)
+    rng = np.random.default_rng(seed)
+    names = [f"nsybil-{i + 1:03d}" for i in range(opts.natural_sybil_accounts)]
+    rows = run.train_X[_draw(rng, run.train_X.shape[0], per * len(names))]
+    X, labels, ident = [], [], []
+    domain = None
+    for i, name in enumerate(names):
+        o = Oracle.connect(run.url, [run.new_key(name)], NATURAL_SYBIL_MODEL, per)
+        o.ask(rows[i * per : (i + 1) * per])
+        X.append(np.concatenate(o.log_X))
+        labels += o.log_labels
+        ident += o.log_ident
+        domain = o.domain
+        o.close()
+    sent = per * len(names)
+    view = _settle(admin, names, sent, model_id=NATURAL_SYBIL_MODEL, force=False)  # the accounts as the schedule left them
+    _settle(admin, names, sent, model_id=NATURAL_SYBIL_MODEL)  # then the pools at the final count
+    allX = np.concatenate(X)
+    copies = [TreeRebuild(allX, labels), *box_copies(domain, allX, labels, ident)]
+    pooled = extent(best_copy(copies, run.held_X, run.truth)[0], k)
+    users = [u for u in view["users"] if u["subject"] in set(names)]
+    return {"accounts": len(names), "queries_used": sent, "rows_per_account": per,
+            "pooled_extent_offline": pooled,
+            "max_account_status": max((u["status"]["best_copy"] for u in users), default=0.0),
+            "accounts_evaluated": sum(1 for u in users if u["evaluated_at"]),
+            "pools": _pools(admin, NATURAL_SYBIL_MODEL)}  # fmt: skip
 
 
 def _draw(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -629,31 +705,42 @@ def _reporting(tracker: FidelityTracker, strategy: str, report: Callable[[str, i
 
 def _adaptive_all(run: _Run, seed: int, k: int) -> dict[str, Any]:
     rows = [_adaptive(run, accounts, seed + accounts, k) for accounts in run.opts.adaptive_accounts]
+    rows += [_adaptive(run, accounts, seed + accounts, k, pool_aware=True) for accounts in run.opts.adaptive_pool_aware]
     return {"accounts": sum(r["accounts"] for r in rows), "queries_used": sum(r["queries_used"] for r in rows),
             "runs": rows, "table": format_adaptive(rows, run.opts.adaptive_safety)}  # fmt: skip
 
 
-def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
-    """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py). The
-    fidelity it holds when it is first warned, when the enforcement rule would first act on
-    it, and at the end: how much can be stolen unseen."""
+def _adaptive_model(accounts: int, pool_aware: bool = False) -> str:
+    return f"{MODEL_ID}-a{accounts}{'p' if pool_aware else ''}"
+
+
+def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = False) -> dict[str, Any]:
+    """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py), on a
+    copy of the model of its own (so that the model's pool holds its rows alone). The
+    fidelity it holds when it is first warned (one of its accounts or groups; the pool),
+    when the enforcement rule would first act on it, and at the end: how much can be stolen
+    unseen."""
     admin, opts = run.admin, run.opts
-    config = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}/config")
+    model_id = _adaptive_model(accounts, pool_aware)
+    if opts.adaptive_response != "none":
+        admin.call("PUT", f"/v1/admin/monitor/{model_id}/config", {"pool_response": {"action": opts.adaptive_response}})
+    config = admin.call("GET", f"/v1/admin/monitor/{model_id}/config")
     method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
     enf = config["enforcement"]
-    names = [f"adaptive{accounts}-{i + 1}" for i in range(accounts)]
+    names = [f"adaptive{accounts}{'p' if pool_aware else ''}-{i + 1}" for i in range(accounts)]
     keys = [run.new_key(n) for n in names]
-    first = Oracle.connect(run.url, keys[:1], MODEL_ID, opts.pathfinding_budget)
-    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], MODEL_ID, first.domain, opts.pathfinding_budget)
+    first = Oracle.connect(run.url, keys[:1], model_id, opts.pathfinding_budget)
+    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, opts.pathfinding_budget)
     first.close()
     tracker = FidelityTracker(run.held_X, run.truth)
     oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, f"adaptive k={accounts}", run.on_queries)
 
     def subjects() -> list[dict[str, Any]]:
         mine = set(names)
-        view = admin.call("GET", f"/v1/admin/monitor/{MODEL_ID}")
+        view = admin.call("GET", f"/v1/admin/monitor/{model_id}")
         return [u for u in view["users"] if u["subject"] in mine] + [
-            g for g in view["groups"] if mine.intersection(g.get("members", []))]  # fmt: skip
+            g for g in view["groups"] if mine.intersection(g.get("members", []))] + [
+            p for p in view["pools"] if p["subject"] == POOL]  # fmt: skip
 
     def intent(st: dict[str, float]) -> bool:
         return st.get("prada", 0.0) >= 1.0 - config["prada_delta"] or st.get("ood", 0.0) >= config["ood_alarm"]
@@ -670,25 +757,39 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
             time.sleep(0.01)
         name = names[account]
         own = [x for x in subs if x["subject"] == name or name in x.get("members", [])]
+        accts = [x for x in subs if x["subject"] != POOL]
         return Checkpoint(oracle.queries, max((x["status"][method] for x in own), default=0.0),
-                          any(x.get("warned") for x in subs),
+                          any(x.get("warned") for x in accts),
                           any(x["status"][enf["method"]] >= enf["threshold"] and (not enf["intent"] or intent(x["status"]))
-                              for x in subs))  # fmt: skip
+                              for x in accts),
+                          any(x["subject"] == POOL and method in x.get("warned", []) for x in subs))  # fmt: skip
 
-    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look)
+    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, look, pool_aware=pool_aware)
     tracker.box = pf.rebuild
     rebuilt = pf.run()
     tracker.finish(oracle, rebuilt)
-    _settle(admin, names, oracle.queries)
+    _settle(admin, names, oracle.queries, model_id=model_id)
     final = look(0)
     cps = [*pf.result.checkpoints, final]
-    warned_at = next((c.queries for c in cps if c.warned), None)
+    # When the first warning about the coalition came: the seq each warning names, as the
+    # attacker's row count then (not the next look, which comes once per leaf explored).
+    found = [w for w in admin.call("GET", f"/v1/admin/warnings?model={model_id}")["warnings"] if w["method"] == method]
+    mine = set(names)
+
+    def at(ws: list[dict[str, Any]]) -> int | None:
+        return min((oracle.rows_by(w["seq"]) for w in ws), default=None)
+
+    groups = {g["subject"] for g in subjects() if g.get("members")}
+    warned_at = at([w for w in found if w["subject"] in mine or w["subject"] in groups])
+    pool_at = at([w for w in found if w["subject"] == POOL])
     enforced_at = next((c.queries for c in cps if c.enforced), None)
-    subs = subjects()
+    subs = [x for x in subjects() if x["subject"] != POOL]
     ext = lambda q: extent(value_at(tracker.curve, q) or 1.0 / k, k)  # noqa: E731
     oracle.close()
+    pools = _pools(admin, model_id)
+    acted = {a["user"] for a in admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"] if a["action"] != "none"}
     return {
-        "accounts": accounts, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
+        "accounts": accounts, "pool_aware": pool_aware, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
         "accounts_retired": len(pf.result.retired),
         "groups": sorted(g["subject"] for g in subs if g.get("members")),
         "max_subject_status": max((x["status"][method] for x in subs), default=0.0),
@@ -696,6 +797,12 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int) -> dict[str, Any]:
         "enforced_at": enforced_at, "extent_at_enforcement": None if enforced_at is None else ext(enforced_at),
         "final_extent": extent(tracker.curve[-1][1], k), "final_balanced_fidelity": tracker.curve[-1][1],
         "method": method, "threshold": threshold,
+        "pool_warned_at": pool_at, "extent_at_pool_warning": None if pool_at is None else ext(pool_at),
+        "first_coalition_warning_extent": min((x for x in (None if warned_at is None else ext(warned_at),
+                                                           None if pool_at is None else ext(pool_at)) if x is not None),
+                                              default=None),
+        "pools": pools, "response": config["pool_response"]["action"], "accounts_acted_on": len(acted),
+        "accounts_acted_on_attacker": len(acted & set(names)),
     }  # fmt: skip
 
 
@@ -706,13 +813,16 @@ def format_adaptive(rows: list[dict[str, Any]], safety: float) -> list[str]:
     out = [f"Adaptive attacker (knows {rows[0]['method']} and its threshold {rows[0]['threshold']:.2f}; each account retires "
            f"{safety} below it): extent = balanced fidelity beyond a constant copy of its pooled copy", "",
            "| accounts k | queries | leaves found | accounts retired | groups formed | highest status | first warning at | "
-           "extent then | enforcement rule at | extent then | extent at the end (unwarned: stolen unseen) |",
-           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+           "extent then | pool warned at | extent then | pool status at the end | enforcement rule at | extent then | "
+           "extent at the end (unwarned: stolen unseen) | pool response | accounts acted on (the attacker's) |",
+           "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
     for r in rows:
-        out.append(f"| {r['accounts']} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
+        out.append(f"| {r['accounts']}{' (pool-aware)' if r.get('pool_aware') else ''} | {r['queries_used']} | {r['leaves_found']} | {r['accounts_retired']} | "
                    f"{', '.join(r['groups']) or '–'} | {f(r['max_subject_status'])} | {f(r['warned_at'])} | "
-                   f"{f(r['extent_at_warning'])} | {f(r['enforced_at'])} | {f(r['extent_at_enforcement'])} | "
-                   f"{f(r['final_extent'])} |")  # fmt: skip
+                   f"{f(r['extent_at_warning'])} | {f(r.get('pool_warned_at'))} | {f(r.get('extent_at_pool_warning'))} | "
+                   f"{f(r.get('pools', {}).get(POOL, {}).get('best_copy'))} | {f(r['enforced_at'])} | "
+                   f"{f(r['extent_at_enforcement'])} | {f(r['final_extent'])} | {r.get('response', 'none')} | "
+                   f"{r.get('accounts_acted_on', 0)} ({r.get('accounts_acted_on_attacker', 0)}) |")  # fmt: skip
     return out
 
 
@@ -895,6 +1005,15 @@ def format_table(summary: dict[str, Any]) -> str:
         per = ", ".join(f"{m} {f(v)}" for m, v in sy["max_account_status_by_method"].items())
         lines.append(f"\nsybil: {sy['accounts']} accounts of {sy['per_account_queries']} queries, highest single-account "
                      f"status {per}; grouped automatically as {f(sy['grouped_as'])} ({sy['accounts_grouped']} accounts)")  # fmt: skip
+    be = summary["strategies"].get("benign")
+    if be and be.get("pools"):
+        p = be["pools"]
+        lines.append(f"\nbenign pools: auto:pool {f(p['auto:pool']['best_copy'])} ({p['auto:pool']['n_queries']} rows, "
+                     f"{'warned' if p['auto:pool']['warned'] else 'not warned'}), auto:young {f(p['auto:young']['best_copy'])} "
+                     f"({p['auto:young']['n_queries']} rows), exposure {f(p['exposure'])}")  # fmt: skip
+    ns = summary["strategies"].get("natural_sybil")
+    if ns:
+        lines.append("\n" + _one_line("natural_sybil", ns, method))
     lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
     return "\n".join(lines)
 

@@ -23,18 +23,34 @@ components.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
+from typing import NamedTuple
 
 import numpy as np
 
 LINK_PREFIX = "auto:link-"
 MIN_ROWS = 25
+# Deletion keys kept (each row has d): past this the oldest quarter is forgotten, so memory
+# stays bounded over any number of logged rows (4M keys: 200,000 rows of 20 features, about
+# 0.5 GB). Line searches probe around recent rows; a row one feature from a row forgotten
+# by then is neither linked nor flagged (docs/monitor.md, Limits).
+MAX_KEYS = 4_000_000
 # Odd 64-bit multipliers: a row's hash is sum(bits_j * seed_j) mod 2^64 over its float32 bits.
 _SEEDS = np.random.default_rng(0x11AA).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 
 
+class Linked(NamedTuple):
+    """What one ``Linkage.flush`` found, for the rows it linked (in order)."""
+
+    joined: bool  # components were joined
+    hashes: list[int]  # per row: its hash (equal rows, equal hashes)
+    near: np.ndarray  # per row: one feature from an earlier, different row of any account
+
+
 class Linkage:
-    def __init__(self, n_features: int, min_links: int = 3, min_fraction: float = 0.2) -> None:
+    def __init__(self, n_features: int, min_links: int = 3, min_fraction: float = 0.2, max_keys: int = MAX_KEYS) -> None:
         self.d = n_features
+        self.max_keys = max_keys
         self.min_links, self.min_fraction = min_links, min_fraction
         self._rows: Counter[str] = Counter()  # rows linked so far, per user
         self._first: dict[int, tuple[str, int]] = {}  # deletion key -> (first sender, its row hash)
@@ -61,6 +77,11 @@ class Linkage:
             keys = full[:, None] - terms + seeds[d:][None, :]
         return full.tolist(), keys.tolist()
 
+    @classmethod
+    def hashes(cls, X: np.ndarray) -> list[int]:
+        """Each row's hash (as ``flush`` reports it)."""
+        return cls._keys(X)[0] if X.shape[0] else []
+
     def find(self, user: str) -> str:
         root = user
         while self._parent.get(root, root) != root:
@@ -78,23 +99,30 @@ class Linkage:
             self._pending.append((user, X))
             self.pending_rows += X.shape[0]
 
-    def flush(self) -> bool:
-        """Link the waiting rows, in the order they came; True when components were joined."""
+    def flush(self) -> Linked:
+        """Link the waiting rows, in the order they came: whether components were joined,
+        and per row its hash and whether it is one feature from an earlier row of any
+        account (the pool's flag, pool.py)."""
         if not self._pending:
-            return False
+            return Linked(False, [], np.zeros(0, bool))
         users = [u for u, X in self._pending for _ in range(X.shape[0])]
         full, keys = self._keys(np.concatenate([X for _, X in self._pending]))
         self._pending, self.pending_rows = [], 0
         joined = False
         first = self._first
-        for user, h, row in zip(users, full, keys, strict=True):
+        near = np.zeros(len(users), bool)
+        for i, (user, h, row) in enumerate(zip(users, full, keys, strict=True)):
             self._rows[user] += 1
             others: set[str] = set()
             for k in row:
                 seen = first.get(k)
                 if seen is None:
                     first[k] = (user, h)
-                elif seen[0] != user and seen[1] != h:  # a different row, one feature apart
+                    continue
+                if seen[1] == h:  # the row itself, sent before: a repeat links nothing
+                    continue
+                near[i] = True
+                if seen[0] != user:  # a different row of another account, one feature apart
                     link = (h, seen[1]) if h < seen[1] else (seen[1], h)
                     if link not in self._seen_links:  # distinct row pairs: resending a row adds nothing
                         self._seen_links.add(link)
@@ -110,7 +138,10 @@ class Linkage:
                 base = max(MIN_ROWS, min(self._rows[pair[0]], self._rows[pair[1]]))
                 if n >= self.min_links and n >= self.min_fraction * base:
                     joined |= self._union(*pair)
-        return joined
+        if len(first) > self.max_keys:  # forget the oldest quarter (dicts keep insertion order)
+            for k in list(islice(first, len(first) - 3 * self.max_keys // 4)):
+                del first[k]
+        return Linked(joined, full, near)
 
     def _union(self, a: str, b: str) -> bool:
         ra, rb = self.find(a), self.find(b)

@@ -56,10 +56,16 @@ class Ood:
             d2[np.arange(Z.shape[0]), exclude] = np.inf
         return np.sqrt(d2.min(axis=1))
 
-    def fold(self, st: OodState, X: np.ndarray) -> None:
+    def far(self, X: np.ndarray) -> np.ndarray:
+        """Per row: whether it lies farther than tau from every row of S (bool array)."""
         Z = np.asarray(X, np.float64) * self.scale
+        out = np.zeros(Z.shape[0], bool)
         for i in range(0, Z.shape[0], CHUNK):
-            st.far += int(np.count_nonzero(self._nearest(Z[i : i + CHUNK]) > self.tau))
+            out[i : i + CHUNK] = self._nearest(Z[i : i + CHUNK]) > self.tau
+        return out
+
+    def fold(self, st: OodState, X: np.ndarray) -> None:
+        st.far += int(np.count_nonzero(self.far(X)))
         st.done += X.shape[0]
 
     def status(self, st: OodState, min_queries: int) -> float:

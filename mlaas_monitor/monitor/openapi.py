@@ -67,6 +67,25 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                            intent={"type": "boolean", "description": "act only on an attack-like stream"}),
                     "additionalProperties": False,
                 },
+                pool={"type": "boolean", "description": "pool rows by what they are, from any account (auto:pool, "
+                                                        "auto:young, auto:model)"},
+                reveal_eval={"type": "boolean", "description": "evaluate a subject when an answer shows it a new leaf identity"},
+                pool_threshold={**unit, "description": "auto:pool is warned when its default-method status reaches this"},
+                young_budget={**unit, "nullable": True,
+                              "description": "warn when auto:young (rows of accounts before their first evaluation) "
+                                             "reaches this; null: reported only"},
+                pool_response={
+                    **_obj(action={"type": "string", "enum": list(ACTIONS)},
+                           top={"type": "integer", "minimum": 0, "maximum": 1_000_000,
+                                "description": "accounts ranked by how much auto:pool's extent falls without them"},
+                           extracting={"type": "boolean", "description": "also every account most of whose rows join "
+                                                                          "the pool"},
+                           new_accounts={"type": "boolean", "description": "also accounts first seen since the warning"},
+                           hold={"type": "integer", "minimum": 0, "maximum": 1_000_000,
+                                 "description": "the warning stands while the pool took a row within this many rows"}),
+                    "additionalProperties": False,
+                    "description": "what enforcement does while auto:pool's warning stands",
+                },
             ),
             "additionalProperties": False,
             "description": "PUT takes any subset of the fields and answers the whole config",
@@ -89,6 +108,13 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
             default_method=method,
             users={"type": "array", "items": ref("MonitorSubject")},
             groups={"type": "array", "items": ref("MonitorSubject")},
+            pools={"type": "array", "items": ref("MonitorSubject"),
+                   "description": "auto:pool, auto:young and auto:model: rows pooled by what they are, from any account"},
+            exposure={**unit, "description": "best_copy over every answered row of the model (a running maximum)"},
+            pool_standing={"type": "boolean", "description": "auto:pool is warned and still growing"},
+            attribution={"type": "array", "description": "while auto:pool is warned: how much its extent falls without "
+                                                         "each account's rows, largest first",
+                         "items": _obj(["account", "fall", "pooled_rows"], account=string, fall=unit, pooled_rows=integer)},
         ),
         "MonitorSubjectDetail": {
             "allOf": [
@@ -201,6 +227,21 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                 [MODEL, path_param("subject", "a user, group:NAME or auto:topK")],
                 response=subject_detail,
                 errors=UNKNOWN_SUBJECT,
+            )
+        },
+        "/v1/admin/monitor/{model}/actions": {
+            "get": op(
+                "Enforcement decisions taken, changed or lifted on the model (action none: lifted), each with its "
+                "reason, and those in force",
+                [MODEL],
+                response=_obj(["model", "actions", "current"], model=string,
+                              actions={"type": "array", "items": _obj(
+                                  ["id", "user", "action", "reason", "seq", "ts"], id=integer, model=string, user=string,
+                                  action={"type": "string", "enum": list(ACTIONS)}, reason=string, seq=integer, ts=num)},
+                              current={"type": "array", "items": _obj(
+                                  ["user", "action", "reason"], user=string, action={"type": "string", "enum": list(ACTIONS)},
+                                  reason=string)}),
+                errors=UNKNOWN_MODEL,
             )
         },
         "/v1/admin/warnings": {

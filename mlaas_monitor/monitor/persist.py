@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS monitor_warnings (
     n_queries INTEGER NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
     UNIQUE (model, subject, method)
 );
+CREATE TABLE IF NOT EXISTS monitor_actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, user TEXT NOT NULL, action TEXT NOT NULL,
+    reason TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS monitor_quarantine (
     seq INTEGER PRIMARY KEY, model TEXT NOT NULL, user TEXT NOT NULL, reason TEXT NOT NULL,
     detail TEXT NOT NULL, ts REAL NOT NULL
@@ -105,6 +109,18 @@ class MonitorDB:
     def delete_group(self, name: str) -> None:
         self._db.execute("DELETE FROM monitor_groups WHERE name=?", (name,))
 
+    # ---- enforcement actions ----
+
+    def record_actions(self, rows: list[tuple[str, str, str, str, int, float]]) -> None:
+        """(model, user, action, reason, seq, ts) of each decision that changed (action
+        'none': lifted)."""
+        self._db.executemany("INSERT INTO monitor_actions (model, user, action, reason, seq, ts) VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def actions(self, model: str) -> list[dict[str, Any]]:
+        keys = ("id", "model", "user", "action", "reason", "seq", "ts")
+        sql = "SELECT id, model, user, action, reason, seq, ts FROM monitor_actions WHERE model=? ORDER BY id"
+        return [dict(zip(keys, r, strict=True)) for r in self._db.execute(sql, (model,))]
+
     # ---- rows the monitor could not fold ----
 
     def quarantine(self, seq: int, model: str, user: str, reason: str, detail: str) -> bool:
@@ -132,7 +148,7 @@ class MonitorDB:
                 "INSERT OR REPLACE INTO monitor_subjects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(mon.model_id, s.name, s.n_queries, s.next_eval, s.next_refit, s.evaluated_at, json.dumps(s.status),
                   json.dumps(sorted(s.warned)), json.dumps(list(s.members)),
-                  *(s.summary.to_bytes() if s.summary is not None else (None, None, None)))
+                  *(s.summary.to_bytes() if s.name in mon.users and s.summary is not None else (None, None, None)))
                  for s in dirty],
             )  # fmt: skip
             db.execute(
@@ -170,7 +186,12 @@ class MonitorDB:
             (mon.model_id,),
         ):
             subject, n, next_eval, next_refit, evaluated_at, status, warned, members, counts, lo, hi = r
-            if counts is not None:
+            if subject in mon.pools:
+                # A pooled subject's rows, count and summary are rebuilt from the replayed log
+                # (pool.py: a function of it); its schedule, status and warnings come back.
+                s = mon.pools[subject]
+                n = s.n_queries
+            elif counts is not None:
                 s = mon.user(subject)
                 s.summary = Summary.from_bytes(counts, lo, hi, L, d)
             else:

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import json_response, read_json
 from mlaas_monitor.monitor.core import (
+    ACTIONS,
     GROUP_PREFIX,
     METHODS,
     ConfigError,
@@ -38,6 +39,7 @@ from mlaas_monitor.monitor.core import (
 )
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
 from mlaas_monitor.monitor.persist import MonitorDB
+from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
 from mlaas_monitor.store import ModelUnavailable, Store
@@ -133,6 +135,13 @@ class MonitorBase:
             "1 while a subject's queries look like an attack (the model's PRADA or out-of-distribution alarm), else 0.",
             ["model", "subject"], registry=reg,
         )  # fmt: skip
+        # The model's exposure (pool.py): best_copy over every answered row, a running maximum.
+        # A gauge of its own, not a subject's status: it is reported, never alarmed on.
+        self.m_exposure = Gauge(
+            "analysim_extraction_exposure_ratio",
+            "Share of the model its answers to every account together have given away (best_copy over all rows).",
+            ["model"], registry=reg,
+        )  # fmt: skip
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
@@ -142,6 +151,17 @@ class MonitorBase:
             buckets=UPDATE_BUCKETS, registry=reg,
         )  # fmt: skip
         self.m_refits = Counter("analysim_monitor_refits_total", "Subject evaluations (tree refits).", ["model"], registry=reg)
+        self.m_actions = Counter(
+            "analysim_monitor_actions_total",
+            "Enforcement decisions taken or lifted, by model, action (none: lifted) and rule (subject, pool).",
+            ["model", "action", "rule"], registry=reg,
+        )  # fmt: skip
+        # While the pool is warned: how much its extent falls without each account's rows.
+        self.m_attribution = Gauge(
+            "analysim_extraction_attribution_ratio",
+            "Fall of auto:pool's best_copy without the account's rows (the accounts with the most pooled rows).",
+            ["model", "account"], registry=reg,
+        )  # fmt: skip
         reg.register(_ThresholdCollector(self))
 
     def _current(self, subject: str) -> bool:
@@ -149,11 +169,16 @@ class MonitorBase:
         return not subject.startswith(GROUP_PREFIX) or subject[len(GROUP_PREFIX):] in self.groups
 
     def _publish_all(self, mon: ModelMonitor) -> None:
-        for s in [*mon.users.values(), *mon.groups.values()]:
-            if self._current(s.name):
-                for method in METHODS:
-                    self.m_status.labels(mon.model_id, s.name, method).set(s.status[method])
-                self.m_intent.labels(mon.model_id, s.name).set(mon.intent_alarm(s.status))
+        for s in [*mon.users.values(), *mon.groups.values(), *mon.pools.values()]:
+            self._publish(mon.model_id, s.name, s.status, mon)
+
+    def _publish(self, model_id: str, subject: str, status: dict[str, float], mon: ModelMonitor) -> None:
+        if subject == EXPOSURE:
+            self.m_exposure.labels(model_id).set(status["best_copy"])
+        elif self._current(subject):
+            for method in METHODS:
+                self.m_status.labels(model_id, subject, method).set(status[method])
+            self.m_intent.labels(model_id, subject).set(mon.intent_alarm(status))
 
     def forget(self, subject: str) -> None:
         """Drop a subject's status series (a revoked user, a deleted group): a dashboard or an
@@ -178,10 +203,7 @@ class MonitorBase:
             s = mon.subject(e.subject)
             if s is not None:
                 self._dirty[mon.model_id][s.name] = s
-            if self._current(e.subject):
-                for method, v in e.status.items():
-                    self.m_status.labels(e.model, e.subject, method).set(v)
-                self.m_intent.labels(e.model, e.subject).set(mon.intent_alarm(e.status))
+            self._publish(e.model, e.subject, e.status, mon)
         if evals:
             self.m_refits.labels(mon.model_id).inc(len(evals))
         for w in warns:
@@ -216,6 +238,8 @@ class Monitor(MonitorBase):
         self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
         self._unavailable: dict[str, str] = {}
         self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
+        self._acted: dict[str, dict[str, tuple[str, str]]] = {}  # model -> user -> (action, why) last published
+        self._attributed: dict[str, list[tuple[str, float, int]]] = {}  # model -> the attribution last exported
         self._last_flush = time.monotonic()
         self.m_lag = Histogram(
             "analysim_monitor_lag_seconds", "Time from a query's commit to the monitor folding it in.",
@@ -284,6 +308,9 @@ class Monitor(MonitorBase):
             if self.cursor:  # found while following the log: catch this model up to the cursor
                 self._catch_up(mon)
             self._publish_all(mon)
+            for action in ACTIONS:  # 0, not absent, until the first: a dashboard and increase() see it
+                for rule in ("subject", "pool"):
+                    self.m_actions.labels(model_id, action, rule)
             self._decide(mon)
         return mon
 
@@ -368,10 +395,27 @@ class Monitor(MonitorBase):
         self.db.close()
 
     def _decide(self, mon: ModelMonitor) -> None:
-        if mon.config.enforcement.action == "none":
-            self.decisions.set(mon.model_id, {})
-            return
-        self.decisions.set(mon.model_id, {u: a for u in mon.users if (a := mon.enforcement_for(u, self.groups)) != "none"})
+        """Publish what enforcement does per account; log (and count) each decision taken,
+        changed or lifted, with its reason."""
+        decided = mon.decisions(self.groups)
+        before = self._acted.get(mon.model_id, {})
+        changed = [(u, *decided.get(u, ("none", "lifted"))) for u in sorted(set(decided) | set(before))
+                   if decided.get(u, ("none",))[0] != before.get(u, ("none",))[0]]  # fmt: skip
+        if changed:
+            now = time.time()
+            self.db.record_actions([(mon.model_id, u, a, why, mon.last_seq, now) for u, a, why in changed])
+            for u, a, why in changed:
+                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(("auto:pool", "new account", "extracting account")) else "subject").inc()
+                log.warning("enforcement: model %s user %s -> %s (%s)", mon.model_id, u, a, why)
+        self._acted[mon.model_id] = decided
+        self.decisions.set(mon.model_id, {u: a for u, (a, _) in decided.items()})
+        if mon.attribution != self._attributed.get(mon.model_id):
+            for account, _, _ in self._attributed.get(mon.model_id, []):
+                with contextlib.suppress(KeyError):
+                    self.m_attribution.remove(mon.model_id, account)
+            for account, fall, _ in mon.attribution:
+                self.m_attribution.labels(mon.model_id, account).set(fall)
+            self._attributed[mon.model_id] = list(mon.attribution)
 
     # ---- admin views ----
 
@@ -387,7 +431,20 @@ class Monitor(MonitorBase):
             "users": [s.public() for _, s in sorted(mon.users.items())],
             "groups": [{**s.public(), "n_queries": sum(mon.users[m].n_queries for m in s.members if m in mon.users)}
                        for _, s in sorted(mon.groups.items())],  # fmt: skip
+            # Subjects pooled by what the rows are, from any account (pool.py), and the
+            # model's exposure (best_copy over every answered row).
+            "pools": [s.public() for _, s in sorted(mon.pools.items())] if mon.config.pool else [],
+            "exposure": mon.exposure,
+            "pool_standing": mon.pool_standing(),
+            "attribution": [{"account": a, "fall": fall, "pooled_rows": n} for a, fall, n in mon.attribution],
         }
+
+    def actions_view(self, model_id: str) -> dict[str, Any]:
+        """Every enforcement decision taken, changed or lifted on the model, with its reason,
+        and what enforcement does now."""
+        self.monitor(model_id)  # 404 for an unknown model
+        return {"model": model_id, "actions": self.db.actions(model_id),
+                "current": [{"user": u, "action": a, "reason": why} for u, (a, why) in sorted(self._acted.get(model_id, {}).items())]}  # fmt: skip
 
     def subject_view(self, model_id: str, subject: str) -> dict[str, Any]:
         mon = self.monitor(model_id)
@@ -517,7 +574,7 @@ ADMIN_ROUTES = (
     ("GET", "/v1/admin/monitor/{model}/users/{name}"), ("GET", "/v1/admin/monitor/{model}/groups/{name}"),
     ("GET", "/v1/admin/monitor/{model}/subjects/{subject}"), ("GET", "/v1/admin/warnings"),
     ("GET", "/v1/admin/groups"), ("POST", "/v1/admin/groups"), ("GET", "/v1/admin/groups/{name}"),
-    ("DELETE", "/v1/admin/groups/{name}"),
+    ("DELETE", "/v1/admin/groups/{name}"), ("GET", "/v1/admin/monitor/{model}/actions"),
 )  # fmt: skip
 DECISIONS_PATH = "/v1/monitor/decisions"
 
@@ -576,8 +633,12 @@ def add_routes(mon: Monitor, app: web.Application, authorize: Callable[[web.Requ
     def delete_group(request: web.Request, body: Any) -> Any:
         return mon.delete_group(request.match_info["name"])
 
+    def actions(request: web.Request, body: Any) -> Any:
+        return mon.actions_view(request.match_info["model"])
+
     handlers = dict(zip(ADMIN_ROUTES, (models, one_model, evaluate, get_config, put_config, user, group, subject,
-                                        warnings, list_groups, create_group, get_group, delete_group), strict=True))  # fmt: skip
+                                        warnings, list_groups, create_group, get_group, delete_group, actions),
+                        strict=True))  # fmt: skip
     for (method, path), fn in handlers.items():
         app.router.add_route(method, path, admin(fn))
 
