@@ -113,17 +113,14 @@ class KueueState:
         flavor assignment does not fit now (kueue_flavors)."""
         q = self.queue(job)
         if self.asks_oracle[q]:
-            got = self.choose(job, self.oracle)
-            return None if got is None or got.mode != FIT else (got.flavors, got.charges, got.level)
+            return _admissible(self.choose(job, self.oracle))
         if self._answers_version != self.version:
             self._answers.clear()
             self._answers_version = self.version
         key = (q, job.spec.request)
         if key in self._answers:
             return self._answers[key]
-        got = self.choose(job, None)
-        answer = None if got is None or got.mode != FIT else (got.flavors, got.charges, got.level)
-        self._answers[key] = answer
+        answer = self._answers[key] = _admissible(self.choose(job, None))
         return answer
 
     def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
@@ -163,6 +160,11 @@ class KueueState:
         amounts = self.amounts[q]
         for fr, amount in charges:
             amounts[fr].remove(amount)
+
+
+def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+    """A flavor assignment that fits now, as assign gives it (flavors, charges, level); else None."""
+    return None if choice is None or choice.mode != FIT else (choice.flavors, choice.charges, choice.level)
 
 
 class KueueAdmission:

@@ -76,6 +76,7 @@ from analysim.core.plugins.kueue_flavors import (
     Choice,
     Mode,
     borrowing_level,
+    local_available,
 )
 
 if TYPE_CHECKING:
@@ -194,12 +195,10 @@ class KueuePreemption:
         """What a search for the job reads: the job, and the usage of its queue alone when it can
         take only its own queue's workloads and has none to take, else of every queue of the tree
         (the flavor choice and the walk read their usage)."""
-        st = self.state
-        policy = st.partition.nodes[q].preemption
-        versions = st.queue_versions
+        versions = self.state.queue_versions
         if not self._may_reclaim(job, q) and not self._own_possible(job, q):
             return (job.seq, versions[q])
-        return (job.seq, *(versions[i] for i in self.tree_queues[self.root[q]]), policy)
+        return (job.seq, *(versions[i] for i in self.tree_queues[self.root[q]]))
 
     def _may_reclaim(self, job: JobRun, q: int) -> bool:
         """Whether another queue's workload could ever be a candidate for the job."""
@@ -412,8 +411,7 @@ class KueuePreemption:
         return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and self._borrows(c, short)]
 
     def _borrows(self, c: int, short: frozenset) -> bool:
-        tree = self.state.tree
-        return any(tree.borrowing(c, fr) > 0 for fr in short)
+        return not _within_nominal(self.state.tree, c, short)
 
     def reclaimable(self, c: int, lca: int, need: frozenset) -> bool:
         """Whether another queue's candidate may still be taken: its queue, and every cohort
@@ -524,7 +522,7 @@ def _fits_in_quota(tree: QuotaTree, i: int, requests: dict[tuple[str, str], int]
     for fr, v in requests.items():
         if tree.subtree[i].get(fr, 0) < tree.usage[i].get(fr, 0) + v:
             fits = False
-        left[fr] = max(0, v - max(0, tree.guaranteed(i, fr) - tree.usage[i].get(fr, 0)))
+        left[fr] = max(0, v - local_available(tree, i, fr))
     return fits, left
 
 
@@ -594,16 +592,12 @@ class _Fit:
         return got
 
     def release(self, v: JobRun) -> None:
-        c, held = self.state.held[v.job_id]
-        for fr, a in held:
-            self.state.tree.remove(c, fr, a)
-        self.borrowing.pop(c, None)
+        _charge(self.state, v, -1)
+        self.borrowing.pop(self.state.held[v.job_id][0], None)
 
     def restore(self, v: JobRun) -> None:
-        c, held = self.state.held[v.job_id]
-        for fr, a in held:
-            self.state.tree.add(c, fr, a)
-        self.borrowing.pop(c, None)
+        _charge(self.state, v, 1)
+        self.borrowing.pop(self.state.held[v.job_id][0], None)
 
     def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool,
                 dead: set[int]) -> list[tuple[JobRun, str]] | None:
