@@ -32,6 +32,7 @@ from analysim.core.plugins.kueue_flavors import FIT, Heights
 from analysim.core.plugins.queue import _QueueSort
 
 if TYPE_CHECKING:
+    from analysim.core.control_plane import ControlPlane
     from analysim.core.framework import Handle
     from analysim.core.plugins.kueue_fair import Shares
     from analysim.core.plugins.kueue_flavors import Choice, Oracle
@@ -93,6 +94,15 @@ class KueueState:
         self.reasons: dict[str, dict[str, int]] = {}
         self.preempted: dict[tuple[str, str], int] = {}
         self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
+        # Per cohort tree (by its root's index), releases of quota so far: a ClusterQueue's
+        # inadmissible workloads are offered again after one in their tree (KueueQueue.parked).
+        self.root: list[int] = [self._root(i) for i in range(len(partition.nodes))]
+        self.releases: list[int] = [0] * len(partition.nodes)
+
+    def _root(self, i: int) -> int:
+        while self.tree.parent[i] >= 0:
+            i = self.tree.parent[i]
+        return i
 
     def priority_of(self, job: JobRun) -> int:
         return self.priority.get(job.spec.qos, 0)
@@ -153,6 +163,7 @@ class KueueState:
         q, charges = held
         for fr, amount in charges:
             self.tree.remove(q, fr, amount)
+        self.releases[self.root[q]] += 1
         self.version += 1
         self.queue_versions[q] += 1
         self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
@@ -224,14 +235,21 @@ class KueueQueue(_QueueSort):
     # moment in the pass: a head left out for want of room would bring the next one up early.
     heads_ranked_by_state: ClassVar[bool] = True
 
-    def __init__(self, state: KueueState) -> None:
+    def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
         self.state = state
+        # Under the control-plane model: each ClusterQueue offers its first ``heads_per_queue``
+        # workloads to a cycle; one that is not admitted is parked, with every workload of its
+        # queue with the same request (Kueue's equivalence hashing), until quota is released in its
+        # cohort tree: per queue, the tree's release count when parked and the requests parked.
+        self.control = control
+        self.parked: dict[int, tuple[int, set[tuple]]] = {}
         nodes = state.partition.nodes
         self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]
         # A StrictFIFO queue's pending jobs by key, to know its head (jobs that end while pending,
         # cancelled, are dropped when they come to the head).
         self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
         self.keyed: dict[str, tuple] = {}
+        self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
         self.given = 0  # jobs the orders gave the passes, and runs drained (order): for tests and profiles
         self.drains = 0
 
@@ -289,22 +307,14 @@ class KueueQueue(_QueueSort):
         # since the drain began (the run's ``front``: the most of those entries, and of the least
         # entry when the drain began; one of rank 1 is above the whole run).
         st = self.state
-        by_queue: dict[int, list[Iterator[JobRun]]] = {}
-        for vc, jobs in pending.items():
-            by_queue.setdefault(st.queue_of[vc], []).append(jobs)
-        streams: dict[int, Iterator[JobRun]] = {}
-        drainable: dict[int, PassStream] = {}
+        streams, drainable = self._streams(pending)
         heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
-        for q, lists in by_queue.items():
-            first = lists[0]
-            if st.shares is None and not self.strict[q] and isinstance(first, PassStream):
-                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
-            else:
-                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+        for q in streams:
             self._push(heap, q, streams[q], 0)
         gen = dict.fromkeys(streams, 0)  # a queue's entries from before an undrain are stale
         # queue -> its run (past this key, before that one: None, to the end) and its front
         drained: dict[int, list] = {}
+        offered = dict.fromkeys(streams, 0)  # (under the control plane: heads offered this cycle)
         while heap:
             rank, key, seq, g, q, job = heapq.heappop(heap)
             if g != gen[q]:
@@ -334,7 +344,66 @@ class KueueQueue(_QueueSort):
             yield job
             if drained and st.version != version:
                 self._undrain(heap, drained, drainable, gen)
+            if self.control is not None and not self._offered(q, job, offered, ctx.now):
+                continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
+
+    def _streams(self, pending: Mapping[str, Iterator[JobRun]]) -> tuple[dict[int, Iterator[JobRun]],
+                                                                       dict[int, PassStream]]:
+        """Each ClusterQueue's stream of jobs (its LocalQueues' lists merged), and those of them
+        that may be drained (order)."""
+        by_queue: dict[int, list[Iterator[JobRun]]] = {}
+        for vc, jobs in pending.items():
+            by_queue.setdefault(self.state.queue_of[vc], []).append(jobs)
+        may_drain = self.state.shares is None and self.control is None
+        streams: dict[int, Iterator[JobRun]] = {}
+        drainable: dict[int, PassStream] = {}
+        for q, lists in by_queue.items():
+            parked = self._parked(q) if self.control is not None else None
+            if parked:
+                for one in lists:
+                    if isinstance(one, PassStream):
+                        one.leave_out(parked)  # (else each is skipped as it comes: _push)
+            first = lists[0]
+            if may_drain and not self.strict[q] and isinstance(first, PassStream):
+                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
+            else:
+                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+        return streams, drainable
+
+    def _parked(self, q: int) -> set[tuple] | None:
+        """The requests parked in the queue (None: none)."""
+        parked = self.parked.get(q)
+        if parked is None:
+            return None
+        if parked[0] != self.state.releases[self.state.root[q]]:
+            del self.parked[q]  # (quota was released in its tree: all come back)
+            return None
+        return parked[1]
+
+    def _is_parked(self, q: int, job: JobRun) -> bool:
+        parked = self._parked(q)
+        return parked is not None and job.spec.request in parked
+
+    def _offered(self, q: int, job: JobRun, offered: dict[int, int], now: float) -> bool:
+        """A head was offered to a cycle: one not admitted is parked, and its first Pending status
+        is written. Whether its queue may offer another in this cycle."""
+        control = self.control
+        assert control is not None
+        control.offered += 1
+        offered[q] += 1
+        more = offered[q] < control.config.heads_per_queue
+        if job.status is not JobStatus.PENDING:
+            return more
+        releases = self.state.releases[self.state.root[q]]
+        parked = self.parked.get(q)
+        if parked is None or parked[0] != releases:
+            parked = self.parked[q] = (releases, set())
+        parked[1].add(job.spec.request)
+        if job.job_id not in self.pending_written:
+            self.pending_written.add(job.job_id)
+            control.api.write(now, "pending")
+        return more
 
     def _lowest(self, job: JobRun) -> bool:
         """Whether a job ranks below every other (0: it would not borrow), so that a run of them
@@ -375,6 +444,9 @@ class KueueQueue(_QueueSort):
     def _push(self, heap: list[tuple[float, tuple, int, int, int, JobRun]], q: int, stream: Iterator[JobRun],
               g: int) -> None:
         job = next(stream, None)
+        if self.control is not None:
+            while job is not None and self._is_parked(q, job):
+                job = next(stream, None)
         if job is not None:
             heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, g, q, job))
 
