@@ -175,6 +175,10 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
     summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
+    if engine.control is not None:  # (what pacing did: its parameters, cycles and API writes by kind)
+        c = engine.control
+        summary["control_plane"] = {**dataclasses.asdict(c.config), "cycles": c.cycles,
+                                    "api_writes": dict(sorted(c.api.writes.items()))}
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions,
                      completed_jct=recorder.ended.column("jct")[recorder.ended.status_is(JobStatus.COMPLETED)])
 
@@ -248,7 +252,7 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
     """The keys of summary.json that describe the run rather than its results (offline and
     live runs share them): mode, policy, mechanisms, seed, cluster, jobs offered and why any
     were filtered."""
-    return {
+    header = {
         "mode": opts.mode,
         "policy": policy,
         "preemption": opts.preemption,
@@ -260,6 +264,9 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
         "jobs_offered": offered,
         "jobs_filtered": merged_filters(trace_filtered, reasons),
     }
+    if opts.preemption_cost != "keep":  # (said only when not the default, which every run had before)
+        header["preemption_cost"] = opts.preemption_cost
+    return header
 
 
 def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions, trace_filtered: dict) -> RunResult:

@@ -53,10 +53,15 @@ def test_without_the_model_every_workload_that_fits_is_admitted_at_once(tmp_path
 def test_one_head_per_cluster_queue_per_cycle(tmp_path):
     # Cycles 1 s apart: j0 at 0, j1 at the next cycle; j2 does not fit (quota 2), is parked, and
     # comes back when j0 releases its quota at 10: admitted in the cycle then.
-    rows = _simulate(tmp_path, _partition(2), THREE, "--control-plane", "kueue,cycle_s=1,api_qps=1000")
+    rows = _simulate(tmp_path, _partition(2), THREE, "--control-plane", "kueue,cycle_s=1,api_qps=1000,requeue_batch_s=0")
     starts = _starts(rows)
     assert starts["j0"] == 0 and starts["j1"] == 1
     assert starts["j2"] == pytest.approx(10, abs=0.01)  # (j0 ends 10 + its write's 1 ms)
+
+
+def test_the_inadmissible_pool_comes_back_a_batch_period_after_a_release(tmp_path):
+    rows = _simulate(tmp_path, _partition(2), THREE, "--control-plane", "kueue,cycle_s=1,api_qps=1000,requeue_batch_s=3")
+    assert _starts(rows)["j2"] == pytest.approx(13, abs=0.01)
 
 
 def test_more_heads_per_cycle_is_the_what_if(tmp_path):
@@ -114,8 +119,20 @@ def test_the_api_client_never_sends_faster_than_its_rate_nor_more_than_its_burst
     sent = [api.write(t, "x") for t in sorted(asks)]
     assert all(s >= t for s, t in zip(sent, sorted(asks), strict=True))
     assert sent == sorted(sent)  # in order
-    for i in range(len(sent)):
-        j = i + burst  # any burst + 1 writes span at least burst / qps
-        if j < len(sent):
-            assert sent[j] - sent[i] >= burst / qps * (1 - 1e-9) - 1e-9
+    for i in range(len(sent)):  # writes i..j, n of them, take at least (n - burst) / qps
+        for j in range(i + burst, len(sent)):
+            assert sent[j] - sent[i] >= (j - i + 1 - burst) / qps - 1e-6
     assert not math.isinf(api.tat)
+
+
+def test_the_summary_says_what_pacing_did(tmp_path):
+    import json
+
+    _simulate(tmp_path, _partition(2), THREE, "--control-plane", "kueue,cycle_s=1,requeue_batch_s=0",
+              "--preemption-cost", "restart")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    # j0 admitted in the cycle at 0, j1 at 1; j2 not admitted at 2 (its one Pending status) and
+    # parked, then admitted in the cycle after j0's release: 3 admissions.
+    assert summary["control_plane"]["api_writes"] == {"admission": 3, "pending": 1}
+    assert summary["control_plane"]["heads_per_queue"] == 1
+    assert summary["preemption_cost"] == "restart"

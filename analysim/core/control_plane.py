@@ -13,7 +13,10 @@ fits at once. Real Kueue is slower in three ways, each taken from its code (docs
   workload; one that cannot be admitted goes to the queue's inadmissible pool, and with it every
   workload of the same request (``SchedulingEquivalenceHashing``'s bulk move), until capacity is
   released in its cohort tree (``QueueInadmissibleWorkloads``). ``heads_per_queue`` > 1 is the
-  what-if of admitting more per queue per cycle. (Kept by kueue.KueueQueue, which reads this.)
+  what-if of admitting more per queue per cycle. The pool is requeued ``requeue_batch_s`` after
+  the first release that asks for it (``pkg/cache/queue/inadmissible_workloads.go``: a delaying
+  queue with a batch period of 1 s per cohort, which merges the asks in between). (Kept by
+  kueue.KueueQueue and kueue.KueueAdmission, which read this.)
 - **An API client with a rate limit** (client-go's token bucket; Kueue's configuration
   ``clientConnection``: ``qps`` 50, ``burst`` 100). Every write waits its turn: an admission
   (the workload's status patch, sent by a goroutine after the cycle took the quota), an eviction,
@@ -40,11 +43,14 @@ class ControlPlaneConfig:
     heads_per_queue: int = 1  # workloads a ClusterQueue offers per cycle
     api_qps: float = 50.0  # writes per second, sustained
     api_burst: int = 100  # writes that may go at once after a quiet spell
+    requeue_batch_s: float = 1.0  # inadmissible workloads come back this long after a release
 
     def __post_init__(self) -> None:
-        for name, value, least in (("cycle_s", self.cycle_s, 0.0), ("api_qps", self.api_qps, 0.0)):
-            if not math.isfinite(value) or value <= least:
-                raise ValueError(f"control plane: {name} must be a finite number > {least:g}, got {value!r}")
+        for name, value in (("cycle_s", self.cycle_s), ("api_qps", self.api_qps)):
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"control plane: {name} must be a finite number > 0, got {value!r}")
+        if not math.isfinite(self.requeue_batch_s) or self.requeue_batch_s < 0:
+            raise ValueError(f"control plane: requeue_batch_s must be a finite number >= 0, got {self.requeue_batch_s!r}")
         if self.heads_per_queue < 1:
             raise ValueError(f"control plane: heads_per_queue must be >= 1, got {self.heads_per_queue!r}")
         if self.api_burst < 1:

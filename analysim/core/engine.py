@@ -389,7 +389,7 @@ class Engine(Handle):
         if job is not None and job.status is JobStatus.PENDING and self.extra[job.job_id].qkey is not None:
             self.dequeue(job)
             self._enqueue(job)
-        self.quiet = None  # (a plugin asks for a pass: something it reads has changed)
+        self.quiet = self.idle = None  # (a plugin asks for a pass: something it reads has changed)
         self._dirty = True
 
     def _on_rebalance(self, _payload: object) -> None:

@@ -89,4 +89,4 @@ def partition_policy(cluster: ClusterSpec, score: str = "consolidate",
     post_filters: list = [KueuePreemption(state)] if partition.preempts else []
     paced = ControlPlane(control) if control is not None else None
     return Policy(name=f"kueue/{sname}", queue=KueueQueue(state, paced), score=SCORES[sname](),
-                  post_filters=post_filters, admission=KueueAdmission(state), control=paced)
+                  post_filters=post_filters, admission=KueueAdmission(state, paced), control=paced)
