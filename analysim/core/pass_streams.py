@@ -80,7 +80,7 @@ class ShapeStream(PassStream):
         now = eng.now
         mine = set(vcs)
         self.evicted: list[tuple] = []
-        for j in eng.evicted_now:
+        for j in eng.evicted_now if eng.evicted_at == now else ():  # (the evictions of an earlier instant: none now)
             ex = eng.extra.get(j.job_id)  # (gone once the job ended)
             if ex is not None and j.spec.vc in mine and ex.evicted_at == now and ex.qkey is not None:
                 self.evicted.append(ex.qkey)
