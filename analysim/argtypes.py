@@ -108,3 +108,26 @@ def percent(text: str) -> float:
     if not 0 < v <= 1000:
         raise argparse.ArgumentTypeError(f"expected a percentage above 0 and at most 1000, got {text}")
     return v
+
+
+def control_plane(text: str):  # noqa: ANN201 — an argparse type
+    """``--control-plane``: ``kueue`` (Kueue's defaults, analysim.core.control_plane), or ``kueue,``
+    followed by FIELD=VALUE pairs overriding them, e.g. ``kueue,heads_per_queue=4,api_qps=100``."""
+    from dataclasses import fields
+
+    from analysim.core.control_plane import ControlPlaneConfig
+
+    name, *pairs = [p.strip() for p in text.split(",")]
+    if name != "kueue":
+        raise argparse.ArgumentTypeError(f"expected 'kueue' or 'kueue,FIELD=VALUE,...', got {text!r}")
+    known = {f.name: f.type for f in fields(ControlPlaneConfig)}
+    values: dict[str, int | float] = {}
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or field not in known:
+            raise argparse.ArgumentTypeError(f"{pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(known)}")
+        values[field] = _parsed(value, int if known[field] == "int" else float, f"a number for {field}")
+    try:
+        return ControlPlaneConfig(**values)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -10,6 +10,7 @@ import dataclasses
 import sys
 
 from analysim.argtypes import (
+    control_plane,
     count_at_most,
     nonneg_int,
     percent,
@@ -20,6 +21,7 @@ from analysim.argtypes import (
 )
 from analysim.clusters import parse_cluster
 from analysim.core.cluster import ClusterSpec
+from analysim.core.records import PREEMPTION_COSTS
 from analysim.errors import UserError
 from analysim.partitions import assign_queues, load_partition, without_vcs
 from analysim.simulation import MODES, RunOptions
@@ -91,6 +93,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--checkpoint-interval", type=seconds, default=1800.0, metavar="S",
                    help="periodic checkpoint every S seconds of progress; a node failure loses the rest "
                         "(0: none; default 1800)")
+    m.add_argument("--preemption-cost", choices=PREEMPTION_COSTS, default="keep",
+                   help="what a preempted job keeps of its work: all (it checkpoints when evicted), nothing "
+                        "(restart: Kueue's default for a job that does not checkpoint), or its last periodic "
+                        "checkpoint (default keep)")
+    m.add_argument("--control-plane", type=control_plane, metavar="kueue[,FIELD=VALUE...]",
+                   help="under --partition: pace the run by Kueue's control plane: scheduling cycles, one head "
+                        "per ClusterQueue per cycle, an API write rate (docs/kueue.md, 'The control-plane model'; "
+                        "e.g. kueue,heads_per_queue=4)")
     m.add_argument("--rebalance-interval", type=positive_seconds, metavar="S",
                    help="also try to defragment every S virtual seconds (with --migration)")
     m.add_argument("--relaxed-locality", action="store_true",
@@ -101,6 +111,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 # Options that only act once the trace is read (the cluster, the run's options, the outputs).
 RUN_ONLY = frozenset({"cluster", "policy", "placement", "mode", "inflate_order", "preemption", "migration",
                       "backfill", "restore_overhead", "migration_overhead", "checkpoint_interval",
+                      "preemption_cost", "control_plane",
                       "rebalance_interval", "relaxed_locality", "inflate_until", "stop_at_first_failure",
                       "vc_map", "default_vc", "partition", "partition_set", "out", "no_plots", "no_progress", "func"})
 SYNTHETIC_ONLY = frozenset({"jobs", "seed", "rate_scale"})
@@ -166,4 +177,5 @@ def run_options(args: argparse.Namespace, policy: str, placement: str) -> RunOpt
         migration_overhead_s=args.migration_overhead,
         checkpoint_interval_s=args.checkpoint_interval or None,
         rebalance_interval_s=args.rebalance_interval, relaxed_locality=args.relaxed_locality,
+        preemption_cost=args.preemption_cost, control_plane=args.control_plane,
     )

@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from analysim.core.cluster import ClusterSpec
+from analysim.core.control_plane import ControlPlaneConfig
 from analysim.core.engine import Engine, EngineConfig, InfeasibleJob
 from analysim.core.framework import Policy
 from analysim.core.job import GPU_MILLI, JobSpec, JobStatus
@@ -46,13 +47,15 @@ class RunOptions:
     relaxed_locality: bool = False
     sample_points: int = 1000  # time-series rows, at most about this many
     fgd_metric: bool = True
+    preemption_cost: str = "keep"  # what a victim keeps of its work (records.PREEMPTION_COSTS)
+    control_plane: ControlPlaneConfig | None = None  # under a partition: Kueue's pacing (control_plane)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
             preemption=self.preemption, migration=self.migration,
             restore_overhead_s=self.restore_overhead_s, migration_overhead_s=self.migration_overhead_s,
             checkpoint_interval_s=self.checkpoint_interval_s, rebalance_interval_s=self.rebalance_interval_s,
-            relaxed_locality=self.relaxed_locality, seed=self.seed,
+            relaxed_locality=self.relaxed_locality, seed=self.seed, preemption_cost=self.preemption_cost,
         )
 
 
@@ -172,6 +175,10 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
     summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
+    if engine.control is not None:  # (what pacing did: its parameters, cycles and API writes by kind)
+        c = engine.control
+        summary["control_plane"] = {**dataclasses.asdict(c.config), "cycles": c.cycles,
+                                    "api_writes": dict(sorted(c.api.writes.items()))}
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions,
                      completed_jct=recorder.ended.column("jct")[recorder.ended.status_is(JobStatus.COMPLETED)])
 
@@ -180,6 +187,8 @@ def run_policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
     """The run's policy: the options', or on a cluster with a partition Kueue's (its queueing and
     quota admission, the options' placement)."""
     if cluster.partition is None:
+        if opts.control_plane is not None:
+            raise ValueError("--control-plane: the control-plane model paces Kueue's cycles; it needs --partition")
         return build_policy(opts.policy, opts.placement, backfill=opts.backfill)
     if opts.policy not in PARTITION_QUEUES or opts.backfill:
         raise ValueError(f"--partition: jobs are queued as Kueue queues them (priority, then creation, per "
@@ -191,7 +200,7 @@ def run_policy(cluster: ClusterSpec, opts: RunOptions) -> Policy:
                          "(docs/kueue.md), not by --preemption")
     if opts.migration:
         raise ValueError("--partition: migration under a partition is not modelled")
-    return partition_policy(cluster, opts.placement)
+    return partition_policy(cluster, opts.placement, opts.control_plane)
 
 
 class JobSink(Protocol):
@@ -243,7 +252,7 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
     """The keys of summary.json that describe the run rather than its results (offline and
     live runs share them): mode, policy, mechanisms, seed, cluster, jobs offered and why any
     were filtered."""
-    return {
+    header = {
         "mode": opts.mode,
         "policy": policy,
         "preemption": opts.preemption,
@@ -255,6 +264,9 @@ def summary_header(cluster: ClusterSpec, policy: str, opts: RunOptions, offered:
         "jobs_offered": offered,
         "jobs_filtered": merged_filters(trace_filtered, reasons),
     }
+    if opts.preemption_cost != "keep":  # (said only when not the default, which every run had before)
+        header["preemption_cost"] = opts.preemption_cost
+    return header
 
 
 def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions, trace_filtered: dict) -> RunResult:

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from analysim.core import cycle, hints, placement
+from analysim.core import cycle, hints, interruptions, placement
 from analysim.core.backfill import RunningEnds
 from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.cycle_state import scopes_blocked_by
 from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER, EventQueue
 from analysim.core.feasibility import Feasibility
+from analysim.core.fragmentation import FragmentationTracker
 from analysim.core.framework import Handle, Policy, QueueTraits
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
 from analysim.core.memos import Memos, NullMemos, World
@@ -86,6 +87,7 @@ class Engine(Handle):
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
         self.allocated_by_model = np.zeros(len(self.state.model_names))
         self.admission = policy.admission  # quota admission by a plugin (Kueue's), told of launches and stops
+        self.control = policy.control  # the control plane that paces the passes (None: a pass per change)
         if self.admission is not None and (self.config.preemption or self.config.migration):
             raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
                              "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
@@ -118,9 +120,10 @@ class Engine(Handle):
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
         self.feasibility = Feasibility(spec)  # whether a job could ever run here
-        self._frag_index: FragmentationIndex | None = None
+        self.fragmentation = FragmentationTracker(self.state)  # (FGD's index, built when first asked for)
         self._handlers = {k: getattr(self, "_on_" + k) for k in
-                          ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance")}
+                          ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance",
+                           "cycle")}
         if self.config.rebalance_interval_s and policy.rebalance is not None:
             self.events.push(self.config.rebalance_interval_s, TIMER, "rebalance")
 
@@ -276,11 +279,13 @@ class Engine(Handle):
             while events and events.next_time() == t:
                 ev = events.pop()
                 handlers[ev[KIND]](ev[PAYLOAD])
+            if self.control is not None and self._dirty:
+                self.control.want_cycle(self.now, self.events)  # (paced: passes run in its cycles)
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
             # Evictions only ever go down a strict order, so this ends; the bound turns a bug
             # into an error instead of a hang.
             passes = 0
-            while self._dirty:
+            while self._dirty and self.control is None:
                 self._dirty = False
                 self._schedule()
                 passes += 1
@@ -300,17 +305,7 @@ class Engine(Handle):
 
     def fragmentation_index(self) -> FragmentationIndex:
         """FGD's per-node expected fragmentation, brought up to date with the allocation."""
-        from analysim.core.fragmentation import FragmentationIndex, WorkloadDistribution
-
-        if self._frag_index is None:
-            jobs = self.workload if self.workload else [j.spec for j in self.jobs.values()]
-            index = self._frag_index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(jobs))
-            self.state.touched.clear()
-            return index
-        if self.state.touched:
-            self._frag_index.refresh(sorted(self.state.touched))
-            self.state.touched.clear()
-        return self._frag_index
+        return self.fragmentation.current(lambda: self.workload or [j.spec for j in self.jobs.values()])
 
     # --------------------------------------------------------------- event handlers
 
@@ -360,13 +355,7 @@ class Engine(Handle):
         self._forget_node_answers()
         for job in [j for j in self.running.values() if node in j.placed.nodes]:
             self._stop(job)
-            ex = self.extra[job.job_id]
-            done = (job.spec.duration_s or 0.0) - job.remaining_s
-            kept = ex.checkpoint_work_s
-            if self.config.checkpoint_interval_s:
-                kept = max(kept, math.floor(done / self.config.checkpoint_interval_s) * self.config.checkpoint_interval_s)
-            job.remaining_s = (job.spec.duration_s or 0.0) - kept
-            job.overhead_s = self.config.restore_overhead_s if kept > 0 else 0.0
+            interruptions.after_failure(job, self.extra[job.job_id], self.config)
             job.restarts += 1
             self._decide("requeue", job)
             self._requeue(job)
@@ -400,7 +389,7 @@ class Engine(Handle):
         if job is not None and job.status is JobStatus.PENDING and self.extra[job.job_id].qkey is not None:
             self.dequeue(job)
             self._enqueue(job)
-        self.quiet = None  # (a plugin asks for a pass: something it reads has changed)
+        self.quiet = self.idle = None  # (a plugin asks for a pass: something it reads has changed)
         self._dirty = True
 
     def _on_rebalance(self, _payload: object) -> None:
@@ -412,6 +401,15 @@ class Engine(Handle):
         if self.running or self.pending_count:
             self.events.push(self.now + interval, TIMER, "rebalance")
         self._dirty = True
+
+    def _on_cycle(self, _payload: object) -> None:
+        """A cycle of the control plane: one pass; another follows while the queues offer heads."""
+        control = self.control
+        assert control is not None
+        offered = control.begin_cycle(self.now)
+        self._dirty = False
+        self._schedule()
+        self._dirty = self._dirty or control.offered != offered
 
     def set_timer(self, at: float, job: JobRun | None = None, tag: str = "") -> None:
         """For plugins: re-examine ``job`` (re-key it if pending) and run a pass at ``at``."""
@@ -613,6 +611,8 @@ class Engine(Handle):
         self.world.job_changed(spec.vc)
         self.ranked.on_change(self, job, True)
         job.completion_token += 1
+        if self.control is not None:
+            job.overhead_s += self.control.admission_lag(self.now)  # (quota held until its write goes)
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self.ends is not None:
             self.ends.add(job, ex.expected_end_s)
@@ -665,8 +665,9 @@ class Engine(Handle):
             self.evicted_now = []
         self.evicted_now.append(job)
         self.extra[job.job_id].evicted_at = self.evicted_at = self.now
-        self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
-        job.overhead_s = self.config.restore_overhead_s
+        interruptions.after_preemption(job, self.extra[job.job_id], self.config)
+        if self.control is not None:
+            self.control.api.write(self.now, "eviction")
         job.preemptions += 1
         job.placement = None
         self.decision_log.record(self.now, "preempt", job.job_id, nodes, why)
@@ -674,8 +675,7 @@ class Engine(Handle):
 
     def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...], why: tuple[str, str, str]) -> None:
         self._stop(job)
-        self.extra[job.job_id].checkpoint_work_s = (job.spec.duration_s or 0.0) - job.remaining_s
-        job.overhead_s = self.config.migration_overhead_s
+        interruptions.after_move(job, self.extra[job.job_id], self.config)
         job.migrations += 1
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -501,6 +501,24 @@ class FragmentationIndex:
         out = np.full(n, np.inf)
         out[ok] = e.delta[ok] / self._w_total if self._w_total else 0.0
         return out
+
+
+class FragmentationTracker:
+    """A cluster's FragmentationIndex, built when first asked for (over the workload given then)
+    and brought up to date with the allocation at each ask after (ClusterState.touched: the nodes
+    changed since, which it empties)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.index: FragmentationIndex | None = None
+
+    def current(self, workload: Callable[[], Iterable[JobSpec]]) -> FragmentationIndex:
+        if self.index is None:
+            self.index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(workload()))
+        elif self.state.touched:
+            self.index.refresh(sorted(self.state.touched))
+        self.state.touched.clear()
+        return self.index
 
 
 def fgd_choose(

@@ -28,6 +28,7 @@ from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
+    from analysim.core.control_plane import ControlPlane
     from analysim.core.fragmentation import FragmentationIndex
     from analysim.core.records import EngineConfig
 
@@ -338,6 +339,10 @@ class PassStream:
         """Start again from the first key past ``key`` (to give again jobs a drain left out)."""
         raise NotImplementedError
 
+    def leave_out(self, requests: set[tuple]) -> None:
+        """Give no job whose request (JobSpec.request) is one of these from now on."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class QueueTraits:
@@ -366,6 +371,7 @@ class Policy:
     rebalance: Rebalance | None = None
     backfill: bool = False  # EASY backfilling behind a blocked head (blocking queues only)
     admission: Admission | None = None  # quota admission (None: the cluster's VC quotas)
+    control: ControlPlane | None = None  # the control plane pacing the passes (None: a pass per change)
 
     def may_preempt(self, preemption: bool) -> bool:
         """Whether a run may preempt: with post-filters, when EngineConfig.preemption is on, or

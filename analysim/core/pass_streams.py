@@ -72,6 +72,7 @@ class ShapeStream(PassStream):
         lists = eng.squeue.of_vc_shape
         assert lists is not None
         self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]
+        self.shapes: list[tuple] = [shape for vc in vcs for shape in lists[vc]]  # each list's request
         self.heap: list[tuple[tuple, int]] = [(keys[0], i) for i, keys in enumerate(self.lists)]
         heapq.heapify(self.heap)
         self.vcs = vcs
@@ -79,7 +80,7 @@ class ShapeStream(PassStream):
         now = eng.now
         mine = set(vcs)
         self.evicted: list[tuple] = []
-        for j in eng.evicted_now:
+        for j in eng.evicted_now if eng.evicted_at == now else ():  # (the evictions of an earlier instant: none now)
             ex = eng.extra.get(j.job_id)  # (gone once the job ended)
             if ex is not None and j.spec.vc in mine and ex.evicted_at == now and ex.qkey is not None:
                 self.evicted.append(ex.qkey)
@@ -123,6 +124,10 @@ class ShapeStream(PassStream):
                 heap.append((first, i))
         heapq.heapify(heap)
         self.heap = heap
+
+    def leave_out(self, requests: set[tuple]) -> None:
+        self.heap = [entry for entry in self.heap if self.shapes[entry[1]] not in requests]
+        heapq.heapify(self.heap)
 
     def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
         """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from analysim.core.cluster import ClusterSpec
+from analysim.core.control_plane import ControlPlane, ControlPlaneConfig
 from analysim.core.framework import Policy
 from analysim.core.plugins.kueue import KueueAdmission, KueueQueue, KueueState
 from analysim.core.plugins.kueue_fair import Shares
@@ -69,11 +70,13 @@ def build_policy(queue: str, score: str = "consolidate", *, backfill: bool = Fal
 PARTITION_QUEUES = ("kueue", "fifo")
 
 
-def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy:
+def partition_policy(cluster: ClusterSpec, score: str = "consolidate",
+                     control: ControlPlaneConfig | None = None) -> Policy:
     """The policy of a run on a cluster with a partition (``cluster.partition``): Kueue's queueing and
     quota admission, the given placement, and Kueue's preemption as the one post-filter when some
     ClusterQueue's policies preempt (the engine then preempts: the partition file drives it, not
-    EngineConfig.preemption); no migration."""
+    EngineConfig.preemption); no migration. ``control``: the control plane that paces it (None:
+    none, a pass at every change)."""
     partition = cluster.partition
     if partition is None:
         raise ValueError(f"cluster {cluster.name!r} has no partition")
@@ -84,5 +87,6 @@ def partition_policy(cluster: ClusterSpec, score: str = "consolidate") -> Policy
     if partition.fair_sharing is not None:
         state.shares = Shares(state)  # (fair sharing: admission order and preemption by share)
     post_filters: list = [KueuePreemption(state)] if partition.preempts else []
-    return Policy(name=f"kueue/{sname}", queue=KueueQueue(state), score=SCORES[sname](),
-                  post_filters=post_filters, admission=KueueAdmission(state))
+    paced = ControlPlane(control) if control is not None else None
+    return Policy(name=f"kueue/{sname}", queue=KueueQueue(state, paced), score=SCORES[sname](),
+                  post_filters=post_filters, admission=KueueAdmission(state, paced), control=paced)

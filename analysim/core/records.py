@@ -14,15 +14,23 @@ UNBLOCK = "unblock"
 REBALANCE = "rebalance"
 
 
+# What a preempted job keeps of its work (interruptions.after_preemption): all of it (it checkpoints
+# when evicted: AnalySIM's default, and what a job that saves its state on SIGTERM gets); none (its
+# pods are deleted and it starts again: Kueue's, for a job that does not checkpoint); or what its
+# last periodic checkpoint saved.
+PREEMPTION_COSTS = ("keep", "restart", "checkpoint")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the mechanism, independent of the policy.
 
     Overheads are virtual seconds a job spends before making progress again: reloading its
     checkpoint after a preemption (``restore_overhead_s``) or after being moved
-    (``migration_overhead_s``). Preemption always checkpoints; a node failure rolls a job back to
-    its last periodic checkpoint (every ``checkpoint_interval_s`` of progress; None: no periodic
-    checkpoints, so only preemption checkpoints survive).
+    (``migration_overhead_s``). A node failure rolls a job back to its last periodic checkpoint
+    (every ``checkpoint_interval_s`` of progress; None: no periodic checkpoints, so only the
+    checkpoints of preemptions and moves survive). What a preemption costs its victim is
+    ``preemption_cost`` (PREEMPTION_COSTS): by default it checkpoints, keeping all its work.
     """
 
     preemption: bool = False
@@ -34,10 +42,15 @@ class EngineConfig:
     relaxed_locality: bool = False
     predict_completions: bool = True
     seed: int = 0
+    preemption_cost: str = "keep"  # one of PREEMPTION_COSTS
     # A run of millions of jobs keeps neither its ended jobs (the recorder has their rows; they are
     # only counted, in forgotten_by_vc) nor its decision log.
     keep_ended: bool = True
     keep_decisions: bool = True
+
+    def __post_init__(self) -> None:
+        if self.preemption_cost not in PREEMPTION_COSTS:
+            raise ValueError(f"unknown preemption cost {self.preemption_cost!r}; known: {', '.join(PREEMPTION_COSTS)}")
 
     def __reduce__(self) -> tuple:
         return by_fields(self)

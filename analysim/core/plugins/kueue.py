@@ -32,6 +32,7 @@ from analysim.core.plugins.kueue_flavors import FIT, Heights
 from analysim.core.plugins.queue import _QueueSort
 
 if TYPE_CHECKING:
+    from analysim.core.control_plane import ControlPlane
     from analysim.core.framework import Handle
     from analysim.core.plugins.kueue_fair import Shares
     from analysim.core.plugins.kueue_flavors import Choice, Oracle
@@ -93,6 +94,35 @@ class KueueState:
         self.reasons: dict[str, dict[str, int]] = {}
         self.preempted: dict[tuple[str, str], int] = {}
         self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
+        # Per cohort tree (by its root's index): requeues of its inadmissible workloads so far, and
+        # when the next is due (a release of quota in the tree asked for one; KueueQueue.parked).
+        self.root: list[int] = [self._root(i) for i in range(len(partition.nodes))]
+        self.requeues: list[int] = [0] * len(partition.nodes)
+        self.requeue_due: list[float | None] = [None] * len(partition.nodes)
+        self.releases = 0  # releases of quota anywhere
+
+    def _root(self, i: int) -> int:
+        while self.tree.parent[i] >= 0:
+            i = self.tree.parent[i]
+        return i
+
+    def ask_requeue(self, q: int, now: float, batch_s: float) -> float | None:
+        """Quota was released in queue ``q``'s tree: its inadmissible workloads come back
+        ``batch_s`` later (the time, for a pass then), unless a requeue is due already (None)."""
+        root = self.root[q]
+        if self.requeue_due[root] is not None:
+            return None
+        due = self.requeue_due[root] = now + batch_s
+        return due
+
+    def requeued(self, q: int, now: float) -> int:
+        """The requeues of queue ``q``'s tree by ``now``."""
+        root = self.root[q]
+        due = self.requeue_due[root]
+        if due is not None and due <= now:
+            self.requeues[root] += 1
+            self.requeue_due[root] = None
+        return self.requeues[root]
 
     def priority_of(self, job: JobRun) -> int:
         return self.priority.get(job.spec.qos, 0)
@@ -153,6 +183,7 @@ class KueueState:
         q, charges = held
         for fr, amount in charges:
             self.tree.remove(q, fr, amount)
+        self.releases += 1
         self.version += 1
         self.queue_versions[q] += 1
         self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
@@ -173,8 +204,9 @@ class KueueAdmission:
 
     name: ClassVar[str] = "kueue"
 
-    def __init__(self, state: KueueState) -> None:
+    def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
         self.state = state
+        self.control = control  # (under the control-plane model: releases ask for requeues)
         # Queues that may preempt: a job of one whose quota does not fit now is still attempted
         # (on no nodes, so that it fails and the post-filter may find victims); others wait.
         self.preempting = [n.is_queue and n.preemption.enabled for n in state.partition.nodes]
@@ -207,7 +239,12 @@ class KueueAdmission:
         self.state.charge(job, q, charges, ctx.now)
 
     def on_stop(self, job: JobRun, ctx: Handle) -> None:
-        self.state.release(job)
+        st = self.state
+        st.release(job)
+        if self.control is not None:  # (the control plane's inadmissible pool: see KueueQueue)
+            due = st.ask_requeue(st.queue(job), ctx.now, self.control.config.requeue_batch_s)
+            if due is not None:
+                ctx.set_timer(due)
 
 
 class KueueQueue(_QueueSort):
@@ -224,14 +261,22 @@ class KueueQueue(_QueueSort):
     # moment in the pass: a head left out for want of room would bring the next one up early.
     heads_ranked_by_state: ClassVar[bool] = True
 
-    def __init__(self, state: KueueState) -> None:
+    def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
         self.state = state
+        # Under the control-plane model: each ClusterQueue offers its first ``heads_per_queue``
+        # workloads to a cycle; one that is not admitted is parked, with every workload of its
+        # queue with the same request (Kueue's equivalence hashing), until quota is released in its
+        # cohort tree is requeued: per queue, the tree's requeue count when parked and the requests.
+        self.control = control
+        self.parked: dict[tuple[int, bool], tuple[int, set[tuple]]] = {}  # (queue, on nodes) -> (stamp, requests)
         nodes = state.partition.nodes
         self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]
         # A StrictFIFO queue's pending jobs by key, to know its head (jobs that end while pending,
         # cancelled, are dropped when they come to the head).
         self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
         self.keyed: dict[str, tuple] = {}
+        self.pass_now = 0.0  # the time of the pass under way (order)
+        self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
         self.given = 0  # jobs the orders gave the passes, and runs drained (order): for tests and profiles
         self.drains = 0
 
@@ -289,22 +334,15 @@ class KueueQueue(_QueueSort):
         # since the drain began (the run's ``front``: the most of those entries, and of the least
         # entry when the drain began; one of rank 1 is above the whole run).
         st = self.state
-        by_queue: dict[int, list[Iterator[JobRun]]] = {}
-        for vc, jobs in pending.items():
-            by_queue.setdefault(st.queue_of[vc], []).append(jobs)
-        streams: dict[int, Iterator[JobRun]] = {}
-        drainable: dict[int, PassStream] = {}
+        self.pass_now = ctx.now
+        streams, drainable = self._streams(pending)
         heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
-        for q, lists in by_queue.items():
-            first = lists[0]
-            if st.shares is None and not self.strict[q] and isinstance(first, PassStream):
-                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
-            else:
-                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+        for q in streams:
             self._push(heap, q, streams[q], 0)
         gen = dict.fromkeys(streams, 0)  # a queue's entries from before an undrain are stale
         # queue -> its run (past this key, before that one: None, to the end) and its front
         drained: dict[int, list] = {}
+        offered = dict.fromkeys(streams, 0)  # (under the control plane: heads offered this cycle)
         while heap:
             rank, key, seq, g, q, job = heapq.heappop(heap)
             if g != gen[q]:
@@ -334,7 +372,77 @@ class KueueQueue(_QueueSort):
             yield job
             if drained and st.version != version:
                 self._undrain(heap, drained, drainable, gen)
+            if self.control is not None and not self._offered(q, job, offered, ctx.now):
+                continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
+
+    def _streams(self, pending: Mapping[str, Iterator[JobRun]]) -> tuple[dict[int, Iterator[JobRun]],
+                                                                       dict[int, PassStream]]:
+        """Each ClusterQueue's stream of jobs (its LocalQueues' lists merged), and those of them
+        that may be drained (order)."""
+        by_queue: dict[int, list[Iterator[JobRun]]] = {}
+        for vc, jobs in pending.items():
+            by_queue.setdefault(self.state.queue_of[vc], []).append(jobs)
+        may_drain = self.state.shares is None and self.control is None
+        streams: dict[int, Iterator[JobRun]] = {}
+        drainable: dict[int, PassStream] = {}
+        for q, lists in by_queue.items():
+            parked = self._parked(q, self.pass_now) if self.control is not None else None
+            if parked:
+                for one in lists:
+                    if isinstance(one, PassStream):
+                        one.leave_out(parked)  # (else each is skipped as it comes: _push)
+            first = lists[0]
+            if may_drain and not self.strict[q] and isinstance(first, PassStream):
+                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
+            else:
+                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
+        return streams, drainable
+
+    def _parked(self, q: int, now: float) -> set[tuple] | None:
+        """The requests parked in the queue (None: none)."""
+        shapes: set[tuple] | None = None
+        for on_nodes in (False, True):
+            parked = self.parked.get((q, on_nodes))
+            if parked is None:
+                continue
+            if parked[0] != self._stamp(q, on_nodes, now):
+                del self.parked[(q, on_nodes)]  # (requeued: all come back)
+            else:
+                shapes = parked[1] if shapes is None else shapes | parked[1]
+        return shapes
+
+    def _stamp(self, q: int, on_nodes: bool, now: float) -> int:
+        """What a parked request waits to change: the requeues of its queue's cohort tree (its
+        quota did not fit: Kueue's inadmissible pool), or any release of quota anywhere (its quota
+        fit but no nodes were free, which Kueue, not placing pods, does not see)."""
+        return self.state.releases if on_nodes else self.state.requeued(q, now)
+
+    def _is_parked(self, q: int, job: JobRun, now: float) -> bool:
+        parked = self._parked(q, now)
+        return parked is not None and job.spec.request in parked
+
+    def _offered(self, q: int, job: JobRun, offered: dict[int, int], now: float) -> bool:
+        """A head was offered to a cycle: one not admitted is parked (unless it was evicted at this
+        instant: it is requeued at once, as Kueue does after an eviction), and its first Pending
+        status is written. Whether its queue may offer another in this cycle."""
+        control = self.control
+        assert control is not None
+        control.offered += 1
+        offered[q] += 1
+        more = offered[q] < control.config.heads_per_queue
+        if job.status is not JobStatus.PENDING or job.preemptions and job.enqueued_s == now:
+            return more
+        on_nodes = self.state.assign(job) is not None
+        stamp = self._stamp(q, on_nodes, now)
+        parked = self.parked.get((q, on_nodes))
+        if parked is None or parked[0] != stamp:
+            parked = self.parked[(q, on_nodes)] = (stamp, set())
+        parked[1].add(job.spec.request)
+        if job.job_id not in self.pending_written:
+            self.pending_written.add(job.job_id)
+            control.api.write(now, "pending")
+        return more
 
     def _lowest(self, job: JobRun) -> bool:
         """Whether a job ranks below every other (0: it would not borrow), so that a run of them
@@ -375,6 +483,9 @@ class KueueQueue(_QueueSort):
     def _push(self, heap: list[tuple[float, tuple, int, int, int, JobRun]], q: int, stream: Iterator[JobRun],
               g: int) -> None:
         job = next(stream, None)
+        if self.control is not None:
+            while job is not None and self._is_parked(q, job, self.pass_now):
+                job = next(stream, None)
         if job is not None:
             heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, g, q, job))
 
