@@ -126,7 +126,8 @@ def control_plane(text: str):  # noqa: ANN201 — an argparse type
         field, sep, value = pair.partition("=")
         if not sep or field not in known:
             raise argparse.ArgumentTypeError(f"{pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(known)}")
-        values[field] = _parsed(value, int if known[field] == "int" else float, f"a number for {field}")
+        # (a field's type is a string in a plain dataclass, the class itself once mypyc compiled it)
+        values[field] = _parsed(value, int if known[field] in (int, "int") else float, f"a number for {field}")
     try:
         return ControlPlaneConfig(**values)  # type: ignore[arg-type]
     except ValueError as e:
