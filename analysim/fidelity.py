@@ -109,6 +109,8 @@ def plot(run: Path, out: Path) -> Path:
     from analysim.report import pyplot
 
     waits = read_waits(run)
+    if len(waits) == 2:  # one ClusterQueue: its panel is the whole
+        del waits[OVERALL]
     plt = pyplot()
     n = len(waits)
     cols = min(n, 3)
@@ -127,6 +129,8 @@ def plot(run: Path, out: Path) -> Path:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    partial = out.with_name(out.name + ".partial.png")
+    fig.savefig(partial, dpi=110)
     plt.close(fig)
+    partial.replace(out)
     return out

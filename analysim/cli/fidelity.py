@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from analysim.errors import UserError
 from analysim.fidelity import plot, score, table
 from analysim.report import have_matplotlib, write_json
 
@@ -29,7 +30,13 @@ def main(args: argparse.Namespace) -> int:
     report = score(args.run)
     out = args.out if args.out is not None else args.run / "fidelity.json"
     print(table(report))
-    write_json(report, out)
+    partial = out.with_name(out.name + ".partial")  # (replaced whole: a reader never sees half of it)
+    try:
+        write_json(report, partial)
+        partial.replace(out)
+    except OSError as e:
+        partial.unlink(missing_ok=True)
+        raise UserError(f"--out {out}: cannot write: {e.strerror}") from None
     written = [out]
     if not args.no_plot and have_matplotlib():
         written.append(plot(args.run, out.with_suffix(".png")))
