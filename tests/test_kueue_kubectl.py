@@ -243,3 +243,19 @@ def test_a_bad_list_as_partition_is_one_line(tmp_path, text, message):
     with pytest.raises(UserError) as e:
         read_kueue(path, TINY)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_file_level_errors_of_a_workload_list(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        load_trace(tmp_path / "missing.yaml", "kueue-workloads")
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(UserError, match=r"no Workloads in this file \(kubectl get workloads -A -o yaml\)"):
+        load_trace(tmp_path / "empty.yaml", "kueue-workloads")
+    with pytest.raises(UserError, match="cannot read: Is a directory"):
+        load_trace(tmp_path, "kueue-workloads")
+    (tmp_path / "latin1.yaml").write_bytes(b"kind: List\nitems: [\xff]\n")
+    with pytest.raises(UserError, match="not a UTF-8 text file"):
+        load_trace(tmp_path / "latin1.yaml", "kueue-workloads")
+    (tmp_path / "bad.json").write_text('{"kind": "List",\n "items": [}')
+    with pytest.raises(UserError, match=r"bad.json, line 2: bad YAML or JSON"):
+        load_trace(tmp_path / "bad.json", "kueue-workloads")
