@@ -248,6 +248,9 @@ def test_a_bad_list_as_partition_is_one_line(tmp_path, text, message):
 def test_file_level_errors_of_a_workload_list(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_trace(tmp_path / "missing.yaml", "kueue-workloads")
+    (tmp_path / "empty_list.yaml").write_text("apiVersion: v1\nkind: List\nmetadata: {resourceVersion: ''}\n")
+    with pytest.raises(UserError, match="no Workloads in this file"):
+        load_trace(tmp_path / "empty_list.yaml", "kueue-workloads")
     (tmp_path / "empty.yaml").write_text("")
     with pytest.raises(UserError, match=r"no Workloads in this file \(kubectl get workloads -A -o yaml\)"):
         load_trace(tmp_path / "empty.yaml", "kueue-workloads")

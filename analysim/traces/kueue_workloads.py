@@ -72,8 +72,8 @@ class WorkloadInput:
                     items = obj.get("items") or []
                     if not isinstance(items, list):
                         raise InputFileError(self.path, node.start_mark.line + 1, None, "items: expected a list")
-                    lines = [n.start_mark.line + 1 for k, n in node.value if k.value == "items"
-                             for n in getattr(n, "value", [])]
+                    items_node = next((v for k, v in node.value if k.value == "items"), None)
+                    lines = [item.start_mark.line + 1 for item in items_node.value] if items else []
                     self.objects += [(line, f"document {i}, items[{k}]", o)
                                      for k, (line, o) in enumerate(zip(lines, items, strict=True))]
                 elif obj is not None:
@@ -112,13 +112,14 @@ def _get(obj: Any, path: str, kind: type | tuple[type, ...] = dict, required: bo
             if required:
                 raise _Bad(path, "missing")
             return None
-    if not isinstance(cur, kind) or isinstance(cur, bool) and kind is not bool:
-        raise _Bad(path, f"expected {_named(kind)}, got {cur!r}"[:200])
+    if not isinstance(cur, kind) or (isinstance(cur, bool) and kind is not bool):
+        what = _KIND_NAMES.get(kind, "a time") if isinstance(kind, type) else "a time"
+        raise _Bad(path, f"expected {what}, got {cur!r}"[:200])
     return cur
 
 
-def _named(kind: type | tuple[type, ...]) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}.get(kind, "a time")  # type: ignore[call-overload]
+# What _get calls the types it expects (a tuple of them is a time: a string or a datetime).
+_KIND_NAMES: dict[type, str] = {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}
 
 
 def _time(value: Any, path: str) -> float:
