@@ -62,6 +62,11 @@ class _Line:
         self.text = text
 
 
+# jobs.csv's column of the admission time the traced cluster recorded, present only when the
+# trace has one (canonical's column of the same name).
+RECORDED_ADMISSION = "recorded_admit_s"
+
+
 class JobsCsv:
     """jobs.csv written while the run goes (a simulation.JobSink): rows arrive as jobs end and go
     out in the file's order, by (submit_s, job_id), the same bytes ``write_run`` writes from a
@@ -74,8 +79,12 @@ class JobsCsv:
             result = simulation.run(..., job_sink=sink)
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, recorded_admit_s: dict[str, float] | None = None) -> None:
         self.path = path
+        # job id -> the admission the traced cluster recorded (Trace.recorded_admit_s): given,
+        # each row gets it as a last column, RECORDED_ADMISSION, for ``analysim fidelity``
+        self._recorded = recorded_admit_s or None
+        self.fields = (*JOB_FIELDS, RECORDED_ADMISSION) if self._recorded else JOB_FIELDS
         self._partial = path.with_name(path.name + ".partial")
         self._expected: list[tuple[float, str]] = []  # heap: jobs entered, row not yet written
         self._rows: list[tuple[tuple[float, str], str]] = []  # heap: ended, waiting for their turn
@@ -86,7 +95,7 @@ class JobsCsv:
 
     def __enter__(self) -> JobsCsv:
         self._file = self._partial.open("w", newline="")
-        self._file.write(self._csv_line(JOB_FIELDS))
+        self._file.write(self._csv_line(self.fields))
         return self
 
     def __exit__(self, et: object, ev: object, tb: object) -> None:
@@ -111,9 +120,11 @@ class JobsCsv:
         # The csv writer writes None empty and a float as its repr, as _fmt does; only an
         # infinite or NaN float differs, and its line says so ("inf", "nan"): it is written again
         # the long way (as is a row whose text merely contains those letters).
-        line = self._csv_line(list(map(row.get, JOB_FIELDS)))
+        if self._recorded is not None:
+            row = {**row, RECORDED_ADMISSION: self._recorded.get(row["job_id"])}
+        line = self._csv_line(list(map(row.get, self.fields)))
         if "inf" in line or "nan" in line:
-            line = self._csv_line([_fmt(row.get(k)) for k in JOB_FIELDS])
+            line = self._csv_line([_fmt(row.get(k)) for k in self.fields])
         heapq.heappush(self._rows, ((row["submit_s"], row["job_id"]), line))
         rows, expected = self._rows, self._expected
         # A row goes out when no job in flight comes before it, and no job still to enter can

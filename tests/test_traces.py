@@ -203,6 +203,20 @@ def test_canonical_round_trip_is_exact(tmp_path_factory, jobs):
     assert [repr(j.submit_s) for j in back.jobs] == [repr(float(j.submit_s)) for j in jobs]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_jobs, st.none() | _finite), max_size=12, unique_by=lambda jr: jr[0].job_id))
+def test_canonical_round_trip_keeps_recorded_admissions(tmp_path_factory, drawn):
+    """Recorded admissions (any subset of the jobs) read back exactly; a trace without any writes
+    the file it always wrote, with no recorded_admit_s column."""
+    path = tmp_path_factory.getbasetemp() / "round_trip_recorded.csv"  # overwritten by every example
+    jobs = sorted((j for j, _ in drawn), key=lambda j: j.submit_s)
+    recorded = {j.job_id: t for j, t in drawn if t is not None}
+    write_canonical(Trace(jobs, "x", "canonical", recorded_admit_s=recorded), path)
+    back = load_trace(path, "canonical")
+    assert (back.jobs, back.recorded_admit_s) == (jobs, recorded)
+    assert ("recorded_admit_s" in path.read_text(encoding="utf-8").split("\n", 1)[0]) == bool(recorded)
+
+
 def test_write_canonical_refuses_unreadable_jobs(tmp_path):
     for bad in (
         JobSpec("a", float("inf"), 1.0, 1),
@@ -294,7 +308,7 @@ def test_wrong_field_count(tmp_path, fmt):
     assert e.value.line == 3
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "kueue-workloads"])  # (CSVs: tests/test_kueue_kubectl.py has its)
 def test_file_level_errors(tmp_path, fmt):
     with pytest.raises(UserError, match="no such file"):
         load_trace(tmp_path / "missing.csv", fmt)

@@ -93,7 +93,7 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
     and the events file to ``events`` as decisions are made. ``summary.json`` gets the run's
     ``wall_s``, the trace's source and, with ``events``, where the file is (relative to ``out``
     when in it) with ``replay_args``, the options that replay the run (analysim explain --at)."""
-    sink = JobsCsv(out / "jobs.csv") if opts.mode == "replay" else None
+    sink = JobsCsv(out / "jobs.csv", trace.recorded_admit_s) if opts.mode == "replay" else None
     if events is not None and opts.mode != "replay":
         raise UserError("--events: inflate mode places tasks without queues or decisions; the events file is a replay's")
     event_sink = EventsCsv(events) if events is not None else None

@@ -49,7 +49,9 @@ def without_vcs(cluster: ClusterSpec) -> ClusterSpec:
 def assign_queues(jobs: Sequence[JobSpec], partition: Partition,
                   vc_map: dict[str, str] | None = None, default_queue: str | None = None) -> tuple[list[JobSpec], Counter]:
     """The jobs that can be admitted ever, each with its VC the name of its LocalQueue (the
-    trace VC's own name, or what ``vc_map`` maps it to, or ``default_queue``); the others counted
+    trace VC's own name, or what ``vc_map`` maps it to, or ``default_queue``; a VC
+    ``namespace/name`` is the LocalQueue ``name`` when no other namespace has one of that name);
+    the others counted
     by reason: ``no_local_queue`` (no LocalQueue for its VC), ``resource_not_covered`` (it asks for a
     resource its ClusterQueue has no quota of, or none of its flavors' nodes), ``larger_than_queue_quota``
     (more than its ClusterQueue could ever be admitted, borrowing all it may)."""
@@ -63,6 +65,10 @@ def assign_queues(jobs: Sequence[JobSpec], partition: Partition,
     reasons: Counter = Counter()
     for j in jobs:
         lq = (vc_map or {}).get(j.vc, j.vc)
+        if lq not in queues and "/" in lq:
+            # A Kueue Workload's queue is namespace/LocalQueue; the partition names a LocalQueue
+            # by its name alone where that name is in one namespace (kueue.local_queue_names).
+            lq = lq.partition("/")[2]
         if lq not in queues:
             if default_queue is None:
                 reasons["no_local_queue"] += 1

@@ -58,12 +58,17 @@ _CONFIG_UNMODELLED = ("namespace", "manageJobsWithoutQueueName", "managedJobsNam
                       "integrations", "resources", "admissionFairSharing", "featureGates", "internalCertManagement",
                       "controller", "health", "metrics", "webhook", "leaderElection", "clientConnection",
                       "multiKueue", "objectRetentionPolicies", "queueVisibility")
-# metadata fields: name and namespace are read; the rest are what `kubectl get -o yaml` adds, and
-# change nothing Kueue does.
+# metadata fields: name and namespace are read; the rest are what the API server and kubectl add
+# (`kubectl get -o yaml`), and change nothing Kueue does: ignored without a warning, as is every
+# object's ``status`` (the server's record of the object, not its configuration).
 _METADATA = ("name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
              "creationTimestamp", "managedFields", "finalizers", "ownerReferences", "deletionTimestamp",
              "deletionGracePeriodSeconds", "generateName", "selfLink")
 _READ_METADATA = ("name", "namespace")
+# What `kubectl get KINDS -o yaml|json` wraps several objects in.
+LIST_API, LIST_KIND = "v1", "List"
+# A Workload is a job's record, not a partition's object: its list is read as a trace.
+_TRACE_KINDS = {"Workload": "kueue-workloads"}
 # Resources the cluster model has; others (pods, ephemeral-storage, extended resources) are
 # accepted in quotas and warned about: no job of a trace asks for them.
 MODELLED_RESOURCES = (GPU, CPU, MEMORY)
@@ -100,7 +105,8 @@ class _Read:
     flavors: dict[str, tuple[Flavor, int]] = field(default_factory=dict)
     cqs: dict[str, tuple[PartitionNode, int, str]] = field(default_factory=dict)  # name -> (node, line, cohort ref)
     cohorts: dict[str, tuple[PartitionNode, int]] = field(default_factory=dict)
-    local: dict[str, tuple[str, int]] = field(default_factory=dict)  # LocalQueue name -> (ClusterQueue, line)
+    # (namespace, LocalQueue name) -> (ClusterQueue, line); namespace "" when it has none
+    local: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     priorities: dict[str, int] = field(default_factory=dict)
     fair_sharing: FairSharing | None = None
     configured: bool = False  # a Configuration document was read
@@ -129,8 +135,10 @@ class _At:
         path = f"{self.path}.{step}" if self.path and not step.startswith("[") else self.path + step
         return _At(self.read, node, self.doc, self.what, path)
 
-    def fields(self, known: tuple[str, ...], unmodelled: tuple[str, ...] = ()) -> dict[str, _At]:
-        """A mapping's fields: an unknown one is an error; an unmodelled one is warned about."""
+    def fields(self, known: tuple[str, ...], unmodelled: tuple[str, ...] = (),
+               ignored: tuple[str, ...] = ()) -> dict[str, _At]:
+        """A mapping's fields: an unknown one is an error; an unmodelled one is warned about; an
+        ignored one (the server's, not the user's) is taken silently."""
         if not isinstance(self.node, yaml.MappingNode):
             raise self.error(f"expected a mapping, got {_kind(self.node)}")
         out: dict[str, _At] = {}
@@ -139,7 +147,7 @@ class _At:
             at = self.child(v, name)
             if name in out:
                 raise at.error("given twice")
-            if name not in known and name not in unmodelled:
+            if name not in known and name not in unmodelled and name not in ignored:
                 allowed = ", ".join(known + unmodelled)
                 raise _At(self.read, k, self.doc, self.what, at.path).error(f"unknown field; known: {allowed}")
             if name in unmodelled:
@@ -224,14 +232,16 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
     read = _Read(path, cluster)
     seen = 0
     try:
+        # (JSON, as `kubectl get -o json` writes it, is YAML too: one document, with its lines.)
         for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
-            if i > MAX_DOCUMENTS:
-                raise UserError(f"{path}: more than {MAX_DOCUMENTS:,} documents; a partition file may have at most "
-                                f"{MAX_DOCUMENTS:,}")
             if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
                 continue
-            seen += 1
-            _document(read, _At(read, node, i, "", ""))
+            for at in _objects(_At(read, node, i, "", "")):
+                seen += 1
+                if seen > MAX_DOCUMENTS:
+                    raise UserError(f"{path}: more than {MAX_DOCUMENTS:,} objects; a partition file may have at "
+                                    f"most {MAX_DOCUMENTS:,}")
+                _document(read, at)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise InputFileError(path, mark.line + 1 if mark else None, None,
@@ -243,11 +253,38 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
     return _resolve(read)
 
 
+def _scalar_field(node: yaml.Node, name: str) -> str | None:
+    """A mapping node's scalar field, read without checking anything else of it."""
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == name and isinstance(v, yaml.ScalarNode):
+                return str(v.value)
+    return None
+
+
+def _objects(at: _At) -> list[_At]:
+    """A document's objects: itself, or the items of a ``kind: List`` (apiVersion v1, what
+    ``kubectl get`` of several objects gives), each named by its index in the errors."""
+    if _scalar_field(at.node, "kind") != LIST_KIND:
+        return [at]
+    top = at.fields(("apiVersion", "kind", "items"), (), ("metadata",))
+    api = top["apiVersion"].text() if "apiVersion" in top else None
+    if api != LIST_API:
+        raise (top.get("apiVersion") or at).error(f"a List is apiVersion {LIST_API}, not {api!r}")
+    if "items" not in top:
+        return []
+    return [_At(at.read, item.node, f"{at.doc}, {item.path}", "", "") for item in top["items"].items()]
+
+
 def _document(read: _Read, at: _At) -> None:
     if _is_configuration(at):
         _configuration(read, at)
         return
-    top = at.fields(("apiVersion", "kind", "metadata", "spec", "value", "description"), ("status",))
+    kind = _scalar_field(at.node, "kind")
+    if kind in _TRACE_KINDS:
+        raise at.error(f"a {kind} is a job's record, not part of a partition: read a {kind} list as a trace "
+                       f"(analysim trace convert --format {_TRACE_KINDS[kind]} FILE --out trace.csv)")
+    top = at.fields(("apiVersion", "kind", "metadata", "spec", "value", "description"), (), ("status",))
     for need in ("apiVersion", "kind", "metadata"):
         if need not in top:
             raise at.error(f"{need}: missing")
@@ -258,7 +295,7 @@ def _document(read: _Read, at: _At) -> None:
     group, _, version = api.partition("/")
     if group != GROUP or version not in VERSIONS[kind]:
         raise top["apiVersion"].error(f"{kind} is {', '.join(GROUP + '/' + v for v in VERSIONS[kind])}, not {api!r}")
-    meta = top["metadata"].fields(_READ_METADATA, tuple(f for f in _METADATA if f not in _READ_METADATA))
+    meta = top["metadata"].fields(_READ_METADATA, (), tuple(f for f in _METADATA if f not in _READ_METADATA))
     if "name" not in meta:
         raise top["metadata"].error("name: missing")
     name = meta["name"].text()
@@ -283,17 +320,13 @@ def _document(read: _Read, at: _At) -> None:
     elif kind == "Cohort":
         _cohort(read, name, spec, version, at)
     else:
-        _local_queue(read, name, spec, at)
+        _local_queue(read, meta["namespace"].text() if "namespace" in meta else "", name, spec, at)
 
 
 def _is_configuration(at: _At) -> bool:
     """Whether the document is Kueue's Configuration (apiVersion config.kueue.x-k8s.io/...)."""
-    if not isinstance(at.node, yaml.MappingNode):
-        return False
-    for k, v in at.node.value:
-        if isinstance(k, yaml.ScalarNode) and k.value == "apiVersion" and isinstance(v, yaml.ScalarNode):
-            return str(v.value).partition("/")[0] == CONFIG_GROUP
-    return False
+    api = _scalar_field(at.node, "apiVersion")
+    return api is not None and api.partition("/")[0] == CONFIG_GROUP
 
 
 def _configuration(read: _Read, at: _At) -> None:
@@ -481,13 +514,24 @@ def _cohort(read: _Read, name: str, spec: _At | None, version: str, at: _At) -> 
     _once(read.cohorts, name, (PartitionNode(name, False, parent, quotas, weight=weight), at.line), at)
 
 
-def _local_queue(read: _Read, name: str, spec: _At | None, at: _At) -> None:
+def _local_queue(read: _Read, namespace: str, name: str, spec: _At | None, at: _At) -> None:
     if spec is None:
         raise at.error("spec: missing")
     f = spec.fields(("clusterQueue",), ("stopPolicy", "fairSharing"))
     if "clusterQueue" not in f:
         raise spec.error("clusterQueue: missing")
-    _once(read.local, name, (f["clusterQueue"].text(), f["clusterQueue"].line), at)
+    if (namespace, name) in read.local:
+        raise at.error(f"a second LocalQueue named {name!r}" + (f" in namespace {namespace!r}" if namespace else ""))
+    read.local[(namespace, name)] = (f["clusterQueue"].text(), f["clusterQueue"].line)
+
+
+def local_queue_names(local: dict[tuple[str, str], Any]) -> dict[tuple[str, str], str]:
+    """The name each LocalQueue has in the partition (and jobs' VCs): its own name, or, when
+    LocalQueues of two namespaces have that name, ``namespace/name``."""
+    namespaces: dict[str, int] = {}
+    for _, name in local:
+        namespaces[name] = namespaces.get(name, 0) + 1
+    return {(ns, name): f"{ns}/{name}" if namespaces[name] > 1 else name for ns, name in local}
 
 
 def _resolve(read: _Read) -> tuple[Partition, list[str]]:
@@ -520,12 +564,13 @@ def _resolve(read: _Read) -> tuple[Partition, list[str]]:
         cohorts.setdefault(ref, PartitionNode(ref, False, None))
     if not read.local:
         raise UserError(f"{p}: no LocalQueue: jobs reach a ClusterQueue through a LocalQueue named like their VC")
-    for lq, (cq, line) in read.local.items():
+    names = local_queue_names(read.local)
+    for key, (cq, line) in read.local.items():
         if cq not in read.cqs:
-            raise err(line, f"LocalQueue {lq!r}: no ClusterQueue {cq!r} in this file")
+            raise err(line, f"LocalQueue {names[key]!r}: no ClusterQueue {cq!r} in this file")
     nodes = tuple(list(cohorts.values()) + [n for n, _, _ in read.cqs.values()])
     partition = Partition(tuple(f for f, _ in read.flavors.values()), nodes,
-                          tuple(sorted((lq, cq) for lq, (cq, _) in read.local.items())),
+                          tuple(sorted((names[key], cq) for key, (cq, _) in read.local.items())),
                           tuple(sorted(read.priorities.items())), source=p, fair_sharing=read.fair_sharing)
     try:
         QuotaTree(partition)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysim.errors import UserError
-from analysim.traces import canonical, helios, openb, philly
+from analysim.traces import canonical, helios, kueue_workloads, openb, philly
 from analysim.traces.base import Trace, TraceFormat, TraceScan, gc_paused, read_header, read_trace
 from analysim.traces.canonical import write_canonical
 from analysim.traces.synthetic import generate
@@ -19,7 +19,7 @@ from analysim.traces.synthetic import generate
 __all__ = ["FORMATS", "Trace", "TraceScan", "detect_format", "generate", "load_trace", "scan_trace",
            "write_canonical"]
 
-READERS: dict[str, TraceFormat] = {m.FORMAT: m.READER for m in (canonical, philly, openb, helios)}
+READERS: dict[str, TraceFormat] = {m.FORMAT: m.READER for m in (canonical, philly, openb, helios, kueue_workloads)}
 FORMATS = tuple(READERS)
 
 # Columns that only that format's header has, checked in this order.
@@ -33,7 +33,10 @@ _SIGNATURES = (
 
 def detect_format(path: str | Path) -> str:
     """The trace format of a file, told from its header line."""
-    header = set(read_header(path))
+    first = read_header(path)
+    if first and first[0].lstrip().startswith(("apiVersion", "kind", "{", "---", "items", "#")):
+        return kueue_workloads.FORMAT  # YAML or JSON: the Kubernetes objects read as a trace are Workloads
+    header = set(first)
     for fmt, columns in _SIGNATURES:
         if columns <= header:
             return fmt

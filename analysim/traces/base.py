@@ -35,6 +35,10 @@ class Trace:
     source: str
     format: str
     filtered: dict[str, int] = field(default_factory=dict)
+    # job id -> when the cluster the trace was taken from admitted the job, on the trace's clock
+    # (formats that record it: kueue-workloads, and canonical's optional column); what
+    # ``analysim fidelity`` compares a replay's admissions with. Empty: not recorded.
+    recorded_admit_s: dict[str, float] = field(default_factory=dict)
 
 
 def make_trace(jobs: list[JobSpec], source: str, fmt: str, filtered: dict[str, int]) -> Trace:
@@ -78,6 +82,7 @@ class TraceScan:
         self.origin = 0.0
         self.unsorted_line: int | None = None
         self.jobs = 0
+        self.recorded_admit_s: dict[str, float] = {}  # the reader's record (CsvInput's), on the file's clock
 
     def counts(self) -> dict[str, int]:
         """``filtered`` in the format's order of reasons (then cpu_only, if dropped)."""
@@ -112,6 +117,7 @@ class TraceScan:
                 yield item
                 if self.jobs == limit:
                     break
+            self.recorded_admit_s = src.recorded_admit_s
         if fmt.rebase and origin != math.inf:
             self.origin = origin
         if hashes is not None and len(hashes) > 1 and self.unsorted_line is None:  # (else read again)
@@ -159,6 +165,10 @@ def read_trace(fmt: TraceFormat, path: str | Path, *, limit: int | None = None,
     trace = make_trace(shifted(jobs, scan.origin), str(path), fmt.name, scan.counts())
     if limit is not None:
         del trace.jobs[limit:]
+    if scan.recorded_admit_s:
+        recorded = scan.recorded_admit_s
+        trace.recorded_admit_s = {j.job_id: recorded[j.job_id] - scan.origin
+                                  for j in trace.jobs if j.job_id in recorded}
     return trace
 
 
@@ -205,6 +215,8 @@ class CsvInput:
         self.header: list[str] = []
         self.index: dict[str, int] = {}
         self._shared: dict = {}
+        # job id -> recorded admission time (file's clock), filled by formats that carry one
+        self.recorded_admit_s: dict[str, float] = {}
 
     def __enter__(self) -> CsvInput:
         p = Path(self.path)

@@ -4,7 +4,9 @@ Header ``job_id,submit_s,duration_s,num_gpus,gpu_milli,cpu_milli,memory_mib,vc,u
 Floats are written with ``repr``, so reading gives back the very same values. ``duration_s`` empty:
 unknown. ``gpu_models``: allowed GPU models, ``|``-separated, empty = any. Only job_id, submit_s,
 duration_s and num_gpus are required when reading; a missing column takes JobSpec's default. Strings
-are taken literally (no trimming); nothing is filtered.
+are taken literally (no trimming); nothing is filtered. An optional last column ``recorded_admit_s``
+(empty: not recorded) keeps the admission time the traced cluster recorded (Trace.recorded_admit_s);
+it is written only for a trace that has one, so other files read and write as they always have.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from analysim.core.job import GPU_MILLI, MAX_COUNT, MAX_TIME_S, JobSpec
 from analysim.errors import UserError
+from analysim.report import RECORDED_ADMISSION
 from analysim.traces.base import CsvInput, Row, Trace, TraceFormat
 
 FORMAT = "canonical"
@@ -23,21 +26,25 @@ COLUMNS = (
     "vc", "user", "gpu_models", "qos",
 )  # fmt: skip
 REQUIRED = COLUMNS[:4]
+RECORDED = RECORDED_ADMISSION
 _DEFAULTS = JobSpec("", 0.0, None, 0)
 
 
 def _open(path: str | Path) -> CsvInput:
-    return CsvInput(path, FORMAT, REQUIRED, COLUMNS[4:], strict=True)
+    return CsvInput(path, FORMAT, REQUIRED, (*COLUMNS[4:], RECORDED), strict=True)
 
 
 def _rows(src: CsvInput) -> Iterator[Row]:
     idx = src.index
     text = {c: idx.get(c) for c in ("vc", "user", "qos", "gpu_models")}
     shared = src.shared
+    recorded = idx.get(RECORDED)
     for line, row in src.rows():
         job_id = row[idx["job_id"]]
         if not job_id:
             raise src.error(line, "job_id", "empty job id")
+        if recorded is not None and row[recorded] != "":
+            src.recorded_admit_s[job_id] = src.float_field(row, RECORDED, line)
         num_gpus = src.int_field(row, "num_gpus", line)
         milli = src.int_field(row, "gpu_milli", line) if "gpu_milli" in idx else GPU_MILLI
         if milli > GPU_MILLI or (num_gpus > 0 and milli == 0):
@@ -70,14 +77,19 @@ READER = TraceFormat(FORMAT, _open, _rows, unique_ids=True)
 
 def write_canonical(trace: Trace, path: str | Path) -> None:
     """Write ``trace.jobs`` in the canonical format (filter counts are not part of it)."""
+    recorded = trace.recorded_admit_s
+    columns = (*COLUMNS, RECORDED) if recorded else COLUMNS
     rows = [_row(j) for j in trace.jobs]
+    if recorded:
+        rows = [[*row, repr(float(recorded[j.job_id])) if j.job_id in recorded else ""]
+                for row, j in zip(rows, trace.jobs, strict=True)]
     try:
         with Path(path).open("w", newline="", encoding="utf-8") as f:
             plain = csv.writer(f, lineterminator="\n")
             # csv quotes a field holding "\n" but not one holding a lone "\r" (not part of the line
             # terminator), which the reader would then take for a line end: quote those rows fully.
             quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
-            plain.writerow(COLUMNS)
+            plain.writerow(columns)
             for row in rows:
                 (quoted if any("\r" in x for x in row) else plain).writerow(row)
     except OSError as e:
