@@ -29,30 +29,38 @@ from analysim.sweep.spec import SpecError, expand
 ROOT = Path(__file__).resolve().parent.parent
 PHILLY_YAML = ROOT / "examples" / "kueue" / "philly.yaml"
 
-# One node of 8 GPUs; ClusterQueues a and b of nominal 4 GPUs each in cohort ab, no limits.
+# One node of 8 GPUs, 16 cores and 256Gi.
 NODE = ClusterSpec("one", (NodeSpec("n0", "r0", "V100", 8, 16_000, 256 * 1024),))
-TWO_QUEUES = """\
+
+
+def _queues(flavor: str, cohort: str, queues: tuple[tuple[str, str, str], ...]) -> str:
+    """A partition of one flavor over every node: per (name, covered resources, quotas) a
+    ClusterQueue in ``cohort`` and its LocalQueue of the same name."""
+    return f"""\
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
-metadata: {name: gpu}
+metadata: {{name: {flavor}}}
 """ + "".join(f"""---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata: {{name: {q}}}
 spec:
-  cohort: ab
+  cohort: {cohort}
   resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
+  - coveredResources: [{covered}]
     flavors:
-    - name: gpu
-      resources:
-      - {{name: nvidia.com/gpu, nominalQuota: 4}}
+    - name: {flavor}
+      resources: [{quota}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {{name: {q}}}
 spec: {{clusterQueue: {q}}}
-""" for q in ("a", "b"))
+""" for q, covered, quota in queues)
+
+
+# ClusterQueues a and b of nominal 4 GPUs each in cohort ab, no limits.
+TWO_QUEUES = _queues("gpu", "ab", tuple((q, "nvidia.com/gpu", "{name: nvidia.com/gpu, nominalQuota: 4}") for q in "ab"))
 # j1: a, 6 GPUs at 0 for 100 s: admitted at once, borrowing 2 of b's idle 4.
 # j2: b, 4 GPUs at 10 for 50 s: within b's nominal, but only 8 - 6 = 2 GPUs are left in the
 #     cohort and nothing is preempted: waits until j1 ends at 100, ends at 150.
@@ -140,30 +148,10 @@ def test_queue_usage_is_its_jobs_work_and_borrowing_is_bounded(tmp_path, raw):
     assert total == pytest.approx(s["gpu_utilization"] * 8 * makespan)
 
 
-# One node of 8 GPUs, 16 cores and 256Gi; in cohort gc, ClusterQueue g with GPU, CPU and memory
+# In cohort gc, ClusterQueue g with GPU, CPU and memory
 # quota (4 GPUs, 8 cores, 64Gi) and the CPU-only c (8 cores, borrowing at most 2 more, and 128Gi).
 GIB = 2**30
-GPU_AND_CPU = """\
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: any}
-""" + "".join(f"""---
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: {q}}}
-spec:
-  cohort: gc
-  resourceGroups:
-  - coveredResources: [{covered}]
-    flavors:
-    - name: any
-      resources: [{quota}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: {q}}}
-spec: {{clusterQueue: {q}}}
-""" for q, covered, quota in (
+GPU_AND_CPU = _queues("any", "gc", (
     ("g", "nvidia.com/gpu, cpu, memory",
      "{name: nvidia.com/gpu, nominalQuota: 4}, {name: cpu, nominalQuota: 8}, {name: memory, nominalQuota: 64Gi}"),
     ("c", "cpu, memory", "{name: cpu, nominalQuota: 8, borrowingLimit: 2}, {name: memory, nominalQuota: 128Gi}")))
