@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import json
 import subprocess
 import sys
@@ -338,6 +339,10 @@ def test_sweep_over_a_borrowing_limit_end_to_end(tmp_path):
     assert float(queues[f"{key}=2", "a"]["avg_admission_wait_s"]) == 40.0
     assert float(queues[f"{key}=2", "b"]["avg_admission_wait_s"]) == 90.0
     assert f"a             {key}=2" in r.stdout  # the per-ClusterQueue table
+    r = analysim("report", "out", cwd=tmp_path)  # and in the sweep's HTML report
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<h2>Per ClusterQueue</h2>" in page and html.escape(f"a             {key}=2") in page
     groups = list(csv.DictReader((tmp_path / "out" / "aggregate.csv").open()))
     assert sorted(g[key] for g in groups) == ["", "2"]  # one group per value of the axis
     # A path that names nothing: one line, before any cell runs.
