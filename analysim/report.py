@@ -17,6 +17,7 @@ import numpy as np
 
 from analysim.core.job import JobSpec
 from analysim.core.metrics import JOB_FIELDS
+from analysim.core.partition import CPU, GPU, MEMORY
 from analysim.errors import UserError
 
 
@@ -374,6 +375,13 @@ CLUSTER_QUEUE_COLUMNS = (
     ("of nominal", "usage_of_nominal", "{:.0%}"),
     ("borrowed", "avg_borrowed_gpus", "{:.1f}"),
 )
+# The columns of the queue's quota and usage: its GPU figures (per_cluster_queue's GPU keys), or, for
+# a queue without GPU quota, the same figures of the first resource it covers (``resources``).
+QUOTA_COLUMNS = {"nominal_gpus": "nominal", "avg_gpus": "avg_usage", "usage_of_nominal": "usage_of_nominal",
+                 "avg_borrowed_gpus": "avg_borrowed"}
+# How a quantity of a resource other than GPUs is shown in those columns, in Kueue's reported unit
+# (cores, bytes) divided by the divisor: divisor and suffix; any other resource: 1 and its name.
+QUANTITY_SHOWN = {CPU: (1, "cpu"), MEMORY: (2**30, "Gi")}
 # Preemptions by Kueue reason, one column: InClusterQueue/InCohortReclamation/InCohortFairSharing/
 # InCohortReclaimWhileBorrowing (and any other reason recorded, after a +).
 PREEMPTED_COLUMN = "preempted cq/rc/fs/rb"
@@ -401,9 +409,26 @@ def cluster_queue_table(runs: Sequence[tuple[str, dict]]) -> str:
             q = s["per_cluster_queue"].get(name)
             if q is None:
                 continue
-            body.append([name] + ([label] if many else []) + [_cell(q.get(k), f) for _, k, f in CLUSTER_QUEUE_COLUMNS]
+            cells = {k: _cell(q.get(k), f) for _, k, f in CLUSTER_QUEUE_COLUMNS} | _other_resource(q)
+            body.append([name] + ([label] if many else []) + [cells[k] for _, k, _ in CLUSTER_QUEUE_COLUMNS]
                         + [_preempted(q.get("evictions") or {})])
     return _fixed_width(header, body, left=2 if many else 1)
+
+
+def _other_resource(q: dict) -> dict[str, str]:
+    """The quota columns' cells of a queue without GPU quota: its first covered resource's figures,
+    with the resource's unit (``QUANTITY_SHOWN``); none for a queue with GPU quota or none at all."""
+    resources = q.get("resources") or {}
+    if GPU in resources or not resources:
+        return {}
+    resource, figures = next(iter(resources.items()))
+    divisor, suffix = QUANTITY_SHOWN.get(resource, (1, resource))
+    out = {}
+    for key, figure in QUOTA_COLUMNS.items():
+        v = figures.get(figure)
+        fmt = next(f for _, k, f in CLUSTER_QUEUE_COLUMNS if k == key)
+        out[key] = _cell(v, fmt) if v is None or key == "usage_of_nominal" else _cell(v / divisor, fmt) + suffix
+    return out
 
 
 def _queue_names(runs: Sequence[tuple[str, dict]]) -> list[str]:
@@ -415,7 +440,8 @@ def _queue_names(runs: Sequence[tuple[str, dict]]) -> list[str]:
 
 def cluster_queue_rows(runs: Sequence[tuple[str, dict]]) -> list[dict]:
     """cluster_queues.csv: a row per run and ClusterQueue, every figure of per_cluster_queue
-    (evictions as ``preempted_<reason>``)."""
+    (evictions as ``preempted_<reason>``, each resource's figures as ``<resource>_<figure>``),
+    every row with every column any row has (empty where its queue has none)."""
     rows = []
     for label, s in runs:
         for name, q in (s.get("per_cluster_queue") or {}).items():
@@ -425,10 +451,15 @@ def cluster_queue_rows(runs: Sequence[tuple[str, dict]]) -> list[dict]:
                     row.update({f"preempted_{r}": n for r, n in v.items()})
                 elif k == "local_queues":
                     row[k] = "|".join(v)
+                elif k == "resources":
+                    for resource, figures in v.items():
+                        row.update({f"{resource}_{f}": "|".join(x) if f == "flavors" else x
+                                    for f, x in figures.items()})
                 else:
                     row[k] = v
             rows.append(row)
-    return rows
+    fields = dict.fromkeys(k for row in rows for k in row)
+    return [{k: row.get(k) for k in fields} for row in rows]
 
 
 def plot_cluster_queues(runs: Sequence[tuple[str, dict]], out: Path) -> Path | None:

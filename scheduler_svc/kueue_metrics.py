@@ -28,10 +28,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from analysim.core.partition import STRICT_FIFO
+from analysim.core.partition import STRICT_FIFO, in_kubernetes_units
 from analysim.core.plugins.kueue import KueueState
 from analysim.events import kueue_state
-from analysim.partitions.kueue import in_kubernetes_units
 
 if TYPE_CHECKING:
     from analysim.core.job import JobRun

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import json
 import subprocess
 import sys
@@ -22,37 +23,45 @@ from analysim.core.plugins.kueue import KueueState
 from analysim.core.queue_metrics import EVICTION_REASONS, QueueMeter, eviction_reasons
 from analysim.errors import UserError
 from analysim.partitions import assign_queues, load_partition
-from analysim.report import cluster_queue_table
+from analysim.report import cluster_queue_rows, cluster_queue_table
 from analysim.simulation import RunOptions, run
 from analysim.sweep.spec import SpecError, expand
 
 ROOT = Path(__file__).resolve().parent.parent
 PHILLY_YAML = ROOT / "examples" / "kueue" / "philly.yaml"
 
-# One node of 8 GPUs; ClusterQueues a and b of nominal 4 GPUs each in cohort ab, no limits.
+# One node of 8 GPUs, 16 cores and 256Gi.
 NODE = ClusterSpec("one", (NodeSpec("n0", "r0", "V100", 8, 16_000, 256 * 1024),))
-TWO_QUEUES = """\
+
+
+def _queues(flavor: str, cohort: str, queues: tuple[tuple[str, str, str], ...]) -> str:
+    """A partition of one flavor over every node: per (name, covered resources, quotas) a
+    ClusterQueue in ``cohort`` and its LocalQueue of the same name."""
+    return f"""\
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor
-metadata: {name: gpu}
+metadata: {{name: {flavor}}}
 """ + "".join(f"""---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata: {{name: {q}}}
 spec:
-  cohort: ab
+  cohort: {cohort}
   resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
+  - coveredResources: [{covered}]
     flavors:
-    - name: gpu
-      resources:
-      - {{name: nvidia.com/gpu, nominalQuota: 4}}
+    - name: {flavor}
+      resources: [{quota}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {{name: {q}}}
 spec: {{clusterQueue: {q}}}
-""" for q in ("a", "b"))
+""" for q, covered, quota in queues)
+
+
+# ClusterQueues a and b of nominal 4 GPUs each in cohort ab, no limits.
+TWO_QUEUES = _queues("gpu", "ab", tuple((q, "nvidia.com/gpu", "{name: nvidia.com/gpu, nominalQuota: 4}") for q in "ab"))
 # j1: a, 6 GPUs at 0 for 100 s: admitted at once, borrowing 2 of b's idle 4.
 # j2: b, 4 GPUs at 10 for 50 s: within b's nominal, but only 8 - 6 = 2 GPUs are left in the
 #     cohort and nothing is preempted: waits until j1 ends at 100, ends at 150.
@@ -138,6 +147,99 @@ def test_queue_usage_is_its_jobs_work_and_borrowing_is_bounded(tmp_path, raw):
         assert max(0.0, work - 4 * makespan) - 1e-6 <= q["borrowed_gpu_time_s"] <= work + 1e-6
     total = sum(q["gpu_time_s"] for q in s["per_cluster_queue"].values())
     assert total == pytest.approx(s["gpu_utilization"] * 8 * makespan)
+
+
+# In cohort gc, ClusterQueue g with GPU, CPU and memory
+# quota (4 GPUs, 8 cores, 64Gi) and the CPU-only c (8 cores, borrowing at most 2 more, and 128Gi).
+GIB = 2**30
+GPU_AND_CPU = _queues("any", "gc", (
+    ("g", "nvidia.com/gpu, cpu, memory",
+     "{name: nvidia.com/gpu, nominalQuota: 4}, {name: cpu, nominalQuota: 8}, {name: memory, nominalQuota: 64Gi}"),
+    ("c", "cpu, memory", "{name: cpu, nominalQuota: 8, borrowingLimit: 2}, {name: memory, nominalQuota: 128Gi}")))
+
+
+def _gpu_and_cpu_run(tmp_path: Path, jobs: list[JobSpec]) -> dict:
+    path = tmp_path / "gc.yaml"
+    path.write_text(GPU_AND_CPU)
+    part, _ = load_partition(str(path), NODE)
+    kept, filtered = assign_queues(jobs, part)
+    assert not filtered
+    return run(kept, dataclasses.replace(NODE, partition=part), RunOptions()).summary
+
+
+def _cpu_job(job_id: str, submit: float, duration: float, cores: int, gib: int, gpus: int = 0) -> JobSpec:
+    return JobSpec(job_id, submit, duration, gpus, gpu_milli=1000 if gpus else 0, cpu_milli=cores * 1000,
+                   memory_mib=gib * 1024, vc="g" if gpus else "c")
+
+
+def test_every_covered_resource_by_hand(tmp_path):
+    # g's j1: 2 GPUs, 4 cores, 16Gi over [0, 100). c's j2: 10 cores (2 borrowed, its limit), 32Gi
+    # over [0, 50); c's j3 at 20 asks 6 cores: c would hold 16, past its 8 + 2, and the node's 16
+    # cores hold 14: waits for j2, runs [50, 100).
+    s = _gpu_and_cpu_run(tmp_path, [_cpu_job("j1", 0, 100, 4, 16, gpus=2), _cpu_job("j2", 0, 50, 10, 32),
+                                    _cpu_job("j3", 20, 50, 6, 8)])
+    assert s["makespan_s"] == 100.0
+    g, c = s["per_cluster_queue"]["g"], s["per_cluster_queue"]["c"]
+    assert list(g["resources"]) == ["nvidia.com/gpu", "cpu", "memory"] and list(c["resources"]) == ["cpu", "memory"]
+    # c's CPU in cores: 10 x 50 + 6 x 50 = 800 core-s, 8 cores on average, all of its nominal 8;
+    # 10 at most; 2 past nominal over [0, 50): 100 core-s, 1 core on average.
+    assert c["resources"]["cpu"] == {
+        "unit": "core", "flavors": ["any"], "borrowing_limit": 2.0, "lending_limit": None, "nominal": 8.0,
+        "usage_time_s": 800.0, "avg_usage": 8.0, "peak_usage": 10.0, "usage_of_nominal": 1.0,
+        "borrowed_time_s": 100.0, "avg_borrowed": 1.0}
+    # c's memory in bytes: 32Gi x 50 + 8Gi x 50 = 2000 GiB-s, 20Gi on average, of 128Gi; never past it.
+    mem = c["resources"]["memory"]
+    assert (mem["unit"], mem["nominal"], mem["usage_time_s"], mem["avg_usage"], mem["peak_usage"]) == (
+        "byte", 128.0 * GIB, 2000.0 * GIB, 20.0 * GIB, 32.0 * GIB)
+    assert mem["usage_of_nominal"] == pytest.approx(20 / 128) and mem["borrowed_time_s"] == 0.0
+    assert mem["borrowing_limit"] is None
+    # No GPU quota: the GPU keys at 0, as before.
+    assert (c["nominal_gpus"], c["gpu_time_s"], c["avg_gpus"], c["usage_of_nominal"]) == (0.0, 0.0, 0.0, None)
+    # g: its GPU keys are its GPU resource's figures; its CPU 4 x 100 core-s, half its nominal.
+    gpu = g["resources"]["nvidia.com/gpu"]
+    assert (g["nominal_gpus"], g["gpu_time_s"], g["avg_gpus"], g["usage_of_nominal"]) == (4.0, 200.0, 2.0, 0.5)
+    assert (gpu["nominal"], gpu["usage_time_s"], gpu["peak_usage"], gpu["unit"]) == (4.0, 200.0, 2.0, "GPU")
+    assert (g["resources"]["cpu"]["usage_time_s"], g["resources"]["cpu"]["usage_of_nominal"]) == (400.0, 0.5)
+    assert g["resources"]["memory"]["peak_usage"] == 16.0 * GIB
+    # The table: g's quota columns are its GPUs; c's, having none, its CPU, in cores.
+    lines = {line.split()[0]: line.split() for line in cluster_queue_table([("run", s)]).splitlines()[2:]}
+    assert lines["g"][7:11] == ["4", "2.0", "50%", "0.0"]
+    assert lines["c"][7:11] == ["8cpu", "8.0cpu", "100%", "1.0cpu"]
+    # cluster_queues.csv: every resource's figures, a column each, empty for a queue without it.
+    rows = {r["cluster_queue"]: r for r in cluster_queue_rows([("run", s)])}
+    assert list(rows["g"]) == list(rows["c"])
+    assert (rows["c"]["cpu_avg_usage"], rows["c"]["cpu_flavors"], rows["c"]["nvidia.com/gpu_nominal"]) == (8.0, "any", None)
+    assert rows["g"]["memory_peak_usage"] == 16.0 * GIB
+
+
+def test_a_memory_only_queue_shows_its_memory_in_the_table():
+    q = {"nominal_gpus": 0.0, "avg_gpus": 0.0, "usage_of_nominal": None, "avg_borrowed_gpus": 0.0,
+         "resources": {"memory": {"nominal": 64.0 * GIB, "avg_usage": 16.0 * GIB, "usage_of_nominal": 0.25,
+                                  "avg_borrowed": 0.0}}}
+    line = cluster_queue_table([("run", {"per_cluster_queue": {"m": q}})]).splitlines()[2].split()
+    assert line[7:11] == ["64Gi", "16.0Gi", "25%", "0.0Gi"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 10), st.integers(1, 32), st.integers(0, 300),
+                          st.integers(1, 200)), min_size=1, max_size=20))
+def test_every_resource_s_usage_is_its_jobs_requests_times_their_durations(tmp_path, raw):
+    # The outside oracle of the GPU test above, for every resource: on one node, without
+    # preemption, a queue holds each job's requests for exactly the job's duration; and it never
+    # holds more at once than its nominal quota plus what it may borrow.
+    jobs = [_cpu_job(f"j{i}", t, d, cores, gib, gpus) for i, (gpus, cores, gib, t, d) in enumerate(raw)]
+    s = _gpu_and_cpu_run(tmp_path, jobs)
+    units = {"nvidia.com/gpu": lambda j: j.num_gpus, "cpu": lambda j: j.cpu_milli / 1000,
+             "memory": lambda j: j.memory_mib * 2**20}
+    for name, q in s["per_cluster_queue"].items():
+        ours = [j for j in jobs if j.vc == name]
+        for resource, r in q["resources"].items():
+            ask = units[resource]
+            assert r["usage_time_s"] == pytest.approx(sum(ask(j) * j.duration_s for j in ours))
+            assert max((ask(j) for j in ours), default=0) <= r["peak_usage"]
+            if r["borrowing_limit"] is not None:
+                assert r["peak_usage"] <= r["nominal"] + r["borrowing_limit"]
+            assert r["borrowed_time_s"] <= r["usage_time_s"] + 1e-6
 
 
 @pytest.mark.parametrize("setting, message", [
@@ -237,6 +339,10 @@ def test_sweep_over_a_borrowing_limit_end_to_end(tmp_path):
     assert float(queues[f"{key}=2", "a"]["avg_admission_wait_s"]) == 40.0
     assert float(queues[f"{key}=2", "b"]["avg_admission_wait_s"]) == 90.0
     assert f"a             {key}=2" in r.stdout  # the per-ClusterQueue table
+    r = analysim("report", "out", cwd=tmp_path)  # and in the sweep's HTML report
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<h2>Per ClusterQueue</h2>" in page and html.escape(f"a             {key}=2") in page
     groups = list(csv.DictReader((tmp_path / "out" / "aggregate.csv").open()))
     assert sorted(g[key] for g in groups) == ["", "2"]  # one group per value of the axis
     # A path that names nothing: one line, before any cell runs.

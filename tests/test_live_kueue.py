@@ -196,3 +196,53 @@ def test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens(tmp_p
     # No labelled gauge of the scheduler is left without series.
     empty = sorted(f.name for f in families if f.type == "gauge" and not f.samples)
     assert empty == (sorted(NO_VC_QUOTAS) if partition else []), empty
+
+
+# cpu-team: CPU and memory quota only (16 cores, borrowing at most 4 more; 64Gi, lending at most
+# 32Gi of it); gpu-team: GPUs, CPU and memory; one cohort.
+CPU_AND_GPU = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: any}""" + _cq(
+    "cpu-team", "cg", {"cpu": {"nominalQuota": 16, "borrowingLimit": 4},
+                       "memory": {"nominalQuota": "64Gi", "lendingLimit": "32Gi"}}, flavor="any") + _cq(
+    "gpu-team", "cg", {GPU: {"nominalQuota": 8}, "cpu": {"nominalQuota": "40500m"},
+                       "memory": {"nominalQuota": "256Gi"}}, flavor="any")
+GIB = 2**30
+
+
+def test_every_covered_resource_is_exported_in_kueue_s_units(tmp_path: Path) -> None:
+    # A CPU-only job of cpu-team's (the trace's: a client's job asks for a GPU) takes 18 cores (2
+    # borrowed from gpu-team) and 6Gi; a client's job of gpu-team's 2 GPUs, 3 cores and 10Gi.
+    # Kueue exports every flavor-resource a ClusterQueue has quota for, CPU in cores and memory in
+    # bytes (resources.Amount.AsApproximateFloat64): so here.
+    path = tmp_path / "cg.yaml"
+    path.write_text(CPU_AND_GPU)
+    trace = tmp_path / "cpu.csv"
+    trace.write_text("job_id,submit_s,duration_s,num_gpus,gpu_milli,cpu_milli,memory_mib,vc\n"
+                     f"cpu-job,0,36000,0,0,18000,{6 * 1024},cpu-team\n")
+    with live(tmp_path, ["--trace", str(trace), "--speed", "1", "--partition", str(path)], "demo", nodes=16,
+              agents=1) as (run, client):
+        cpu_job = "cpu-job"
+        gpu_job = client.submit(num_gpus=2, duration_s=36000.0, vc="gpu-team", cpu_milli=3000,
+                                memory_mib=10 * 1024).job_id
+        for job in (cpu_job, gpu_job):
+            wait_until(lambda job=job: client.get_job(job).HasField("first_start_s"), 60, f"{job} running")
+        m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
+
+    def gauge(name: str) -> dict[tuple[str, str], float]:
+        samples = m[f"kueue_cluster_queue_{name}"]
+        assert {s.labels["cohort"] for s in samples} == {"cg"} and {s.labels["flavor"] for s in samples} == {"any"}
+        return {(s.labels["cluster_queue"], s.labels["resource"]): s.value for s in samples}
+
+    inf = float("inf")
+    assert gauge("nominal_quota") == {("cpu-team", "cpu"): 16.0, ("cpu-team", "memory"): 64.0 * GIB,
+                                      ("gpu-team", GPU): 8.0, ("gpu-team", "cpu"): 40.5,
+                                      ("gpu-team", "memory"): 256.0 * GIB}
+    assert gauge("borrowing_limit") == {("cpu-team", "cpu"): 4.0, ("cpu-team", "memory"): inf,
+                                        ("gpu-team", GPU): inf, ("gpu-team", "cpu"): inf, ("gpu-team", "memory"): inf}
+    assert gauge("lending_limit")[("cpu-team", "memory")] == 32.0 * GIB
+    held = {("cpu-team", "cpu"): 18.0, ("cpu-team", "memory"): 6.0 * GIB, ("gpu-team", GPU): 2.0,
+            ("gpu-team", "cpu"): 3.0, ("gpu-team", "memory"): 10.0 * GIB}
+    assert gauge("resource_usage") == held
+    assert gauge("resource_reservation") == held

@@ -44,6 +44,16 @@ MEMORY = "memory"
 # The resources the cluster model has, and the base unit of each.
 UNITS = {GPU: "milli-GPU", CPU: "millicore", MEMORY: "byte"}
 MIB = 1 << 20
+# What Kueue reports a quantity in (its metrics, resources.Amount.AsApproximateFloat64): GPUs, cores,
+# bytes; a resource not named here in its quantity's own unit. Base units per reported unit:
+PER_REPORTED_UNIT = {GPU: GPU_MILLI, CPU: 1000}
+# The reported unit's name, per resource (None: the quantity's own unit).
+REPORTED_UNITS = {GPU: "GPU", CPU: "core", MEMORY: "byte"}
+
+
+def in_kubernetes_units(resource: str, amount: int) -> float:
+    """A quantity in base units in Kubernetes' own (GPUs, cores, bytes): what Kueue reports."""
+    return amount / PER_REPORTED_UNIT.get(resource, 1)
 
 
 def requests_of(spec: JobSpec) -> dict[str, int]:

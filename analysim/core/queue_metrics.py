@@ -5,11 +5,13 @@ print from summary.json (analysim.report.cluster_queue_table):
 
 - admission wait (creation to first admission, ``wait_s`` of jobs.csv) and JCT of the queue's
   completed jobs: mean, median, p95, p99 (``metrics.distribution``, as the run's own JCT figures);
-- GPU usage: GPU-seconds its admitted jobs held, read from the quota tree between events, and its
-  time average over the run's makespan, also as a fraction of its nominal GPU quota;
-- borrowing: the same integral of what it held past its nominal quota, per flavor (Kueue's
-  ``kueue_cluster_queue_borrowing``: a queue under its quota of one flavor and over it in another
-  borrows the latter);
+- usage of every resource it has quota for (``resources``: GPUs, cores, bytes, as Kueue reports
+  them), summed over its flavors: the unit-seconds its admitted jobs held, read from the quota tree
+  between events, its time average over the run's makespan, also as a fraction of its nominal
+  quota, and the most held at once; the GPU figures again under the summary's GPU keys
+  (``nominal_gpus``, ``avg_gpus``, ...: ``GPU_FIGURES``);
+- borrowing: the same integral of what it held past its nominal quota, per flavor (a queue under
+  its quota of one flavor and over it in another borrows the latter);
 - evictions (preemptions) by Kueue's reason, from ``eviction_reasons``.
 """
 
@@ -19,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysim.core.job import GPU_MILLI, JobRun, JobStatus
-from analysim.core.partition import GPU
+from analysim.core.job import JobRun, JobStatus
+from analysim.core.partition import GPU, REPORTED_UNITS, in_kubernetes_units
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -53,9 +55,39 @@ def queue_meter(engine: Engine) -> QueueMeter | None:
     return QueueMeter(adm.state) if isinstance(adm, KueueAdmission) else None
 
 
+# A queue's figures for one resource, and the summary's GPU keys that repeat the GPU ones (a queue
+# without GPU quota has them at 0).
+GPU_FIGURES = {"nominal_gpus": "nominal", "gpu_time_s": "usage_time_s", "avg_gpus": "avg_usage",
+               "usage_of_nominal": "usage_of_nominal", "borrowed_gpu_time_s": "borrowed_time_s",
+               "avg_borrowed_gpus": "avg_borrowed"}
+
+
+def _total(resource: str, amounts: list[int | None]) -> float | None:
+    """Per-flavor amounts summed, in Kueue's reported unit; None when one is None (no limit)."""
+    if any(a is None for a in amounts):
+        return None
+    return in_kubernetes_units(resource, sum(amounts))  # type: ignore[arg-type]
+
+
+def resource_figures(nominal: float, usage_time_s: float, peak: float, borrowed_time_s: float,
+                     makespan_s: float) -> dict[str, float | None]:
+    """A queue's usage of one resource over the run, in Kueue's unit of it: the time integral
+    (unit-seconds), its average over ``makespan_s`` (as the run's utilization), also as a share of
+    the nominal quota, the most held at once, and the same integral and average of what it held
+    past its nominal quota."""
+    avg = usage_time_s / makespan_s if makespan_s > 0 else 0.0
+    return {"nominal": nominal, "usage_time_s": usage_time_s, "avg_usage": avg, "peak_usage": peak,
+            "usage_of_nominal": avg / nominal if nominal > 0 else None, "borrowed_time_s": borrowed_time_s,
+            "avg_borrowed": borrowed_time_s / makespan_s if makespan_s > 0 else 0.0}
+
+
 class QueueMeter:
-    """Integrates each ClusterQueue's GPU usage and borrowing over the run (``advance``, between
-    events) and counts its jobs' evictions by reason (``job_ended``)."""
+    """Integrates each ClusterQueue's usage and borrowing of every resource it has quota for over
+    the run (``advance``, between events) and counts its jobs' evictions by reason (``job_ended``).
+
+    A *slot* is one queue's one resource, summed over the flavors it has quota of it in: the unit
+    that usage is integrated in (Kueue's ``kueue_cluster_queue_resource_usage``, summed over its
+    ``flavor`` label)."""
 
     def __init__(self, state: KueueState) -> None:
         self.state = state
@@ -63,34 +95,74 @@ class QueueMeter:
         nodes = state.partition.nodes
         self.queues: list[int] = [i for i, n in enumerate(nodes) if n.is_queue]
         self.names: list[str] = [nodes[i].name for i in self.queues]
-        self.gpu_keys: list[list[tuple[str, str]]] = [sorted(fr for fr in tree.quota[i] if fr[1] == GPU)
-                                                     for i in self.queues]
-        self.nominal_gpus: list[float] = [sum(tree.nominal(i, fr) for fr in keys) / GPU_MILLI
-                                          for i, keys in zip(self.queues, self.gpu_keys, strict=True)]
-        n = len(self.queues)
-        self.used_gpu_s: list[float] = [0.0] * n
-        self.borrowed_gpu_s: list[float] = [0.0] * n
-        self.evictions: list[dict[str, int]] = [{} for _ in range(n)]
+        # Per slot: its queue (a position in ``queues``), resource, and flavor-resource keys (by flavor).
+        self.slot_queue: list[int] = []
+        self.slot_resource: list[str] = []
+        self.slot_keys: list[list[tuple[str, str]]] = []
+        # Per queue: its slots, in the order its resource groups cover the resources.
+        self.slots_of: list[list[int]] = []
+        for k, i in enumerate(self.queues):
+            covered = [r for g in nodes[i].groups for r in g.resources]
+            resources = sorted({fr[1] for fr in tree.quota[i]},
+                               key=lambda r: (covered.index(r) if r in covered else len(covered), r))
+            self.slots_of.append([])
+            for r in resources:
+                self.slots_of[k].append(len(self.slot_queue))
+                self.slot_queue.append(k)
+                self.slot_resource.append(r)
+                self.slot_keys.append(sorted(fr for fr in tree.quota[i] if fr[1] == r))
+        n = len(self.slot_queue)
+        # Per slot: quota (Kueue's units), and the integrals and peak of its usage over the run.
+        self.nominal: list[float] = []
+        self.borrowing_limit: list[float | None] = []
+        self.lending_limit: list[float | None] = []
+        for s, keys in enumerate(self.slot_keys):
+            quotas = [tree.quota[self.queues[self.slot_queue[s]]][fr] for fr in keys]
+            r = self.slot_resource[s]
+            self.nominal.append(in_kubernetes_units(r, sum(q.nominal for q in quotas)))
+            self.borrowing_limit.append(_total(r, [q.borrowing_limit for q in quotas]))
+            self.lending_limit.append(_total(r, [q.lending_limit for q in quotas]))
+        self.usage_time_s: list[float] = [0.0] * n
+        self.borrowed_time_s: list[float] = [0.0] * n
+        self.peak: list[float] = [0.0] * n
+        self.evictions: list[dict[str, int]] = [{} for _ in self.queues]
         self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}
-        # Usage and borrowing now, per queue, read again only when the tree's usage changed.
+        # The slots held now: slot -> (usage, borrowing), read again for a queue only when its
+        # usage changed (the state's version, then the queue's own).
         self._version = -1
-        self._used: list[float] = [0.0] * n
-        self._borrowed: list[float] = [0.0] * n
+        self._queue_version: list[int] = [-1] * len(self.queues)
+        self._held: dict[int, tuple[float, float]] = {}
 
     def advance(self, dt: float) -> None:
         st = self.state
         if st.version != self._version:
-            tree = st.tree
-            for k, i in enumerate(self.queues):
-                usage = tree.usage[i]
-                self._used[k] = sum(usage.get(fr, 0) for fr in self.gpu_keys[k]) / GPU_MILLI
-                self._borrowed[k] = sum(tree.borrowing(i, fr) for fr in self.gpu_keys[k]) / GPU_MILLI
+            self._read()
             self._version = st.version
-        for k in range(len(self.queues)):
-            if self._used[k]:
-                self.used_gpu_s[k] += self._used[k] * dt
-                if self._borrowed[k]:
-                    self.borrowed_gpu_s[k] += self._borrowed[k] * dt
+        used_s, borrowed_s = self.usage_time_s, self.borrowed_time_s
+        for s, (used, borrowed) in self._held.items():
+            used_s[s] += used * dt
+            if borrowed:
+                borrowed_s[s] += borrowed * dt
+
+    def _read(self) -> None:
+        """The usage and borrowing of every slot of a queue whose usage changed since last read;
+        read only before a stretch of time it is held for (so a peak is held for some time)."""
+        st = self.state
+        tree, versions = st.tree, st.queue_versions
+        for k, i in enumerate(self.queues):
+            if versions[i] == self._queue_version[k]:
+                continue
+            self._queue_version[k] = versions[i]
+            usage = tree.usage[i]
+            for s in self.slots_of[k]:
+                r, keys = self.slot_resource[s], self.slot_keys[s]
+                used = in_kubernetes_units(r, sum(usage.get(fr, 0) for fr in keys))
+                if used:
+                    self._held[s] = (used, in_kubernetes_units(r, sum(tree.borrowing(i, fr) for fr in keys)))
+                    if used > self.peak[s]:
+                        self.peak[s] = used
+                else:
+                    self._held.pop(s, None)
 
     def job_ended(self, job: JobRun) -> None:
         reasons = eviction_reasons(job, self.state)
@@ -116,8 +188,8 @@ class QueueMeter:
             lqs = [v for v, local in enumerate(ended.vc_names) if cq_of.get(local) == name]
             ours = np.isin(vc, lqs) & done
             mean, median, p95, p99 = distribution(wait[ours])
-            nominal = self.nominal_gpus[k]
-            avg = self.used_gpu_s[k] / makespan_s if makespan_s > 0 else 0.0
+            resources = {self.slot_resource[s]: self._resource(s, makespan_s) for s in self.slots_of[k]}
+            gpu = resources.get(GPU) or resource_figures(0.0, 0.0, 0.0, 0.0, makespan_s)
             evictions = dict.fromkeys(EVICTION_REASONS, 0)
             for reason, n in sorted(self.evictions[k].items()):
                 evictions[reason] = evictions.get(reason, 0) + n
@@ -128,13 +200,17 @@ class QueueMeter:
                 "avg_admission_wait_s": mean, "median_admission_wait_s": median,
                 "p95_admission_wait_s": p95, "p99_admission_wait_s": p99,
                 **jct_stats(jct[ours], queue[ours]),
-                "nominal_gpus": nominal,
-                "gpu_time_s": self.used_gpu_s[k],
-                "avg_gpus": avg,
-                "usage_of_nominal": avg / nominal if nominal > 0 else None,
-                "borrowed_gpu_time_s": self.borrowed_gpu_s[k],
-                "avg_borrowed_gpus": self.borrowed_gpu_s[k] / makespan_s if makespan_s > 0 else 0.0,
+                **{key: gpu[figure] for key, figure in GPU_FIGURES.items()},
                 "evictions": evictions,
                 "evictions_total": sum(evictions.values()),
+                "resources": resources,
             }
         return out
+
+    def _resource(self, s: int, makespan_s: float) -> dict:
+        """One slot's entry of a queue's ``resources``: its unit, flavors, quota and usage."""
+        r = self.slot_resource[s]
+        return {"unit": REPORTED_UNITS.get(r), "flavors": [f for f, _ in self.slot_keys[s]],
+                "borrowing_limit": self.borrowing_limit[s], "lending_limit": self.lending_limit[s],
+                **resource_figures(self.nominal[s], self.usage_time_s[s], self.peak[s], self.borrowed_time_s[s],
+                                   makespan_s)}

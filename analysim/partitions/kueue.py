@@ -27,6 +27,7 @@ from analysim.core.partition import (
     GPU,
     MEMORY,
     NEVER,
+    PER_REPORTED_UNIT,
     PREEMPTION_OVER_BORROWING,
     RECLAIM_WITHIN_COHORT,
     STRICT_FIFO,
@@ -81,7 +82,7 @@ _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti
 # millicores, memory and anything else in the quantity's own unit.
 # A fairSharing weight is read as a quantity too, in thousandths (a weight may be 0.5).
 WEIGHT = "fairSharing.weight"
-_SCALE = {GPU: 1000, CPU: 1000, WEIGHT: 1000}
+_SCALE = {**PER_REPORTED_UNIT, WEIGHT: 1000}
 # The most a quota may give, in base units: far beyond any cluster (a million GPUs, 100 million
 # cores, an exbibyte of memory), and small enough to stay exact as a float in the core's sums.
 _MOST = {GPU: 10**9, CPU: 10**11, MEMORY: 2**60, WEIGHT: 10**9}
@@ -90,11 +91,6 @@ _MOST_OTHER = 2**53
 # parsed (or while it is), rather than read for minutes.
 MAX_FILE_BYTES = 4 << 20
 MAX_DOCUMENTS = 5000
-
-
-def in_kubernetes_units(resource: str, amount: int) -> float:
-    """A quantity in base units in Kubernetes' own (GPUs, cores, bytes): what Kueue reports."""
-    return amount / _SCALE.get(resource, 1)
 
 
 @dataclass
@@ -208,7 +204,7 @@ def quantity(v: object, resource: str) -> int:
             raise ValueError(f"must not be negative, got {v!r}")
         if amount > most:
             raise ValueError(f"{v} is more than any cluster could hold (at most "
-                             f"{in_kubernetes_units(resource, most):g} for {resource})")
+                             f"{most / _SCALE.get(resource, 1):g} for {resource})")
         return int(amount.to_integral_value(rounding=ROUND_CEILING))
     except DecimalException:  # beyond Decimal's own range (e.g. 1e999999)
         raise ValueError(f"{v} is more than any cluster could hold") from None

@@ -22,7 +22,7 @@ import numpy as np
 
 from analysim import __version__
 from analysim.errors import UserError
-from analysim.report import have_matplotlib, pyplot
+from analysim.report import cluster_queue_table, have_matplotlib, pyplot
 from analysim.sweep.results import (
     GROUP_BY_ALL_BUT,
     HIGHER_IS_BETTER,
@@ -92,7 +92,11 @@ class SweepData:
             return list(csv.DictReader(f))
 
     def per_vc(self, row: dict) -> dict:
-        v = row.get("per_vc")
+        return self.mapping(row, "per_vc")
+
+    def mapping(self, row: dict, key: str) -> dict:
+        """A summary's mapping as results.csv holds it (JSON text); {} for a cell without one."""
+        v = row.get(key)
         return json.loads(v) if isinstance(v, str) and v else {}
 
 
@@ -396,6 +400,11 @@ def render(folder: Path) -> str:
             png, caption = fig
             parts.append(f"<figure><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    queues = [(r["label"], {"per_cluster_queue": d.mapping(r, "per_cluster_queue")}) for r in d.ok]
+    if any(q for _, q in queues):
+        parts += ["<h2>Per ClusterQueue</h2>", "<p>The cells run under a partition: admission wait, JCT, quota "
+                  "and usage, preemptions (docs/kueue.md, “The per-ClusterQueue report”).</p>",
+                  f"<pre>{html.escape(cluster_queue_table(queues))}</pre>"]
     parts += ["<h2>Cells</h2>", cells_table(d)]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport "
             "content='width=device-width,initial-scale=1'>"
