@@ -16,7 +16,7 @@ from analysim.envconfig import apply_env
 from analysim.errors import run_command
 
 # Subcommand modules, in the order ``analysim --help`` lists them.
-SUBCOMMANDS = ("simulate", "compare", "sweep", "explain", "fidelity", "report", "trace", "model", "gateway", "attack", "monitor-eval",
+SUBCOMMANDS = ("simulate", "compare", "sweep", "kueue-perf", "explain", "fidelity", "report", "trace", "model", "gateway", "attack", "monitor-eval",
                "up", "agent", "submit", "status", "load")
 
 

@@ -1,0 +1,332 @@
+"""Kueue's scheduler performance scenarios (``test/performance/scheduler/configs/`` in Kueue's
+repository) as AnalySIM inputs, and what Kueue's recorder and checker report of a replay.
+
+The generator (``runner/generator/generator.go``) creates one ResourceFlavor ``rf``; per cohort
+set ``count`` cohorts ``<class>-<i>``; in each, per queue set ``count`` ClusterQueues
+``<class>-<set>-<i>-<cohort>`` with one resource, its nominal quota and borrowing limit and the
+set's two preemption policies, each with a LocalQueue of its name; and per workloads set of a
+queue, ``count`` rounds of its workloads, every one created after sleeping the set's creation
+interval (the sets of a queue run concurrently: the k-th workload of a set, counting from 0, is
+created at (k + 1) × interval). The runner (``runner/controller``) finishes a workload its
+``runtimeMs`` after it saw it admitted; an evicted workload starts again from zero when admitted
+again (``--preemption-cost restart``).
+
+The one resource is ``cpu`` in Kueue's scenario; here it is the nodes' GPUs, one GPU per core
+(the scenarios ask for whole cores), on nodes that never bind: only quota does, as in Kueue's
+test, which has no nodes.
+
+The recorder (``runner/recorder``) gives per workload class the mean time from creation to the
+last admission (a workload evicted and admitted again is counted to its last admission), and per
+ClusterQueue class the usage: the queues' quota in use integrated over time, over their nominal
+quota times the time from the first event to the last; the checker compares those and the wall
+time with ``rangespec.yaml``, whose comments carry the averages real Kueue recorded.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from analysim.errors import UserError
+
+RESOURCE = "nvidia.com/gpu"  # (the scenario's cpu: see the module docstring)
+NODE_GPUS = 128
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # <class>-<set>-<round>-<index>, the generator's
+    queue: str  # its ClusterQueue (and LocalQueue)
+    klass: str
+    created_s: float
+    runtime_s: float
+    priority: int
+    request: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A generator's objects, as Kueue YAML, and its workloads in creation order."""
+
+    partition_yaml: str
+    workloads: list[Workload]
+    queue_class: dict[str, str]  # ClusterQueue -> its class
+    nominal: dict[str, int]  # ClusterQueue -> nominal quota
+
+
+_COHORT_KEYS = {"className", "count", "queuesSets"}
+_QUEUE_KEYS = {"className", "count", "nominalQuota", "borrowingLimit", "reclaimWithinCohort", "withinClusterQueue",
+               "workloadsSets"}
+_SET_KEYS = {"count", "creationIntervalMs", "workloads"}
+_WORKLOAD_KEYS = {"className", "runtimeMs", "priority", "request", "podCount", "tasConstraint", "tasLevel", "sliceSize"}
+_POLICIES = {"Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any"}
+
+
+def _fields(where: str, value: object, known: set[str]) -> dict:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected a mapping, got {type(value).__name__}")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    return value
+
+
+def _count(where: str, value: object, least: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UserError(f"{where}: expected an integer >= {least}, got {value!r}")
+    return value
+
+
+def _cores(where: str, value: object) -> int:
+    """A quantity of whole cores ("20", 20)."""
+    text = str(value).strip()
+    if not re.fullmatch(r"\d+", text):
+        raise UserError(f"{where}: expected a whole number of cores, got {value!r} (fractional and suffixed "
+                        "quantities are not supported)")
+    return int(text)
+
+
+def _list(where: str, value: object) -> list:
+    if not isinstance(value, list) or not value:
+        raise UserError(f"{where}: expected a non-empty list")
+    return value
+
+
+def read_generator(path: str | Path) -> Scenario:
+    """The scenario of a Kueue perf generator config; a one-line UserError naming the field when
+    it is not one."""
+    src = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise UserError(f"{src}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{src}: not YAML: {str(e).splitlines()[0]}") from None
+    data = _fields(src, data, {"cohorts", "topology", "resourceFlavor"})
+    if data.get("topology") is not None:
+        raise UserError(f"{src}: topology: not supported (topology-aware scheduling is not modelled)")
+    if data.get("resourceFlavor") is not None:
+        raise UserError(f"{src}: resourceFlavor: not supported (a scenario's own flavor comes with topology)")
+    docs = ["apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: rf}"]
+    workloads: list[Workload] = []
+    queue_class: dict[str, str] = {}
+    nominal: dict[str, int] = {}
+    priorities: set[int] = set()
+    for ci, cset in enumerate(_list(f"{src}: cohorts", data.get("cohorts"))):
+        at = f"{src}: cohorts[{ci}]"
+        cset = _fields(at, cset, _COHORT_KEYS)
+        for c in range(_count(f"{at}.count", cset.get("count"), 1)):
+            cohort = f"{cset.get('className', '')}-{c}"
+            docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: Cohort\nmetadata: {{name: {cohort}}}")
+            for qi, qset in enumerate(_list(f"{at}.queuesSets", cset.get("queuesSets"))):
+                qat = f"{at}.queuesSets[{qi}]"
+                qset = _fields(qat, qset, _QUEUE_KEYS)
+                quota = _cores(f"{qat}.nominalQuota", qset.get("nominalQuota"))
+                limit = _cores(f"{qat}.borrowingLimit", qset.get("borrowingLimit", 0))
+                policies = {}
+                for key in ("reclaimWithinCohort", "withinClusterQueue"):
+                    policy = qset.get(key, "Never")
+                    if policy not in _POLICIES:
+                        raise UserError(f"{qat}.{key}: expected one of {', '.join(sorted(_POLICIES))}, got {policy!r}")
+                    policies[key] = policy
+                for q in range(_count(f"{qat}.count", qset.get("count"), 1)):
+                    name = f"{qset.get('className', '')}-{qi}-{q}-{cohort}"
+                    queue_class[name], nominal[name] = str(qset.get("className", "")), quota
+                    docs.append(_queue_yaml(name, cohort, quota, limit, policies))
+                    workloads += _workloads(qat, qset, name, priorities)
+    for p in sorted(priorities):
+        docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {{name: p{p}}}\n"
+                    f"value: {p}")
+    workloads.sort(key=lambda w: (w.created_s, w.queue, w.name))
+    return Scenario("---\n".join(d + "\n" for d in docs), workloads, queue_class, nominal)
+
+
+def _queue_yaml(name: str, cohort: str, quota: int, limit: int, policies: dict[str, str]) -> str:
+    return (f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  cohort: {cohort}\n  namespaceSelector: {{}}\n"
+            f"  preemption: {{reclaimWithinCohort: {policies['reclaimWithinCohort']}, "
+            f"withinClusterQueue: {policies['withinClusterQueue']}}}\n"
+            f"  resourceGroups:\n  - coveredResources: [{RESOURCE}]\n    flavors:\n    - name: rf\n      resources:\n"
+            f"      - {{name: {RESOURCE}, nominalQuota: {quota}, borrowingLimit: {limit}}}\n"
+            f"---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {{name: {name}}}\n"
+            f"spec: {{clusterQueue: {name}}}")
+
+
+def _workloads(qat: str, qset: dict, queue: str, priorities: set[int]) -> list[Workload]:
+    out = []
+    for si, wset in enumerate(_list(f"{qat}.workloadsSets", qset.get("workloadsSets"))):
+        sat = f"{qat}.workloadsSets[{si}]"
+        wset = _fields(sat, wset, _SET_KEYS)
+        interval = _count(f"{sat}.creationIntervalMs", wset.get("creationIntervalMs"))
+        templates = _list(f"{sat}.workloads", wset.get("workloads"))
+        for ti, t in enumerate(templates):
+            tat = f"{sat}.workloads[{ti}]"
+            _fields(tat, t, _WORKLOAD_KEYS)
+            if t.get("tasLevel"):
+                raise UserError(f"{tat}.tasLevel: not supported (topology-aware scheduling is not modelled)")
+            if t.get("podCount", 1) not in (0, 1):
+                raise UserError(f"{tat}.podCount: only one pod per workload is supported, got {t.get('podCount')!r}")
+            _count(f"{tat}.runtimeMs", t.get("runtimeMs"))
+            _count(f"{tat}.priority", t.get("priority", 0))
+        k = 0
+        for r in range(_count(f"{sat}.count", wset.get("count"))):
+            for i, t in enumerate(templates):
+                k += 1  # (a sleep of the interval before each creation)
+                priorities.add(t.get("priority", 0))
+                out.append(Workload(f"{t.get('className', '')}-{si}-{r}-{i}", queue, str(t.get("className", "")),
+                                    k * interval / 1000, t["runtimeMs"] / 1000, t.get("priority", 0),
+                                    _cores(f"{sat}.workloads[{i}].request", t.get("request"))))
+    return out
+
+
+def write_inputs(s: Scenario, out: Path) -> tuple[Path, Path, str]:
+    """The scenario as files ``analysim simulate`` reads: partition.yaml, trace.csv (canonical),
+    and the cluster (enough nodes that only quota binds)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "partition.yaml").write_text(s.partition_yaml)
+    with open(out / "trace.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job_id", "submit_s", "duration_s", "num_gpus", "vc", "qos"])
+        for x in s.workloads:
+            w.writerow([f"{x.queue}/{x.name}", repr(x.created_s), repr(x.runtime_s), x.request, x.queue, f"p{x.priority}"])
+    largest = max((x.request for x in s.workloads), default=1)
+    if largest > NODE_GPUS:
+        raise UserError(f"a workload asks for {largest} cores; at most {NODE_GPUS} are supported")
+    # Quota borrowed comes from the cohort's own nominal quota, so all the queues together never
+    # hold more than their nominal quotas: nodes for that, and a quarter more for what packing
+    # whole requests onto nodes may strand (each node at most a request's size less one).
+    nodes = math.ceil(1.25 * sum(s.nominal.values()) / NODE_GPUS) + 1
+    return out / "partition.yaml", out / "trace.csv", f"{nodes}x{NODE_GPUS}"
+
+
+# --- what Kueue's recorder reports -----------------------------------------------------------
+
+
+def recorded(s: Scenario, jobs_csv: Path, events_csv: Path) -> dict:
+    """Kueue's runner summary (summary.yaml's shape) of a replay, from its jobs.csv and events file."""
+    klass = {f"{w.queue}/{w.name}": w.klass for w in s.workloads}
+    request = {f"{w.queue}/{w.name}": w.request for w in s.workloads}
+    created = {f"{w.queue}/{w.name}": w.created_s for w in s.workloads}
+    last_admit: dict[str, float] = {}
+    evictions: dict[str, int] = {}
+    held: dict[str, tuple[str, float]] = {}
+    used: dict[str, float] = {}
+    end = 0.0
+    with open(events_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            t, kind, job = float(r["time_s"]), r["event"], r["job_id"]
+            end = max(end, t)
+            if kind == "admit":
+                last_admit[job] = t
+                held[job] = (r["queue"], t)
+            elif kind in ("evict", "complete") and job in held:
+                queue, since = held.pop(job)
+                used[queue] = used.get(queue, 0.0) + request[job] * (t - since)
+                if kind == "evict":
+                    evictions[job] = evictions.get(job, 0) + 1
+    finish: dict[str, float] = {}
+    with open(jobs_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "completed":
+                finish[r["job_id"]] = float(r["end_s"])
+    classes: dict[str, dict] = {}
+    for job, c in klass.items():
+        e = classes.setdefault(c, {"count": 0, "admit": 0.0, "finish": 0.0, "evictions": 0})
+        e["count"] += 1
+        e["admit"] += last_admit.get(job, end) - created[job]
+        e["finish"] += finish.get(job, end) - created[job]
+        e["evictions"] += evictions.get(job, 0)
+    cq: dict[str, dict] = {}
+    for queue, c in s.queue_class.items():
+        e = cq.setdefault(c, {"cpuUsed": 0, "nominalQuota": 0})
+        e["cpuUsed"] += round(used.get(queue, 0.0) * 1000 * 1000)  # mCPU × ms
+        e["nominalQuota"] += s.nominal[queue] * 1000
+    elapsed_ms = round(end * 1000)
+    for e in cq.values():
+        e["cpuAverageUsage"] = e["cpuUsed"] // elapsed_ms if elapsed_ms else 0
+        e["firstEventTimeMs"], e["lastEventTimeMs"] = 0, elapsed_ms
+        e["usagePercent"] = e["cpuUsed"] * 100 / (e["nominalQuota"] * elapsed_ms) if elapsed_ms else 0.0
+    return {
+        "clusterQueueClasses": cq,
+        "workloadClasses": {c: {"count": e["count"], "totalEvictions": e["evictions"],
+                                "averageTimeToAdmissionMs": round(e["admit"] * 1000 / e["count"]),
+                                "averageTimeToFinishMs": round(e["finish"] * 1000 / e["count"])}
+                            for c, e in sorted(classes.items())},
+        "wallMs": elapsed_ms,
+    }
+
+
+# --- what real Kueue recorded (rangespec.yaml) -----------------------------------------------
+
+_AVERAGE = re.compile(r"(?:Average value|mean=)\s*([\d_.]+)\s*(ms|%)?", re.IGNORECASE)
+
+
+def read_rangespec(path: str | Path) -> dict:
+    """The checker's bounds and, from the comment before each, the average real Kueue recorded
+    (``# Average value 76768`` / ``# mean=38.64%``; None when a bound has no such comment):
+    {"wall": (bound_ms, avg_ms), "usage": {class: (min %, avg %)}, "admission": {class: (max ms, avg ms)}}."""
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text)
+    except OSError as e:
+        raise UserError(f"{src}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{src}: not YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{src}: expected a mapping")
+    averages: dict[tuple[str, str], float] = {}
+    section, note = "", ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            note += " " + stripped
+            continue
+        m = re.match(r"^(\s*)([A-Za-z0-9_.-]+)\s*:", line)
+        if m:
+            key = m.group(2)
+            if not m.group(1):
+                section = key
+            found = _AVERAGE.search(note) or _AVERAGE.search(line.partition("#")[2])
+            if found:
+                averages[(section, key)] = float(found.group(1).replace("_", ""))
+        note = ""
+
+    def bounds(key: str) -> dict:
+        got = data.get(key) or {}
+        if not isinstance(got, dict):
+            raise UserError(f"{src}: {key}: expected a mapping")
+        return {str(k): (float(v), averages.get((key, str(k)))) for k, v in got.items()}
+
+    wall = (data.get("cmd") or {}).get("maxWallMs")
+    return {"wall": (wall, averages.get(("cmd", "maxWallMs"))),
+            "usage": bounds("clusterQueueClassesMinUsage"),
+            "admission": bounds("wlClassesMaxAvgTimeToAdmissionMs")}
+
+
+def compare(summary: dict, spec: dict) -> list[dict]:
+    """Rows: figure, ours, real Kueue's recorded average, the relative difference (points for
+    usage), the checker's bound and whether ours passes it."""
+    rows = []
+    for c, e in summary["workloadClasses"].items():
+        bound, avg = spec["admission"].get(c, (None, None))
+        ours = e["averageTimeToAdmissionMs"]
+        rows.append({"figure": f"time to admission, {c} (ms)", "ours": ours, "kueue": avg,
+                     "difference": None if not avg else (ours - avg) / avg, "unit": "relative",
+                     "bound": bound, "passes": None if bound is None else ours <= bound})
+    for c, e in summary["clusterQueueClasses"].items():
+        bound, avg = spec["usage"].get(c, (None, None))
+        ours = round(e["usagePercent"], 1)
+        rows.append({"figure": f"ClusterQueue usage, {c} (%)", "ours": ours, "kueue": avg,
+                     "difference": None if avg is None else ours - avg, "unit": "points",
+                     "bound": bound, "passes": None if bound is None else ours >= bound})
+    bound, avg = spec["wall"]
+    ours = summary["wallMs"]
+    rows.append({"figure": "wall (ms)", "ours": ours, "kueue": avg, "difference": None if not avg else (ours - avg) / avg,
+                 "unit": "relative", "bound": bound, "passes": None if bound is None else ours <= bound})
+    return rows

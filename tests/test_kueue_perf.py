@@ -1,0 +1,109 @@
+"""``analysim kueue-perf``: Kueue's performance scenarios read as its generator creates them, the
+recorder's figures of a replay computed by hand on a tiny scenario, real Kueue's recorded averages
+read from its rangespec's comments, and both upstream scenarios end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysim.cli import main
+from analysim.errors import UserError
+from analysim.kueue_perf import read_generator, read_rangespec
+
+REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "kueue"
+
+TINY = """
+cohorts:
+  - className: co
+    count: 1
+    queuesSets:
+    - className: cq
+      count: 2
+      nominalQuota: 4
+      borrowingLimit: 0
+      reclaimWithinCohort: Never
+      withinClusterQueue: Never
+      workloadsSets:
+      - count: 2
+        creationIntervalMs: 1000
+        workloads:
+        - {className: big, runtimeMs: 3000, priority: 10, request: 4}
+      - count: 1
+        creationIntervalMs: 500
+        workloads:
+        - {className: small, runtimeMs: 500, priority: 5, request: "1"}
+"""
+
+
+def test_the_generator_s_objects_and_creation_times(tmp_path):
+    (tmp_path / "g.yaml").write_text(TINY)
+    s = read_generator(tmp_path / "g.yaml")
+    assert sorted(s.nominal) == ["cq-0-0-co-0", "cq-0-1-co-0"]
+    mine = [(w.name, w.created_s, w.runtime_s, w.request, w.priority) for w in s.workloads if w.queue == "cq-0-0-co-0"]
+    # each set sleeps its interval before each creation; the sets of a queue run side by side
+    assert mine == [("small-1-0-0", 0.5, 0.5, 1, 5), ("big-0-0-0", 1.0, 3.0, 4, 10), ("big-0-1-0", 2.0, 3.0, 4, 10)]
+    docs = list(yaml.safe_load_all(s.partition_yaml))
+    assert [d["kind"] for d in docs].count("ClusterQueue") == 2
+    assert {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "WorkloadPriorityClass"} == {"p5": 5, "p10": 10}
+
+
+def test_the_recorder_s_figures_of_a_tiny_replay(tmp_path, capsys):
+    (tmp_path / "g.yaml").write_text(TINY)
+    assert main(["kueue-perf", str(tmp_path / "g.yaml"), "--out", str(tmp_path / "out")]) == 0
+    s = yaml.safe_load((tmp_path / "out" / "summary.yaml").read_text())
+    # Per queue: small at 0.5 runs to 1.0; big-0 at 1.0 waits for it (4 of 4), runs 1.0-4.0;
+    # big-1 created at 2.0 waits until 4.0. Time to admission: small 0, big (0 + 2000) / 2.
+    assert s["workloadClasses"]["small"]["averageTimeToAdmissionMs"] == 0
+    assert s["workloadClasses"]["big"]["averageTimeToAdmissionMs"] == 1000
+    assert s["wallMs"] == 7000
+    # usage per queue: 1 × 0.5 s + 4 × 6 s = 24.5 core-seconds of 4 cores over 7 s
+    cq = s["clusterQueueClasses"]["cq"]
+    assert cq["usagePercent"] == pytest.approx(100 * 2 * 24.5 / (8 * 7))
+    assert "time to admission, big (ms)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("cohorts: []", "cohorts: expected a non-empty list"),
+    ("topology: {levels: [a]}\ncohorts: [{}]", "topology: not supported"),
+    ("cohorts: [{className: c, count: -1, queuesSets: []}]", "cohorts[0].count: expected an integer >= 1"),
+    ("cohorts: [{className: c, count: 1, queuesSets: [{className: q, count: 1, nominalQuota: 500m}]}]",
+     "nominalQuota: expected a whole number of cores"),
+    ("cohorts: [{className: c, count: 1, colour: red}]", "unknown field 'colour'"),
+])
+def test_bad_generators_are_one_line_errors(tmp_path, text, message):
+    (tmp_path / "g.yaml").write_text(text)
+    with pytest.raises(UserError, match=re.escape(message)):
+        read_generator(tmp_path / "g.yaml")
+
+
+needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference/kueue is not there")
+
+
+@needs_reference
+def test_real_kueue_s_recorded_averages_are_read_from_the_rangespec_comments():
+    base = read_rangespec(REFERENCE / "baseline" / "rangespec.yaml")
+    assert base["wall"] == (425_000, 351116.4)
+    assert base["usage"] == {"cq": (50.0, 55.9)}
+    assert base["admission"] == {"large": (23_000, 16501), "medium": (90_000, 76768), "small": (260_000, 215468)}
+    large = read_rangespec(REFERENCE / "large-scale" / "rangespec.yaml")
+    assert large["wall"] == (1_416_000, 1179411)
+    assert large["usage"] == {"cq": (31.6, 38.64)}
+    assert large["admission"]["small"] == (841_000, 700379)
+
+
+@needs_reference
+def test_the_baseline_scenario_end_to_end(tmp_path):
+    out = tmp_path / "base"
+    assert main(["kueue-perf", str(REFERENCE / "baseline" / "generator.yaml"), "--rangespec",
+                 str(REFERENCE / "baseline" / "rangespec.yaml"), "--out", str(out)]) == 0
+    report = json.loads((out / "kueue-perf.json").read_text())
+    classes = report["summary"]["workloadClasses"]
+    assert {c: e["count"] for c, e in classes.items()} == {"large": 1500, "medium": 3000, "small": 10500}
+    with open(out / "run" / "jobs.csv") as f:
+        assert sum(1 for line in f if ",completed," in line) == 15_000
+    assert {r["figure"] for r in report["comparison"]} >= {"wall (ms)", "ClusterQueue usage, cq (%)"}
