@@ -45,6 +45,11 @@ class ControlPlaneConfig:
     api_burst: int = 100  # writes that may go at once after a quiet spell
     requeue_batch_s: float = 1.0  # inadmissible workloads come back this long after a release
 
+    def as_flag(self) -> str:
+        """The ``--control-plane`` value that gives this configuration (argtypes.control_plane)."""
+        return "kueue," + ",".join(f"{k}={getattr(self, k)}" for k in
+                                   ("cycle_s", "heads_per_queue", "api_qps", "api_burst", "requeue_batch_s"))
+
     def __post_init__(self) -> None:
         for name, value in (("cycle_s", self.cycle_s), ("api_qps", self.api_qps)):
             if not math.isfinite(value) or value <= 0:
