@@ -110,9 +110,15 @@ def percent(text: str) -> float:
     return v
 
 
-def control_plane(text: str):  # noqa: ANN201 — an argparse type
-    """``--control-plane``: ``kueue`` (Kueue's defaults, analysim.core.control_plane), or ``kueue,``
-    followed by FIELD=VALUE pairs overriding them, e.g. ``kueue,heads_per_queue=4,api_qps=100``."""
+def control_plane(text: str) -> str:
+    """``--control-plane``, checked: ``kueue`` (Kueue's defaults, analysim.core.control_plane), or
+    ``kueue,`` followed by FIELD=VALUE pairs overriding them, e.g. ``kueue,heads_per_queue=4``.
+    The value stays text (options are recorded and swept as JSON); control_plane_config reads it."""
+    return control_plane_config(text).as_flag()
+
+
+def control_plane_config(text: str):  # noqa: ANN201 — analysim.core.control_plane.ControlPlaneConfig
+    """The configuration a ``--control-plane`` value gives (argparse.ArgumentTypeError if none)."""
     from dataclasses import fields
 
     from analysim.core.control_plane import ControlPlaneConfig

@@ -11,6 +11,7 @@ import sys
 
 from analysim.argtypes import (
     control_plane,
+    control_plane_config,
     count_at_most,
     nonneg_int,
     percent,
@@ -177,5 +178,6 @@ def run_options(args: argparse.Namespace, policy: str, placement: str) -> RunOpt
         migration_overhead_s=args.migration_overhead,
         checkpoint_interval_s=args.checkpoint_interval or None,
         rebalance_interval_s=args.rebalance_interval, relaxed_locality=args.relaxed_locality,
-        preemption_cost=args.preemption_cost, control_plane=args.control_plane,
+        preemption_cost=args.preemption_cost,
+        control_plane=None if args.control_plane is None else control_plane_config(args.control_plane),
     )

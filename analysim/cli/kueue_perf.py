@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
              "--no-progress", "--preemption-cost", args.preemption_cost, "--events", str(out / "events.csv"),
              "--out", str(out / "run")]
     if args.control_plane is not None:
-        flags += ["--control-plane", args.control_plane.as_flag()]
+        flags += ["--control-plane", args.control_plane]
     print(f"kueue-perf: {len(scenario.workloads):,} workloads, {len(scenario.nominal):,} ClusterQueues on {cluster}")
     (out / "run").mkdir(exist_ok=True)
     with open(out / "run" / "simulate.log", "w") as log, contextlib.redirect_stdout(log):

@@ -9,10 +9,8 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
-from analysim.argtypes import control_plane
 from analysim.cli.common import add_run_arguments, load_inputs, run_options
 from analysim.core.cluster import ClusterSpec
-from analysim.core.control_plane import ControlPlaneConfig
 from analysim.errors import UserError
 from analysim.events import EventsCsv
 from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
@@ -71,8 +69,6 @@ def recorded_args(args: argparse.Namespace) -> dict:
             continue
         if isinstance(v, Path) or isinstance(v, str) and v and Path(v).is_file():
             v = str(Path(v).resolve())
-        elif isinstance(v, ControlPlaneConfig):
-            v = v.as_flag()  # (read back by simulate_namespace)
         out[k] = v
     return out
 
@@ -85,8 +81,6 @@ def simulate_namespace(recorded: dict) -> argparse.Namespace:
     args = p.parse_args([])
     paths = {a.dest for a in p._actions if a.type is Path}
     for k, v in recorded.items():
-        if k == "control_plane" and v is not None:
-            v = control_plane(v)
         setattr(args, k, Path(v) if k in paths and v is not None else v)
     return args
 
