@@ -230,6 +230,9 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
     try:
         # (JSON, as `kubectl get -o json` writes it, is YAML too: one document, with its lines.)
         for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
+            if i > MAX_DOCUMENTS:  # (empty ones too: each is parsed)
+                raise UserError(f"{path}: more than {MAX_DOCUMENTS:,} documents; a partition file may have at most "
+                                f"{MAX_DOCUMENTS:,}")
             if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
                 continue
             for at in _objects(_At(read, node, i, "", "")):
