@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from analysim.core.cluster import ClusterSpec, NodeSpec, VCSpec
-from analysim.errors import InputFileError, UserError
+from analysim.errors import InputFileError, UserError, read_text
 from analysim.traces.base import CsvInput
 
 DEFAULT_MODEL = "V100"
@@ -239,13 +239,7 @@ _LOADERS: dict[str, Callable[[str, Path], Any]] = {
 
 
 def _load_file(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    return _LOADERS[path.suffix.lower()](text, path)
+    return _LOADERS[path.suffix.lower()](read_text(path), path)
 
 
 class _Fields:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -22,6 +23,22 @@ class InputFileError(UserError):
         if column:
             where += f", column {column!r}"
         super().__init__(f"{where}: {problem}")
+
+
+def read_text(path: str | Path, *, most: int | None = None, what: str = "file", encoding: str = "utf-8") -> str:
+    """A user's text file whole, or a one-line UserError naming it: missing, unreadable, not
+    UTF-8, or longer than ``most`` characters (``what`` names the kind of file the limit is for)."""
+    try:
+        text = Path(path).read_text(encoding=encoding)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if most is not None and len(text) > most:
+        raise UserError(f"{path}: {len(text):,} characters; {what} may have at most {most:,}")
+    return text
 
 
 def run_command(prog: str, fn: Callable[[], int | None], say_interrupted: bool = False) -> int:

@@ -41,7 +41,7 @@ from analysim.core.partition import (
     QuotaTree,
     ResourceGroup,
 )
-from analysim.errors import InputFileError, UserError
+from analysim.errors import InputFileError, UserError, read_text
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = {
@@ -217,14 +217,7 @@ def _kind(node: yaml.Node) -> str:
 def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[str]]:
     """The partition of ``path`` on ``cluster`` and the warnings (one per kind and field accepted but not modelled, with the first line it is on)."""
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise UserError(f"{path}: {len(text):,} characters; a partition file may have at most {MAX_FILE_BYTES:,}")
+    text = read_text(path, most=MAX_FILE_BYTES, what="a partition file")
     read = _Read(path, cluster)
     seen = 0
     try:

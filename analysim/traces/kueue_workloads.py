@@ -32,7 +32,7 @@ import yaml
 
 from analysim.core.job import MAX_COUNT, JobSpec
 from analysim.core.partition import CPU, GPU, MEMORY, MIB
-from analysim.errors import InputFileError, UserError
+from analysim.errors import InputFileError, UserError, read_text
 from analysim.partitions.kueue import GROUP, MAX_FILE_BYTES, quantity
 from analysim.traces.base import Row, TraceFormat
 
@@ -52,17 +52,7 @@ class WorkloadInput:
         self.objects: list[tuple[int, str, Any]] = []  # (line, where in the file, the Workload)
 
     def __enter__(self) -> WorkloadInput:
-        p = Path(self.path)
-        try:
-            text = p.read_text(encoding="utf-8-sig")
-        except FileNotFoundError:
-            raise UserError(f"{self.path}: no such file") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path}: not a UTF-8 text file") from None
-        except OSError as e:
-            raise UserError(f"{self.path}: cannot read: {e.strerror}") from None
-        if len(text) > MAX_BYTES:
-            raise UserError(f"{self.path}: {len(text):,} characters; a Workload list may have at most {MAX_BYTES:,}")
+        text = read_text(self.path, most=MAX_BYTES, what="a Workload list", encoding="utf-8-sig")
         try:
             for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
                 if node is None:
