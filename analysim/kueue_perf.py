@@ -207,13 +207,14 @@ def write_inputs(s: Scenario, out: Path) -> tuple[Path, Path, str]:
 # --- what Kueue's recorder reports -----------------------------------------------------------
 
 
-def recorded(s: Scenario, jobs_csv: Path, events_csv: Path) -> dict:
-    """Kueue's runner summary (summary.yaml's shape) of a replay, from its jobs.csv and events file."""
+def recorded(s: Scenario, events_csv: Path) -> dict:
+    """Kueue's runner summary (summary.yaml's shape) of a replay, from its events file."""
     klass = {f"{w.queue}/{w.name}": w.klass for w in s.workloads}
     request = {f"{w.queue}/{w.name}": w.request for w in s.workloads}
     created = {f"{w.queue}/{w.name}": w.created_s for w in s.workloads}
     last_admit: dict[str, float] = {}
     evictions: dict[str, int] = {}
+    finish: dict[str, float] = {}
     held: dict[str, tuple[str, float]] = {}
     used: dict[str, float] = {}
     end = 0.0
@@ -229,11 +230,8 @@ def recorded(s: Scenario, jobs_csv: Path, events_csv: Path) -> dict:
                 used[queue] = used.get(queue, 0.0) + request[job] * (t - since)
                 if kind == "evict":
                     evictions[job] = evictions.get(job, 0) + 1
-    finish: dict[str, float] = {}
-    with open(jobs_csv, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["status"] == "completed":
-                finish[r["job_id"]] = float(r["end_s"])
+                else:
+                    finish[job] = t
     classes: dict[str, dict] = {}
     for job, c in klass.items():
         e = classes.setdefault(c, {"count": 0, "admit": 0.0, "finish": 0.0, "evictions": 0})

@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         code = main(flags)  # (its tables, one row per ClusterQueue, go to run/simulate.log)
     if code:
         return code
-    summary = recorded(scenario, out / "run" / "jobs.csv", out / "events.csv")
+    summary = recorded(scenario, out / "events.csv")
     _write(out / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     report = {"generator": str(args.generator), "rangespec": args.rangespec,
               "control_plane": None if args.control_plane is None else flags[flags.index("--control-plane") + 1],
