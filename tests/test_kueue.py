@@ -423,6 +423,30 @@ def test_accepted_but_unmodelled_fields_are_warned_about_once(tmp_path):
     assert warnings[0].startswith(f"{tmp_path / 'kueue.yaml'}, line 15:")
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 14), st.integers(1, 64_000), st.booleans()), max_size=80))
+def test_each_node_counts_its_borrowing_children(steps):
+    # The quota tree's over_children (what the preemption search's refusal reads) against a count
+    # made afresh, after every charge and release of random amounts on the Philly partition's
+    # queues (three cohorts under one root; lending and borrowing limits).
+    part, _ = read_kueue(ROOT / "examples/kueue/philly-preemption.yaml", parse_cluster("philly"))
+    tree = QuotaTree(part)
+    queues = [tree.index[q] for _, q in part.queue_of]
+    fr = ("v100", GPU)
+    held: list[tuple[int, int]] = []
+    for which, amount, release in steps:
+        if release and held:
+            i, a = held.pop(which % len(held))
+            tree.remove(i, fr, a)
+        else:
+            i = queues[which % len(queues)]
+            tree.add(i, fr, amount)
+            held.append((i, amount))
+        for n in range(len(part.nodes)):
+            want = sum(1 for c in tree.children[n] if tree.usage[c].get(fr, 0) > tree.subtree[c].get(fr, 0))
+            assert tree.over_children[n].get(fr, 0) == want, part.nodes[n].name
+
+
 def test_the_philly_example_reads_without_warnings():
     part, warnings = read_kueue(ROOT / "examples/kueue/philly.yaml", parse_cluster("philly"))
     assert warnings == []
@@ -510,9 +534,10 @@ def _gpu_groups(quotas: dict[str, dict]) -> str:
 
 
 @st.composite
-def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40):
-    """Two flavors (nodes 0-1 and 2-3 of a 4 x 8-GPU cluster), a root cohort over two cohorts over
-    two ClusterQueues each, random nominal quotas and limits; jobs of 1-8 GPUs."""
+def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40, flavors: tuple[str, ...] = ("f0", "f1")):
+    """Two flavors (nodes 0-1 and 2-3 of a 4 x 8-GPU cluster; ``flavors``: those the queues use), a
+    root cohort over two cohorts over two ClusterQueues each, random nominal quotas and limits;
+    jobs of 1-8 GPUs."""
     def limits(nominal: int, lending_max: int) -> dict:
         out = {"nominalQuota": nominal}
         if draw(st.booleans()):
@@ -523,12 +548,12 @@ def _partitions(draw, min_jobs: int = 1, max_jobs: int = 40):
 
     docs = [TWO_RACKS_AND_ROOT]
     for c in ("c0", "c1"):
-        q = {f: limits(draw(st.integers(0, 4)), 8) for f in ("f0", "f1")}
+        q = {f: limits(draw(st.integers(0, 4)), 8) for f in flavors}
         docs.append(_cohort_doc(c, f"\n  parent: root{_gpu_groups(q)}"))
         for k in range(2):
             name = f"{c}q{k}"
             q = {}
-            for f in ("f0", "f1"):
+            for f in flavors:
                 n = draw(st.integers(0, 6))
                 q[f] = limits(n, n)
             strategy = draw(st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))

@@ -261,10 +261,10 @@ def test_a_partition_without_preemption_has_no_post_filter():
 
 
 @st.composite
-def _preempting_partitions(draw):
+def _preempting_partitions(draw, flavors: tuple[str, ...] = ("f0", "f1")):
     """test_kueue's random trees and jobs, each ClusterQueue with random preemption policies, and
     the jobs with random priority classes."""
-    text, jobs = draw(_partitions())
+    text, jobs = draw(_partitions(flavors=flavors))
     parts = text.split("\n  queueingStrategy:")
     out = parts[0]
     for rest in parts[1:]:
@@ -313,31 +313,46 @@ def test_with_preemption_decisions_are_those_of_the_reference_engine(tmp_path, d
     assert fast.decisions == reference.decisions
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_preempting_partitions(flavors=("f0",)))
+def test_with_one_flavor_per_group_preemption_decisions_are_those_of_the_reference_engine(tmp_path, drawn):
+    # One flavor per resource group: the searches the refusal answers from its path counts
+    # (_no_candidate) and those the room bound ends before their walks (_nodes_could_fit), which
+    # the reference engine (shortcuts off) makes in full.
+    fast = _run_preempting(tmp_path, drawn)
+    reference = _run_preempting(tmp_path, drawn, shortcuts=False)
+    assert fast.decisions == reference.decisions
+
+
 # --- a search with nothing to find is not repeated ------------------------------------------------
 
 
-def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path):
-    # q (8 CPUs, withinClusterQueue LowerPriority) runs two normal jobs of 4 CPUs; a high job of
-    # 16 CPUs can never fit (16 > 8 even with both evicted): the bound says so at once, no search.
-    # Then 40 small jobs of another, unrelated queue r (no cohort) arrive and end one by one:
-    # every launch and stop runs a pass that attempts the high job again, and the plugin answers
-    # from what it remembered (q's usage has not changed): the number of full searches stays 0
-    # where each pass would otherwise make one.
+@pytest.mark.parametrize("within, looked", [
+    # LowerOrNewerEqualPriority: q's equal-priority jobs might be candidates (they are not: older
+    # than big), so the search is made once, finds none, and is answered from the memo after.
+    ("LowerOrNewerEqualPriority", 1),
+    # LowerPriority: no job of q can be a candidate and q has no cohort: refused from the counts
+    # on its path, never searched.
+    ("LowerPriority", 0),
+])
+def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path, within, looked):
+    # q (8 CPUs) runs two normal jobs of 4 CPUs; big (normal, 6 CPUs, created after them) does
+    # not fit and has no candidate. Then 40 small jobs of another, unrelated queue r (no cohort)
+    # arrive and end one by one: every launch and stop runs a pass that attempts big again, and
+    # the plugin answers without searching (q's usage has not changed): the number of full
+    # searches stays 0 where each pass would otherwise make one.
     part, _ = _read(tmp_path, FLAVOR + PRIORITIES + _cq("q", None, {"cpu": {"nominalQuota": 8}},
-                                                        extra=_preemption(withinClusterQueue="LowerPriority"))
+                                                        extra=_preemption(withinClusterQueue=within))
                     + _cq("r", None, {"cpu": {"nominalQuota": 4}}), CPU_NODES)
     jobs = [_cpu_job("n0", "q", 4, 0, 5000, qos="normal"), _cpu_job("n1", "q", 4, 0, 5000, qos="normal"),
-            _cpu_job("big", "q", 6, 1, 100, qos="high")]
-    # (big needs 6: evicting one normal job frees 4, both 8: found at once; to test the memo the
-    # search must fail, so big's priority is normal: no candidate.)
-    jobs[-1] = _cpu_job("big", "q", 6, 1, 100, qos="normal")
+            _cpu_job("big", "q", 6, 1, 100, qos="normal")]
     jobs += [_cpu_job(f"r{i}", "r", 4, 2 + 10 * i, 10) for i in range(40)]
     e = _run(part, jobs)
     plugin = e.policy.post_filters[0]
     assert isinstance(plugin, KueuePreemption)
     assert _preempted(e) == []
     assert plugin.calls >= 40  # asked again after every launch and stop of r's jobs
-    assert plugin.looked == 1  # looked once (the bound refused it), then answered from the memo
+    assert plugin.looked == looked
     assert plugin.searches == 0
 
 

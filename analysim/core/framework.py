@@ -51,6 +51,9 @@ class Handle:
     running: dict[str, JobRun]  # job id -> running job
     running_by_vc: dict[str, dict[str, JobRun]]  # VC -> job id -> running job
     gpus_of_vc: dict[str, np.ndarray]  # VC -> GPUs its running jobs hold on each node (read only)
+    # Whether plugins may answer from bounds and memos (off: the reference engine, which the
+    # tests compare the shortcuts against)
+    shortcuts: bool
 
     # The nodes open to a job (kept until a node goes down or up).
     def static_key(self, spec: JobSpec) -> tuple:

@@ -247,6 +247,11 @@ class QuotaTree:
         self.quota: list[dict[tuple[str, str], Quota]] = [dict(n.quotas) for n in partition.nodes]
         self.subtree: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
         self.usage: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
+        # Per node and flavor-resource: how many of its children use more than their subtree
+        # quota (borrow). Kept by add and remove. Another queue's workload can be reclaimed only
+        # under such a child, so a preemption search whose path counts none has no candidate in
+        # other queues, found without walking the tree (kueue_preemption).
+        self.over_children: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
         for root in (i for i, p in enumerate(self.parent) if p < 0):
             self._sum_subtree(root)
 
@@ -307,19 +312,34 @@ class QuotaTree:
 
     def add(self, i: int, fr: tuple[str, str], amount: int) -> None:
         """Charge ``amount`` to node ``i``; what passes its guaranteed quota counts in its parent."""
-        local = max(0, self.guaranteed(i, fr) - self.usage[i].get(fr, 0))
-        self.usage[i][fr] = self.usage[i].get(fr, 0) + amount
+        before = self.usage[i].get(fr, 0)
+        local = max(0, self.guaranteed(i, fr) - before)
+        self.usage[i][fr] = before + amount
         p = self.parent[i]
-        if p >= 0 and amount > local:
-            self.add(p, fr, amount - local)
+        if p >= 0:
+            self._count_over(i, p, fr, before)
+            if amount > local:
+                self.add(p, fr, amount - local)
 
     def remove(self, i: int, fr: tuple[str, str], amount: int) -> None:
         """Undo ``add``: the parent gives back what the node held of it."""
-        held_up = self.usage[i].get(fr, 0) - self.guaranteed(i, fr)
-        self.usage[i][fr] = self.usage[i].get(fr, 0) - amount
+        before = self.usage[i].get(fr, 0)
+        held_up = before - self.guaranteed(i, fr)
+        self.usage[i][fr] = before - amount
         p = self.parent[i]
-        if p >= 0 and held_up > 0:
-            self.remove(p, fr, min(amount, held_up))
+        if p >= 0:
+            self._count_over(i, p, fr, before)
+            if held_up > 0:
+                self.remove(p, fr, min(amount, held_up))
+
+    def _count_over(self, i: int, p: int, fr: tuple[str, str], before: int) -> None:
+        """Node ``i``'s usage of ``fr`` changed from ``before``: keep its parent's count of
+        borrowing children."""
+        sub = self.subtree[i].get(fr, 0)
+        was, now = before > sub, self.usage[i][fr] > sub
+        if was != now:
+            counts = self.over_children[p]
+            counts[fr] = counts.get(fr, 0) + (1 if now else -1)
 
     def nominal(self, i: int, fr: tuple[str, str]) -> int:
         q = self.quota[i].get(fr)

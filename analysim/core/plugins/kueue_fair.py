@@ -43,7 +43,7 @@ from analysim.core.plugins.kueue import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING
 if TYPE_CHECKING:
     from analysim.core.job import JobRun
     from analysim.core.plugins.kueue import KueueState
-    from analysim.core.plugins.kueue_preemption import _Fit
+    from analysim.core.plugins.kueue_trial import Trial
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
 
@@ -103,11 +103,11 @@ def allows(strategy: str, preemptor_share: float, target_before: float, target_a
     raise ValueError(f"unknown fair-sharing strategy {strategy!r}")
 
 
-def fair_targets(fit: _Fit, shares: Shares, job: JobRun, q: int, charges: Charges,
+def fair_targets(fit: Trial, shares: Shares, job: JobRun, q: int, charges: Charges,
                  by_queue: dict[int, list[JobRun]], strategies: tuple[str, ...],
                  within_nominal: bool) -> list[tuple[JobRun, str]] | None:
     """The fair-sharing preemption's targets with their reasons (module docstring), or None.
-    ``fit`` is the search's trial (kueue_preemption._Fit: evicts on the quota tree, undone at the
+    ``fit`` is the search's trial (kueue_trial.Trial: evicts on the quota tree, undone at the
     end, and tells whether the job fits); ``by_queue`` each queue's candidates in candidate order;
     ``within_nominal``: the preemptor's queue stays within nominal quota with the job."""
     targets: list[tuple[JobRun, str]] = []

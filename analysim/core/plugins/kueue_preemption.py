@@ -42,10 +42,22 @@ Classic preemption (fair sharing off):
 
 Fair sharing (Configuration fairSharing.enable) is in kueue_fair.py.
 
-Speed. A search is bounded before it walks: when the quota the candidates could free at most (all
-of the queue's own candidates, what other borrowing queues could give up) and what is available
-cannot cover the request, nothing is found. A failed search is remembered with what it read (the
-versions of every queue's usage it looked at) and not repeated until one changes.
+Speed. Most searches find nothing, pass after pass, and are answered without a walk, each by a
+bound that holds whatever the usage (the reference engine, shortcuts off, makes them in full):
+
+- *No candidate* (a queue whose groups have one flavor each, classic preemption): the queue has no
+  candidate of its own, and no cohort on its path has another child that borrows what the job
+  needs, or the job has the advantage over none of those and may not take them (Never) and does
+  not fit within its nominal quota. The quota tree counts each node's borrowing children, so this
+  is a few reads per level, without the flavor choice.
+- *Quota*: when the quota the candidates could free at most (all of the queue's own candidates,
+  what other borrowing queues could give up) and what is available cannot cover the request.
+- *Room* (per attempt): when the job cannot be placed even with every workload the attempt might
+  take released (whole free GPUs counted first, then the nodes), every walk would fail on the nodes
+  after trying each candidate; on a busy cluster most searches that get this far end so.
+
+A search that failed on the quota is remembered with what it read (the versions of every queue's
+usage it looked at) and not repeated until one changes.
 """
 
 from __future__ import annotations
@@ -58,10 +70,8 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 import numpy as np
 
-from analysim.core import placement
-from analysim.core import victims as victim_search
 from analysim.core.job import JobRun
-from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, QuotaTree
+from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, QuotaTree, requests_of
 from analysim.core.plugins.kueue import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAIM_WHILE_BORROWING,
@@ -78,18 +88,20 @@ from analysim.core.plugins.kueue_flavors import (
     borrowing_level,
     local_available,
 )
+from analysim.core.plugins.kueue_trial import (
+    Candidate,
+    Charges,
+    Trial,
+    charge,
+    whole_gpus_may_fit,
+    within_nominal,
+)
 
 if TYPE_CHECKING:
-    from analysim.core.cluster import ClusterState
     from analysim.core.framework import Handle
     from analysim.core.plugins.kueue import KueueState
 
 
-Charges = tuple[tuple[tuple[str, str], int], ...]
-# A candidate as the walk yields it: the workload, its reason, the lowest common ancestor of its
-# queue and the preemptor's (-1 for the preemptor's own), and whether it may be taken only by an
-# attempt that does not borrow.
-Candidate = tuple[JobRun, str, int, bool]
 NO_ANCESTOR: Final = -1
 
 
@@ -114,6 +126,9 @@ class KueuePreemption:
         for i, n in enumerate(nodes):
             if n.is_queue:
                 self.tree_queues.setdefault(self.root[i], []).append(i)
+        # Queues whose every resource group has one flavor: a job's charges there are known
+        # without the flavor choice (_no_candidate).
+        self.one_flavor = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in nodes]
         # The lowest priority any workload can have (priority classes, and 0 without one): a
         # LowerPriority reclaim by a job at or below it has no other queue's candidate, ever.
         self.lowest_priority = min([0, *(v for _, v in state.partition.priorities)])
@@ -142,10 +157,12 @@ class KueuePreemption:
         q = st.queue(job)
         if not st.partition.nodes[q].preemption.enabled or st.assign(job) is not None:
             return None  # no policy, or its quota fits (then its nodes have no room: not for quota)
+        self.nodes_mattered = False
+        if ctx.shortcuts and self._no_candidate(job, q):
+            return None
         read = self._read(job, q)
         if self._failed.get(job.job_id) == read:
             return None  # the same searches failed, and nothing they read has changed
-        self.nodes_mattered = False
         choice = st.choose(job, self.oracle)
         got = None
         if choice is not None and choice.mode != FIT:
@@ -176,12 +193,12 @@ class KueuePreemption:
         if not got:
             return (NO_CANDIDATES, borrowing_level(st.tree, st.heights, q, fr, amount)[0])
         for v, _ in got:
-            _charge(st, v, -1)
+            charge(st, v, -1)
         try:
             level = borrowing_level(st.tree, st.heights, q, fr, amount)[0]
         finally:
             for v, _ in got:
-                _charge(st, v, 1)
+                charge(st, v, 1)
         mine = any(st.held[v.job_id][0] == q for v, _ in got)
         return (PREEMPT if mine else RECLAIM, level)
 
@@ -190,6 +207,44 @@ class KueuePreemption:
         for f in flavors:
             mask = mask & self.state.flavor_mask[f]
         return mask
+
+    def _no_candidate(self, job: JobRun, q: int) -> bool:
+        """Whether a search for the job surely finds no target, known from a few counts on its path
+        instead of the flavor choice and the walks. Classic preemption in a queue whose groups have
+        one flavor each (the charges, and what needs preemption, are then known: what does not fit
+        in ``available``). It holds when the queue has no candidate of its own and either no cohort
+        on the queue's path has another child borrowing what the job needs (no other queue's
+        candidate: _sources would find none), or the job has the hierarchical advantage over none
+        of them and borrowWithinCohort is Never (its attempts that borrow may not take them) and
+        the request does not fit within the queue's nominal quota (so an attempt that does not
+        borrow cannot succeed either: only the queue's own workloads could make room there)."""
+        st = self.state
+        if not self.one_flavor[q] or st.partition.fair_sharing is not None or self._own_possible(job, q):
+            return False
+        if not self._may_reclaim(job, q):
+            return True
+        tree = st.tree
+        requests = requests_of(job.spec)
+        charges: dict[tuple[str, str], int] = {}
+        for group in st.partition.nodes[q].groups:
+            for r in group.resources:
+                if r in requests:
+                    charges[(group.flavors[0], r)] = requests[r]
+        need = [fr for fr, a in charges.items() if a > tree.available(q, fr)]
+        forbidden = st.partition.nodes[q].preemption.borrow_within_cohort == NEVER
+        advantage, remaining = _fits_in_quota(tree, q, charges)
+        child, a = q, tree.parent[q]
+        while a >= 0:
+            counts = tree.over_children[a]
+            for fr in need:
+                if counts.get(fr, 0) > (tree.borrowing(child, fr) > 0):
+                    if advantage or not forbidden:
+                        return False  # (a candidate of another queue may be taken)
+                    break
+            fits, remaining = _fits_in_quota(tree, a, remaining)
+            advantage = advantage or fits
+            child, a = a, tree.parent[a]
+        return True
 
     def _read(self, job: JobRun, q: int) -> tuple:
         """What a search for the job reads: the job, and the usage of its queue alone when it can
@@ -241,9 +296,11 @@ class KueuePreemption:
         if self._hopeless(q, plan, others, True):
             return None
         self.searches += 1
-        fit = _Fit(self, job, q, choice.charges, mask, need, ctx)
-        fairness = st.partition.fair_sharing
-        if fairness is not None:
+        fit = Trial(st, job, q, choice.charges, mask, need, ctx)
+        try:
+            fairness = st.partition.fair_sharing
+            if fairness is None:
+                return self._classic(fit, job, plan)
             by_queue = {q: own} if own else {}
             for c in self._other_queues(q, need):
                 theirs = [v for v, *_ in self._walk([c], job, plan, policy.reclaim_within_cohort, False)]
@@ -251,7 +308,8 @@ class KueuePreemption:
                     by_queue[c] = theirs
             within = all(tree.usage[q].get(fr, 0) + a <= tree.nominal(q, fr) for fr, a in choice.charges if fr in need)
             return fair_targets(fit, self.shares, job, q, choice.charges, by_queue, fairness.strategies, within)
-        return self._classic(fit, job, plan)
+        finally:
+            self.nodes_mattered = self.nodes_mattered or fit.nodes_mattered
 
     def _sources(self, job: JobRun, q: int, charges: Charges, need: frozenset) -> list[tuple[int, int, bool]]:
         """The other queues whose workloads may be candidates, each with its lowest common ancestor
@@ -278,9 +336,9 @@ class KueuePreemption:
         nodes = self.state.partition.nodes
         for c in tree.children[node]:
             if nodes[c].is_queue:
-                if c != q and not _within_nominal(tree, c, need):
+                if c != q and not within_nominal(tree, c, need):
                     out.append((c, lca, advantage))
-            elif c != skip and not _within_nominal(tree, c, need):
+            elif c != skip and not within_nominal(tree, c, need):
                 self._collect(c, lca, skip, advantage, need, q, out)
 
     def _others(self, q: int, plan: _Plan) -> list[int]:
@@ -297,7 +355,7 @@ class KueuePreemption:
         """Other queues' candidates for the job, merged in candidate order, lazily (LowerPriority:
         below the job's priority; and below ``below``), with their reasons (module docstring).
         A queue put in ``dead`` while the walk goes on gives no more candidates: a trial only
-        releases workloads, so a queue no longer reclaimable stays so (_Fit.minimal)."""
+        releases workloads, so a queue no longer reclaimable stays so (Trial.minimal)."""
         st = self.state
         running = st.running_jobs
         policy = st.partition.nodes[st.queue(job)].preemption
@@ -334,7 +392,7 @@ class KueuePreemption:
             else:
                 yield v, IN_COHORT_RECLAIM_WHILE_BORROWING, at, False
 
-    def _classic(self, fit: _Fit, job: JobRun, plan: _Plan) -> list[tuple[JobRun, str]] | None:
+    def _classic(self, fit: Trial, job: JobRun, plan: _Plan) -> list[tuple[JobRun, str]] | None:
         """Kueue's classical preemptions (module docstring): the attempts, each a walk over the
         candidates with the advantage, the other queues' others and the queue's own."""
         st = self.state
@@ -353,6 +411,8 @@ class KueuePreemption:
         for borrow in attempts:
             if self._hopeless(q, plan, borrowing_others if borrow else every_other, borrow):
                 continue
+            if not self._nodes_could_fit(fit, plan, ahead, behind, while_borrowing if borrow else math.inf):
+                continue
             dead: set[int] = set()
             walk = _chain(self._walk(ahead, job, plan, reclaim, True, lca, dead),
                           self._walk(behind, job, plan, reclaim, False, lca, dead,
@@ -362,6 +422,46 @@ class KueuePreemption:
             if got:
                 return got
         return None
+
+    def _nodes_could_fit(self, fit: Trial, plan: _Plan, ahead: list[int], behind: list[int], below: float) -> bool:
+        """Whether the job could be placed with every workload an attempt may take released (a
+        superset of its targets): the queue's own candidates, and of each other queue, its
+        candidates in its own order (below ``below`` for the queues without the advantage) up to
+        the one that takes it back within its nominal quota in what the job needs (the walk passes
+        over the rest: Trial.minimal). Releasing only adds free room and ``can_place`` asks for room,
+        so when even that does not place the job, the attempt's walk would fail on the nodes after
+        trying each of its candidates (on a busy cluster most searches end so)."""
+        if fit.mask is None or fit.ctx is None or not fit.ctx.shortcuts:
+            return True
+        st = self.state
+        limit = plan.prio if st.partition.nodes[fit.q].preemption.reclaim_within_cohort == LOWER_PRIORITY else math.inf
+        released = list(plan.own)
+        for c in ahead:
+            self._reclaimed_by_walk(c, plan.need, limit, released)
+        for c in behind:
+            self._reclaimed_by_walk(c, plan.need, min(limit, below), released)
+        if whole_gpus_may_fit(fit, released) and fit.nodes_fit(released):
+            return True
+        fit.nodes_mattered = True
+        return False
+
+    def _reclaimed_by_walk(self, c: int, need: frozenset, limit: float, out: list[JobRun]) -> None:
+        """Another queue's candidates a walk may take at most, in its order: those below
+        ``limit`` that use what the job needs, until the queue no longer borrows any of it."""
+        st = self.state
+        tree = st.tree
+        running, held = st.running_jobs, st.held
+        borrowed = {fr: tree.usage[c].get(fr, 0) - tree.subtree[c].get(fr, 0) for fr in need}
+        for key in st.by_queue[c]:
+            if key[0] >= limit or all(b <= 0 for b in borrowed.values()):
+                return
+            charges = held[key[3]][1]
+            if not _uses(charges, need):
+                continue
+            out.append(running[key[3]])
+            for fr, a in charges:
+                if fr in borrowed:
+                    borrowed[fr] -= a
 
     def _attempts(self, job: JobRun, plan: _Plan, ahead: list[int], behind: list[int]) -> tuple[bool, ...]:
         """Whether each attempt, in order, may borrow (module docstring, "Attempts")."""
@@ -408,23 +508,7 @@ class KueuePreemption:
         """The other queues of the cohort tree that borrow what the job needs (fair sharing's
         candidates' queues: Kueue's findCandidates)."""
         by_queue = self.state.by_queue
-        return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and self._borrows(c, short)]
-
-    def _borrows(self, c: int, short: frozenset) -> bool:
-        return not _within_nominal(self.state.tree, c, short)
-
-    def reclaimable(self, c: int, lca: int, need: frozenset) -> bool:
-        """Whether another queue's candidate may still be taken: its queue, and every cohort
-        between it and the lowest common ancestor, still over nominal quota in ``need``."""
-        tree = self.state.tree
-        if _within_nominal(tree, c, need):
-            return False
-        a = tree.parent[c]
-        while a >= 0 and a != lca:
-            if _within_nominal(tree, a, need):
-                return False
-            a = tree.parent[a]
-        return True
+        return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and not within_nominal(self.state.tree, c, short)]
 
     def _hopeless(self, q: int, plan: _Plan, others: list[int], borrow: bool) -> bool:
         """Whether even every candidate evicted leaves the request uncovered, known without walking
@@ -526,138 +610,6 @@ def _fits_in_quota(tree: QuotaTree, i: int, requests: dict[tuple[str, str], int]
     return fits, left
 
 
-def _within_nominal(tree: QuotaTree, i: int, need: frozenset) -> bool:
-    """Whether node ``i`` uses no more than its subtree quota of every flavor-resource of ``need``."""
-    return all(tree.usage[i].get(fr, 0) <= tree.subtree[i].get(fr, 0) for fr in need)
-
-
-def _charge(st: KueueState, v: JobRun, sign: int) -> None:
-    """Take a running workload's charges off the quota tree (sign -1) or put them back (+1)."""
-    c, held = st.held[v.job_id]
-    for fr, a in held:
-        if sign < 0:
-            st.tree.remove(c, fr, a)
-        else:
-            st.tree.add(c, fr, a)
-
-
 def _chain(*walks: Iterator[Candidate]) -> Iterator[Candidate]:
     for walk in walks:
         yield from walk
-
-
-class _Fit:
-    """One search's trial: evicts candidates on the quota tree itself (undone before the search
-    returns) and on a copy of the nodes, and tells whether the job then fits. Without a mask, the
-    quota alone (the oracle's trial)."""
-
-    def __init__(self, plugin: KueuePreemption, job: JobRun, q: int, charges: Charges, mask: np.ndarray | None,
-                 short: frozenset, ctx: Handle | None) -> None:
-        self.plugin, self.job, self.q, self.charges, self.mask, self.ctx = plugin, job, q, charges, mask, ctx
-        self.short = short
-        self.state = plugin.state
-        self.borrowing: dict[int, bool] = {}  # other queues' "still borrows", while nothing of theirs is released
-
-    def quota_fits(self, allow_borrowing: bool) -> bool:
-        tree = self.state.tree
-        q = self.q
-        for fr, a in self.charges:
-            if tree.available(q, fr) < a:
-                return False
-            if not allow_borrowing and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
-                return False
-        return True
-
-    def nodes_fit(self, evicted: list[JobRun]) -> bool:
-        if self.mask is None or self.ctx is None:
-            return True
-        trial = self.ctx.state.clone()
-        for v in evicted:
-            placement.release_on(trial, v)
-        return placement.can_place(self.ctx, self.job.spec, self.mask, trial)
-
-    def fits_now(self, evicted: list[JobRun], allow_borrowing: bool = True) -> bool:
-        """With ``evicted`` released on the tree already: whether the quota and the nodes fit."""
-        if not self.quota_fits(allow_borrowing):
-            return False
-        fits = self.nodes_fit(evicted)
-        if not fits:
-            self.plugin.nodes_mattered = True
-        return fits
-
-    def still_borrows(self, c: int) -> bool:
-        got = self.borrowing.get(c)
-        if got is None:
-            got = self.borrowing[c] = self.plugin._borrows(c, self.short)
-        return got
-
-    def release(self, v: JobRun) -> None:
-        _charge(self.state, v, -1)
-        self.borrowing.pop(self.state.held[v.job_id][0], None)
-
-    def restore(self, v: JobRun) -> None:
-        _charge(self.state, v, 1)
-        self.borrowing.pop(self.state.held[v.job_id][0], None)
-
-    def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool,
-                dead: set[int]) -> list[tuple[JobRun, str]] | None:
-        """Kueue's minimal preemptions over ``candidates`` (module docstring): the targets with
-        their reasons, or None. The quota tree is as it was when this returns. Another queue
-        found no longer reclaimable goes into ``dead`` (the walks then leave its candidates out:
-        the trial only releases, so it stays so)."""
-        st, q = self.state, self.q
-        targets: list[tuple[JobRun, str]] = []
-        trial: ClusterState | None = None
-        found = False
-        try:
-            for v, reason, lca, without_borrowing in candidates:
-                c = st.held[v.job_id][0]
-                if c != q:
-                    if allow_borrowing and without_borrowing:
-                        continue  # (may be taken only by an attempt that does not borrow)
-                    if not self.plugin.reclaimable(c, lca, self.short):
-                        dead.add(c)  # (it, or a cohort up to the common ancestor, no longer over nominal)
-                        continue
-                self.release(v)
-                targets.append((v, reason))
-                if not self.quota_fits(allow_borrowing):
-                    continue
-                if self.mask is None or self.ctx is None:
-                    found = True
-                    break
-                if trial is None:
-                    trial = self.ctx.state.clone()
-                    for t, _ in targets:
-                        placement.release_on(trial, t)
-                else:
-                    placement.release_on(trial, v)
-                if placement.can_place(self.ctx, self.job.spec, self.mask, trial):
-                    found = True
-                    break
-            if not found:
-                if trial is not None:
-                    self.plugin.nodes_mattered = True
-                return None
-            return self.fill_back(targets, allow_borrowing)
-        finally:
-            for t, _ in targets:
-                self.restore(t)
-
-    def fill_back(self, targets: list[tuple[JobRun, str]], allow_borrowing: bool) -> list[tuple[JobRun, str]]:
-        """With every target released on the tree: from the next-to-last back, spare each target
-        the job does not need (victims.reprieved); the targets kept, with their reasons. The
-        tree is left with every target released, as it was given."""
-        def fits(chosen: list[JobRun]) -> bool:
-            ids = {id(t) for t in chosen}
-            spared = [t for t, _ in targets if id(t) not in ids]
-            for t in spared:
-                self.restore(t)
-            try:
-                return self.quota_fits(allow_borrowing) and self.nodes_fit(chosen)
-            finally:
-                for t in spared:
-                    self.release(t)
-        jobs = [t for t, _ in targets]
-        kept = victim_search.reprieved(jobs[-1], jobs[:-1], fits)
-        reason_of = {t.job_id: r for t, r in targets}
-        return [(t, reason_of[t.job_id]) for t in kept]

@@ -1,0 +1,202 @@
+"""One preemption search's trial (kueue_preemption): candidates evicted on the quota tree itself
+and on a copy of the nodes, undone before the search returns, and whether the job then fits; with
+the few quota-tree tests the walks share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysim.core import placement
+from analysim.core import victims as victim_search
+from analysim.core.job import JobRun
+from analysim.core.partition import QuotaTree
+
+if TYPE_CHECKING:
+    from analysim.core.cluster import ClusterState
+    from analysim.core.framework import Handle
+    from analysim.core.plugins.kueue import KueueState
+
+Charges = tuple[tuple[tuple[str, str], int], ...]
+# A candidate as the walk yields it: the workload, its reason, the lowest common ancestor of its
+# queue and the preemptor's (-1 for the preemptor's own), and whether it may be taken only by an
+# attempt that does not borrow.
+Candidate = tuple[JobRun, str, int, bool]
+
+
+def within_nominal(tree: QuotaTree, i: int, need: frozenset) -> bool:
+    """Whether node ``i`` uses no more than its subtree quota of every flavor-resource of ``need``."""
+    return all(tree.usage[i].get(fr, 0) <= tree.subtree[i].get(fr, 0) for fr in need)
+
+
+def charge(st: KueueState, v: JobRun, sign: int) -> None:
+    """Take a running workload's charges off the quota tree (sign -1) or put them back (+1)."""
+    c, held = st.held[v.job_id]
+    for fr, a in held:
+        if sign < 0:
+            st.tree.remove(c, fr, a)
+        else:
+            st.tree.add(c, fr, a)
+
+
+def whole_gpus_may_fit(fit: Trial, released: list[JobRun]) -> bool:
+    """Whether a job of whole GPUs might fit once ``released`` are gone, counting whole free GPUs
+    alone (an upper bound: every GPU a released job holds counted as freed whole, CPU and memory as
+    enough, every node as one the job may use): a few additions that settle most searches on a
+    busy cluster before the exact check copies the cluster. Fractional jobs: always True."""
+    spec = fit.job.spec
+    g = spec.num_gpus
+    if spec.is_fractional or g == 0 or fit.ctx is None:
+        return True
+    state = fit.ctx.state
+    freed: dict[int, int] = {}
+    for v in released:
+        for n, slots in v.placed.gpus:
+            freed[n] = freed.get(n, 0) + len(slots)
+    full_free = state.full_free
+    best = state.max_full_free()
+    for n, k in freed.items():
+        best = max(best, int(full_free[n]) + k)
+    k_min = placement.gang_size(state, spec, fit.mask) if fit.mask is not None else 1
+    if k_min <= 1:
+        return best >= g
+    return min(k_min * best, state.total_full_free + sum(freed.values())) >= g
+
+
+def reclaimable(tree: QuotaTree, c: int, lca: int, need: frozenset) -> bool:
+    """Whether another queue's candidate may still be taken: its queue, and every cohort between
+    it and the lowest common ancestor, still over nominal quota in ``need``."""
+    if within_nominal(tree, c, need):
+        return False
+    a = tree.parent[c]
+    while a >= 0 and a != lca:
+        if within_nominal(tree, a, need):
+            return False
+        a = tree.parent[a]
+    return True
+
+
+class Trial:
+    """One search's trial: evicts candidates on the quota tree itself (undone before the search
+    returns) and on a copy of the nodes, and tells whether the job then fits. Without a mask, the
+    quota alone (the oracle's trial)."""
+
+    def __init__(self, state: KueueState, job: JobRun, q: int, charges: Charges, mask: np.ndarray | None,
+                 short: frozenset, ctx: Handle | None) -> None:
+        self.state = state
+        self.job = job  # the preemptor
+        self.q = q  # its ClusterQueue
+        self.charges = charges  # what it would charge, on the flavors chosen
+        self.mask = mask  # the nodes it may use (None: the quota alone)
+        self.ctx = ctx
+        self.short = short  # the flavor-resources needing preemption
+        self.borrowing: dict[int, bool] = {}  # other queues' "still borrows", while nothing of theirs is released
+        # Whether the quota fitted at some point and the nodes did not (a failure the engine's
+        # failure memo keeps, not the plugin's, which reads only the usage)
+        self.nodes_mattered = False
+
+    def quota_fits(self, allow_borrowing: bool) -> bool:
+        tree = self.state.tree
+        q = self.q
+        for fr, a in self.charges:
+            if tree.available(q, fr) < a:
+                return False
+            if not allow_borrowing and tree.usage[q].get(fr, 0) + a > tree.nominal(q, fr):
+                return False
+        return True
+
+    def nodes_fit(self, evicted: list[JobRun]) -> bool:
+        if self.mask is None or self.ctx is None:
+            return True
+        trial = self.ctx.state.clone()
+        for v in evicted:
+            placement.release_on(trial, v)
+        return placement.can_place(self.ctx, self.job.spec, self.mask, trial)
+
+    def fits_now(self, evicted: list[JobRun], allow_borrowing: bool = True) -> bool:
+        """With ``evicted`` released on the tree already: whether the quota and the nodes fit."""
+        if not self.quota_fits(allow_borrowing):
+            return False
+        fits = self.nodes_fit(evicted)
+        if not fits:
+            self.nodes_mattered = True
+        return fits
+
+    def still_borrows(self, c: int) -> bool:
+        got = self.borrowing.get(c)
+        if got is None:
+            got = self.borrowing[c] = not within_nominal(self.state.tree, c, self.short)
+        return got
+
+    def release(self, v: JobRun) -> None:
+        charge(self.state, v, -1)
+        self.borrowing.pop(self.state.held[v.job_id][0], None)
+
+    def restore(self, v: JobRun) -> None:
+        charge(self.state, v, 1)
+        self.borrowing.pop(self.state.held[v.job_id][0], None)
+
+    def minimal(self, candidates: Iterator[Candidate], allow_borrowing: bool,
+                dead: set[int]) -> list[tuple[JobRun, str]] | None:
+        """Kueue's minimal preemptions over ``candidates`` (module docstring): the targets with
+        their reasons, or None. The quota tree is as it was when this returns. Another queue
+        found no longer reclaimable goes into ``dead`` (the walks then leave its candidates out:
+        the trial only releases, so it stays so)."""
+        st, q = self.state, self.q
+        targets: list[tuple[JobRun, str]] = []
+        trial: ClusterState | None = None
+        found = False
+        try:
+            for v, reason, lca, without_borrowing in candidates:
+                c = st.held[v.job_id][0]
+                if c != q:
+                    if allow_borrowing and without_borrowing:
+                        continue  # (may be taken only by an attempt that does not borrow)
+                    if not reclaimable(self.state.tree, c, lca, self.short):
+                        dead.add(c)  # (it, or a cohort up to the common ancestor, no longer over nominal)
+                        continue
+                self.release(v)
+                targets.append((v, reason))
+                if not self.quota_fits(allow_borrowing):
+                    continue
+                if self.mask is None or self.ctx is None:
+                    found = True
+                    break
+                if trial is None:
+                    trial = self.ctx.state.clone()
+                    for t, _ in targets:
+                        placement.release_on(trial, t)
+                else:
+                    placement.release_on(trial, v)
+                if placement.can_place(self.ctx, self.job.spec, self.mask, trial):
+                    found = True
+                    break
+            if not found:
+                if trial is not None:
+                    self.nodes_mattered = True
+                return None
+            return self.fill_back(targets, allow_borrowing)
+        finally:
+            for t, _ in targets:
+                self.restore(t)
+
+    def fill_back(self, targets: list[tuple[JobRun, str]], allow_borrowing: bool) -> list[tuple[JobRun, str]]:
+        """With every target released on the tree: from the next-to-last back, spare each target
+        the job does not need (victims.reprieved); the targets kept, with their reasons. The
+        tree is left with every target released, as it was given."""
+        def fits(chosen: list[JobRun]) -> bool:
+            ids = {id(t) for t in chosen}
+            spared = [t for t, _ in targets if id(t) not in ids]
+            for t in spared:
+                self.restore(t)
+            try:
+                return self.quota_fits(allow_borrowing) and self.nodes_fit(chosen)
+            finally:
+                for t in spared:
+                    self.release(t)
+        jobs = [t for t, _ in targets]
+        kept = victim_search.reprieved(jobs[-1], jobs[:-1], fits)
+        reason_of = {t.job_id: r for t, r in targets}
+        return [(t, reason_of[t.job_id]) for t in kept]
