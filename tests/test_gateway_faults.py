@@ -55,7 +55,7 @@ def test_a_store_missing_its_ledger_is_refused_not_recreated(tmp_path: Path) -> 
         c.commit()
     p = subprocess.run([sys.executable, "-m", "mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0",
                         "--grpc-port", "0"], cwd=ROOT, env={"ANALYSIM_ADMIN_KEY": ADMIN_KEY, "PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+                       capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert "ledger table is missing" in p.stderr and "restore the store" in p.stderr, p.stderr
@@ -118,7 +118,7 @@ def test_slow_uploads_are_cut_off_and_capped(tmp_path: Path) -> None:
                 "Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{").encode()
         socks = []
         for _ in range(50):
-            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=scaled(10))
             s.sendall(head)
             socks.append(s)
         try:

@@ -19,6 +19,7 @@ from analysim.clusters import parse_cluster
 from analysim.core.partition import GPU
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
 from tests.test_kueue import _cq
 from tests.test_live_helpers import http_get, live, sample_sum, scrape, wait_until
 
@@ -34,7 +35,7 @@ def _refused_offline_and_live(tmp_path: Path, bad: Path) -> str:
                        ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db"),
                                           "--port-file", str(tmp_path / "port.json")])):
         r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
         errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
     assert not (tmp_path / "port.json").exists()  # never served, so never acknowledged anything

@@ -15,6 +15,7 @@ import pytest
 
 from analysim.cli import main as cli_main
 from mlaas_monitor.monitor.evaluate import SubjectCurve, analyse_curve, extent
+from tests.polling import scaled
 from tests.shared import shared_marks
 from tests.test_gateway_helpers import ADULT, GERMAN
 
@@ -160,7 +161,7 @@ def _run_on_a_terminal(args: list[str]) -> str:
             if not data:
                 break
             chunks.append(data)
-        assert proc.wait(timeout=300) == 0
+        assert proc.wait(timeout=scaled(300)) == 0
     finally:
         os.close(master)
     return b"".join(chunks).decode(errors="replace")
