@@ -136,7 +136,8 @@ def assert_kueue_metrics_at_the_end(sched: dict[str, list], jobs_csv: Path) -> N
     assert set(per_queue("kueue_pending_workloads", "kueue_pending_workloads", status="inadmissible").values()) == {0.0}
     assert {s.value for s in sched["kueue_cluster_queue_resource_usage"]} == {0.0}
     assert set(per_queue("kueue_admitted_active_workloads", "kueue_admitted_active_workloads").values()) == {0.0}
-    assert per_queue("kueue_evicted_workloads", "kueue_evicted_workloads_total", reason="Preempted") == dict.fromkeys(cqs, 0.0)
+    for reason in ("Preempted", "NodeFailures"):
+        assert per_queue("kueue_evicted_workloads", "kueue_evicted_workloads_total", reason=reason) == dict.fromkeys(cqs, 0.0)
     assert {(s.labels["preempting_cluster_queue"], s.labels["reason"]) for s in sched["kueue_preempted_workloads"]
             if s.name == "kueue_preempted_workloads_total"} == {(q, r) for q in cqs for r in PREEMPTION_REASONS}
 
