@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.polling import wait_until
+from tests.procs import started
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -182,8 +183,8 @@ def test_kueue_overlay_mounts_the_partition_the_scheduler_loads(tmp_path: Path) 
                                                               "ANALYSIM_PREEMPTION", "ANALYSIM_MIGRATION"))},
              "ANALYSIM_PARTITION": str(host_file), "ANALYSIM_JOBS": "0"}
     ports = tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", "--port-file", str(ports),
-                             "--journal", str(tmp_path / "j.db")], cwd=ROOT, env=local, stderr=subprocess.PIPE, text=True)
+    proc = started(subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", "--port-file", str(ports),
+                                     "--journal", str(tmp_path / "j.db")], cwd=ROOT, env=local, stderr=subprocess.PIPE, text=True))
     try:
         wait_until(lambda: ports.exists() or proc.poll() is not None, 60, "the scheduler serving")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

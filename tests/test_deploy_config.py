@@ -25,6 +25,7 @@ from analysim.envconfig import apply_env, env_name
 from mlaas_monitor.monitor.attacks import ApiClient
 from scheduler_svc.client import SchedulerClient
 from tests.polling import wait_until
+from tests.procs import started
 from tests.test_gateway_helpers import ADMIN_KEY
 from tests.test_live_helpers import sample_sum, scrape
 
@@ -105,8 +106,8 @@ def free_port() -> int:
 
 def spawn(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", *module], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        return started(subprocess.Popen([sys.executable, "-m", *module], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONPATH": str(ROOT), **env}))
 
 
 def port_file(path: Path, proc: subprocess.Popen, log: Path) -> dict:

@@ -22,6 +22,7 @@ import yaml
 
 from tests.pg import PgCluster
 from tests.polling import wait_until
+from tests.procs import started
 from tests.test_deploy_compose import COMPOSE, DEPLOY, ROOT, docker_compose
 from tests.test_deploy_k8s import containers, env, find, render, validate
 
@@ -190,9 +191,9 @@ def test_compose_monitor_command_answers_with_the_key(pg_cluster: PgCluster, tmp
                                  "--host": "127.0.0.1", "--port": "0"})  # fmt: skip
     port_file = tmp_path / "monitor.port"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")}
-    proc = subprocess.Popen([*cmd, "--port-file", str(port_file)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**environ, **mon["environment"], "ANALYSIM_ADMIN_KEY_FILE": str(key_file)})  # fmt: skip
+    proc = started(subprocess.Popen([*cmd, "--port-file", str(port_file)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True,
+                                    env={**environ, **mon["environment"], "ANALYSIM_ADMIN_KEY_FILE": str(key_file)}))  # fmt: skip
     try:
         wait_until(lambda: proc.poll() is not None or port_file.exists(), what="the monitor's port file")
         assert proc.poll() is None, proc.communicate()[1]

@@ -20,6 +20,7 @@ import pytest
 
 from scheduler_svc.launcher import ROOT
 from tests.polling import scaled
+from tests.procs import started
 from tests.test_live_helpers import live, wait_until
 
 ARGS = ["--jobs", "150", "--seed", "6", "--cluster", "8x8"]
@@ -57,9 +58,9 @@ def _checkpointed(journal: Path, to: Path) -> Path:
 
 def _start(journal: Path, *extra: str) -> subprocess.Popen[str]:
     port_file = journal.parent / "port.json"
-    return subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", *ARGS, "--journal", str(journal),
-                             "--log-level", "WARNING", "--port-file", str(port_file), *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return started(subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", *ARGS, "--journal", str(journal),
+                                     "--log-level", "WARNING", "--port-file", str(port_file), *extra], cwd=ROOT,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
 
 
 def _refused(journal: Path) -> str:

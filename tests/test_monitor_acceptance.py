@@ -16,6 +16,7 @@ import pytest
 from analysim.cli import main as cli_main
 from mlaas_monitor.monitor.evaluate import SubjectCurve, analyse_curve, extent
 from tests.polling import scaled
+from tests.procs import started
 from tests.shared import shared_marks
 from tests.test_gateway_helpers import ADULT, GERMAN
 
@@ -149,8 +150,8 @@ def _run_on_a_terminal(args: list[str]) -> str:
     # A terminal of 100 columns (a fresh pseudo-terminal has none, and tqdm draws nothing on it).
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "analysim", *args], stdout=subprocess.DEVNULL, stderr=slave,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = started(subprocess.Popen([sys.executable, "-m", "analysim", *args], stdout=subprocess.DEVNULL, stderr=slave,
+                                        stdin=subprocess.DEVNULL))  # fmt: skip
         os.close(slave)
         chunks = []
         while True:
