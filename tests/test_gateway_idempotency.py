@@ -17,6 +17,7 @@ import pytest
 
 from analysim._protos.v1 import prediction_pb2 as pb
 from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
+from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import ApiError, Gateway, Principal
 from mlaas_monitor.store import SCHEMA_VERSION, Store
@@ -103,13 +104,17 @@ def test_a_key_reused_for_different_content_is_422_and_not_charged(gw: Running) 
     assert gw.charged() == before
 
 
-def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
-    key = gw.new_key("grpc-retrier")
-    req = pb.PredictRequest(
+def grpc_request(rows: list[list[object]]) -> pb.PredictRequest:
+    return pb.PredictRequest(
         model_id="credit",
         rows=[pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in r])
-              for r in credit_rows()[:3]],
+              for r in rows],
     )  # fmt: skip
+
+
+def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
+    key = gw.new_key("grpc-retrier")
+    req = grpc_request(credit_rows()[:3])
     md = (("authorization", f"Bearer {key}"), ("idempotency-key", "grpc-1"))
     with grpc.insecure_channel(gw.thread.grpc_target) as ch:
         stub = pb_grpc.PredictionServiceStub(ch)
@@ -163,6 +168,11 @@ def test_a_damaged_logged_answer_is_refused_cleanly_and_not_charged(gw: Running,
     assert replayed is None and gw.charged() == charged  # nothing told as the original, nothing charged
     assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
     assert sum(named in r.getMessage() for r in caplog.records) == 1  # said once, in the log too
+    md = (("authorization", f"Bearer {c.key}"), ("idempotency-key", "kept"))  # the same request over gRPC
+    with grpc.insecure_channel(gw.thread.grpc_target) as ch, pytest.raises(grpc.RpcError) as e:
+        pb_grpc.PredictionServiceStub(ch).Predict(grpc_request(credit_rows()[:3]), metadata=md)
+    assert (e.value.code(), refusal_of(e.value)["code"]) == (grpc.StatusCode.UNAVAILABLE, "answer_unreadable")
+    assert gw.charged() == charged
     status, fresh, _ = post(c, credit_rows()[:3], "kept-2")  # the way out the refusal gives
     assert status == 200 and fresh["query_id"] > first["query_id"]
 
