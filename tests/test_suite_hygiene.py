@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.polling import MAX_SLOWDOWN, scaled, slowdown, wait_until
 from tests.test_gateway_durability import setup_store
 
@@ -89,6 +91,8 @@ def test_a_test_that_times_out_leaves_no_scheduler_behind(tmp_path: Path) -> Non
     assert r.returncode == 1 and "Timeout" in r.stdout and "1 failed, 1 passed" in r.stdout, r.stdout[-3000:]
 
 
-def test_slowdown_is_measured_and_bounded() -> None:
+def test_slowdown_is_measured_and_bounded(request: pytest.FixtureRequest) -> None:
     assert 1.0 <= slowdown() <= MAX_SLOWDOWN
     assert scaled(30) == 30 * slowdown()
+    # This test's own timeout too: the configured one, stretched.
+    assert request.node.get_closest_marker("timeout").args[0] == scaled(float(request.config.getini("timeout")))
