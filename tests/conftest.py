@@ -16,6 +16,8 @@ BACKENDS = ["sqlite", "postgresql"]
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test's timeout (its own, its module's or the configured one) stretched by this
     machine's measured slowdown, as every deadline inside the tests is."""
+    if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout absent or disabled: no timeouts
+        return
     default = float(config.getini("timeout") or 0)
     for item in items:
         marker = item.get_closest_marker("timeout")
