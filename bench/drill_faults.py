@@ -11,17 +11,19 @@
    under the journal, damaged journals (truncated, flipped bytes, WAL bytes, empty), a large
    broken model row, a store missing its ledger, a flood of agent reports, malformed
    protobuf and hostile ids, token rotation and SIGHUP, slow uploads, bounded latencies.
-3. The second round's gateway fault tests (G1-G6): stores damaged under their metadata,
+3. The second round's gateway fault tests (G1-G7): stores damaged under their metadata,
    model rows out of range, poison in every query-log column, a full disk under the store,
    a frozen monitor child, idle connections, mis-encoded bodies, a trickling admin body,
-   names with a newline, a log flood, a test timing out with its processes running.
+   names with a newline, a log flood, a test timing out with its processes running, the
+   suite's image pruning, damaged answers behind idempotency keys, rejection counters at 0.
 
-3. The scheduler's second round: a journal drill (client jobs acknowledged, the scheduler
+4. The scheduler's second round: a journal drill (client jobs acknowledged, the scheduler
    SIGKILLed, its WAL cut to its header: the restart refused naming them, then resumed with
    --accept-journal-loss logging each by id), then the tests of each fault fixed in that round:
    gauges at 0, cut WALs, journal records no scheduler writes, a full disk at open, hostile
    agents, partitions and sweep SPECs beyond any cluster, an unwritable --out, ListJobs and
-   token-file faults (``--only-scheduler-2``: this part alone).
+   token-file faults, a lockstep replay's divergence, reason counters at 0, a test timing out
+   with its scheduler running, scaled deadlines (``--only-scheduler-2``: this part alone).
 
 Prints one Markdown table (the one in docs/reliability.md) and exits 1 if any drill lost
 acknowledged work, left a traceback, hung or failed.
@@ -97,6 +99,13 @@ GATEWAY_FAULT_TESTS = [  # (fault, how many injected, the test)
      "tests/test_gateway_faults.py::test_the_gateway_exports_the_log_lines_its_rate_limit_left_out"),
     ("G6 a test timing out with a gateway and its monitor running", "1",
      "tests/test_suite_hygiene.py::test_a_test_that_times_out_leaves_no_gateway_nor_monitor_behind"),
+    ("G6 the suite's image pruning beside a dangling image it did not make (podman)", "2",
+     "tests/test_deploy_containers.py::test_pruning_removes_the_suites_dangling_images_and_no_other"),
+    ("G7 idempotent replay of a damaged logged answer (cut blobs, label past the classes or negative, NaN "
+     "confidence, negative charge)", "7 x 2 backends",
+     "tests/test_gateway_idempotency.py::test_a_damaged_logged_answer_is_refused_cleanly_and_not_charged"),
+    ("G7 nothing refused yet: every rejection code and cap kind at 0", "31",
+     "tests/test_gateway_faults.py::test_every_rejection_reason_is_exported_at_zero_from_the_start"),
 ]
 
 
@@ -107,6 +116,8 @@ SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
     ("12 journal records no scheduler writes (dropped/re-shaped table, deleted rows, NaN/inf clock, bad status, unknown spec key)", "8", "tests/test_live_journal_damage.py::test_records_no_scheduler_writes_are_refused"),
     ("12 journal table dropped, loss accepted", "1", "tests/test_live_journal_damage.py::test_a_dropped_table_accepted_logs_every_lost_job"),
     ("12 journal WAL that is a directory", "1", "tests/test_live_journal_damage.py::test_a_wal_that_is_a_directory_is_one_line"),
+    ("12 journal file removed, its acknowledgement record kept", "1",
+     "tests/test_live_journal_damage.py::test_a_journal_removed_without_its_record_is_refused"),
     ("12 intact journal on a full disk; --out on a full disk", "2", "tests/test_live_disk_full.py::test_a_full_disk_at_start_is_reported_as_a_full_disk"),
     ("13 hostile agent: lookahead 0/-1/-inf/NaN, end before launch / +1e12", "6", "tests/test_live_agent_checks.py"),
     ("14 partitions beyond any cluster or reader (1e400, 1e999999, !foo, 20,000-deep, 100,000 ClusterQueues, ...)", "8", "tests/test_live_kueue.py::test_a_partition_beyond_any_cluster_or_reader_is_refused_at_start"),
@@ -115,6 +126,14 @@ SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
     ("16 ListJobs bad status enum, 10 MB vc", "2", "tests/test_contract_faults.py::test_scheduler_contract_under_hostile_input"),
     ("16 token file not UTF-8 under a running scheduler", "1", "tests/test_contract_faults.py::test_a_token_file_that_is_not_utf8_keeps_the_previous_tokens"),
     ("16 token files rewritten while held open", "1", "tests/test_contract_faults.py::test_token_files_are_replaced_by_rename"),
+    ("16 lockstep agent stalled past its deadline: the replay says it diverged from offline", "1",
+     "tests/test_live_faults.py::test_lockstep_agent_stalled_past_its_deadline_comes_back"),
+    ("17 reason-labelled counters: every reason the code counts is exported at 0 (scheduler, gateway)", "4 lists",
+     "tests/test_metric_reasons.py"),
+    ("17 a test timing out with a scheduler it started (LocalRun) and never stopped", "1",
+     "tests/test_suite_hygiene.py::test_a_test_that_times_out_leaves_no_scheduler_behind"),
+    ("17 deadlines stretched by the machine's measured slowdown", "-",
+     "tests/test_suite_hygiene.py::test_slowdown_is_measured_and_bounded"),
 ]
 
 

@@ -12,6 +12,16 @@ from prometheus_client.registry import Collector
 from analysim.ops_http import add_standard_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# analysim_gateway_rejections_total's reasons: every error code the gateway answers a request
+# with (docs/gateway.md's error table; the router's not_found, method_not_allowed, http_error).
+REJECTION_CODES = ("invalid_request", "invalid_row", "malformed_json", "malformed_body", "unauthenticated",
+                   "forbidden", "extraction_refused", "unknown_model", "unknown_user", "unknown_group",
+                   "unknown_subject", "user_exists", "group_exists", "request_in_progress", "idempotency_key_reused",
+                   "body_too_large", "batch_too_large", "body_timeout", "quota_exceeded", "rate_limited",
+                   "too_many_uploads", "store_unavailable", "model_unavailable", "monitor_unavailable",
+                   "answer_unreadable", "internal", "not_found", "method_not_allowed", "http_error")
+# analysim_gateway_connections_capped_total's kinds (connections.ConnectionCap).
+CAPPED_KINDS = ("idle", "busy")
 
 
 class Metrics:
@@ -78,6 +88,11 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        # Every reason's series from the start, at 0: an alert on increase() sees the first one.
+        for code in REJECTION_CODES:
+            self.rejections.labels(code)
+        for kind in CAPPED_KINDS:
+            self.connections_capped.labels(kind)
         add_standard_metrics(self.registry, "gateway")
         # labels() costs a dict lookup and lock; cache the children on the hot path.
         self._children: dict[tuple[str, ...], object] = {}

@@ -226,7 +226,8 @@ def openapi_spec(*fragments: Mapping[str, Any]) -> dict[str, Any]:
                             "idempotency_key_reused: the Idempotency-Key was used for a different request"
                         ),
                         "429": err("quota exceeded or rate limited"),
-                        "503": err("the ledger could not be read or written (nothing charged)"),
+                        "503": err("the ledger could not be read or written (nothing charged); answer_unreadable: "
+                                   "the answer logged for this Idempotency-Key is damaged (send a new key)"),
                     },
                 }
             },

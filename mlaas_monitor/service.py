@@ -415,7 +415,8 @@ class Gateway:
         if (user, request_key) in self._keys_in_flight:
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still being"
                            " answered; retry it", REQUEST_KEY_FIELD)  # fmt: skip
-        prior = self.store.answered_request(user, request_key)  # StoreUnavailable: 503
+        # StoreUnavailable, AnswerUnreadable (its logged row damaged): 503
+        prior = self.store.answered_request(user, request_key, len(model.classes))
         if prior is None:
             return None
         if prior.digest != digest:  # the digest covers the model too

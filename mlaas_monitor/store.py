@@ -314,6 +314,29 @@ class AnsweredRequest:
     leaves: np.ndarray | None
     amount_micros: int
 
+    def problem(self, classes: int) -> str | None:
+        """Why these values cannot be what the gateway told, for a model of CLASSES classes
+        (a label out of its range, a confidence outside 0..1), or None."""
+        bad = self.labels[(self.labels < 0) | (self.labels >= classes)]
+        if bad.size:
+            return f"label {int(bad[0])} is not one of the model's {classes} classes"
+        c = self.confidences
+        if c is not None and not np.all((c >= 0.0) & (c <= 1.0)):  # NaN fails too
+            return f"confidence {float(c[~((c >= 0.0) & (c <= 1.0))][0])!r} is not within 0..1"
+        return None
+
+
+class AnswerUnreadable(ApiError):
+    """The answer logged under an idempotency key cannot be told again: its row is not what the
+    gateway writes (a blob of the wrong size or type, a value out of range). 503 for that request
+    alone, with what is wrong; it was charged once, when first answered, and is not charged now."""
+
+    def __init__(self, query_id: object, problem: str) -> None:
+        super().__init__(503, "answer_unreadable", f"the answer logged for this Idempotency-Key (query {query_id}) "
+                         f"is damaged and cannot be sent again: {problem}; send the request with a new "
+                         "Idempotency-Key for a new answer")  # fmt: skip
+        self.query_id, self.problem = query_id, problem
+
 
 @dataclass
 class _Account:
@@ -756,20 +779,28 @@ class Store:
         a.touched = True
         return None
 
-    def answered_request(self, user: str, request_key: str) -> AnsweredRequest | None:
-        """The query ``user`` sent with this idempotency key, if it was answered."""
+    def answered_request(self, user: str, request_key: str, classes: int) -> AnsweredRequest | None:
+        """The query ``user`` sent with this idempotency key, if it was answered (to a model of
+        CLASSES classes); AnswerUnreadable if its logged row is damaged."""
         with self._conn() as db:
             row = db.execute(
-                self._sql("SELECT q.id, q.request_digest, q.labels, q.confidences, q.leaves, l.amount_micros"
-                          ' FROM query_log q JOIN ledger l ON l.query_id = q.id WHERE q."user"=? AND q.request_key=?'),
+                self._sql("SELECT q.id, q.request_digest, q.n_rows, q.labels, q.confidences, q.leaves,"
+                          ' l.amount_micros FROM query_log q JOIN ledger l ON l.query_id = q.id'
+                          ' WHERE q."user"=? AND q.request_key=?'),
                 (user, request_key),
             ).fetchone()  # fmt: skip
             if row is not None:  # told to the client as answered: durable first
                 self._backend.make_durable(db)
         if row is None:
             return None
-        qid, digest, labels, conf, leaves, amount = row
-        return AnsweredRequest(qid, bytes(digest), *_told(labels, conf, leaves), amount)
+        qid, digest, n, labels, conf, leaves, amount = row
+        problem = _answered_problem(digest, n, labels, conf, leaves, amount)
+        told = None if problem else AnsweredRequest(qid, bytes(digest), *_told(labels, conf, leaves), amount)
+        problem = problem or told.problem(classes)
+        if problem is not None:
+            log.warning("query %s: the answer logged for its idempotency key cannot be sent again: %s", qid, problem)
+            raise AnswerUnreadable(qid, problem)
+        return told
 
     def usage(self, user: str) -> list[tuple[str, int, int, int]]:
         """(model, queries, rows, amount_micros) per model for one user."""
@@ -853,12 +884,31 @@ def _column_problem(ts: Any, user: Any, model: Any) -> str | None:
 def _blob_problem(n: Any, f: Any, feats: Any, labels: Any, conf: Any, leaves: Any) -> str | None:
     if not isinstance(n, int) or not isinstance(f, int) or n < 0 or f < 0:
         return f"n_rows {n!r} and n_features {f!r} must be integers >= 0"
-    for name, blob, width, per_row in (("features", feats, 8, f), ("labels", labels, 4, 1),
-                                       ("confidences", conf, 8, 1), ("leaves", leaves, 4, 1)):
-        if blob is None and name in ("confidences", "leaves"):
-            continue
-        if not isinstance(blob, bytes | bytearray | memoryview):
-            return f"{name} is not a blob"
-        if len(blob) != n * per_row * width:
-            return f"{name} blob holds {len(blob)} bytes; {n} row(s) need {n * per_row * width}"
+    return _sized_problem("features", feats, n, 8 * f) or _told_problem(n, labels, conf, leaves)
+
+
+def _told_problem(n: int, labels: Any, conf: Any, leaves: Any) -> str | None:
+    """What is wrong with the blobs of an answer to N rows (confidences and leaves may be
+    absent: hidden by the policy), or None."""
+    return (_sized_problem("labels", labels, n, 4)
+            or (None if conf is None else _sized_problem("confidences", conf, n, 8))
+            or (None if leaves is None else _sized_problem("leaves", leaves, n, 4)))  # fmt: skip
+
+
+def _sized_problem(name: str, blob: Any, n: int, row_bytes: int) -> str | None:
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        return f"{name} is not a blob"
+    if len(blob) != n * row_bytes:
+        return f"{name} blob holds {len(blob)} bytes; {n} row(s) need {n * row_bytes}"
     return None
+
+
+def _answered_problem(digest: Any, n: Any, labels: Any, conf: Any, leaves: Any, amount: Any) -> str | None:
+    """What is wrong with a logged answer's row as an idempotency key finds it, or None."""
+    if not isinstance(digest, bytes | bytearray | memoryview):
+        return "request_digest is not a blob"
+    if not isinstance(n, int) or n < 0:
+        return f"n_rows {_as_text(n)} is not an integer >= 0"
+    if not isinstance(amount, int) or amount < 0:
+        return f"amount_micros {_as_text(amount)} is not an integer >= 0"
+    return _told_problem(n, labels, conf, leaves)

@@ -52,9 +52,12 @@ def _final(e: grpc.RpcError) -> bool:
 
 class SchedulerClient:
     def __init__(self, target: str, timeout_s: float = 10.0, token: str | None = None,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None, deadline_scale: float = 1.0) -> None:
         self.target = target
-        self.timeout_s = timeout_s
+        # How many times longer than on a quiet machine things take where this client runs:
+        # every call's timeout and every wait's deadline is stretched by it (tests measure it).
+        self.deadline_scale = deadline_scale
+        self.timeout_s = timeout_s * deadline_scale
         self.channel = secure_channel(target, tls or TlsFiles())
         self.stub = spb_grpc.SchedulerServiceStub(self.channel)
         self.md = bearer(token)
@@ -72,6 +75,7 @@ class SchedulerClient:
         """Until the health service says SERVING; else NotServing naming the last error, at
         once when that error cannot pass by waiting (a TLS handshake refused)."""
         stub = health_pb2_grpc.HealthStub(self.channel)
+        deadline_s *= self.deadline_scale
         end = time.monotonic() + deadline_s
         last: grpc.RpcError | None = None
         while True:
@@ -143,6 +147,7 @@ class SchedulerClient:
 
     def wait_done(self, deadline_s: float, poll_s: float = 0.1) -> dict:
         """Until the replay is done; its summary (or TimeoutError)."""
+        deadline_s *= self.deadline_scale
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             if self.cluster_state(queue_limit=1).replay_done:

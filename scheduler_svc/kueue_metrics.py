@@ -91,7 +91,8 @@ class KueueMetrics:
         for q in self.queues:
             self.admitted.labels(q, "")
             self.wait.labels(q, "")
-            self.evicted.labels(q, PREEMPTED, "", "")
+            for reason in (PREEMPTED, NODE_FAILURES):
+                self.evicted.labels(q, reason, "", "")
             for reason in PREEMPTION_REASONS:
                 self.preempted.labels(q, reason)
         registry.register(_KueueGauges(lambda: live, state))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,13 +70,19 @@ class LocalRun:
 
     ``provision`` gives them credentials first: a token per agent (for its own nodes), one for
     clients and one for operators, in ``workdir/tokens`` (mode 600). ``tls`` is what the agents
-    and clients present and trust (CA, and a certificate for mutual TLS)."""
+    and clients present and trust (CA, and a certificate for mutual TLS). ``deadline_scale``
+    stretches every deadline (port files, stops, the clients' calls and waits) on a machine
+    slower than a quiet one; ``on_spawn`` is told of each process as it starts (the tests
+    register it there, to be killed when the test ends whichever way it ends)."""
 
-    def __init__(self, workdir: Path, python: str = sys.executable, tls: TlsFiles | None = None) -> None:
+    def __init__(self, workdir: Path, python: str = sys.executable, tls: TlsFiles | None = None,
+                 deadline_scale: float = 1.0, on_spawn: Callable[[subprocess.Popen], object] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.python = python
         self.tls = tls or TlsFiles()
+        self.deadline_scale = deadline_scale  # how many times longer than on a quiet machine a wait may take
+        self.on_spawn = on_spawn  # told of every process started, before it is waited for
         self.scheduler: Proc | None = None
         self.agents: dict[int, Proc] = {}
         self.cluster = ""
@@ -98,7 +105,7 @@ class LocalRun:
     def client(self, role: str = "operator"):  # noqa: ANN201 — a SchedulerClient
         from scheduler_svc.client import SchedulerClient
 
-        return SchedulerClient(self.target, token=self.token(role), tls=self.tls)
+        return SchedulerClient(self.target, token=self.token(role), tls=self.tls, deadline_scale=self.deadline_scale)
 
     def _auth_args(self) -> list[str]:
         d = self.token_dir
@@ -121,13 +128,15 @@ class LocalRun:
             popen = subprocess.Popen([self.python, *argv, "--port-file", str(port_file)], stdout=out,
                                      stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True,
                                      preexec_fn=_die_with_parent)
+        if self.on_spawn is not None:
+            self.on_spawn(popen)
         return Proc(name, popen, port_file, log)
 
     def start_scheduler(self, args: list[str], deadline_s: float = 60.0) -> dict:
         name = "scheduler" if self._restarts == 0 else f"scheduler-{self._restarts}"
         self._restarts += 1
         self.scheduler = self._spawn(name, ["-m", "scheduler_svc", "serve", *self._auth_args(), *args])
-        return wait_port_file(self.scheduler, deadline_s)
+        return wait_port_file(self.scheduler, deadline_s * self.deadline_scale)
 
     @property
     def target(self) -> str:
@@ -145,7 +154,7 @@ class LocalRun:
                                *(["--token-file", str(self.token_dir / f"agent-{index}.token")] if self.token_dir else []),
                                *extra])
         self.agents[index] = p
-        wait_port_file(p, deadline_s)
+        wait_port_file(p, deadline_s * self.deadline_scale)
         return p
 
     def start_agents(self, cluster: str, nodes: int, processes: int, extra: list[str] = ()) -> None:
@@ -154,6 +163,7 @@ class LocalRun:
             self.start_agent(i, cluster, first, count, extra)
 
     def kill(self, proc: Proc, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> int | None:
+        wait_s *= self.deadline_scale
         if proc.alive():
             proc.popen.send_signal(sig)
         try:
@@ -168,7 +178,7 @@ class LocalRun:
         for p in procs:
             if p.alive():
                 p.popen.send_signal(signal.SIGTERM)
-        end = time.monotonic() + grace_s
+        end = time.monotonic() + grace_s * self.deadline_scale
         for p in procs:
             try:
                 p.popen.wait(max(0.0, end - time.monotonic()))

@@ -26,6 +26,18 @@ if TYPE_CHECKING:
 JOB_TIME_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400, 28 * 86400)
 # analysim_agents_refused_total's reasons.
 AGENT_REFUSALS = ("lookahead_not_ahead", "impossible_end")
+# analysim_jobs_rejected_total's reasons: a submission out of bounds, one the journal could not
+# take, a duplicate id, and each reason a job is invalid here (InvalidJob: the live checks, the
+# core's feasibility, a partition's LocalQueues and quotas).
+SUBMISSION_REFUSALS = ("out_of_bounds", "disk_full", "io_error", "duplicate_id", "bad_id", "bad_duration",
+                       "bad_submit", "bad_gpus", "unknown_vc", "unknown_gpu_model", "larger_than_vc_quota",
+                       "no_matching_node", "larger_than_cluster", "no_local_queue", "resource_not_covered",
+                       "larger_than_queue_quota")
+# analysim_grpc_calls_refused_total's reasons.
+CALL_REFUSALS = ("unauthenticated", "permission_denied", "foreign_node")
+# analysim_agent_reports_ignored_total's reasons.
+IGNORED_REPORTS = ("unknown_job", "stale_launch", "duplicate", "bad_time", "oversized_heartbeat", "unknown_node",
+                   "impossible_gpu_state")
 # Wall seconds: the target is p99 under 10 ms.
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 
@@ -66,8 +78,11 @@ class SchedulerMetrics:
                                       "Agent sessions ended with INVALID_ARGUMENT for a report no honest agent sends, "
                                       "by reason (lookahead_not_ahead, impossible_end); each is also lost.",
                                       ["reason"], registry=r)
-        for reason in AGENT_REFUSALS:
-            self.agents_refused.labels(reason)
+        # Every reason's series from the start, at 0: an alert on increase() sees the first one.
+        for counter, reasons in ((self.agents_refused, AGENT_REFUSALS), (self.rejected, SUBMISSION_REFUSALS),
+                                 (self.refused_calls, CALL_REFUSALS), (self.agent_events, IGNORED_REPORTS)):
+            for reason in reasons:
+                counter.labels(reason)
         self.grpc_server = GrpcServerMetrics(r)  # the gRPC server's interceptor
         add_standard_metrics(r, "scheduler")
         self.sent = self.messages.labels("sent")

@@ -7,9 +7,23 @@ import pytest
 
 import analysim  # noqa: F401  (sets GRPC_ENABLE_FORK_SUPPORT=false before grpc is imported; see there)
 from tests.pg import PgCluster, throwaway_cluster
+from tests.polling import scaled
 from tests.procs import kill_started
 
 BACKENDS = ["sqlite", "postgresql"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's timeout (its own, its module's or the configured one) stretched by this
+    machine's measured slowdown, as every deadline inside the tests is."""
+    if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout absent or disabled: no timeouts
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
 
 
 @pytest.fixture(autouse=True)

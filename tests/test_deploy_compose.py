@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.polling import wait_until
+from tests.polling import scaled, wait_until
+from tests.procs import started
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -44,7 +45,7 @@ def compose_config(*args: str, profiles: str | None = None, **extra: str) -> sub
     if profiles is not None:
         env["COMPOSE_PROFILES"] = profiles
     return subprocess.run([docker_compose(), "-f", str(COMPOSE), "config", *args], capture_output=True, text=True,
-                          env=env, timeout=60)  # fmt: skip
+                          env=env, timeout=scaled(60))  # fmt: skip
 
 
 def analysim_services() -> dict[str, dict]:
@@ -77,7 +78,7 @@ def test_every_variable_is_an_option_of_its_command() -> None:
         cmd = tuple(svc["command"])
         if cmd not in helps:
             argv = [sys.executable, *cmd[1:]] if cmd[0] == "python" else [sys.executable, "-m", *cmd]
-            r = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+            r = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=scaled(60))
             assert r.returncode == 0, r.stderr
             helps[cmd] = r.stdout
         options = set(re.findall(r"--([a-z][a-z0-9-]*)", helps[cmd]))
@@ -182,11 +183,11 @@ def test_kueue_overlay_mounts_the_partition_the_scheduler_loads(tmp_path: Path) 
                                                               "ANALYSIM_PREEMPTION", "ANALYSIM_MIGRATION"))},
              "ANALYSIM_PARTITION": str(host_file), "ANALYSIM_JOBS": "0"}
     ports = tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", "--port-file", str(ports),
-                             "--journal", str(tmp_path / "j.db")], cwd=ROOT, env=local, stderr=subprocess.PIPE, text=True)
+    proc = started(subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", "--port-file", str(ports),
+                                     "--journal", str(tmp_path / "j.db")], cwd=ROOT, env=local, stderr=subprocess.PIPE, text=True))
     try:
         wait_until(lambda: ports.exists() or proc.poll() is not None, 60, "the scheduler serving")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(scaled(30))

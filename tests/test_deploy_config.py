@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from analysim.envconfig import apply_env, env_name
 from mlaas_monitor.monitor.attacks import ApiClient
 from scheduler_svc.client import SchedulerClient
-from tests.polling import wait_until
+from tests.polling import scaled, wait_until
+from tests.procs import started
 from tests.test_gateway_helpers import ADMIN_KEY
 from tests.test_live_helpers import sample_sum, scrape
 
@@ -105,8 +106,8 @@ def free_port() -> int:
 
 def spawn(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", *module], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        return started(subprocess.Popen([sys.executable, "-m", *module], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONPATH": str(ROOT), **env}))
 
 
 def port_file(path: Path, proc: subprocess.Popen, log: Path) -> dict:
@@ -120,7 +121,7 @@ def port_file(path: Path, proc: subprocess.Popen, log: Path) -> dict:
 
 def get(port: int, path: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=scaled(10)) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -131,7 +132,7 @@ def stop(*procs: subprocess.Popen) -> None:
         if p.poll() is None:
             p.terminate()
     for p in procs:
-        p.wait(30)
+        p.wait(scaled(30))
 
 
 def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
@@ -185,7 +186,7 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
         # The image's HEALTHCHECK command, against a live port and a closed one.
         for port, code in ((a["metrics"], 0), (free_port(), 1)):
             r = subprocess.run([sys.executable, "-m", "analysim.healthcheck", "/healthz"], cwd=ROOT, capture_output=True,
-                               env={**os.environ, "ANALYSIM_METRICS_PORT": str(port)}, timeout=30)  # fmt: skip
+                               env={**os.environ, "ANALYSIM_METRICS_PORT": str(port)}, timeout=scaled(30))  # fmt: skip
             assert r.returncode == code, r.stdout
         for port, service in ((s["metrics"], "scheduler"), (a["metrics"], "agent")):
             m = scrape("127.0.0.1", port)
@@ -193,7 +194,7 @@ def test_scheduler_and_agent_from_the_environment(tmp_path: Path) -> None:
             assert m["process_resident_memory_bytes"][0].value > 0
         # A lost agent makes the scheduler not ready (its nodes are down) until it is back.
         agent.kill()
-        agent.wait(30)
+        agent.wait(scaled(30))
         wait_until(lambda: get(s["metrics"], "/readyz")[0] == 503, what="the scheduler not ready without its agent")
         first = (tmp_path / "s.log").read_text().splitlines()[0]
         rec = json.loads(first)  # --log-format json from ANALYSIM_LOG_FORMAT, on stdout
@@ -269,5 +270,5 @@ def test_gateway_metrics_without_the_admin_key(tmp_path: Path) -> None:
 ])  # fmt: skip
 def test_load_refuses_bad_input_in_one_line(args: list[str], message: str) -> None:
     r = subprocess.run([sys.executable, "-m", "analysim", "load", *args], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=60)  # fmt: skip
+                       env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=scaled(60))  # fmt: skip
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from tests.pg import PgCluster
-from tests.polling import wait_until
+from tests.polling import scaled, wait_until
+from tests.procs import started
 from tests.test_deploy_compose import COMPOSE, DEPLOY, ROOT, docker_compose
 from tests.test_deploy_k8s import containers, env, find, render, validate
 
@@ -56,7 +57,7 @@ def under(path: str, mounts: list[str]) -> bool:
 def compose_config(env_vars: dict[str, str]) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "ANALYSIM_"))}
     return subprocess.run([docker_compose(), "-f", str(COMPOSE), "-f", str(REPLICAS), "config"],
-                          capture_output=True, text=True, env={**environ, **env_vars}, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, env={**environ, **env_vars}, timeout=scaled(60))  # fmt: skip
 
 
 def test_compose_runs_gateway_replicas_on_the_postgres_service() -> None:
@@ -78,7 +79,7 @@ def test_compose_runs_gateway_replicas_on_the_postgres_service() -> None:
     # Every ANALYSIM_* variable the override sets is an option of the gateway's command.
     cmd = gw["command"]
     help_text = subprocess.run([sys.executable, *cmd[1:], "--help"], capture_output=True, text=True, cwd=ROOT,
-                               timeout=60).stdout  # fmt: skip
+                               timeout=scaled(60)).stdout  # fmt: skip
     for var in yaml.load(REPLICAS.read_text(), _ComposeLoader)["services"]["gateway"]["environment"]:
         if var.startswith("ANALYSIM_"):
             assert f"--{var.removeprefix('ANALYSIM_').lower().replace('_', '-')}" in help_text, var
@@ -169,7 +170,7 @@ def test_compose_runs_the_monitor_service_every_replica_subscribes_to() -> None:
     assert flag(check, "--port") == flag(cmd, "--port") and flag(check, "--key-file") == secret_target(mon, "admin_key")
     # Every flag of the command is one `serve` has.
     help_text = subprocess.run([sys.executable, *cmd[1:4], "--help"], capture_output=True, text=True, cwd=ROOT,
-                               timeout=60).stdout  # fmt: skip
+                               timeout=scaled(60)).stdout  # fmt: skip
     for a in cmd[4:]:
         if a.startswith("--"):
             assert a in help_text, a
@@ -190,9 +191,9 @@ def test_compose_monitor_command_answers_with_the_key(pg_cluster: PgCluster, tmp
                                  "--host": "127.0.0.1", "--port": "0"})  # fmt: skip
     port_file = tmp_path / "monitor.port"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")}
-    proc = subprocess.Popen([*cmd, "--port-file", str(port_file)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**environ, **mon["environment"], "ANALYSIM_ADMIN_KEY_FILE": str(key_file)})  # fmt: skip
+    proc = started(subprocess.Popen([*cmd, "--port-file", str(port_file)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True,
+                                    env={**environ, **mon["environment"], "ANALYSIM_ADMIN_KEY_FILE": str(key_file)}))  # fmt: skip
     try:
         wait_until(lambda: proc.poll() is not None or port_file.exists(), what="the monitor's port file")
         assert proc.poll() is None, proc.communicate()[1]
@@ -200,7 +201,7 @@ def test_compose_monitor_command_answers_with_the_key(pg_cluster: PgCluster, tmp
         check = local(mon["healthcheck"]["test"][1:], {"--port": port, "--key-file": str(key_file)})
 
         def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+            return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=scaled(60))
 
         ok = run(check)
         assert ok.returncode == 0, f"{shlex.join(check)}: {ok.stdout}"
@@ -209,7 +210,7 @@ def test_compose_monitor_command_answers_with_the_key(pg_cluster: PgCluster, tmp
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 0, err
 
 

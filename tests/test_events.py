@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from analysim.cli import main as analysim
 from analysim.core.partition import GPU
 from analysim.events import EVENT_FIELDS
+from tests.polling import scaled
 from tests.test_kueue import _cq
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,10 +277,10 @@ def test_a_running_replay_explains_a_pending_job_over_grpc(tmp_path):
         assert client.explain(running[0]).reason == ""
         address = f"{run.scheduler.info['host']}:{run.scheduler.info['grpc']}"
         cli = [sys.executable, "-m", "analysim", "explain", "--scheduler", address]
-        said = subprocess.run([*cli, waiting], capture_output=True, text=True, timeout=60)
+        said = subprocess.run([*cli, waiting], capture_output=True, text=True, timeout=scaled(60))
         assert said.returncode == 0, said.stderr
         assert said.stdout.startswith(f"{waiting} (team-a) at ") and ": pending: cohort_exhausted: " in said.stdout
-        said = subprocess.run([*cli, "nobody"], capture_output=True, text=True, timeout=60)
+        said = subprocess.run([*cli, "nobody"], capture_output=True, text=True, timeout=scaled(60))
         assert said.returncode == 2 and said.stderr.count("\n") == 1 and "NOT_FOUND" in said.stderr, said.stderr
     assert events.read_text() == ",".join(EVENT_FIELDS) + "\n"
 

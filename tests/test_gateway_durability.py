@@ -89,7 +89,7 @@ class Hammer:
     def join(self) -> None:
         """Wait for every client; a failed check in a client thread fails the test here."""
         for t in self.threads:
-            t.join(30)
+            t.join(scaled(30))
 
 
 def ledger(db: Path) -> dict[int, int]:

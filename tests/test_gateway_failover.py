@@ -22,6 +22,7 @@ import pytest
 
 from mlaas_monitor.store import Store, StoreUnavailable
 from tests.pg import PgCluster, throwaway_cluster
+from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, wait_until
 from tests.test_gateway_http import PREDICT
 from tests.test_gateway_replicas import gateway, stop
@@ -83,7 +84,7 @@ class RetryingClients:
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
         for t in self.threads:
-            t.join(60)
+            t.join(scaled(60))
 
 
 def ledger(db: str) -> dict[int, int]:
@@ -194,5 +195,5 @@ class LogFollower:
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
-        self.thread.join(60)
+        self.thread.join(scaled(60))
         self.store.close()

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysim.errors import UserError
 from analysim.logs import BURST
 from mlaas_monitor.auth import hash_key
+from mlaas_monitor.metrics import CAPPED_KINDS, REJECTION_CODES
 from mlaas_monitor.service import Limits
 from mlaas_monitor.store import Store
 from tests.polling import scaled, wait_until
@@ -55,7 +56,7 @@ def test_a_store_missing_its_ledger_is_refused_not_recreated(tmp_path: Path) -> 
         c.commit()
     p = subprocess.run([sys.executable, "-m", "mlaas_monitor.monitor", "gateway", "--db", str(db), "--port", "0",
                         "--grpc-port", "0"], cwd=ROOT, env={"ANALYSIM_ADMIN_KEY": ADMIN_KEY, "PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+                       capture_output=True, text=True, timeout=scaled(60))  # fmt: skip
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert "ledger table is missing" in p.stderr and "restore the store" in p.stderr, p.stderr
@@ -118,7 +119,7 @@ def test_slow_uploads_are_cut_off_and_capped(tmp_path: Path) -> None:
                 "Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{").encode()
         socks = []
         for _ in range(50):
-            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=scaled(10))
             s.sendall(head)
             socks.append(s)
         try:
@@ -299,3 +300,16 @@ def test_idle_connections_do_not_exhaust_descriptors_and_requests_are_served(tmp
     proc.terminate()
     _, err = proc.communicate(timeout=scaled(30))
     assert "Traceback" not in err, err[-3000:]
+
+
+def test_every_rejection_reason_is_exported_at_zero_from_the_start(tmp_path: Path) -> None:
+    # A real gateway, nothing asked of it yet: each error code and each cap kind has its series
+    # at 0, so that increase() alerts and dashboards read "none" until the first, not "no data".
+    with running_gateway(tmp_path / "s.db") as g:
+        status, text = g.admin.get("/metrics")
+    assert status == 200
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    rejections = {s.labels["reason"]: s.value for s in samples if s.name == "analysim_gateway_rejections_total"}
+    capped = {s.labels["kind"]: s.value for s in samples if s.name == "analysim_gateway_connections_capped_total"}
+    assert rejections == dict.fromkeys(REJECTION_CODES, 0.0), rejections
+    assert capped == dict.fromkeys(CAPPED_KINDS, 0.0), capped

@@ -22,6 +22,7 @@ from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_fields, refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import Limits
+from tests.polling import scaled
 from tests.reflection import reflected_file_package, reflected_services
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
@@ -185,7 +186,7 @@ def test_query_stream_replays_the_log_then_follows_live(gw: Running, channel: gr
     wait_until(lambda: len(got) >= 1, what="the replayed event")
     for n in (1, 2, 5):
         seen.append(user.post("/v1/models/credit/predict", {"rows": rows[10 : 10 + n]})[1]["query_id"])
-    reader.join(30)
+    reader.join(scaled(30))
     call.cancel()
     assert [e.seq for e in got] == seen
     first = got[0]
@@ -216,7 +217,7 @@ def test_query_stream_without_after_seq_follows_live_only(gw: Running, channel: 
     live_ids: list[int] = []
     wait_until(lambda: got or live_ids.append(user.post("/v1/models/credit/predict", {"rows": rows[:2]})[1]["query_id"]),
                what="a live event", poll_s=0.05)
-    reader.join(30)
+    reader.join(scaled(30))
     call.cancel()
     assert got[0].seq in live_ids and len(got[0].labels) == 2
 
@@ -325,7 +326,7 @@ def test_predict_stream_checks_the_key_at_the_start_and_for_every_request(gw: Ru
 
     def requests() -> Iterator[pb.PredictStreamRequest]:
         yield stream_request(credit_rows()[:1])
-        answered.wait(30)  # the key is revoked between the two requests
+        answered.wait(scaled(30))  # the key is revoked between the two requests
         yield stream_request(credit_rows()[:1])
 
     stream = stub.PredictStream(requests(), metadata=md(key))
@@ -347,7 +348,7 @@ def test_shutdown_ends_an_idle_predict_stream_at_once(tmp_path: Path) -> None:
 
         def requests() -> Iterator[pb.PredictStreamRequest]:
             yield stream_request(credit_rows()[:1])
-            more.wait(60)  # the client goes quiet
+            more.wait(scaled(60))  # the client goes quiet
 
         stream = pb_grpc.PredictionServiceStub(ch).PredictStream(requests(), metadata=md(key))
         assert next(stream).HasField("answer")

@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from analysim._protos.v1 import prediction_pb2 as pb
 from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
+from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import ApiError, Gateway, Principal
 from mlaas_monitor.store import SCHEMA_VERSION, Store
 from tests.test_gateway_helpers import ADMIN_KEY, Client, Running, credit_model, credit_rows, running_gateway
+from tests.test_gateway_replicas import raw_connection
 
 PREDICT = "/v1/models/credit/predict"
 _names = itertools.count()
@@ -100,13 +104,17 @@ def test_a_key_reused_for_different_content_is_422_and_not_charged(gw: Running) 
     assert gw.charged() == before
 
 
-def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
-    key = gw.new_key("grpc-retrier")
-    req = pb.PredictRequest(
+def grpc_request(rows: list[list[object]]) -> pb.PredictRequest:
+    return pb.PredictRequest(
         model_id="credit",
         rows=[pb.Row(values=[pb.Value(text=v) if isinstance(v, str) else pb.Value(number=v) for v in r])
-              for r in credit_rows()[:3]],
+              for r in rows],
     )  # fmt: skip
+
+
+def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
+    key = gw.new_key("grpc-retrier")
+    req = grpc_request(credit_rows()[:3])
     md = (("authorization", f"Bearer {key}"), ("idempotency-key", "grpc-1"))
     with grpc.insecure_channel(gw.thread.grpc_target) as ch:
         stub = pb_grpc.PredictionServiceStub(ch)
@@ -123,6 +131,50 @@ def test_grpc_retry_returns_the_original_answer(gw: Running) -> None:
         with pytest.raises(grpc.RpcError) as e:
             stub.Predict(pb.PredictRequest(model_id="credit", rows=req.rows[:1]), metadata=md)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+# A logged answer damaged under the gateway (3 rows answered, confidences and leaves revealed):
+# the column, the value written there, and what the refusal names. Each was a 500 with a
+# traceback (a blob of the wrong size, a label past the classes) or a wrong answer sent as the
+# original (a label of -1 read as the last class; a NaN confidence, which is not JSON).
+DAMAGED_ANSWERS = {
+    "labels cut": ("query_log", "labels", b"\x01\x00\x00", "labels blob holds 3 bytes; 3 row(s) need 12"),
+    "a label past the classes": ("query_log", "labels", np.full(3, 99, "<i4").tobytes(), "label 99 is not one of"),
+    "a negative label": ("query_log", "labels", np.full(3, -1, "<i4").tobytes(), "label -1 is not one of"),
+    "a NaN confidence": ("query_log", "confidences", np.full(3, np.nan, "<f8").tobytes(), "confidence nan"),
+    "confidences cut": ("query_log", "confidences", b"", "confidences blob holds 0 bytes"),
+    "leaves cut": ("query_log", "leaves", b"\x00" * 5, "leaves blob holds 5 bytes"),
+    "a negative charge": ("ledger", "amount_micros", -5, "amount_micros -5 is not an integer >= 0"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_ANSWERS)
+def test_a_damaged_logged_answer_is_refused_cleanly_and_not_charged(gw: Running, module_db: str, damage: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    table, column, value, named = DAMAGED_ANSWERS[damage]
+    c = gw.new_user(f"damaged-{next(_names)}")
+    status, first, _ = post(c, credit_rows()[:3], "kept")
+    assert status == 200
+    con = raw_connection(module_db)  # the gateway's own store
+    key = "query_id" if table == "ledger" else "id"
+    param = "%s" if module_db.startswith("postgresql://") else "?"
+    con.execute(f"UPDATE {table} SET {column} = {param} WHERE {key} = {param}", (value, first["query_id"]))
+    con.close()
+    charged = gw.charged()
+    caplog.set_level(logging.WARNING)
+    status, body, replayed = post(c, credit_rows()[:3], "kept")
+    assert (status, body["error"]["code"]) == (503, "answer_unreadable"), body
+    assert f"query {first['query_id']}" in body["error"]["message"] and named in body["error"]["message"], body
+    assert replayed is None and gw.charged() == charged  # nothing told as the original, nothing charged
+    assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
+    assert sum(named in r.getMessage() for r in caplog.records) == 1  # said once, in the log too
+    md = (("authorization", f"Bearer {c.key}"), ("idempotency-key", "kept"))  # the same request over gRPC
+    with grpc.insecure_channel(gw.thread.grpc_target) as ch, pytest.raises(grpc.RpcError) as e:
+        pb_grpc.PredictionServiceStub(ch).Predict(grpc_request(credit_rows()[:3]), metadata=md)
+    assert (e.value.code(), refusal_of(e.value)["code"]) == (grpc.StatusCode.UNAVAILABLE, "answer_unreadable")
+    assert gw.charged() == charged
+    status, fresh, _ = post(c, credit_rows()[:3], "kept-2")  # the way out the refusal gives
+    assert status == 200 and fresh["query_id"] > first["query_id"]
 
 
 def test_a_duplicate_while_the_first_is_in_flight_is_409(store_db: str) -> None:

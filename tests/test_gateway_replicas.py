@@ -46,7 +46,7 @@ def gateway(db: str, port_file: Path, *extra: str) -> tuple[subprocess.Popen[str
 def stop(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
-        assert proc.wait(60) == 0, proc.communicate()
+        assert proc.wait(scaled(60)) == 0, proc.communicate()
     finally:
         proc.kill()
         proc.communicate()
@@ -219,7 +219,7 @@ def test_the_query_log_has_no_gaps_for_a_cursor_while_writers_append(pg_db: str)
     with ThreadPoolExecutor(writers) as pool:
         list(pool.map(write, stores))
     done.set()
-    follower.join(60)
+    follower.join(scaled(60))
     total = writers * sum(1 + i % 3 for i in range(per_writer))
     assert seen == list(range(1, total + 1))
     assert reader.ledger_totals() == (total, total, total)
@@ -233,7 +233,7 @@ def test_workers_need_a_postgresql_store_and_the_monitor_service(tmp_path: Path)
                           (["--db", "postgresql://u@/x?host=/nonexistent", "--workers", "2"], "--no-monitor"),
                           (["--db", "mysql://u@h/x"], "expected a SQLite file path or a postgresql:// URL")]:  # fmt: skip
         r = subprocess.run([sys.executable, "-m", "analysim", "gateway", *args], capture_output=True, text=True,
-                           env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=60)  # fmt: skip
+                           env={**os.environ, "ANALYSIM_ADMIN_KEY": ADMIN_KEY}, timeout=scaled(60))  # fmt: skip
         assert r.returncode != 0 and problem in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
@@ -300,7 +300,7 @@ def test_workers_stop_when_their_supervisor_is_killed(store_with_model: str, tmp
 def test_model_commands_take_a_postgresql_url(pg_db: str) -> None:
     def analysim(*args: str) -> str:
         r = subprocess.run([sys.executable, "-m", "analysim", "model", *args, "--db", pg_db], capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
+                           text=True, timeout=scaled(120))  # fmt: skip
         assert r.returncode == 0, r.stderr
         return r.stdout
 

@@ -18,6 +18,7 @@ from analysim.tls import TlsFiles, secure_channel
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
+from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, credit_model
 from tests.tlscerts import CA
 
@@ -33,13 +34,13 @@ def test_gateway_serves_https_and_grpc_tls_only(tmp_path: Path, store_db: str) -
             trusted = ssl.create_default_context(cafile=ca.files.cert)
             headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
             with urllib.request.urlopen(urllib.request.Request(gw.url + "/v1/models", headers=headers),
-                                        context=trusted, timeout=10) as r:
+                                        context=trusted, timeout=scaled(10)) as r:
                 assert r.status == 200 and "credit" in json.dumps(json.loads(r.read()))
             with pytest.raises(urllib.error.URLError):  # the certificate is not one it trusts
                 urllib.request.urlopen(gw.url + "/v1/models", timeout=10,
                                        context=ssl.create_default_context(cafile=stranger.files.cert))
             with pytest.raises((urllib.error.URLError, ConnectionError)):  # plaintext HTTP to the TLS port
-                urllib.request.urlopen(gw.url.replace("https://", "http://") + "/v1/models", timeout=10)
+                urllib.request.urlopen(gw.url.replace("https://", "http://") + "/v1/models", timeout=scaled(10))
 
             def list_models(files: TlsFiles) -> grpc.StatusCode:
                 with secure_channel(gw.grpc_target, files) as ch:

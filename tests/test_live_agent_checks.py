@@ -22,7 +22,8 @@ from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
 from analysim.tokens import bearer
 from scheduler_svc.launcher import LocalRun
-from tests.test_live_helpers import sample_sum, scrape
+from tests.polling import scaled
+from tests.test_live_helpers import local_run, sample_sum, scrape
 
 CLUSTER = "4x8"
 # agent-0's slice of the 4 nodes: the first placements go there, so the hostile agent gets launches.
@@ -75,7 +76,7 @@ def _ack(resp: apb.ConnectResponse, lookahead: float) -> apb.Ack:
 
 def _refused_then_replay_completes(tmp_path: Path, answer: Callable[[apb.ConnectResponse], apb.ConnectRequest],
                                    reason: str) -> None:
-    run = LocalRun(tmp_path / "procs")
+    run = local_run(tmp_path / "procs")
     hostile = None
     try:
         run.provision([n.name for n in parse_cluster(CLUSTER).nodes], 2)
@@ -83,7 +84,7 @@ def _refused_then_replay_completes(tmp_path: Path, answer: Callable[[apb.Connect
                              "--log-level", "WARNING"])
         run.start_agent(1, CLUSTER, 2, 2)
         hostile = HostileAgent(run, answer)
-        assert hostile.done.wait(60), "the hostile agent's stream still open"
+        assert hostile.done.wait(scaled(60)), "the hostile agent's stream still open"
         assert hostile.error is not None and hostile.error.code() == grpc.StatusCode.INVALID_ARGUMENT, hostile.error
         assert refusal_of(hostile.error)["code"] == reason
         host, port = run.scheduler.info["host"], run.scheduler.info["metrics"]

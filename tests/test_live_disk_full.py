@@ -21,8 +21,9 @@ import pytest
 from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
-from scheduler_svc.launcher import ROOT, LocalRun
-from tests.test_live_helpers import http_get, sample_sum, scrape, wait_until
+from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
+from tests.test_live_helpers import http_get, local_run, sample_sum, scrape, wait_until
 
 TMPFS_SIZE = "4m"
 
@@ -73,7 +74,7 @@ def test_disk_full_refuses_submissions_keeps_serving_and_resumes(tmp_path: Path)
     if not _namespaces_work(mnt):
         pytest.skip("unshare cannot mount a tmpfs here (no unprivileged user namespaces)")
     cluster = "4x8"
-    run = LocalRun(tmp_path / "procs", python=str(_wrapper(tmp_path, mnt)))
+    run = local_run(tmp_path / "procs", python=str(_wrapper(tmp_path, mnt)))
     try:
         run.provision([n.name for n in parse_cluster(cluster).nodes], 1)
         run.start_scheduler(["--jobs", "0", "--journal", str(mnt / "journal.db"), "--cluster", cluster,
@@ -150,6 +151,7 @@ import json, subprocess, sys
 from pathlib import Path
 from analysim.core.job import JobSpec
 from scheduler_svc.journal import Journal
+from tests.polling import scaled
 from tests.test_live_disk_full import _fill
 
 mnt = Path(sys.argv[1])
@@ -162,12 +164,12 @@ _fill(mnt / "filler")
 starts = []
 for extra in ([], ["--accept-journal-loss"]):
     r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
-                        "--journal", str(path), "--port", "0", *extra], capture_output=True, text=True, timeout=60)
+                        "--journal", str(path), "--port", "0", *extra], capture_output=True, text=True, timeout=scaled(60))
     starts.append([r.returncode, r.stderr])
 # --out on the full disk (the journal elsewhere): refused at start, not at the replay's end.
 r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "4x8",
                     "--journal", sys.argv[2], "--out", str(mnt / "out"), "--port", "0"],
-                   capture_output=True, text=True, timeout=60)
+                   capture_output=True, text=True, timeout=scaled(60))
 out_start = [r.returncode, r.stderr]
 (mnt / "filler").unlink()
 print(json.dumps({"starts": starts, "out": out_start, "jobs": [row[0] for row in Journal(path).jobs()]}))
@@ -180,7 +182,7 @@ def test_a_full_disk_at_start_is_reported_as_a_full_disk(tmp_path: Path) -> None
     if not _namespaces_work(mnt):
         pytest.skip("unshare cannot mount a tmpfs here (no unprivileged user namespaces)")
     r = subprocess.run([str(_wrapper(tmp_path, mnt)), "-c", _FULL_AT_START, str(mnt), str(tmp_path / "other.db")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+                       cwd=ROOT, capture_output=True, text=True, timeout=scaled(180))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for code, err in out["starts"]:

@@ -17,7 +17,14 @@ from analysim.clusters import parse_cluster
 from analysim.tls import TlsFiles
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import LocalRun
-from tests.polling import wait_until  # noqa: F401  (re-exported for the live tests)
+from tests.polling import scaled, slowdown, wait_until
+from tests.procs import started
+
+
+def local_run(workdir: Path, **kw: object) -> LocalRun:
+    """A LocalRun for a test: its deadlines stretched by this machine's measured slowdown, and
+    every process it starts killed when the test ends (a timeout or a failure included)."""
+    return LocalRun(workdir, deadline_scale=slowdown(), on_spawn=started, **kw)
 
 
 @contextmanager
@@ -27,7 +34,7 @@ def live(tmp: Path, sched_args: list[str], cluster: str, nodes: int, agents: int
     """A scheduler with ``sched_args`` (cluster added) and ``agents`` agent processes, with
     provisioned tokens (the client holds the operator's) unless ``auth`` is False; ``tls``: what
     agents and the client present and trust (the scheduler's TLS options go in ``sched_args``)."""
-    run = LocalRun(tmp / "procs", tls=tls)
+    run = local_run(tmp / "procs", tls=tls)
     try:
         if auth:
             run.provision([n.name for n in parse_cluster(cluster).nodes], max(agents, 1))
@@ -43,7 +50,7 @@ def live(tmp: Path, sched_args: list[str], cluster: str, nodes: int, agents: int
 
 def scrape(host: str, port: int) -> dict[str, list]:
     """{metric family name: [samples]} from a real /metrics endpoint."""
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=scaled(10)) as r:
         text = r.read().decode()
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
@@ -51,7 +58,7 @@ def scrape(host: str, port: int) -> dict[str, list]:
 def http_get(host: str, port: int, path: str) -> tuple[int, str]:
     """(status, body) of a plain GET, error statuses included (e.g. /readyz answering 503)."""
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=scaled(10)) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()

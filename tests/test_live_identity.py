@@ -27,6 +27,7 @@ from analysim.core.job import JobSpec
 from analysim.traces import Trace, write_canonical
 from scheduler_svc.kueue_metrics import PREEMPTION_REASONS
 from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
 from tests.reflection import reflected_file_package, reflected_services
 from tests.test_live_helpers import live, sample_sum, scrape
 
@@ -135,7 +136,8 @@ def assert_kueue_metrics_at_the_end(sched: dict[str, list], jobs_csv: Path) -> N
     assert set(per_queue("kueue_pending_workloads", "kueue_pending_workloads", status="inadmissible").values()) == {0.0}
     assert {s.value for s in sched["kueue_cluster_queue_resource_usage"]} == {0.0}
     assert set(per_queue("kueue_admitted_active_workloads", "kueue_admitted_active_workloads").values()) == {0.0}
-    assert per_queue("kueue_evicted_workloads", "kueue_evicted_workloads_total", reason="Preempted") == dict.fromkeys(cqs, 0.0)
+    for reason in ("Preempted", "NodeFailures"):
+        assert per_queue("kueue_evicted_workloads", "kueue_evicted_workloads_total", reason=reason) == dict.fromkeys(cqs, 0.0)
     assert {(s.labels["preempting_cluster_queue"], s.labels["reason"]) for s in sched["kueue_preempted_workloads"]
             if s.name == "kueue_preempted_workloads_total"} == {(q, r) for q in cqs for r in PREEMPTION_REASONS}
 
@@ -144,7 +146,7 @@ def test_health_and_reflection(tmp_path: Path) -> None:
     with live(tmp_path, ["--jobs", "0"], "2x8", nodes=2, agents=0) as (run, _), grpc.insecure_channel(run.target) as ch:
         h = health_pb2_grpc.HealthStub(ch)
         for svc in ("", "analysim.v1.SchedulerService", "analysim.v1.AgentService"):
-            assert h.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5).status == \
+            assert h.Check(health_pb2.HealthCheckRequest(service=svc), timeout=scaled(5)).status == \
                 health_pb2.HealthCheckResponse.SERVING
         # Both reflection versions, with no metadata at all (as grpcurl sends): the schema is public.
         for version in ("v1", "v1alpha"):
@@ -159,7 +161,7 @@ def test_analysim_up_end_to_end(tmp_path: Path) -> None:
     out, ref = tmp_path / "up", tmp_path / "sim"
     args = ["--jobs", "150", "--seed", "7", "--cluster", "16x4"]
     p = subprocess.run([sys.executable, "-m", "analysim", "up", *args, "--out", str(out), "--no-progress",
-                        "--workdir", str(tmp_path / "w")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                        "--workdir", str(tmp_path / "w")], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 0, p.stderr
     assert "scheduler  grpc 127.0.0.1:" in p.stdout and "/metrics" in p.stdout
     assert "accounted for: 150 completed, 0 failed, 0 cancelled of 150 jobs" in p.stdout

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
+from tests.procs import started
 from tests.test_live_helpers import live, wait_until
 
 ARGS = ["--jobs", "150", "--seed", "6", "--cluster", "8x8"]
@@ -56,15 +58,15 @@ def _checkpointed(journal: Path, to: Path) -> Path:
 
 def _start(journal: Path, *extra: str) -> subprocess.Popen[str]:
     port_file = journal.parent / "port.json"
-    return subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", *ARGS, "--journal", str(journal),
-                             "--log-level", "WARNING", "--port-file", str(port_file), *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return started(subprocess.Popen([sys.executable, "-m", "scheduler_svc", "serve", *ARGS, "--journal", str(journal),
+                                     "--log-level", "WARNING", "--port-file", str(port_file), *extra], cwd=ROOT,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
 
 
 def _refused(journal: Path) -> str:
     p = _start(journal)
     try:
-        out, err = p.communicate(timeout=60)
+        out, err = p.communicate(timeout=scaled(60))
     finally:
         if p.poll() is None:
             p.kill()
@@ -84,7 +86,7 @@ def _serves(journal: Path, *extra: str) -> str:
         assert json.loads(port_file.read_text())["grpc"] > 0
     finally:
         p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate(timeout=scaled(30))
     assert "Traceback" not in out + err, out + err
     return out + err
 
@@ -248,7 +250,7 @@ def test_a_wal_that_is_a_directory_is_one_line(acked: tuple[Path, list[str]], tm
     Path(f"{copy}-wal").mkdir()
     for extra in ((), ("--accept-journal-loss",)):
         p = _start(copy, *extra)
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=scaled(60))
         assert p.returncode == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert "is not a regular file" in err, err
 

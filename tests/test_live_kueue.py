@@ -19,6 +19,8 @@ from analysim.clusters import parse_cluster
 from analysim.core.partition import GPU
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT
+from scheduler_svc.metrics import AGENT_REFUSALS, CALL_REFUSALS, IGNORED_REPORTS, SUBMISSION_REFUSALS
+from tests.polling import scaled
 from tests.test_kueue import _cq
 from tests.test_live_helpers import http_get, live, sample_sum, scrape, wait_until
 
@@ -34,7 +36,7 @@ def _refused_offline_and_live(tmp_path: Path, bad: Path) -> str:
                        ("scheduler_svc", ["-m", "scheduler_svc", "serve", "--journal", str(tmp_path / "j.db"),
                                           "--port-file", str(tmp_path / "port.json")])):
         r = subprocess.run([sys.executable, *argv, "--jobs", "10", "--cluster", "demo", "--partition", str(bad)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
         errors[prog] = r.stderr.removeprefix(f"{prog}: error: ")
     assert not (tmp_path / "port.json").exists()  # never served, so never acknowledged anything
@@ -149,6 +151,10 @@ def test_a_reclaim_is_counted_by_preempting_queue_and_reason(tmp_path: Path) -> 
                       reason="Preempted") == 1
 
 
+# The scheduler's reason-labelled counters and their reasons.
+REASON_COUNTERS = {"analysim_jobs_rejected": SUBMISSION_REFUSALS, "analysim_grpc_calls_refused": CALL_REFUSALS,
+                   "analysim_agent_reports_ignored": IGNORED_REPORTS, "analysim_agents_refused": AGENT_REFUSALS}
+
 # Labelled gauges with no series on a run whose VCs have no quota: under a partition the quotas
 # are the ClusterQueues' (kueue_cluster_queue_nominal_quota), not the VCs'.
 NO_VC_QUOTAS = {"analysim_vc_quota_gpus", "analysim_vc_free_quota_gpus"}
@@ -196,6 +202,11 @@ def test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens(tmp_p
     # No labelled gauge of the scheduler is left without series.
     empty = sorted(f.name for f in families if f.type == "gauge" and not f.samples)
     assert empty == (sorted(NO_VC_QUOTAS) if partition else []), empty
+    # Every reason-labelled counter has each known reason's series, at 0 (auth refusals aside:
+    # the test's own client presents a valid token, but none was refused).
+    for family, reasons in REASON_COUNTERS.items():
+        series = {s.labels["reason"]: s.value for s in m[family] if s.name == family + "_total"}
+        assert series == dict.fromkeys(reasons, 0.0), (family, series)
 
 
 # cpu-team: CPU and memory quota only (16 cores, borrowing at most 4 more; 64Gi, lending at most
@@ -226,8 +237,16 @@ def test_every_covered_resource_is_exported_in_kueue_s_units(tmp_path: Path) -> 
         cpu_job = "cpu-job"
         gpu_job = client.submit(num_gpus=2, duration_s=36000.0, vc="gpu-team", cpu_milli=3000,
                                 memory_mib=10 * 1024).job_id
+        def running(job: str) -> bool:
+            try:
+                return client.get_job(job).HasField("first_start_s")
+            except grpc.RpcError as e:  # the trace's job is not submitted before the clock starts
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                return False
+
         for job in (cpu_job, gpu_job):
-            wait_until(lambda job=job: client.get_job(job).HasField("first_start_s"), 60, f"{job} running")
+            wait_until(lambda job=job: running(job), 60, f"{job} running")
         m = scrape(run.scheduler.info["host"], run.scheduler.info["metrics"])
 
     def gauge(name: str) -> dict[tuple[str, str], float]:

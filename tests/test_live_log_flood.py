@@ -13,6 +13,7 @@ import grpc
 from analysim._protos.v1 import agent_pb2 as apb
 from analysim._protos.v1 import agent_pb2_grpc as apb_grpc
 from analysim.tokens import bearer
+from tests.polling import scaled
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 
 NODES = [f"node-{i:04d}" for i in range(4)]
@@ -36,7 +37,7 @@ def test_a_flood_of_bad_reports_is_counted_not_logged(tmp_path: Path) -> None:
             def requests():  # noqa: ANN202
                 yield apb.ConnectRequest(session_id=reg.session_id)
                 yield flood
-                stop.wait(60)
+                stop.wait(scaled(60))
 
             call = stub.Connect(requests(), metadata=md)
             try:

@@ -17,7 +17,8 @@ import pytest
 from analysim.clusters import parse_cluster
 from analysim.rpc_status import refusal_of
 from scheduler_svc.launcher import ROOT, LocalRun
-from tests.test_live_helpers import wait_until
+from tests.polling import scaled
+from tests.test_live_helpers import local_run, wait_until
 
 CLUSTER = "4x8"
 
@@ -28,7 +29,7 @@ def test_an_out_that_cannot_be_written_is_refused_at_start(tmp_path: Path, out: 
     where = tmp_path / "taken" if out == "file" else tmp_path / "taken" / "run"
     r = subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "10", "--cluster", CLUSTER,
                         "--out", str(where), "--port-file", str(tmp_path / "port.json")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=scaled(60))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"--out {where}: " in r.stderr, r.stderr
     assert not (tmp_path / "port.json").exists()  # never served
@@ -37,7 +38,7 @@ def test_an_out_that_cannot_be_written_is_refused_at_start(tmp_path: Path, out: 
 def _run_with_out_lost(tmp_path: Path, *extra: str) -> tuple[LocalRun, Path]:
     """A scheduler with --out, whose folder is replaced by a file before the replay starts."""
     out = tmp_path / "out"
-    run = LocalRun(tmp_path / "procs")
+    run = local_run(tmp_path / "procs")
     run.provision([n.name for n in parse_cluster(CLUSTER).nodes], 1)
     run.start_scheduler(["--jobs", "20", "--seed", "3", "--no-offline-check", "--cluster", CLUSTER, "--out", str(out),
                          "--log-level", "WARNING", *extra])

@@ -21,6 +21,7 @@ from analysim._protos.v1 import scheduler_pb2 as spb
 from analysim.cli import main as analysim
 from analysim.traces.synthetic import generate
 from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
 from tests.test_live_helpers import live, wait_port_free, wait_until
 
 
@@ -128,7 +129,7 @@ def test_status_json_has_every_field(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "30", "--cluster", "4x8", "--no-progress",
                         "--no-offline-check", "--workdir", "w", "--port-file", "up.json"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 0, p.stderr
     info = json.loads((tmp_path / "up.json").read_text())
     assert info["grpc"] > 0 and info["auth"] is True and Path(info["workdir"]) == (tmp_path / "w").resolve()
@@ -137,10 +138,10 @@ def test_up_with_relative_workdir_and_port_file(tmp_path: Path) -> None:
     # Again in the same workdir: a fresh journal, every one of its files (the acknowledgement record too) replaced.
     again = subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "10", "--cluster", "4x8", "--no-progress",
                             "--no-offline-check", "--workdir", "w"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=120)
+                           timeout=scaled(120))
     assert again.returncode == 0 and "accounted for: 10 completed" in again.stdout, again.stderr
     bad = subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "1", "--exit-when-done"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=scaled(60))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "analysim up: error: analysim up always stops once the replay is done; --exit-when-done is an option of "
         "python -m scheduler_svc serve"]
@@ -153,11 +154,11 @@ def test_up_removes_its_temporary_folder_unless_kept(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp)}
     up = [sys.executable, "-m", "analysim", "up", "--jobs", "20", "--cluster", "4x8", "--no-progress",
           "--no-offline-check"]
-    p = subprocess.run(up, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(up, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 0, p.stderr
     assert "(removed at the end: --keep keeps it)" in p.stdout
     assert list(tmp.iterdir()) == []
-    p = subprocess.run([*up, "--keep"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([*up, "--keep"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 0, p.stderr
     (kept,) = tmp.iterdir()
     assert f"logs       {kept}   tokens {kept / 'tokens'}\n" in p.stdout
@@ -169,7 +170,7 @@ def test_up_plots_without_matplotlib_fails_before_starting(tmp_path: Path) -> No
             "from analysim.cli import main\n"
             "sys.exit(main(['up', '--jobs', '5', '--cluster', '2x8', '--plots', '--out', 'o']))")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(60))
     assert p.returncode == 2 and p.stdout == ""  # no scheduler, no agents started
     assert p.stderr.strip().splitlines() == ["analysim up: error: plots need matplotlib: pip install 'analysim[plots]'"]
     assert list(tmp_path.iterdir()) == []

@@ -25,6 +25,7 @@ from analysim.tokens import bearer
 from scheduler_svc.auth import new_token
 from scheduler_svc.client import SchedulerClient
 from scheduler_svc.launcher import ROOT
+from tests.polling import scaled
 from tests.test_live_helpers import live, sample_sum, scrape, wait_until
 from tests.tlscerts import CA
 
@@ -62,10 +63,10 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
                                                                       metadata=bearer(run.token("client")))),
                                ("agent submits", lambda: sched.SubmitJob(spb.SubmitJobRequest(num_gpus=1, duration_s=5),
                                                                          timeout=5, metadata=bearer(run.token("agent-0")))),
-                               ("anonymous reads", lambda: sched.GetClusterState(spb.GetClusterStateRequest(), timeout=5)),
-                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchEventsRequest(), timeout=5))),
+                               ("anonymous reads", lambda: sched.GetClusterState(spb.GetClusterStateRequest(), timeout=scaled(5))),
+                               ("anonymous watches", lambda: next(sched.WatchEvents(spb.WatchEventsRequest(), timeout=scaled(5)))),
                                ("anonymous agent stream", lambda: next(apb_grpc.AgentServiceStub(ch).Connect(
-                                   iter([apb.ConnectRequest(session_id="guess")]), timeout=5)))):
+                                   iter([apb.ConnectRequest(session_id="guess")]), timeout=scaled(5))))):
                 with pytest.raises(grpc.RpcError) as e:
                     call()
                 codes[name] = e.value.code(), refusal_of(e.value)["code"]
@@ -86,7 +87,7 @@ def test_rogue_agent_and_clients_beyond_their_role_are_refused(tmp_path: Path) -
         bad.write_text(new_token() + "\n")
         rogue = subprocess.run([sys.executable, "-m", "node_agent", "--scheduler", run.target, "--cluster", "4x8",
                                 "--first-node", "2", "--nodes", "2", "--agent-id", "agent-1", "--token-file", str(bad)],
-                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+                               cwd=ROOT, capture_output=True, text=True, timeout=scaled(60))
         assert rogue.returncode == 2
         assert rogue.stderr.strip().splitlines()[-1].startswith("analysim agent: error: UNAUTHENTICATED: a bearer token")
     assert summary["live"]["agents_lost"] == 0
@@ -124,7 +125,7 @@ def test_tls_and_mutual_tls_refuse_plaintext_and_strangers_and_keep_lockstep_ide
 def _up_mtls(tmp_path: Path, cert, ca: CA) -> subprocess.CompletedProcess:  # noqa: ANN001 — a tlscerts.Issued
     return subprocess.run([sys.executable, "-m", "analysim", "up", "--jobs", "5", "--cluster", "2x8", "--no-progress",
                            "--tls-cert", cert.cert, "--tls-key", cert.key, "--tls-ca", ca.files.cert],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120))
 
 
 def test_certificate_purposes_are_checked_at_start(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_up_names_a_handshake_that_cannot_succeed_at_once(tmp_path: Path) -> Non
 
 def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "scheduler_svc", "serve", "--jobs", "0", "--cluster", "2x8", *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, capture_output=True, text=True, timeout=scaled(60))
 
 
 def test_one_scheduler_per_journal_and_per_port(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from mlaas_monitor.store import Store
 from tests.polling import scaled
+from tests.procs import started
 from tests.shared import needs_shared
 from tests.test_gateway_helpers import (
     ADMIN_KEY,
@@ -100,11 +101,11 @@ def test_analysim_gateway_serves_models_trained_while_running(tmp_path: Path) ->
     db, ports = tmp_path / "s.db", tmp_path / "ports.json"
     keyfile = tmp_path / "admin.key"
     keyfile.write_text(ADMIN_KEY + "\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "analysim", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
-         "--admin-key-file", str(keyfile), "--port-file", str(ports)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = started(subprocess.Popen(
+                [sys.executable, "-m", "analysim", "gateway", "--db", str(db), "--port", "0", "--grpc-port", "0",
+                 "--admin-key-file", str(keyfile), "--port-file", str(ports)],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ))  # fmt: skip
     try:
         wait_until(lambda: ports.exists() or proc.poll() is not None, what="the port file")
         assert proc.poll() is None, proc.communicate()

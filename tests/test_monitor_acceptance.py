@@ -15,6 +15,8 @@ import pytest
 
 from analysim.cli import main as cli_main
 from mlaas_monitor.monitor.evaluate import SubjectCurve, analyse_curve, extent
+from tests.polling import scaled
+from tests.procs import started
 from tests.shared import shared_marks
 from tests.test_gateway_helpers import ADULT, GERMAN
 
@@ -148,8 +150,8 @@ def _run_on_a_terminal(args: list[str]) -> str:
     # A terminal of 100 columns (a fresh pseudo-terminal has none, and tqdm draws nothing on it).
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "analysim", *args], stdout=subprocess.DEVNULL, stderr=slave,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = started(subprocess.Popen([sys.executable, "-m", "analysim", *args], stdout=subprocess.DEVNULL, stderr=slave,
+                                        stdin=subprocess.DEVNULL))  # fmt: skip
         os.close(slave)
         chunks = []
         while True:
@@ -160,7 +162,7 @@ def _run_on_a_terminal(args: list[str]) -> str:
             if not data:
                 break
             chunks.append(data)
-        assert proc.wait(timeout=300) == 0
+        assert proc.wait(timeout=scaled(300)) == 0
     finally:
         os.close(master)
     return b"".join(chunks).decode(errors="replace")

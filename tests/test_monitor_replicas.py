@@ -72,7 +72,7 @@ class Deployment:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 try:
-                    p.wait(60)
+                    p.wait(scaled(60))
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(scaled(30))

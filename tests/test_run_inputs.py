@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import started
+
 DEDICATED = "vcs:\n  - {name: a, nodes: 1}\n  - {name: b, nodes: 1}\nnodes:\n  - {count: 2, gpus: 8, gpu_model: V100}\n"
 
 
@@ -100,8 +102,8 @@ def test_trace_vcs_mapped_by_file_or_default(tmp_path):
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     # `analysim trace info F | head -1`: head exits; the next write must not be a traceback.
     data = Path(__file__).resolve().parent / "data" / "philly_small.csv"
-    p = subprocess.Popen([sys.executable, "-m", "analysim", "trace", "info", str(data)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, cwd=tmp_path)
+    p = started(subprocess.Popen([sys.executable, "-m", "analysim", "trace", "info", str(data)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, cwd=tmp_path))
     p.stdout.close()  # before the command writes anything
     err = p.stderr.read()
     assert p.wait(timeout=120) == 141 and err == b""

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.polling import wait_until
-from tests.procs import descendants
+from tests.procs import descendants, started
 from tests.shared import TRACES, needs_shared
 
 
@@ -144,7 +144,7 @@ def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str]:
     master, slave = pty.openpty()
     # 30 rows of 120 columns: a new pseudo-terminal is 0 x 0, where tqdm draws nothing.
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    p = started(subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL))
     os.close(slave)
     drawn = b""
     while True:
@@ -182,10 +182,10 @@ def test_compare_both_without_a_mechanism_is_one_line(tmp_path):
 
 
 def test_compare_run_killed_is_a_one_line_error_not_a_hang(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "analysim", "compare", "--jobs", "3000", "--cluster", "tiny",
-                          "--policies", "fifo,srtf", "--preemption", "--workers", "2",
-                          "--out", str(tmp_path / "c")],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = started(subprocess.Popen([sys.executable, "-m", "analysim", "compare", "--jobs", "3000", "--cluster", "tiny",
+                                  "--policies", "fifo,srtf", "--preemption", "--workers", "2",
+                                  "--out", str(tmp_path / "c")],
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
     def forked_run() -> int | None:
         assert p.poll() is None, p.communicate()

@@ -1,6 +1,6 @@
 """The suite cleans up after itself: a test that times out while a gateway it started is
-serving (with its monitor child) leaves no process behind; deadlines stretch with the
-machine's measured slowdown."""
+serving (with its monitor child), or a scheduler it started through LocalRun, leaves no process
+behind; deadlines stretch with the machine's measured slowdown."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from tests.polling import MAX_SLOWDOWN, scaled, slowdown, wait_until
 from tests.test_gateway_durability import setup_store
@@ -34,6 +36,31 @@ def test_hangs(tmp_path):
 """
 
 
+# A test that starts a scheduler through the tests' LocalRun, never stops it, and hangs until
+# pytest-timeout fails it; the next test finds the scheduler gone already (not at the session's
+# end, when the parent's death would take it too).
+HANGS_WITH_A_SCHEDULER = """
+import time
+import pytest
+from tests.polling import scaled
+from tests.test_live_helpers import local_run
+from tests.test_suite_hygiene import alive
+
+PIDS = []
+
+@pytest.mark.timeout(scaled(10))
+def test_hangs(tmp_path):
+    run = local_run(tmp_path / "procs")
+    run.start_scheduler(["--jobs", "0", "--cluster", "2x8"])
+    PIDS.append(run.scheduler.pid)
+    while True:
+        time.sleep(0.1)
+
+def test_the_scheduler_is_gone():
+    assert PIDS and not alive(PIDS[0])
+"""
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -55,6 +82,17 @@ def test_a_test_that_times_out_leaves_no_gateway_nor_monitor_behind(tmp_path: Pa
     wait_until(lambda: not any(alive(p) for p in started), 10, "the timed-out test's processes to be gone")
 
 
-def test_slowdown_is_measured_and_bounded() -> None:
+def test_a_test_that_times_out_leaves_no_scheduler_behind(tmp_path: Path) -> None:
+    inner = tmp_path / "test_inner.py"
+    inner.write_text(HANGS_WITH_A_SCHEDULER)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                        "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), str(inner)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=scaled(180))  # fmt: skip
+    assert r.returncode == 1 and "Timeout" in r.stdout and "1 failed, 1 passed" in r.stdout, r.stdout[-3000:]
+
+
+def test_slowdown_is_measured_and_bounded(request: pytest.FixtureRequest) -> None:
     assert 1.0 <= slowdown() <= MAX_SLOWDOWN
     assert scaled(30) == 30 * slowdown()
+    # This test's own timeout too: the configured one, stretched.
+    assert request.node.get_closest_marker("timeout").args[0] == scaled(float(request.config.getini("timeout")))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from analysim.sweep.results import ci95
 from analysim.sweep.spec import SpecError, expand, option_actions, simulate_parser
 from tests.polling import wait_until
-from tests.procs import descendants
+from tests.procs import descendants, started
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -235,8 +235,8 @@ def test_local_sweep_equals_simulate_records_failures_and_resumes(tmp_path):
     assert not (out / "cells" / failed[0]["cell"] / "error.txt").exists()
     # Each ok cell is the `analysim simulate` run of its parameters, byte for byte.
     ok = [t for t in table if t["status"] == "ok"]
-    procs = [subprocess.Popen([sys.executable, "-m", "analysim", "simulate", *simulate_argv(t), "--out",
-                               str(tmp_path / "sim" / t["cell"])], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    procs = [started(subprocess.Popen([sys.executable, "-m", "analysim", "simulate", *simulate_argv(t), "--out",
+                                       str(tmp_path / "sim" / t["cell"])], cwd=tmp_path, stdout=subprocess.DEVNULL))
              for t in ok]
     assert [p.wait(timeout=120) for p in procs] == [0] * len(ok)
     for t in ok:
@@ -270,8 +270,8 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path):
     spec.write_text("jobs: 400\ncluster: tiny\npolicy: [fifo, srtf, tiresias]\npreemption: [false, true]\n"
                     "seed: [1, 2]\n")
     out = tmp_path / "sweep"
-    p = subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "1"],
-                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    p = started(subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "1"],
+                                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
     try:
         wait_until(lambda: len(list((out / "cells").glob("*/cell.json"))) >= 2, 120, "two finished cells")
     finally:
@@ -296,8 +296,8 @@ def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text("jobs: 3000\ncluster: tiny\npolicy: [fifo, srtf]\npreemption: [false, true]\nseed: [1, 2]\n")
     out = tmp_path / "sweep"
-    p = subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "2"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = started(subprocess.Popen([sys.executable, "-m", "analysim", "sweep", str(spec), "--out", str(out), "--workers", "2"],
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
     def proc(pid: int, name: str) -> str:
         return Path(f"/proc/{pid}/{name}").read_text()
@@ -305,7 +305,7 @@ def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
     def stat(pid: int) -> list[str]:  # the fields of /proc/PID/stat after the command's name
         return proc(pid, "stat").rsplit(")", 1)[1].split()
 
-    def started(pid: int) -> int:  # clock ticks after boot (field 22)
+    def started_at(pid: int) -> int:  # clock ticks after boot (field 22)
         return int(stat(pid)[19])
 
     def mid_cell() -> int | None:
@@ -317,7 +317,7 @@ def test_a_killed_pool_worker_is_retried_in_a_new_pool(tmp_path):
             kids = descendants(p.pid)
             if not kids:
                 return None
-            pid = max(kids, key=started)
+            pid = max(kids, key=started_at)
             os.kill(pid, signal.SIGSTOP)
             state = wait_until(lambda: stat(pid)[0] if stat(pid)[0] in "TZX" else "", 10, "the worker stopped")
             if state != "T":

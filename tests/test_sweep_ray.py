@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.polling import wait_until
-from tests.procs import cmdline, descendants
+from tests.procs import cmdline, descendants, started
 from tests.rayhead import ray_head
 from tests.test_sweep import analysim, digest, rows, simulate_argv
 
@@ -41,8 +41,8 @@ def test_ray_sweep_equals_simulate_and_local_engine(tmp_path, ray_cluster):
     assert r.returncode == 0, r.stderr
     table = rows(tmp_path / "ray")
     assert len(table) == 8 and {t["status"] for t in table} == {"ok"}
-    procs = {t["cell"]: subprocess.Popen([sys.executable, "-m", "analysim", "simulate", *simulate_argv(t), "--out",
-                                          str(tmp_path / "sim" / t["cell"])], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    procs = {t["cell"]: started(subprocess.Popen([sys.executable, "-m", "analysim", "simulate", *simulate_argv(t), "--out",
+                                                  str(tmp_path / "sim" / t["cell"])], cwd=tmp_path, stdout=subprocess.DEVNULL))
              for t in table}
     assert all(p.wait(timeout=120) == 0 for p in procs.values())
     for t in table:
@@ -58,8 +58,8 @@ def test_killed_ray_worker_does_not_stop_the_sweep(tmp_path, ray_cluster):
     out = tmp_path / "ray"
     argv = [sys.executable, "-m", "analysim", "sweep", str(spec), "--engine", "ray", "--address",
             ray_cluster["address"], "--out", str(out)]
-    sweep = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=ray_cluster["env"])
+    sweep = started(subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=ray_cluster["env"]))
 
     def running_cell() -> int | None:
         return next((p for p in descendants(ray_cluster["pid"]) if cmdline(p).startswith("ray::_run_on_ray")), None)
