@@ -45,3 +45,18 @@ def test_the_complexity_count_sees_a_too_complex_function() -> None:
     """The check counts what it should: a function of 26 branches is over the bound."""
     src = "def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n" for i in range(MAX_COMPLEXITY)) + "    return -1\n"
     assert [b.complexity for b in _blocks(cc_visit(src))] == [MAX_COMPLEXITY + 1]
+
+
+def test_every_core_module_is_compiled() -> None:
+    # The compiled core is what users run: a module left out of setup.py's list runs interpreted,
+    # 5-10 times slower, with nothing to show for it but the time (the preemption search's trial
+    # did, once). policies.py builds the plugins once per run and is left interpreted.
+    import ast
+
+    setup = CORE.parent.parent / "setup.py"
+    listed = next(node.value for node in ast.walk(ast.parse(setup.read_text()))
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED")
+    compiled = {ast.literal_eval(e) for e in listed.elts}  # type: ignore[attr-defined]
+    modules = {str(p.relative_to(CORE.parent.parent)) for p in _modules()}
+    assert modules - compiled == {"analysim/core/policies.py"}
+    assert compiled <= modules | {str(p.relative_to(CORE.parent.parent)) for p in CORE.parent.glob("*.py")}

@@ -93,6 +93,7 @@ from analysim.core.plugins.kueue_trial import (
     Charges,
     Trial,
     charge,
+    gpus_by_node,
     whole_gpus_may_fit,
     within_nominal,
 )
@@ -140,6 +141,12 @@ class KueuePreemption:
         self.calls = 0
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
 
+        # Other queues' candidates a walk may take at most (_reclaimed_by_walk): (queue, need,
+        # priority limit) -> (the queue's usage version, the workloads, their GPUs per node)
+        self._reclaimed: dict[tuple[int, frozenset, float], tuple[int, list[JobRun], dict[int, int]]] = {}
+        # _released_by's answers: (queue, flavor-resource, priority limit) -> (the queue's usage
+        # version, what a walk takes from it at most)
+        self._released: dict[tuple[int, tuple[str, str], float], tuple[int, int]] = {}
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
         self.shares = state.shares if state.shares is not None else Shares(state)
         state.oracle = self.oracle
@@ -436,32 +443,46 @@ class KueuePreemption:
         st = self.state
         limit = plan.prio if st.partition.nodes[fit.q].preemption.reclaim_within_cohort == LOWER_PRIORITY else math.inf
         released = list(plan.own)
-        for c in ahead:
-            self._reclaimed_by_walk(c, plan.need, limit, released)
-        for c in behind:
-            self._reclaimed_by_walk(c, plan.need, min(limit, below), released)
-        if whole_gpus_may_fit(fit, released) and fit.nodes_fit(released):
+        freed = gpus_by_node(plan.own)
+        for c, below_c in [(c, limit) for c in ahead] + [(c, min(limit, below)) for c in behind]:
+            jobs, theirs = self._reclaimed_by_walk(c, plan.need, below_c)
+            released += jobs
+            for n, k in theirs.items():
+                freed[n] = freed.get(n, 0) + k
+        if whole_gpus_may_fit(fit, freed) and fit.nodes_fit(released):
             return True
         fit.nodes_mattered = True
         return False
 
-    def _reclaimed_by_walk(self, c: int, need: frozenset, limit: float, out: list[JobRun]) -> None:
+    def _reclaimed_by_walk(self, c: int, need: frozenset, limit: float) -> tuple[list[JobRun], dict[int, int]]:
         """Another queue's candidates a walk may take at most, in its order: those below
-        ``limit`` that use what the job needs, until the queue no longer borrows any of it."""
+        ``limit`` that use what the job needs, until the queue no longer borrows any of it; with
+        the GPUs they hold per node. Kept while the queue's usage stays the same (its version):
+        the many searches of a pass, and of the passes after, read the same few borrowers."""
         st = self.state
+        version = st.queue_versions[c]
+        key = (c, need, limit)
+        known = self._reclaimed.get(key)
+        if known is not None and known[0] == version:
+            return known[1], known[2]
         tree = st.tree
         running, held = st.running_jobs, st.held
         borrowed = {fr: tree.usage[c].get(fr, 0) - tree.subtree[c].get(fr, 0) for fr in need}
-        for key in st.by_queue[c]:
-            if key[0] >= limit or all(b <= 0 for b in borrowed.values()):
-                return
-            charges = held[key[3]][1]
+        jobs: list[JobRun] = []
+        for k in st.by_queue[c]:
+            if k[0] >= limit or all(b <= 0 for b in borrowed.values()):
+                break
+            charges = held[k[3]][1]
             if not _uses(charges, need):
                 continue
-            out.append(running[key[3]])
+            jobs.append(running[k[3]])
             for fr, a in charges:
                 if fr in borrowed:
                     borrowed[fr] -= a
+        if len(self._reclaimed) > 10_000:
+            self._reclaimed.clear()  # (a bound on the memory: keys are queues x needs x limits)
+        self._reclaimed[key] = (version, jobs, gpus_by_node(jobs))
+        return jobs, self._reclaimed[key][2]
 
     def _attempts(self, job: JobRun, plan: _Plan, ahead: list[int], behind: list[int]) -> tuple[bool, ...]:
         """Whether each attempt, in order, may borrow (module docstring, "Attempts")."""
@@ -565,16 +586,25 @@ class KueuePreemption:
     def _released_by(self, c: int, fr: tuple[str, str], borrowed: int, limit: float) -> int:
         """What a walk over every candidate takes from another queue ``c`` at most on ``fr``, the
         one resource short: its workloads that hold ``fr`` below ``limit``, in candidate order, until
-        it no longer borrows (it borrows ``borrowed``), or until they run out."""
+        it no longer borrows (it borrows ``borrowed``), or until they run out. Kept while the
+        queue's usage (which gives ``borrowed``) stays the same."""
         st = self.state
+        version = st.queue_versions[c]
+        key = (c, fr, limit)
+        known = self._released.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
         held = st.held
         taken = 0
-        for key in st.by_queue[c]:
-            if key[0] >= limit or taken >= borrowed:
+        for k in st.by_queue[c]:
+            if k[0] >= limit or taken >= borrowed:
                 break
-            for r, a in held[key[3]][1]:
+            for r, a in held[k[3]][1]:
                 if r == fr:
                     taken += a
+        if len(self._released) > 10_000:
+            self._released.clear()  # (a bound on the memory)
+        self._released[key] = (version, taken)
         return taken
 
 

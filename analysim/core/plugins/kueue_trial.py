@@ -41,20 +41,25 @@ def charge(st: KueueState, v: JobRun, sign: int) -> None:
             st.tree.add(c, fr, a)
 
 
-def whole_gpus_may_fit(fit: Trial, released: list[JobRun]) -> bool:
-    """Whether a job of whole GPUs might fit once ``released`` are gone, counting whole free GPUs
-    alone (an upper bound: every GPU a released job holds counted as freed whole, CPU and memory as
-    enough, every node as one the job may use): a few additions that settle most searches on a
-    busy cluster before the exact check copies the cluster. Fractional jobs: always True."""
+def gpus_by_node(jobs: list[JobRun]) -> dict[int, int]:
+    """The GPUs running jobs hold, per node (fractional ones counted whole)."""
+    out: dict[int, int] = {}
+    for v in jobs:
+        for n, slots in v.placed.gpus:
+            out[n] = out.get(n, 0) + len(slots)
+    return out
+
+
+def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
+    """Whether a job of whole GPUs might fit once the GPUs ``freed`` (per node) are free, counting
+    whole free GPUs alone (an upper bound: CPU and memory taken as enough, every node as one the
+    job may use): a few additions that settle most searches on a busy cluster before the exact
+    check copies the cluster. Fractional jobs: always True."""
     spec = fit.job.spec
     g = spec.num_gpus
     if spec.is_fractional or g == 0 or fit.ctx is None:
         return True
     state = fit.ctx.state
-    freed: dict[int, int] = {}
-    for v in released:
-        for n, slots in v.placed.gpus:
-            freed[n] = freed.get(n, 0) + len(slots)
     full_free = state.full_free
     best = state.max_full_free()
     for n, k in freed.items():
