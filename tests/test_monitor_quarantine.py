@@ -19,6 +19,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.attacks import ApiClient
 from mlaas_monitor.monitor.client import FORWARD_TIMEOUT_S, SCRAPE_TIMEOUT_S
 from mlaas_monitor.store import Store
 from tests.polling import scaled
@@ -125,6 +126,13 @@ def test_poison_rows_are_quarantined_and_the_monitor_goes_on(tmp_path: Path) -> 
 
 def _ops(port: int, path: str) -> tuple[int, str]:
     return http_get("127.0.0.1", port, path)
+
+
+def _rejected(port: int, reason: str) -> float:
+    status, text = _ops(port, "/metrics")
+    assert status == 200
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "analysim_gateway_rejections_total" and s.labels.get("reason") == reason)  # fmt: skip
 
 
 def _monitor_up(port: int) -> float:
@@ -284,6 +292,19 @@ def test_a_frozen_monitor_child_holds_no_admin_route_and_stalls_no_answer(tmp_pa
         assert span[1] - span[0] >= SCRAPE_TIMEOUT_S * 0.9, span  # the scrape did wait on the monitor
         during = [a for a in answered if span[0] <= a[0] and a[1] <= span[1]]
         assert len(during) >= 3, (span, answered)  # (the event loop was blocked for the whole scrape)
+        # A client's read answered 503 is asked again after its Retry-After, and is answered once
+        # the monitor is back (monitor-eval's client, on a loaded machine)
+        got: list[Any] = []
+        reader = CheckedThread(lambda: got.append(ApiClient(f"http://127.0.0.1:{admin.port}", ADMIN_KEY,
+                                                            retry_for=scaled(300)).call("GET", "/v1/admin/monitor/credit")),
+                               name="reader")  # fmt: skip
+        reader.start()
+        wait_until(lambda: _rejected(ops, "monitor_unavailable") >= 2, what="the reader's first GET answered 503",
+                   deadline_s=120)  # fmt: skip
+        assert reader.is_alive()
+        os.kill(child, signal.SIGCONT)
+        reader.join(scaled(120))
+        assert got and "users" in got[0], got
     finally:
         os.kill(child, signal.SIGCONT)
 

@@ -14,6 +14,7 @@ pathfinding from the leaf boxes it discovered, the others by fitting a tree on t
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import time
@@ -92,16 +93,35 @@ class Domain:
 
 
 class ApiClient:
-    """One account: keep-alive HTTP/1.1 to the gateway; an error is a one-line UserError."""
+    """One account: keep-alive HTTP/1.1 to the gateway; an error is a one-line UserError. A read
+    (GET) answered 503 with Retry-After (the gateway's monitor busy past its forward timeout, e.g.
+    evaluating on a loaded machine) is asked again after that delay, for up to ``retry_for``
+    seconds, as an HTTP client should; nothing else is retried (a 503 predict is not charged, and
+    whether to send it again is the caller's choice)."""
 
-    def __init__(self, url: str, key: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, key: str, timeout: float = 30.0, retry_for: float = 120.0) -> None:
         u = urlsplit(url if "://" in url else f"http://{url}")
         if u.scheme != "http" or not u.hostname:
             raise UserError(f"--gateway: expected http://HOST:PORT, got {url!r}")
         self.host, self.port, self.key, self.timeout = u.hostname, u.port or 80, key, timeout
+        self.retry_for = retry_for  # seconds a GET answered 503 with Retry-After is retried
         self._conn: http.client.HTTPConnection | None = None
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            status, retry_after, out = self._once(method, path, body)
+            if status == 200:
+                return out
+            if (method != "GET" or status != 503 or retry_after is None
+                    or time.monotonic() + retry_after > deadline):
+                err = out.get("error", {}) if isinstance(out, dict) else {}
+                raise UserError(f"gateway answered {status} on {method} {path}: {err.get('message', out)}")
+            time.sleep(retry_after)  # the server's own Retry-After: a back-off, not synchronisation
+
+    def _once(self, method: str, path: str, body: Any) -> tuple[int, float | None, Any]:
+        """One request: its status, its Retry-After in seconds (None: none, or not a number of
+        seconds), and its decoded body."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
         for attempt in (0, 1):  # one reconnect: the server may have closed an idle connection
@@ -120,10 +140,10 @@ class ApiClient:
             out = json.loads(payload)
         except ValueError:
             out = {"error": {"message": payload[:200].decode(errors="replace")}}
-        if resp.status != 200:
-            err = out.get("error", {}) if isinstance(out, dict) else {}
-            raise UserError(f"gateway answered {resp.status} on {method} {path}: {err.get('message', out)}")
-        return out
+        retry_after: float | None = None
+        with contextlib.suppress(ValueError):  # (absent, or an HTTP date: not waited on)
+            retry_after = max(0.0, min(60.0, float(resp.getheader("Retry-After") or "")))
+        return resp.status, retry_after, out
 
     def close(self) -> None:
         if self._conn is not None:
