@@ -18,7 +18,7 @@ What they do, after Kueue's documentation (docs/kueue.md has the details and wha
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, ClassVar, Final
 
 import numpy as np
@@ -76,6 +76,9 @@ class KueueState:
         # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
         # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
         self.oracle: Oracle | None = None
+        # Whether a preemption search for a job surely finds nothing now, from counts on the quota
+        # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
+        self.no_candidate: Callable[[JobRun], bool] | None = None
         self.asks_oracle: list[bool] = [
             n.is_queue and n.preemption.enabled
             and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
@@ -220,6 +223,8 @@ class KueueAdmission:
             q = st.queue(job)
             if not self.preempting[q]:
                 return None
+            if ctx.shortcuts and st.no_candidate is not None and st.no_candidate(job):
+                return None  # (nothing could be evicted for it now: a visit that changes nothing)
             if self.nowhere is None:
                 self.nowhere = np.zeros(ctx.state.num_nodes, dtype=bool)
             # (the failure signature, per VC under a preempting partition, then ends with QUOTA_WAIT)

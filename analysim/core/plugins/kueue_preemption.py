@@ -150,6 +150,7 @@ class KueuePreemption:
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
         self.shares = state.shares if state.shares is not None else Shares(state)
         state.oracle = self.oracle
+        state.no_candidate = self._surely_none
 
     def holds_until(self, job: JobRun, ctx: Handle) -> float:
         return math.inf
@@ -214,6 +215,9 @@ class KueuePreemption:
         for f in flavors:
             mask = mask & self.state.flavor_mask[f]
         return mask
+
+    def _surely_none(self, job: JobRun) -> bool:
+        return self._no_candidate(job, self.state.queue(job))
 
     def _no_candidate(self, job: JobRun, q: int) -> bool:
         """Whether a search for the job surely finds no target, known from a few counts on its path
