@@ -139,10 +139,12 @@ def test_the_summary_says_what_pacing_did(tmp_path):
 
 
 def test_a_paced_run_with_an_events_file_is_explained_by_replaying_it(tmp_path, capsys):
-    # The events file records the run's options; explain --at replays them, the pacing included. (The
-    # reason it gives for a head waiting for its cycle is not yet the cycle's: docs/kueue.md.)
+    # The events file records the run's options; explain --at replays them, the pacing included,
+    # and says why: j1's quota fits at 0.5 s, but the next cycle is at 1 s.
     _simulate(tmp_path, _partition(2), THREE, "--control-plane", "kueue,cycle_s=1,requeue_batch_s=0",
               "--events", str(tmp_path / "events.csv"))
     capsys.readouterr()
     assert main(["explain", str(tmp_path / "out"), "j1", "--at", "0.5"]) == 0
-    assert "at 0.5 s: pending" in capsys.readouterr().out  # (unpaced, it would run from 0)
+    out = capsys.readouterr().out
+    assert "at 0.5 s: pending" in out  # (unpaced, it would run from 0)
+    assert "waiting for a scheduling cycle" in out and "cycles at least 1 s apart" in out, out

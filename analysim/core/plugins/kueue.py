@@ -127,6 +127,12 @@ class KueueState:
             self.requeue_due[root] = None
         return self.requeues[root]
 
+    def requeues_by(self, q: int, now: float) -> int:
+        """What ``requeued`` would answer, without counting a due requeue (a question, not a step)."""
+        root = self.root[q]
+        due = self.requeue_due[root]
+        return self.requeues[root] + (1 if due is not None and due <= now else 0)
+
     def priority_of(self, job: JobRun) -> int:
         return self.priority.get(job.spec.qos, 0)
 
@@ -422,6 +428,18 @@ class KueueQueue(_QueueSort):
         quota did not fit: Kueue's inadmissible pool), or any release of quota anywhere (its quota
         fit but no nodes were free, which Kueue, not placing pods, does not see)."""
         return self.state.releases if on_nodes else self.state.requeued(q, now)
+
+    def pool_of(self, job: JobRun) -> str | None:
+        """Under the control-plane model, where a pending job waits as of the last pass: "quota"
+        (parked in its ClusterQueue's inadmissible pool), "nodes" (parked: its quota fitted, its
+        nodes had no room) or None (not parked: waiting to be offered to a cycle)."""
+        q = self.state.queue(job)
+        for on_nodes, pool in ((True, "nodes"), (False, "quota")):
+            parked = self.parked.get((q, on_nodes))
+            stamp = self.state.releases if on_nodes else self.state.requeues_by(q, self.pass_now)
+            if parked is not None and parked[0] == stamp and job.spec.request in parked[1]:
+                return pool
+        return None
 
     def _is_parked(self, q: int, job: JobRun, now: float) -> bool:
         parked = self._parked(q, now)

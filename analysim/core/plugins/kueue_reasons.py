@@ -5,6 +5,11 @@ admission's own arithmetic (KueueState.assign, QuotaTree.available) and never re
 Codes, checked in this order:
 
 - ``strict_fifo``: its ClusterQueue is StrictFIFO and another workload is its head;
+- under the control-plane model, when its quota fits: ``inadmissible`` (it was tried and its quota
+  did not fit, and it waits in its ClusterQueue's inadmissible pool until a release in its cohort
+  tree requeues it) or ``waiting_for_cycle`` (it has not been offered to a scheduling cycle since
+  its quota fits: one head per ClusterQueue per cycle, cycles ``cycle_s`` apart); one tried whose
+  nodes had no room is ``no_node_room``;
 - ``no_node_room``: its quota fits (a flavor per resource), but no node of those flavors has room;
 - ``preemption_forbidden``: it could fit only by preempting (a lower-priority workload of its own
   ClusterQueue runs, or another ClusterQueue of its cohort borrows), and its ClusterQueue's
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
     from analysim.core.plugins.kueue import KueueQueue, KueueState
 
 STRICT_FIFO_BLOCKED = "strict_fifo"
+INADMISSIBLE = "inadmissible"
+WAITING_FOR_CYCLE = "waiting_for_cycle"
 NO_NODE_ROOM = "no_node_room"
 PREEMPTION_FORBIDDEN = "preemption_forbidden"
 BORROWING_LIMIT = "borrowing_limit"
@@ -60,6 +67,15 @@ def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun) -> 
     got = state.assign(job)
     if got is not None:
         flavors = ", ".join(sorted({f for (f, _), _ in got[1]}))
+        pool = queue.pool_of(job) if queue is not None and queue.control is not None else "nodes"
+        if pool == "quota":
+            return INADMISSIBLE, (f"ClusterQueue {cq} has the quota now (flavor {flavors}), but the workload is in its "
+                                  "inadmissible pool until a release in its cohort requeues it")
+        if pool is None:
+            assert queue is not None and queue.control is not None
+            return WAITING_FOR_CYCLE, (f"ClusterQueue {cq} has the quota (flavor {flavors}); waiting for a scheduling "
+                                       f"cycle to take it (one head per ClusterQueue per cycle, cycles at least "
+                                       f"{queue.control.config.cycle_s:g} s apart)")
         share = "" if job.spec.gpu_milli == GPU_MILLI else f" of {job.spec.gpu_milli / GPU_MILLI:g}"
         return NO_NODE_ROOM, (f"ClusterQueue {cq} has the quota (flavor {flavors}), but no node of it has room "
                               f"for {job.spec.num_gpus} GPUs{share} now")
