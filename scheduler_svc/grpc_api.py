@@ -326,6 +326,10 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
                         await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, s.refused[1], s.refused[0])
                     return
                 yield msg
+        except asyncio.CancelledError:
+            # The server stopping cancels the streams still open: the stream ends here, the agent
+            # lost as below. (Raised on, gRPC logs it as an unhandled exception with a traceback.)
+            why[0] = "scheduler stopping"
         finally:
             reader.cancel()
             live.lose(s, why[0])

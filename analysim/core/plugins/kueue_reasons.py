@@ -59,23 +59,15 @@ def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun) -> 
     q = state.queue(job)
     node = state.partition.nodes[q]
     cq = node.name
-    if queue is not None and queue.strict[q]:
-        head = queue.head(q)
-        if head is not None and head is not job:
-            return STRICT_FIFO_BLOCKED, (f"waiting behind the head of StrictFIFO ClusterQueue {cq}, "
-                                         f"workload {head.job_id}, which is not admitted")
+    behind = _behind_strict_head(queue, q, job, cq)
+    if behind is not None:
+        return behind
     got = state.assign(job)
     if got is not None:
         flavors = ", ".join(sorted({f for (f, _), _ in got[1]}))
-        pool = queue.pool_of(job) if queue is not None and queue.control is not None else "nodes"
-        if pool == "quota":
-            return INADMISSIBLE, (f"ClusterQueue {cq} has the quota now (flavor {flavors}), but the workload is in its "
-                                  "inadmissible pool until a release in its cohort requeues it")
-        if pool is None:
-            assert queue is not None and queue.control is not None
-            return WAITING_FOR_CYCLE, (f"ClusterQueue {cq} has the quota (flavor {flavors}); waiting for a scheduling "
-                                       f"cycle to take it (one head per ClusterQueue per cycle, cycles at least "
-                                       f"{queue.control.config.cycle_s:g} s apart)")
+        paced = _paced_reason(queue, job, cq, flavors)
+        if paced is not None:
+            return paced
         share = "" if job.spec.gpu_milli == GPU_MILLI else f" of {job.spec.gpu_milli / GPU_MILLI:g}"
         return NO_NODE_ROOM, (f"ClusterQueue {cq} has the quota (flavor {flavors}), but no node of it has room "
                               f"for {job.spec.num_gpus} GPUs{share} now")
@@ -97,6 +89,33 @@ def pending_reason(state: KueueState, queue: KueueQueue | None, job: JobRun) -> 
     flavors = ", ".join(choice.flavors) if choice is not None else "?"
     return NO_NODE_ROOM, (f"ClusterQueue {cq} would admit it on flavor {flavors} by preempting, but no node of "
                           f"it would have room for {job.spec.num_gpus} GPUs")
+
+
+def _behind_strict_head(queue: KueueQueue | None, q: int, job: JobRun, cq: str) -> tuple[str, str] | None:
+    """Why a workload of a StrictFIFO ClusterQueue waits when another is its head (None: not so)."""
+    if queue is None or not queue.strict[q]:
+        return None
+    head = queue.head(q)
+    if head is None or head is job:
+        return None
+    return STRICT_FIFO_BLOCKED, (f"waiting behind the head of StrictFIFO ClusterQueue {cq}, "
+                                 f"workload {head.job_id}, which is not admitted")
+
+
+def _paced_reason(queue: KueueQueue | None, job: JobRun, cq: str, flavors: str) -> tuple[str, str] | None:
+    """Under the control-plane model, why a workload whose quota fits waits (None: it was tried
+    and its nodes had no room, or there is no model)."""
+    if queue is None or queue.control is None:
+        return None
+    pool = queue.pool_of(job)
+    if pool == "quota":
+        return INADMISSIBLE, (f"ClusterQueue {cq} has the quota now (flavor {flavors}), but the workload is in its "
+                              "inadmissible pool until a release in its cohort requeues it")
+    if pool is None:
+        return WAITING_FOR_CYCLE, (f"ClusterQueue {cq} has the quota (flavor {flavors}); waiting for a scheduling "
+                                   f"cycle to take it (one head per ClusterQueue per cycle, cycles at least "
+                                   f"{queue.control.config.cycle_s:g} s apart)")
+    return None
 
 
 def _miss(state: KueueState, q: int, f: str, wanted: list[tuple[str, int]]) -> tuple[str, str] | None:
