@@ -118,12 +118,17 @@ def filter_for_cluster(jobs: Sequence[JobSpec], engine: Engine, mode: str) -> tu
 def _fewer_collections() -> Iterator[None]:
     """The cyclic collector's youngest generation collected every 50,000 new objects, not 700,
     while a run goes: the engine makes millions of short-lived tuples (queue keys, requests) and
-    almost no cycles, and collecting after every 700 cost 3-4 % of a run."""
+    almost no cycles, and collecting after every 700 cost 3-4 % of a run. What exists when the run
+    starts (the trace's jobs, the partition, the cluster) lives through it: it is frozen out of
+    the collector's view meanwhile, so that each full collection does not walk it again (7 % of
+    Kueue's large-scale scenario, 50,000 jobs) and is handed back when the run ends."""
     threshold = gc.get_threshold()
     gc.set_threshold(50_000, *threshold[1:])
+    gc.freeze()
     try:
         yield
     finally:
+        gc.unfreeze()
         gc.set_threshold(*threshold)
 
 

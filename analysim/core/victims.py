@@ -376,7 +376,7 @@ def _fewest_within(prefix: list[JobRun], fits: Callable[[list[JobRun]], bool], n
     is the same for all of them), then the least important; in candidate order."""
     m, others = prefix[-1], prefix[:-1]
     if len(others) > EXACT_LIMIT:
-        return reprieved(m, others, fits)
+        return reprieved(m, others, lambda _, evicted: fits(evicted))
     for size in range(len(others) + 1):
         best: tuple[int, tuple[int, ...]] | None = None
         for combo in itertools.combinations(range(len(others)), size):
@@ -392,13 +392,16 @@ def _fewest_within(prefix: list[JobRun], fits: Callable[[list[JobRun]], bool], n
     raise AssertionError("the shortest prefix that fits does not fit")
 
 
-def reprieved(m: JobRun, others: list[JobRun], fits: Callable[[list[JobRun]], bool]) -> list[JobRun]:
+def reprieved(m: JobRun, others: list[JobRun], spare: Callable[[JobRun, list[JobRun]], bool]) -> list[JobRun]:
     """Kubernetes' reprieve (Kueue's fill back): from the most important of ``others`` down, spare
-    each candidate whose eviction the job does not need; ``m``, the last, is always kept."""
+    each candidate whose eviction the job does not need; ``m``, the last, is always kept.
+    ``spare(v, evicted)`` tells whether the job fits with ``evicted`` (the victims still kept,
+    ``v`` not among them) evicted: a trial that keeps state may restore ``v`` and leave it so on
+    True, evict it again on False, so each step costs one candidate, not all those spared."""
     kept = list(others)
     for i in range(len(others) - 1, -1, -1):
         trial = kept[:i] + kept[i + 1:]
-        if fits(trial + [m]):
+        if spare(others[i], trial + [m]):
             kept = trial
     return kept + [m]
 

@@ -210,6 +210,23 @@ def quantity(v: object, resource: str) -> int:
         raise ValueError(f"{v} is more than any cluster could hold") from None
 
 
+# libyaml's parser where PyYAML was built with it: the same nodes and marks, three times as fast
+# (Kueue's large-scale scenario, 2,000 objects: 3.9 s -> 1.4 s). It refuses deep nesting itself.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def too_deep(e: yaml.YAMLError) -> bool:
+    """Whether the parser refused the text for its nesting (libyaml's own limit)."""
+    return "nesting depth" in str(getattr(e, "problem", "") or "")
+
+
+def error_line(e: yaml.YAMLError, text: str) -> int | None:
+    """The line a parser's error is on, 1-based (None: it has none). libyaml puts an error at the
+    end of the text on the line after the last: it is the last line's."""
+    mark = getattr(e, "problem_mark", None)
+    return None if mark is None else min(mark.line + 1, max(len(text.splitlines()), 1))
+
+
 def _kind(node: yaml.Node) -> str:
     return {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}.get(type(node), "a value")
 
@@ -222,7 +239,7 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
     seen = 0
     try:
         # (JSON, as `kubectl get -o json` writes it, is YAML too: one document, with its lines.)
-        for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
+        for i, node in enumerate(yaml.compose_all(text, Loader=YAML_LOADER), 1):
             if i > MAX_DOCUMENTS:  # (empty ones too: each is parsed)
                 raise UserError(f"{path}: more than {MAX_DOCUMENTS:,} documents; a partition file may have at most "
                                 f"{MAX_DOCUMENTS:,}")
@@ -235,9 +252,9 @@ def read_kueue(path: str | Path, cluster: ClusterSpec) -> tuple[Partition, list[
                                     f"most {MAX_DOCUMENTS:,}")
                 _document(read, at)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputFileError(path, mark.line + 1 if mark else None, None,
-                             f"bad YAML: {getattr(e, 'problem', None) or e}") from None
+        if too_deep(e):
+            raise UserError(f"{path}: nested too deeply to be a Kueue object") from None
+        raise InputFileError(path, error_line(e, text), None, f"bad YAML: {getattr(e, 'problem', None) or e}") from None
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be a Kueue object") from None
     if not seen:

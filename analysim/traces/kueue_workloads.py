@@ -33,7 +33,7 @@ import yaml
 from analysim.core.job import MAX_COUNT, JobSpec
 from analysim.core.partition import CPU, GPU, MEMORY, MIB
 from analysim.errors import InputFileError, UserError, read_text
-from analysim.partitions.kueue import GROUP, MAX_FILE_BYTES, quantity
+from analysim.partitions.kueue import GROUP, MAX_FILE_BYTES, YAML_LOADER, error_line, quantity, too_deep
 from analysim.traces.base import Row, TraceFormat
 
 FORMAT = "kueue-workloads"
@@ -54,7 +54,7 @@ class WorkloadInput:
     def __enter__(self) -> WorkloadInput:
         text = read_text(self.path, most=MAX_BYTES, what="a Workload list", encoding="utf-8-sig")
         try:
-            for i, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader), 1):
+            for i, node in enumerate(yaml.compose_all(text, Loader=YAML_LOADER), 1):
                 if node is None:
                     continue
                 obj = yaml.SafeLoader("").construct_document(node)  # type: ignore[no-untyped-call]
@@ -69,8 +69,9 @@ class WorkloadInput:
                 elif obj is not None:
                     self.objects.append((node.start_mark.line + 1, f"document {i}", obj))
         except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise InputFileError(self.path, mark.line + 1 if mark else None, None,
+            if too_deep(e):
+                raise UserError(f"{self.path}: nested too deeply to be a Workload list") from None
+            raise InputFileError(self.path, error_line(e, text), None,
                                  f"bad YAML or JSON: {getattr(e, 'problem', None) or e}") from None
         except RecursionError:
             raise UserError(f"{self.path}: nested too deeply to be a Workload list") from None

@@ -101,6 +101,18 @@ class Trial:
         # Whether the quota fitted at some point and the nodes did not (a failure the engine's
         # failure memo keeps, not the plugin's, which reads only the usage)
         self.nodes_mattered = False
+        # Whether the job fits on the nodes as they are, nothing released (None: not asked yet).
+        # Placement is monotone in free capacity, so when it does, every trial's nodes fit: a
+        # search that is short of quota only (the usual case where nodes are plenty) then
+        # never copies the cluster.
+        self._fits_as_is: bool | None = None
+
+    def fits_as_is(self) -> bool:
+        got = self._fits_as_is
+        if got is None:
+            assert self.ctx is not None and self.mask is not None
+            got = self._fits_as_is = placement.can_place(self.ctx, self.job.spec, self.mask, self.ctx.state)
+        return got
 
     def quota_fits(self, allow_borrowing: bool) -> bool:
         tree = self.state.tree
@@ -113,7 +125,7 @@ class Trial:
         return True
 
     def nodes_fit(self, evicted: list[JobRun]) -> bool:
-        if self.mask is None or self.ctx is None:
+        if self.mask is None or self.ctx is None or self.fits_as_is():
             return True
         trial = self.ctx.state.clone()
         for v in evicted:
@@ -166,7 +178,7 @@ class Trial:
                 targets.append((v, reason))
                 if not self.quota_fits(allow_borrowing):
                     continue
-                if self.mask is None or self.ctx is None:
+                if self.mask is None or self.ctx is None or self.fits_as_is():
                     found = True
                     break
                 if trial is None:
@@ -191,17 +203,20 @@ class Trial:
         """With every target released on the tree: from the next-to-last back, spare each target
         the job does not need (victims.reprieved); the targets kept, with their reasons. The
         tree is left with every target released, as it was given."""
-        def fits(chosen: list[JobRun]) -> bool:
-            ids = {id(t) for t in chosen}
-            spared = [t for t, _ in targets if id(t) not in ids]
-            for t in spared:
-                self.restore(t)
-            try:
-                return self.quota_fits(allow_borrowing) and self.nodes_fit(chosen)
-            finally:
-                for t in spared:
-                    self.release(t)
+        spared: list[JobRun] = []
+
+        def spare(v: JobRun, evicted: list[JobRun]) -> bool:
+            self.restore(v)  # (on top of those spared before it: the tree is the trial's)
+            if self.quota_fits(allow_borrowing) and self.nodes_fit(evicted):
+                spared.append(v)
+                return True
+            self.release(v)
+            return False
         jobs = [t for t, _ in targets]
-        kept = victim_search.reprieved(jobs[-1], jobs[:-1], fits)
+        try:
+            kept = victim_search.reprieved(jobs[-1], jobs[:-1], spare)
+        finally:
+            for v in spared:
+                self.release(v)
         reason_of = {t.job_id: r for t, r in targets}
         return [(t, reason_of[t.job_id]) for t in kept]
