@@ -289,10 +289,11 @@ def _held_out(eng: Engine) -> dict[str, list[tuple]]:
     out: dict[str, list[tuple]] = {}
     if eng.evicted_at != eng.now:
         return out
-    for job in eng.evicted_now:
-        key = eng.extra[job.job_id].qkey
-        if key is not None and job.seq in eng.squeue.by_seq:
-            out.setdefault(job.spec.vc, []).append(key)
+    for vc, jobs in eng.evicted_now.items():
+        for job in jobs:
+            key = eng.extra[job.job_id].qkey
+            if key is not None and job.seq in eng.squeue.by_seq:
+                out.setdefault(vc, []).append(key)
     for keys in out.values():
         keys.sort()
     return out

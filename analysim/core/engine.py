@@ -115,7 +115,7 @@ class Engine(Handle):
         self.quiet: hints.QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
         self.idle: hints.IdleHint | None = None  # the last per-shape pass, if it gave no job to attempt
         self.evicted_at = -math.inf  # the time of the last eviction by a preemption (see _preempt)
-        self.evicted_now: list[JobRun] = []  # the jobs evicted at evicted_at, in eviction order
+        self.evicted_now: dict[str, list[JobRun]] = {}  # the jobs evicted at evicted_at, per VC, in eviction order
         self.rooms = DedicatedRooms(self.state, self.dedicated)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
@@ -662,8 +662,8 @@ class Engine(Handle):
         (a pass runs when something changes: an arrival, an end, a node event, a timer)."""
         nodes = self._stop(job)
         if self.evicted_at != self.now:
-            self.evicted_now = []
-        self.evicted_now.append(job)
+            self.evicted_now = {}
+        self.evicted_now.setdefault(job.spec.vc, []).append(job)
         self.extra[job.job_id].evicted_at = self.evicted_at = self.now
         interruptions.after_preemption(job, self.extra[job.job_id], self.config)
         if self.control is not None:

@@ -77,13 +77,16 @@ class ShapeStream(PassStream):
         heapq.heapify(self.heap)
         self.vcs = vcs
         # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
+        # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
+        # ClusterQueue.)
         now = eng.now
-        mine = set(vcs)
         self.evicted: list[tuple] = []
-        for j in eng.evicted_now if eng.evicted_at == now else ():  # (the evictions of an earlier instant: none now)
-            ex = eng.extra.get(j.job_id)  # (gone once the job ended)
-            if ex is not None and j.spec.vc in mine and ex.evicted_at == now and ex.qkey is not None:
-                self.evicted.append(ex.qkey)
+        if eng.evicted_at == now:  # (else the evictions are of an earlier instant: none now)
+            for vc in vcs:
+                for j in eng.evicted_now.get(vc, ()):
+                    ex = eng.extra.get(j.job_id)  # (gone once the job ended)
+                    if ex is not None and ex.evicted_at == now and ex.qkey is not None:
+                        self.evicted.append(ex.qkey)
         self.evicted.sort()
         self.last: tuple | None = None  # the key of the last job given
 
