@@ -147,6 +147,12 @@ class KueuePreemption:
         # _released_by's answers: (queue, flavor-resource, priority limit) -> (the queue's usage
         # version, what a walk takes from it at most)
         self._released: dict[tuple[int, tuple[str, str], float], tuple[int, int]] = {}
+        # _no_candidate's reading of the quota tree: (queue, request) -> (its cohort tree's
+        # version, whether another queue's candidate may be taken). Asked by every visit of a
+        # waiting job, mostly for the same few requests of a queue while its tree stands still
+        # (83 % of the first 20,000 Philly jobs' asks under philly-preemption.yaml). Never asked
+        # while a search has taken charges off the tree, which leaves the versions as they were.
+        self._tree_refusal: dict[tuple[int, tuple], tuple[int, bool]] = {}
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
         self.shares = state.shares if state.shares is not None else Shares(state)
         state.oracle = self.oracle
@@ -234,6 +240,21 @@ class KueuePreemption:
             return False
         if not self._may_reclaim(job, q):
             return True
+        key = (q, job.spec.request)
+        version = st.tree_versions[st.root_of[q]]
+        known = self._tree_refusal.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        refused = self._no_other_candidate(job, q)
+        if len(self._tree_refusal) > 10_000:
+            self._tree_refusal.clear()  # (a bound on the memory: queues x requests)
+        self._tree_refusal[key] = (version, refused)
+        return refused
+
+    def _no_other_candidate(self, job: JobRun, q: int) -> bool:
+        """_no_candidate's reading of the quota tree, for a job that has no candidate of its own
+        and may reclaim: it reads the job's request and the usage of its queue's cohort tree only."""
+        st = self.state
         tree = st.tree
         requests = requests_of(job.spec)
         charges: dict[tuple[str, str], int] = {}
