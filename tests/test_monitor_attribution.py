@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analysim.cli import main as cli_main
-from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODEL, arrival_order, count
+from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODELS, arrival_order, count
 
 
 def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> None:
@@ -20,25 +20,30 @@ def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> N
     assert cli_main(["monitor-eval", "--dataset", "wine", "--max-leaf-nodes", "12", "--strategies", "attribution",
                      "--attribution-accounts", "3", "--benign-users", "10", "--no-progress", "--out", str(out)]) == 0  # fmt: skip
     summary = json.loads((out / "summary.json").read_text())
-    (row,) = summary["attribution"]
-    assert row["attacker_accounts"] == 3 and row["benign_accounts"] == 10 and row["response"] == "degrade"
-    with sqlite3.connect(out / "store.db") as db:
-        acted = {u for (u,) in db.execute("SELECT DISTINCT user FROM monitor_actions WHERE model=? AND action != 'none'",
-                                          (ATTRIBUTION_MODEL,))}  # fmt: skip
-        benign_rows = db.execute("SELECT SUM(n_rows) FROM query_log WHERE model=? AND \"user\" LIKE 'mixed-%'",
-                                 (ATTRIBUTION_MODEL,)).fetchone()[0]  # fmt: skip
-    attacker = {u for u in acted if u.startswith("coalition3-")}
-    benign = {u for u in acted if u.startswith("mixed-")}
-    assert attacker | benign == acted  # nobody else sent to this model
-    assert row["acted_on_attacker"] == len(attacker) >= 1  # the pool warned and the response acted on the coalition
-    assert row["acted_on_benign"] == len(benign) and row["benign_acted_on"] == sorted(benign)
-    assert row["benign_share"] == pytest.approx(len(benign) / 10)
-    assert row["attacker_share"] == pytest.approx(len(attacker) / len(acted))
-    assert sum(row["benign_reasons"].values()) == len(benign)
-    assert row["benign_told_labels_only"] <= len(benign)
-    assert benign_rows == row["benign_rows"]  # every benign row was sent, none lost
+    rows = summary["attribution"]
+    assert [(r["model"], r["new_accounts"]) for r in rows] == [(m, on) for on, m in ATTRIBUTION_MODELS.items()]
     table = (out / "table.md").read_text()
-    assert "Attribution (an adaptive coalition" in table and f"| 3 | {row['attacker_queries']} | 10 (" in table
+    assert "Attribution (an adaptive coalition" in table
+    for row, tag in zip(rows, ("", "n"), strict=True):
+        assert row["attacker_accounts"] == 3 and row["benign_accounts"] == 10 and row["response"] == "degrade"
+        with sqlite3.connect(out / "store.db") as db:
+            acted = {u for (u,) in db.execute("SELECT DISTINCT user FROM monitor_actions WHERE model=? AND action != 'none'",
+                                              (row["model"],))}  # fmt: skip
+            benign_rows = db.execute("SELECT SUM(n_rows) FROM query_log WHERE model=? AND \"user\" LIKE ?",
+                                     (row["model"], f"mixed{tag}-%")).fetchone()[0]  # fmt: skip
+        attacker = {u for u in acted if u.startswith(f"coalition{tag}3-")}
+        benign = {u for u in acted if u.startswith(f"mixed{tag}-")}
+        assert attacker | benign == acted  # nobody else sent to this model
+        assert row["acted_on_attacker"] == len(attacker) >= 1  # the pool warned and the response acted on the coalition
+        assert row["acted_on_benign"] == len(benign) and row["benign_acted_on"] == sorted(benign)
+        assert row["benign_share"] == pytest.approx(len(benign) / 10)
+        assert row["attacker_share"] == pytest.approx(len(attacker) / len(acted))
+        assert sum(row["benign_reasons"].values()) == len(benign)
+        assert row["benign_told_labels_only"] <= len(benign)
+        assert benign_rows == row["benign_rows"]  # every benign row was sent, none lost
+        assert f"| 3 | {'on' if row['new_accounts'] else 'off'} | {row['attacker_queries']} | 10 (" in table
+    # Without the new-account rule no benign account is acted on for being new.
+    assert "new account" not in rows[1]["benign_reasons"]
 
 
 def test_count_splits_by_side_and_checks_what_the_clients_saw() -> None:

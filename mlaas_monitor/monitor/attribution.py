@@ -28,7 +28,8 @@ from mlaas_monitor.monitor.attacks import Oracle
 if TYPE_CHECKING:
     from mlaas_monitor.monitor.evaluate import _Run
 
-ATTRIBUTION_MODEL = "target-attr"
+# Per setting of the pool response's new-account rule, the model copy it runs on.
+ATTRIBUTION_MODELS = {True: "target-attr", False: "target-attr-no-new"}
 # The pool response's reasons (core.py ModelMonitor.decisions), by how each begins; any other
 # is the per-subject enforcement rule's.
 REASONS = ("new account", "auto:pool contributor", "extracting account")
@@ -72,30 +73,40 @@ def arrival_order(rng: np.random.Generator, vols: np.ndarray) -> list[int]:
 
 
 def run_attribution(run: _Run, seed: int, k: int) -> dict[str, Any]:
-    """The experiment on a model copy of its own (ATTRIBUTION_MODEL): its row of the
-    Attribution table."""
+    """The experiment twice, with the pool response's new-account rule and without it (same
+    seed: the same benign rows and arrivals, the same coalition), each on a model copy of
+    its own (ATTRIBUTION_MODELS): the rows of the Attribution table."""
+    rows = [_mixed(run, seed, k, new_accounts, model_id) for new_accounts, model_id in ATTRIBUTION_MODELS.items()]
+    return {"accounts": sum(r["attacker_accounts"] + r["benign_accounts"] for r in rows),
+            "queries_used": sum(r["attacker_queries"] + r["benign_rows"] for r in rows),
+            "runs": rows, "table": format_attribution(rows)}  # fmt: skip
+
+
+def _mixed(run: _Run, seed: int, k: int, new_accounts: bool, model_id: str) -> dict[str, Any]:
     from mlaas_monitor.monitor.evaluate import _adaptive, _settle, benign_population
 
     opts, admin = run.opts, run.admin
     response = "degrade"  # a benign account told labels only still gets answers (refused, it would stop)
-    admin.call("PUT", f"/v1/admin/monitor/{ATTRIBUTION_MODEL}/config", {"pool_response": {"action": response}})
+    admin.call("PUT", f"/v1/admin/monitor/{model_id}/config",
+               {"pool_response": {"action": response, "new_accounts": new_accounts}})  # fmt: skip
     rng = np.random.default_rng(seed)
-    names, vols, oracles, picks = benign_population(run, rng, "mixed", ATTRIBUTION_MODEL)
+    tag = "" if new_accounts else "n"  # account names are global: one set per run
+    names, vols, oracles, picks = benign_population(run, rng, f"mixed{tag}", model_id)
     traffic = MixedTraffic(oracles, picks, arrival_order(rng, vols))
-    attack = _adaptive(run, opts.attribution_accounts, seed, k, model_id=ATTRIBUTION_MODEL, prefix="coalition",
+    attack = _adaptive(run, opts.attribution_accounts, seed, k, model_id=model_id, prefix=f"coalition{tag}",
                        between=traffic.keep_up)  # fmt: skip
     traffic.send(len(traffic.order))
-    _settle(admin, names, int(vols.sum()), model_id=ATTRIBUTION_MODEL)
+    _settle(admin, names, int(vols.sum()), model_id=model_id)
     told_labels_only = {n for n, o in zip(names, oracles, strict=True) if any(i is None for i in o.log_ident)}
     for o in oracles:
         o.close()
-    actions = admin.call("GET", f"/v1/admin/monitor/{ATTRIBUTION_MODEL}/actions")["actions"]
+    actions = admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"]
     row = count(actions, attack["account_names"], names, told_labels_only)
-    row.update({"accounts": opts.attribution_accounts, "benign_rows": int(vols.sum()), "response": response,
-                "attacker_queries": attack["queries_used"], "pool_warned_at": attack["pool_warned_at"],
-                "extent_at_pool_warning": attack["extent_at_pool_warning"], "final_extent": attack["final_extent"]})  # fmt: skip
-    return {"accounts": opts.attribution_accounts + len(names), "queries_used": attack["queries_used"] + int(vols.sum()),
-            "runs": [row], "table": format_attribution([row])}  # fmt: skip
+    row.update({"model": model_id, "accounts": opts.attribution_accounts, "benign_rows": int(vols.sum()),
+                "response": response, "new_accounts": new_accounts, "attacker_queries": attack["queries_used"],
+                "pool_warned_at": attack["pool_warned_at"], "extent_at_pool_warning": attack["extent_at_pool_warning"],
+                "final_extent": attack["final_extent"]})  # fmt: skip
+    return row
 
 
 def count(actions: list[dict[str, Any]], attacker: list[str], benign: list[str], told_labels_only: set[str]) -> dict[str, Any]:
@@ -139,13 +150,13 @@ def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
     out = [f"Attribution (an adaptive coalition and a benign population on one model at once, pool response "
            f"{rows[0]['response']}): goals >= {GOAL_ATTACKER_SHARE:.0%} of the accounts acted on the attacker's, "
            f"<= {GOAL_BENIGN_SHARE:.0%} of the benign accounts acted on", "",
-           "| coalition k | its queries | benign accounts (rows) | pool warned at | extent then | extent at the end | "
+           "| coalition k | new-account rule | its queries | benign accounts (rows) | pool warned at | extent then | extent at the end | "
            "accounts acted on: attacker's / benign | attacker share | benign share | benign told labels only | "
-           "benign by reason |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+           "benign by reason |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for r in rows:
         g = goals_met(r)
         reasons = ", ".join(f"{c} {n}" for c, n in sorted(r["benign_reasons"].items())) or "–"
-        out.append(f"| {r['accounts']} | {r['attacker_queries']} | {r['benign_accounts']} ({r['benign_rows']}) | "
+        out.append(f"| {r['accounts']} | {'on' if r['new_accounts'] else 'off'} | {r['attacker_queries']} | {r['benign_accounts']} ({r['benign_rows']}) | "
                    f"{f(r['pool_warned_at'])} | {f(r['extent_at_pool_warning'])} | {f(r['final_extent'])} | "
                    f"{r['acted_on_attacker']} / {r['acted_on_benign']} | {f(r['attacker_share'])}"
                    f"{'' if g['attacker_share_ok'] else ' (**miss**)'} | {f(r['benign_share'])}"

@@ -51,7 +51,7 @@ from mlaas_monitor.monitor.attacks import (
     run_natural,
     run_random,
 )
-from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODEL, run_attribution
+from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODELS, run_attribution
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
@@ -430,7 +430,8 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     if "natural_sybil" in opts.strategies:
         store.add_model(replace(model, id=NATURAL_SYBIL_MODEL))
     if "attribution" in opts.strategies:
-        store.add_model(replace(model, id=ATTRIBUTION_MODEL))
+        for attribution_model in ATTRIBUTION_MODELS.values():
+            store.add_model(replace(model, id=attribution_model))
     if "policies" in opts.strategies:  # the same tree under each response policy
         for i, pol in enumerate(RESPONSE_POLICIES.values()):
             store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
