@@ -14,6 +14,9 @@ monitor's amortised cost per query, and memory per tracked user.
    few (users x queries) shapes.
 3. Memory: a fresh process tracks --memory-users users (default 10,000) with
    --memory-queries queries each; RSS growth per user.
+4. Pool memory: a fresh process takes --pool-rows rows (default a million) of probes that
+   join auto:pool from --pool-users accounts; RSS growth and the pool's kept raw rows
+   (bounded by pool.MAX_ROWS) at every tenth.
 
     .venv/bin/python bench/bench_monitor.py --duration 10 --rounds 2 --concurrency 4
 """
@@ -260,6 +263,65 @@ print(json.dumps({"users": users, "queries_per_user": per, "rss_base_mb": base /
 """
 
 
+POOL_CHILD = r"""
+import json, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from mlaas_monitor.datasets import load_dataset
+from mlaas_monitor.model import Policy
+from mlaas_monitor.monitor.attacks import Domain
+from mlaas_monitor.monitor.core import ModelMonitor
+from mlaas_monitor.monitor.pool import POOL, POOLED
+from mlaas_monitor.training import train_model
+
+def rss() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+rows, users, batch, dataset = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+model = train_model(load_dataset(dataset), "bench", max_leaf_nodes=26, seed=0, policy=Policy(reveal_leaf=True))
+dom = Domain.from_public(model.public()["features"])
+rng = np.random.default_rng(0)
+mon = ModelMonitor(model)
+mon.evaluate(mon.user("warmup"), None, 0.0, refit=True)
+base, t0, c0 = rss(), time.perf_counter(), time.process_time()
+points = []
+for b in range(rows // batch):
+    # Probes as path-finding sends them: uniform points, each next row one feature from the
+    # row before it, so that (out of distribution and one feature apart) they join auto:pool.
+    X = dom.uniform(rng, batch)
+    for i in range(1, batch, 2):
+        X[i] = X[i - 1]
+        j = rng.integers(dom.d)
+        X[i, j] = dom.uniform(rng, 1)[0, j]
+    u = f"u{b % users:04d}"
+    mon.ingest(u, X, model.answer(X).labels, (b + 1) * batch)
+    mon.evaluate_due({u}, {}, 0.0)
+    if (b + 1) * batch % (rows // 10) == 0:
+        pool = mon.pools[POOL]
+        points.append({"rows": (b + 1) * batch, "rss_growth_mb": (rss() - base) / 2**20,
+                       "pool_rows": pool.n_queries, "pool_kept_raw_rows": len(mon.kept[POOL].hashes),
+                       "pooled_kept_raw_rows": {p: len(mon.kept[p].hashes) for p in POOLED},
+                       "link_keys": len(mon.linkage._first), "link_pairs_seen": len(mon.linkage._seen_links),
+                       "cpu_us_per_row": (time.process_time() - c0) / ((b + 1) * batch) * 1e6,
+                       "seconds": time.perf_counter() - t0})
+        print(json.dumps(points[-1]), file=sys.stderr, flush=True)
+print(json.dumps({"rows": rows, "users": users, "batch": batch, "rss_base_mb": base / 2**20, "points": points}))
+"""
+
+
+def pool_memory(dataset: str, rows: int, users: int, batch: int = 50) -> dict:
+    """auto:pool over ``rows`` logged rows of probes that join it, spread over ``users``
+    accounts: RSS growth, the pool's rows and its kept raw rows at every tenth of the way."""
+    out = subprocess.run([sys.executable, "-c", POOL_CHILD, str(ROOT), str(rows), str(users), str(batch), dataset],
+                         stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT)  # fmt: skip
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    print(json.dumps(res), flush=True)
+    return res
+
+
 def memory(dataset: str, users: int, per: int) -> dict:
     out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(ROOT), str(users), str(per), dataset],
                          capture_output=True, text=True, check=True, cwd=ROOT)  # fmt: skip
@@ -278,7 +340,9 @@ def main() -> int:
     ap.add_argument("--dataset", default=str(GERMAN))
     ap.add_argument("--memory-users", type=int, default=10_000)
     ap.add_argument("--memory-queries", type=int, default=50)
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: throughput, cost, memory")
+    ap.add_argument("--pool-rows", type=int, default=1_000_000, help="pool: logged rows that join auto:pool")
+    ap.add_argument("--pool-users", type=int, default=1_000, help="pool: accounts those rows come from")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: throughput, cost, memory, pool")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     skip = set(args.skip.split(",")) - {""}
@@ -319,6 +383,8 @@ def main() -> int:
         report["signal_cost"] = signal_cost(args.dataset)
     if "memory" not in skip:
         report["memory"] = memory(args.dataset, args.memory_users, args.memory_queries)
+    if "pool" not in skip:
+        report["pool_memory"] = pool_memory(args.dataset, args.pool_rows, args.pool_users)
 
     print("\n" + json.dumps(report, indent=2))
     if args.json:

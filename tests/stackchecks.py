@@ -75,6 +75,35 @@ def wait_extraction_alerts(prom: Prom, deadline_s: float) -> None:
                              f"status {status}, intent {intent}") from None
 
 
+# The dashboard panels of the pooled subjects, the exposure and the attribution.
+POOL_PANELS = ("Model exposure and the pools", "Pool attribution")
+POOL_SERIES = {"auto:pool": 'analysim_extraction_status{subject="auto:pool", method="best_copy"}',
+               "exposure": "analysim_extraction_exposure_ratio", "attribution": "analysim_extraction_attribution_ratio"}
+
+
+def wait_pool_warned(prom: Prom, deadline_s: float) -> dict[str, list[float]]:
+    """The attackers' probes (one feature from earlier rows, out of distribution or in a
+    margin) make auto:pool warn: its status, the model's exposure and the attribution (a
+    series only while the pool is warned) are all non-empty series of shares (0..1), the
+    pool's above 0, and every query of the panels that draw them has data. The values seen."""
+    seen: dict[str, list[float]] = {}
+
+    def all_there() -> bool:
+        seen.update({k: [float(r["value"][1]) for r in prom.query(q)] for k, q in POOL_SERIES.items()})
+        return all(seen.values()) and max(seen["auto:pool"]) > 0
+
+    try:
+        wait_until(all_there, deadline_s, "auto:pool warned: its status, the exposure and the attribution", poll_s=0.5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {seen}") from None
+    assert all(0.0 <= v <= 1.0 for vs in seen.values() for v in vs), seen
+    queries = [(what, q) for what, q in panel_queries() if what.split(": ", 1)[-1] in POOL_PANELS]
+    assert len(queries) >= 3, queries
+    missing = [what for what, q in queries if not prom.has_data(q)]
+    assert not missing, f"no data for: {missing}"
+    return seen
+
+
 # The dashboard of a scheduler run under a Kueue partition (deploy/compose.kueue.yaml): without one
 # its metrics do not exist.
 KUEUE_DASHBOARD = "kueue.json"

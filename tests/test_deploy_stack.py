@@ -10,6 +10,8 @@ this repository's rules (``for:`` shortened to 2 s); the scheduler under deploy/
 - the extraction alert fires for the pathfinding attacker and for the colluding group, and
   never (not even pending) for a benign user, whose intent alarm stays 0 (a benign user may
   hold the small model, and be warned about, without its queries looking like an attack);
+- the attackers make the model's pool (auto:pool) warn: its status, the exposure and the
+  attribution are series of shares, and the dashboard's pool panels draw them;
 - the agent-down alert fires after one agent is SIGKILLed, and clears once it is back.
 
 Test-only changes to compose's environment: attackers at 100 requests/s and jobs at 5/s (so
@@ -35,6 +37,7 @@ from tests.stackchecks import (
     wait_every_panel_has_data,
     wait_extraction_alerts,
     wait_kueue_metrics,
+    wait_pool_warned,
     wait_targets_up,
 )
 from tests.test_deploy_grafana import deploy_module
@@ -71,6 +74,7 @@ def test_stack(tmp_path: Path) -> None:
         with _no_redirects.open(ui, timeout=10) as r:
             assert r.status == 200 and "<title>Prometheus" in r.read().decode(), (ui, r.status)
         wait_extraction_alerts(prom, DEADLINE_S)
+        wait_pool_warned(prom, DEADLINE_S)
         wait_every_panel_has_data(prom, DEADLINE_S)
         wait_kueue_metrics(prom, DEADLINE_S)
         # One agent SIGKILLed: the alert fires for it; back under the same index, it clears.

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", help="target column (default as for 'model train')")
     add_dataset_arguments(p)
     p.add_argument("--strategies", help="comma-separated, from benign, random, pathfinding, colluding, sybil, "
-                   "natural, confidence, slow, adaptive, natural_sybil, policies (default: all)")  # fmt: skip
+                   "natural, confidence, slow, adaptive, natural_sybil, policies, attribution (default: all)")  # fmt: skip
     p.add_argument("--adaptive-accounts", default="1,4,16",
                    help="comma-separated account counts k for the adaptive attacker (default 1,4,16)")
     p.add_argument("--benign-users", type=positive_int, default=50, help="benign population size (default 50)")
@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "by a hair in a continuous feature; default none)")
     p.add_argument("--adaptive-response", choices=("none", "degrade", "refuse"), default="none",
                    help="the pool response (pool_response.action) on the adaptive runs' models (default none)")
+    p.add_argument("--attribution-accounts", type=positive_int, default=16,
+                   help="attribution: the adaptive coalition's accounts, sending beside --benign-users (default 16)")
     p.add_argument("--natural-sybil-accounts", type=positive_int, default=100,
                    help="natural_sybil: accounts, each sending first_eval - 1 rows of the data (default 100)")
     p.add_argument("--max-leaf-nodes", type=positive_int, default=26, help="tree size (default 26)")
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         benign_users=args.benign_users, benign_median_queries=args.benign_median_queries, margin=args.margin,
         reference_queries=args.reference_queries, sybil_queries=args.sybil_queries, adaptive_accounts=adaptive,
         natural_sybil_accounts=args.natural_sybil_accounts, adaptive_pool_aware=pool_aware,
-        adaptive_response=args.adaptive_response,
+        adaptive_response=args.adaptive_response, attribution_accounts=args.attribution_accounts,
     )  # fmt: skip
     progress = not args.no_progress and sys.stderr.isatty()
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)

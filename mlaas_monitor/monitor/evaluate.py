@@ -51,6 +51,7 @@ from mlaas_monitor.monitor.attacks import (
     run_natural,
     run_random,
 )
+from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODELS, run_attribution
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.core import EXTENT_METHODS, METHODS
@@ -69,7 +70,9 @@ ATTACKERS = ("random", "pathfinding", "colluding", "sybil", "natural", "confiden
 # natural_sybil: k accounts each sending fewer than first_eval rows of the data (none is ever
 # evaluated alone), on a model copy of its own; what they hold pooled offline, against what
 # the monitor's pools (auto:young, auto:pool) and the exposure say.
-EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "natural_sybil", "policies")
+# attribution: an adaptive coalition and a benign population on one model at once, with the
+# pool response on; whose accounts the monitor acted on (attribution.py).
+EVAL_STRATEGIES = ("benign", *ATTACKERS, "adaptive", "natural_sybil", "policies", "attribution")
 RESPONSE_POLICIES = {
     "leaf ids + confidence (2 decimals)": Policy(reveal_leaf=True, price_micros=0),
     "confidence, 2 decimals (BigML)": Policy(price_micros=0),
@@ -117,6 +120,7 @@ class EvalOptions:
     # adaptive runs that also know the pool: each probe moved by a hair in a continuous feature
     adaptive_pool_aware: tuple[int, ...] = ()
     adaptive_response: str = "none"  # the pool response (labels only: degrade; refuse) on the adaptive runs' models
+    attribution_accounts: int = 16  # the coalition's accounts in the attribution experiment
 
 
 # ---- curves and their analysis (pure) ----
@@ -425,6 +429,9 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
             store.add_model(replace(model, id=_adaptive_model(accounts, pool_aware=True)))
     if "natural_sybil" in opts.strategies:
         store.add_model(replace(model, id=NATURAL_SYBIL_MODEL))
+    if "attribution" in opts.strategies:
+        for attribution_model in ATTRIBUTION_MODELS.values():
+            store.add_model(replace(model, id=attribution_model))
     if "policies" in opts.strategies:  # the same tree under each response policy
         for i, pol in enumerate(RESPONSE_POLICIES.values()):
             store.add_model(replace(model, id=f"{MODEL_ID}-p{i}"))
@@ -471,6 +478,9 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
                     res = _natural_sybil(run, seed, k)
                 elif strategy == "policies":
                     res = _policies(run, seed, k, thresholds, delta)
+                elif strategy == "attribution":
+                    res = run_attribution(run, seed, k)
+                    summary["attribution"] = res["runs"]
                 else:
                     res = _attack(run, strategy, seed)
                 res["seconds"] = round(time.perf_counter() - t0, 2)
@@ -498,7 +508,7 @@ def run_eval(opts: EvalOptions, log: Callable[[str], None] = print, progress: bo
     (out / "table.md").write_text(format_table(summary) + "\n")
     from analysim.report import can_plot
 
-    if can_plot():
+    if can_plot() and run.curves:
         _plot(out, run.curves, k, thresholds, method, {"prada": 1.0 - delta, "ood": ood_alarm, "boundary": config["boundary_alarm"]})
     return summary
 
@@ -516,7 +526,7 @@ def _one_line(strategy: str, res: dict[str, Any], method: str) -> str:
                 f"{res['pooled_extent_offline']:.3f}; highest account status {res['max_account_status']:.3f} "
                 f"({res['accounts_evaluated']} evaluated); auto:young {p['auto:young']['best_copy']:.3f}, "
                 f"auto:pool {p['auto:pool']['best_copy']:.3f} ({p['auto:pool']['n_queries']} rows), exposure {p['exposure']:.3f}")  # fmt: skip
-    if "runs" in res:  # adaptive, policies: a table of their own
+    if "runs" in res:  # adaptive, policies, attribution: a table of their own
         return f"{strategy}: {len(res['runs'])} runs, {res['queries_used']} queries over {res['accounts']} account(s) (table below)"
     ev = res.get("evaluation") or {}
     m = ev.get("methods", {}).get(method, {})
@@ -549,15 +559,9 @@ def _settle(admin: ApiClient, names: list[str], sent: int, timeout: float = 120.
 def _benign(run: _Run, seed: int) -> dict[str, Any]:
     """A population of users sending rows of the data distribution (the training rows, not
     the held-out S), each its own log-normal volume, interleaved in a random order."""
-    opts = run.opts
     rng = np.random.default_rng(seed)
-    n_users = opts.benign_users
-    vols = np.clip(np.round(rng.lognormal(math.log(opts.benign_median_queries), 1.0, n_users)), 5, opts.budget).astype(int)
-    names = [f"benign-{i + 1:03d}" for i in range(n_users)]
-    oracles = [Oracle.connect(run.url, [run.new_key(n)], MODEL_ID, int(v)) for n, v in zip(names, vols, strict=True)]
-    # Distinct rows per user (with replacement only beyond the training set's size): people
-    # rarely ask the same question twice.
-    picks = [run.train_X[_draw(rng, run.train_X.shape[0], int(v))] for v in vols]
+    names, vols, oracles, picks = benign_population(run, rng, "benign", MODEL_ID)
+    n_users = len(names)
     order = rng.permutation(np.repeat(np.arange(n_users), vols))
     pos = np.zeros(n_users, dtype=int)
     for u in order.tolist():
@@ -577,6 +581,21 @@ def _benign(run: _Run, seed: int) -> dict[str, Any]:
     return {"accounts": n_users, "queries_used": int(vols.sum()),
             "volumes": {"median": float(np.median(vols)), "max": int(vols.max()), "min": int(vols.min())},
             "pools": _pools(run.admin)}  # fmt: skip
+
+
+def benign_population(run: _Run, rng: np.random.Generator, prefix: str,
+                      model_id: str) -> tuple[list[str], np.ndarray, list[Oracle], list[np.ndarray]]:  # fmt: skip
+    """``benign_users`` accounts of ``model_id``: (names, per-user volumes, one oracle each,
+    the rows each will send). Volumes are log-normal around ``benign_median_queries``; rows
+    are distinct per user (with replacement only beyond the training set's size): people
+    rarely ask the same question twice."""
+    opts = run.opts
+    vols = np.clip(np.round(rng.lognormal(math.log(opts.benign_median_queries), 1.0, opts.benign_users)), 5,
+                   opts.budget).astype(int)  # fmt: skip
+    names = [f"{prefix}-{i + 1:03d}" for i in range(opts.benign_users)]
+    oracles = [Oracle.connect(run.url, [run.new_key(n)], model_id, int(v)) for n, v in zip(names, vols, strict=True)]
+    picks = [run.train_X[_draw(rng, run.train_X.shape[0], int(v))] for v in vols]
+    return names, vols, oracles, picks
 
 
 def _pools(admin: ApiClient, model_id: str = MODEL_ID) -> dict[str, Any]:
@@ -703,6 +722,14 @@ def _reporting(tracker: FidelityTracker, strategy: str, report: Callable[[str, i
     return on_request
 
 
+def _then(first: Callable[[Oracle], None], then: Callable[[Oracle], None]) -> Callable[[Oracle], None]:
+    def on_request(oracle: Oracle) -> None:
+        first(oracle)
+        then(oracle)
+
+    return on_request
+
+
 def _adaptive_all(run: _Run, seed: int, k: int) -> dict[str, Any]:
     rows = [_adaptive(run, accounts, seed + accounts, k) for accounts in run.opts.adaptive_accounts]
     rows += [_adaptive(run, accounts, seed + accounts, k, pool_aware=True) for accounts in run.opts.adaptive_pool_aware]
@@ -714,26 +741,30 @@ def _adaptive_model(accounts: int, pool_aware: bool = False) -> str:
     return f"{MODEL_ID}-a{accounts}{'p' if pool_aware else ''}"
 
 
-def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = False) -> dict[str, Any]:
+def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = False, model_id: str | None = None,
+              prefix: str = "adaptive", between: Callable[[Oracle], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Path-finding over ``accounts`` accounts that knows the monitor (adaptive.py), on a
-    copy of the model of its own (so that the model's pool holds its rows alone). The
-    fidelity it holds when it is first warned (one of its accounts or groups; the pool),
-    when the enforcement rule would first act on it, and at the end: how much can be stolen
-    unseen."""
+    copy of the model of its own (so that the model's pool holds its rows alone; or
+    ``model_id``). The fidelity it holds when it is first warned (one of its accounts or
+    groups; the pool), when the enforcement rule would first act on it, and at the end: how
+    much can be stolen unseen. ``between``: called after each of its requests (other
+    traffic sent meanwhile: attribution.py)."""
     admin, opts = run.admin, run.opts
-    model_id = _adaptive_model(accounts, pool_aware)
+    model_id = model_id or _adaptive_model(accounts, pool_aware)
     if opts.adaptive_response != "none":
         admin.call("PUT", f"/v1/admin/monitor/{model_id}/config", {"pool_response": {"action": opts.adaptive_response}})
     config = admin.call("GET", f"/v1/admin/monitor/{model_id}/config")
     method, threshold = config["default_method"], config["thresholds"][config["default_method"]]
     enf = config["enforcement"]
-    names = [f"adaptive{accounts}{'p' if pool_aware else ''}-{i + 1}" for i in range(accounts)]
+    names = [f"{prefix}{accounts}{'p' if pool_aware else ''}-{i + 1}" for i in range(accounts)]
     keys = [run.new_key(n) for n in names]
     first = Oracle.connect(run.url, keys[:1], model_id, opts.pathfinding_budget)
     oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, opts.pathfinding_budget)
     first.close()
     tracker = FidelityTracker(run.held_X, run.truth)
-    oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, f"adaptive k={accounts}", run.on_queries)
+    oracle.on_request = tracker if run.on_queries is None else _reporting(tracker, f"{prefix} k={accounts}", run.on_queries)
+    if between is not None:
+        oracle.on_request = _then(oracle.on_request, between)
 
     def subjects() -> list[dict[str, Any]]:
         mine = set(names)
@@ -802,7 +833,7 @@ def _adaptive(run: _Run, accounts: int, seed: int, k: int, pool_aware: bool = Fa
                                                            None if pool_at is None else ext(pool_at)) if x is not None),
                                               default=None),
         "pools": pools, "response": config["pool_response"]["action"], "accounts_acted_on": len(acted),
-        "accounts_acted_on_attacker": len(acted & set(names)),
+        "accounts_acted_on_attacker": len(acted & set(names)), "account_names": names,
     }  # fmt: skip
 
 
@@ -997,7 +1028,7 @@ def format_table(summary: dict[str, Any]) -> str:
             lines.append(f"| {s} | {m} | {f(summary['config']['thresholds'].get(m, 0.5), 2)} | {f(x['calibration_error'])} | "
                          f"{f(x['max_below_truth'])} | {x['right_warnings']}/{x['warnings']} | {f(x['first_warning'])} | "
                          f"{f(q90)} | {f(x['lead'])} |")  # fmt: skip
-    for extra in ("adaptive", "policies"):
+    for extra in ("adaptive", "policies", "attribution"):
         if summary["strategies"].get(extra):
             lines += ["", *summary["strategies"][extra]["table"]]
     sy = summary["strategies"].get("sybil")

@@ -1,0 +1,164 @@
+"""``monitor-eval``'s attribution experiment: whom the pool response acts on under mixed traffic.
+
+An adaptive coalition (path-finding over k accounts that knows the monitor, adaptive.py)
+and a benign population send to the same model at the same time: after each of the
+coalition's requests, benign rows up to as many as the coalition has sent, the rest once it
+is done. Benign users arrive spread over the whole stream (each one's first row at a
+uniform point of it), so that some sign up while the pool's warning stands and meet the
+new-account rule. The model's pool response degrades (labels only) while the pool's
+warning stands.
+
+Counted: every account the monitor's action log names with an action other than none,
+split into the coalition's and the benign population's, with the reason of each benign
+account's first action; and, from the other side of the wire, the benign accounts that were
+told labels only (an answer without confidence or leaf id), which the log must include.
+The goal (issue 46): at least 90 % of the degraded accounts the attacker's, at most 2 % of
+the benign accounts degraded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlaas_monitor.monitor.attacks import Oracle
+
+if TYPE_CHECKING:
+    from mlaas_monitor.monitor.evaluate import _Run
+
+# Per setting of the pool response's new-account rule, the model copy it runs on.
+ATTRIBUTION_MODELS = {True: "target-attr", False: "target-attr-no-new"}
+# The pool response's reasons (core.py ModelMonitor.decisions), by how each begins; any other
+# is the per-subject enforcement rule's.
+REASONS = ("new account", "auto:pool contributor", "extracting account")
+GOAL_ATTACKER_SHARE = 0.9  # of the accounts acted on, at least this share the attacker's
+GOAL_BENIGN_SHARE = 0.02  # of the benign accounts, at most this share acted on
+
+
+@dataclass
+class MixedTraffic:
+    """The benign population's rows in their sending order, sent as the coalition goes."""
+
+    oracles: list[Oracle]  # one per benign account
+    picks: list[np.ndarray]  # per account the rows it sends, in order
+    order: list[int]  # the account of each benign row, in sending order
+    sent: int = 0  # benign rows sent so far
+    pos: list[int] = field(default_factory=list)  # per account, rows sent so far
+
+    def __post_init__(self) -> None:
+        self.pos = [0] * len(self.oracles)
+
+    def keep_up(self, attacker: Oracle) -> None:
+        """Send benign rows until as many as the coalition's have gone."""
+        self.send(min(len(self.order), attacker.queries))
+
+    def send(self, upto: int) -> None:
+        while self.sent < upto:
+            u = self.order[self.sent]
+            self.oracles[u].ask(self.picks[u][self.pos[u] : self.pos[u] + 1])
+            self.pos[u] += 1
+            self.sent += 1
+
+
+def arrival_order(rng: np.random.Generator, vols: np.ndarray) -> list[int]:
+    """The account of each row in sending order: each account starts at a uniform point of
+    the stream and spreads its rows uniformly over the rest of it."""
+    start = rng.uniform(0.0, 1.0, vols.size)
+    owner = np.repeat(np.arange(vols.size), vols)
+    at = start[owner] + (1.0 - start[owner]) * rng.uniform(0.0, 1.0, owner.size)
+    at[np.r_[0, np.cumsum(vols)[:-1]]] = start  # each account's first row at its arrival
+    return owner[np.argsort(at, kind="stable")].tolist()
+
+
+def run_attribution(run: _Run, seed: int, k: int) -> dict[str, Any]:
+    """The experiment twice, with the pool response's new-account rule and without it (same
+    seed: the same benign rows and arrivals, the same coalition), each on a model copy of
+    its own (ATTRIBUTION_MODELS): the rows of the Attribution table."""
+    rows = [_mixed(run, seed, k, new_accounts, model_id) for new_accounts, model_id in ATTRIBUTION_MODELS.items()]
+    return {"accounts": sum(r["attacker_accounts"] + r["benign_accounts"] for r in rows),
+            "queries_used": sum(r["attacker_queries"] + r["benign_rows"] for r in rows),
+            "runs": rows, "table": format_attribution(rows)}  # fmt: skip
+
+
+def _mixed(run: _Run, seed: int, k: int, new_accounts: bool, model_id: str) -> dict[str, Any]:
+    from mlaas_monitor.monitor.evaluate import _adaptive, _settle, benign_population
+
+    opts, admin = run.opts, run.admin
+    response = "degrade"  # a benign account told labels only still gets answers (refused, it would stop)
+    admin.call("PUT", f"/v1/admin/monitor/{model_id}/config",
+               {"pool_response": {"action": response, "new_accounts": new_accounts}})  # fmt: skip
+    rng = np.random.default_rng(seed)
+    tag = "" if new_accounts else "n"  # account names are global: one set per run
+    names, vols, oracles, picks = benign_population(run, rng, f"mixed{tag}", model_id)
+    traffic = MixedTraffic(oracles, picks, arrival_order(rng, vols))
+    attack = _adaptive(run, opts.attribution_accounts, seed, k, model_id=model_id, prefix=f"coalition{tag}",
+                       between=traffic.keep_up)  # fmt: skip
+    traffic.send(len(traffic.order))
+    _settle(admin, names, int(vols.sum()), model_id=model_id)
+    told_labels_only = {n for n, o in zip(names, oracles, strict=True) if any(i is None for i in o.log_ident)}
+    for o in oracles:
+        o.close()
+    actions = admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"]
+    row = count(actions, attack["account_names"], names, told_labels_only)
+    row.update({"model": model_id, "accounts": opts.attribution_accounts, "benign_rows": int(vols.sum()),
+                "response": response, "new_accounts": new_accounts, "attacker_queries": attack["queries_used"],
+                "pool_warned_at": attack["pool_warned_at"], "extent_at_pool_warning": attack["extent_at_pool_warning"],
+                "final_extent": attack["final_extent"]})  # fmt: skip
+    return row
+
+
+def count(actions: list[dict[str, Any]], attacker: list[str], benign: list[str], told_labels_only: set[str]) -> dict[str, Any]:
+    """The accounts acted on (an action other than none in the log), split by whose they are;
+    per benign account acted on, the reason of its first action."""
+    acted: dict[str, str] = {}
+    for a in actions:
+        if a["action"] != "none":
+            acted.setdefault(a["user"], a["reason"])
+    mine, theirs = set(attacker), set(benign)
+    unknown = set(acted) - mine - theirs
+    if unknown:
+        raise ValueError(f"actions on accounts of neither side: {sorted(unknown)}")
+    if not told_labels_only <= set(acted):
+        raise ValueError(f"benign accounts told labels only without a logged action: {sorted(told_labels_only - set(acted))}")
+    by_attacker = sorted(set(acted) & mine)
+    by_benign = sorted(set(acted) & theirs)
+    reasons: dict[str, int] = {}
+    for u in by_benign:
+        cause = next((c for c in REASONS if acted[u].startswith(c)), "per-subject rule")
+        reasons[cause] = reasons.get(cause, 0) + 1
+    n = len(by_attacker) + len(by_benign)
+    return {"attacker_accounts": len(mine), "benign_accounts": len(theirs),
+            "acted_on_attacker": len(by_attacker), "acted_on_benign": len(by_benign),
+            "benign_told_labels_only": len(told_labels_only),
+            "attacker_share": None if n == 0 else len(by_attacker) / n,
+            "benign_share": len(by_benign) / max(1, len(theirs)),
+            "benign_reasons": reasons, "benign_acted_on": by_benign}  # fmt: skip
+
+
+def goals_met(row: dict[str, Any]) -> dict[str, bool]:
+    share = row["attacker_share"]
+    return {"attacker_share_ok": share is not None and share >= GOAL_ATTACKER_SHARE,
+            "benign_share_ok": row["benign_share"] <= GOAL_BENIGN_SHARE}  # fmt: skip
+
+
+def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
+    def f(v: Any) -> str:
+        return "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+    out = [f"Attribution (an adaptive coalition and a benign population on one model at once, pool response "
+           f"{rows[0]['response']}): goals >= {GOAL_ATTACKER_SHARE:.0%} of the accounts acted on the attacker's, "
+           f"<= {GOAL_BENIGN_SHARE:.0%} of the benign accounts acted on", "",
+           "| coalition k | new-account rule | its queries | benign accounts (rows) | pool warned at | extent then | extent at the end | "
+           "accounts acted on: attacker's / benign | attacker share | benign share | benign told labels only | "
+           "benign by reason |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in rows:
+        g = goals_met(r)
+        reasons = ", ".join(f"{c} {n}" for c, n in sorted(r["benign_reasons"].items())) or "–"
+        out.append(f"| {r['accounts']} | {'on' if r['new_accounts'] else 'off'} | {r['attacker_queries']} | {r['benign_accounts']} ({r['benign_rows']}) | "
+                   f"{f(r['pool_warned_at'])} | {f(r['extent_at_pool_warning'])} | {f(r['final_extent'])} | "
+                   f"{r['acted_on_attacker']} / {r['acted_on_benign']} | {f(r['attacker_share'])}"
+                   f"{'' if g['attacker_share_ok'] else ' (**miss**)'} | {f(r['benign_share'])}"
+                   f"{'' if g['benign_share_ok'] else ' (**miss**)'} | {r['benign_told_labels_only']} | {reasons} |")  # fmt: skip
+    return out
