@@ -228,7 +228,8 @@ def signal_cost(dataset: str, n: int = 5000, batch: int = 25) -> dict:
     return out
 
 
-MEMORY_CHILD = r"""
+# What both measuring children start with: the tree on the path given, and their resident size.
+CHILD_PRELUDE = r"""
 import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
@@ -242,7 +243,10 @@ def rss() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+"""
 
+
+MEMORY_CHILD = CHILD_PRELUDE + r"""
 users, per, dataset = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 model = train_model(load_dataset(dataset), "bench", max_leaf_nodes=26, seed=0)
 dom = Domain.from_public(model.public()["features"])
@@ -263,22 +267,9 @@ print(json.dumps({"users": users, "queries_per_user": per, "rss_base_mb": base /
 """
 
 
-POOL_CHILD = r"""
-import json, sys, time
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-from mlaas_monitor.datasets import load_dataset
+POOL_CHILD = CHILD_PRELUDE + r"""
 from mlaas_monitor.model import Policy
-from mlaas_monitor.monitor.attacks import Domain
-from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.pool import POOL, POOLED
-from mlaas_monitor.training import train_model
-
-def rss() -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 rows, users, batch, dataset = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 model = train_model(load_dataset(dataset), "bench", max_leaf_nodes=26, seed=0, policy=Policy(reveal_leaf=True))
