@@ -68,14 +68,9 @@ class KueueState:
         self.heights = Heights(self.tree)
         self.held: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...]]] = {}  # job -> (queue, charges)
         self.version = 0  # bumped by every charge and release
-        # The root of each node's cohort tree, and per root a version bumped by every charge and
-        # release in its tree: a flavor choice reads the usage of its queue's tree only.
-        root_of = list(range(len(self.tree.parent)))
-        for i in root_of:
-            while self.tree.parent[root_of[i]] >= 0:
-                root_of[i] = self.tree.parent[root_of[i]]
-        self.root_of: list[int] = root_of
-        self.tree_versions: list[int] = [0] * len(root_of)
+        # Per cohort tree (by its root's index, ``root``): a version bumped by every charge and
+        # release in it. A flavor choice reads the usage of its queue's tree only.
+        self.tree_versions: list[int] = [0] * len(partition.nodes)
         # assign's answers per queue and request, each with its tree's version when made: most
         # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
         # the others standing (Kueue's large-scale scenario has ten).
@@ -163,7 +158,7 @@ class KueueState:
         if self.asks_oracle[q]:
             return _admissible(self.choose(job, self.oracle))
         key = (q, job.spec.request)
-        version = self.tree_versions[self.root_of[q]]
+        version = self.tree_versions[self.root[q]]
         got = self._answers.get(key)
         if got is not None and got[0] == version:
             return got[1]
@@ -183,7 +178,7 @@ class KueueState:
         self.held[job.job_id] = (q, charges)
         self.version += 1
         self.queue_versions[q] += 1
-        self.tree_versions[self.root_of[q]] += 1
+        self.tree_versions[self.root[q]] += 1
         key = (self.priority_of(job), -now, -job.seq, job.job_id)
         self.candidate_key[job.job_id] = key
         self.by_queue[q].add(key)
@@ -205,7 +200,7 @@ class KueueState:
         self.releases += 1
         self.version += 1
         self.queue_versions[q] += 1
-        self.tree_versions[self.root_of[q]] += 1
+        self.tree_versions[self.root[q]] += 1
         self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
         del self.running_jobs[job.job_id]
         amounts = self.amounts[q]

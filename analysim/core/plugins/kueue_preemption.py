@@ -114,15 +114,10 @@ class KueuePreemption:
 
     def __init__(self, state: KueueState) -> None:
         self.state = state
-        tree = state.tree
         nodes = state.partition.nodes
-        # Each queue's root, and the queues under each root (a cohort tree's ClusterQueues).
-        self.root: list[int] = []
-        for i in range(len(nodes)):
-            r = i
-            while tree.parent[r] >= 0:
-                r = tree.parent[r]
-            self.root.append(r)
+        # Each queue's root (the state's), and the queues under each root (a cohort tree's
+        # ClusterQueues).
+        self.root: list[int] = state.root
         self.tree_queues: dict[int, list[int]] = {}
         for i, n in enumerate(nodes):
             if n.is_queue:
@@ -241,7 +236,7 @@ class KueuePreemption:
         if not self._may_reclaim(job, q):
             return True
         key = (q, job.spec.request)
-        version = st.tree_versions[st.root_of[q]]
+        version = st.tree_versions[st.root[q]]
         known = self._tree_refusal.get(key)
         if known is not None and known[0] == version:
             return known[1]
