@@ -40,6 +40,7 @@ COMPILED = [
     "analysim/core/ranked.py",
     "analysim/core/records.py",
     "analysim/core/scheduling_queue.py",
+    "analysim/core/unschedulable.py",
     "analysim/core/sorted_keys.py",
     "analysim/core/victims.py",
     "analysim/core/plugins/__init__.py",

@@ -150,7 +150,7 @@ class CheckedEngine(Engine):
         st_ = self.state
         for job in self.pending_jobs():
             js = job.spec
-            if self.extra[js.job_id].evicted_at >= self.last_pass_at:
+            if self.squeue.pool.evicted_now(job, self.last_pass_at):
                 continue
             q = next((v.quota_gpus for v in self.spec.vcs if v.name == js.vc and not v.nodes), None)
             if not self.spec.allow_borrowing and q is not None and st_.vc_used[js.vc] + js.gpu_demand > q + 1e-9:

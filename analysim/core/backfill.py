@@ -282,23 +282,6 @@ def _shared_jump(eng: Engine, c: CycleState, vc: str, key: tuple, scopes: tuple)
     return _next_backfill_effect(eng, c, vc, key, scopes, False, before=wide)
 
 
-def _held_out(eng: Engine) -> dict[str, list[tuple]]:
-    """The queue keys, per VC and in order, of the victims evicted at this instant that wait in the
-    lists (evicted by an earlier pass at this instant: a victim of this pass is queued at its end).
-    Each blocks its queues as a failure would, without one (cycle._visit), so no jump passes it."""
-    out: dict[str, list[tuple]] = {}
-    if eng.evicted_at != eng.now:
-        return out
-    for vc, jobs in eng.evicted_now.items():
-        for job in jobs:
-            key = eng.extra[job.job_id].qkey
-            if key is not None and job.seq in eng.squeue.by_seq:
-                out.setdefault(vc, []).append(key)
-    for keys in out.values():
-        keys.sort()
-    return out
-
-
 def _up_to_held_out(held_out: dict[str, list[tuple]], vc: str, after: tuple, to: tuple | None) -> tuple | None:
     """A jump's target ``to`` past ``after``, or the VC's first held-out victim between them."""
     keys = held_out.get(vc)
@@ -324,7 +307,8 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
       as many GPUs. In a pass that only launches, a launch or a failure can turn a job jumped over
       into one that blocks, so such jumps are taken again from each job the pass looks at; with
       preemption or migration, from each job after which a job was stopped.
-    A victim evicted at this instant is always given, and no jump passes it (_held_out)."""
+    A victim evicted at this instant is always given, and no jump passes it (each blocks its queues
+    as a failure would: SchedulingQueue.held_out)."""
     sq = eng.squeue
     lists = sq.of_vc
     assert lists is not None
@@ -336,7 +320,7 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
     jumped: set[str] = set()  # VCs with a jump ahead that the next job's launch or failure may undo
     until_stop: set[str] = set()  # with preemption or migration, VCs with a jump ahead only a stop may undo
     stops = eng.world.stops
-    held_out = _held_out(eng)
+    held_out = sq.held_out(None, eng.now)
     while heap:
         key, vc, g, it = heapq.heappop(heap)
         if g != gen[vc]:

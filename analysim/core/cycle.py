@@ -4,7 +4,7 @@ For each job the order gives (orders.py, backfill.py): admit it (quota, a queue 
 it, EASY's reservations), pass over it where the pass already knows it fails (a request no smaller
 than one that failed, a failure memo that stands, a sure-failure hint), else attempt it: bind,
 then migration, then the post-filters. A job that fails blocks its queue scopes under a blocking
-queue. The pass leaves hints for the next one (hints.IdleHint, hints.QuietPass).
+queue. The pass leaves hints for the next one (unschedulable.IdleHint, unschedulable.QuietPass).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from analysim.core import backfill, hints, orders, placement
 from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller, note_failure, queue_scopes
 from analysim.core.job import JobRun, JobStatus, Placement
 from analysim.core.pass_streams import ShapeStream
+from analysim.core.unschedulable import IdleHint, QuietPass
 
 if TYPE_CHECKING:
     from analysim.core.engine import Engine
@@ -33,9 +34,10 @@ def run_pass(eng: Engine) -> None:
     """One scheduling pass (the queue's lists do not change during it: see SchedulingQueue)."""
     eng.pass_no += 1
     world = eng.world.running
-    idle, eng.idle = eng.idle, None
+    pool = eng.squeue.pool
+    idle = pool.take_idle()
     if idle is not None and idle.stands(world, eng.squeue.version, eng.now):
-        eng.idle = idle  # it would be that pass again
+        pool.leave_idle(idle)  # it would be that pass again
         return
     # (Failures are told apart per VC where quotas matter: a VC's quota, or under a partition that
     # preempts its ClusterQueue's, is part of why a job fails.)
@@ -49,18 +51,18 @@ def run_pass(eng: Engine) -> None:
         return
     given = _visit_all(eng, c, source)
     if c.by_shape and not given and eng.world.running == world:
-        eng.idle = hints.IdleHint(world, eng.squeue.version, c.hold)
+        pool.leave_idle(IdleHint(world, eng.squeue.version, c.hold))
     if eng.policy.queue.blocking and eng.shortcuts and eng.world.running == world:
-        eng.quiet = hints.QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), eng.squeue.last_key(), [])
+        pool.leave_quiet(QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), eng.squeue.last_key(), []))
 
 
 def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | None:
     """The order this pass walks (None: the pass would repeat the last one, which changed nothing)."""
     q, sq, skip = eng.policy.queue, eng.squeue, eng.shortcuts
-    quiet, eng.quiet = eng.quiet, None
+    quiet = sq.pool.take_quiet()
     if quiet is not None and quiet.resumable(c.world, eng.now):
         if not quiet.new:
-            eng.quiet = quiet  # it would be that pass again
+            sq.pool.leave_quiet(quiet)  # it would be that pass again
             return None
         c.blocked.update(quiet.blocked)
         c.failed.update(quiet.failed)
@@ -127,7 +129,7 @@ def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[st
     spec = job.spec
     g = spec.num_gpus
     st = eng.state
-    if eng.extra[spec.job_id].evicted_at == eng.now:
+    if eng.squeue.pool.evicted_now(job, eng.now):
         # Evicted at this instant: it waits, blocking its queues as a failure would, and what this
         # pass leaves holds no later than now (see Engine._preempt).
         c.held_until(eng.now)
@@ -181,10 +183,11 @@ def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple,
     """Try to place a job the pass does not already know to fail: bind (on ``nodes``, those its
     admission gave it, else every node open to it), then migration, then the post-filters. A
     failure is remembered with the job (hints: failure memo)."""
-    ex = eng.extra[job.job_id]
+    pool = eng.squeue.pool
     now, world = eng.now, eng.world.running
-    if ex.failed_world == world and now < ex.failed_until:
-        c.held_until(ex.failed_until)  # failed in an earlier pass, and nothing it reads has changed
+    failed_until = pool.failed_until(job, world)
+    if failed_until is not None and now < failed_until:
+        c.held_until(failed_until)  # failed in an earlier pass, and nothing it reads has changed
         return None
     if gang and c.only_capacity and (job.spec.num_gpus > eng.state.total_full_free or signed in c.failed_gangs):
         return None  # more whole GPUs than are free, or the same gang failed with more free
@@ -202,7 +205,7 @@ def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple,
             if pl is not None:
                 c.failed.clear()
     if pl is None and eng.shortcuts:
-        ex.failed_world = eng.world.running
-        ex.failed_until = sure if sure > now else hints.answers_hold_until(eng, job, c.can_migrate, c.can_preempt)
-        c.held_until(ex.failed_until)
+        until = sure if sure > now else hints.answers_hold_until(eng, job, c.can_migrate, c.can_preempt)
+        pool.mark_failed(job, eng.world.running, until)
+        c.held_until(until)
     return pl

@@ -40,8 +40,8 @@ class CycleState:
         self.blocked: dict[str | None, tuple[float, float] | None] = {}
         self.failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
         self.failed_gangs: set[tuple] = set()  # (signature, request) of gangs that failed (launches only)
-        self.hold = math.inf  # until when this pass's answers hold (see hints.QuietPass)
-        self.by_shape = False  # the pass reads the per-shape order (see hints.IdleHint)
+        self.hold = math.inf  # until when this pass's answers hold (see unschedulable.QuietPass)
+        self.by_shape = False  # the pass reads the per-shape order (see unschedulable.IdleHint)
         self.ffmax = 0  # the most whole GPUs free on one node, as of the last launch
         # EASY's answers within the pass (backfill.py), by what they read: the lists do not change
         # during a pass, so an answer stands for later asks before it.

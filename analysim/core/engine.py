@@ -112,10 +112,6 @@ class Engine(Handle):
         self.ranked: RankedIndex = (RankedIndex(self.traits.per_job_rank_times) if shortcuts
                                     else FreshRanking(self.traits.per_job_rank_times))
         self.pass_no = 0
-        self.quiet: hints.QuietPass | None = None  # the last pass, if it changed nothing and nothing has since
-        self.idle: hints.IdleHint | None = None  # the last per-shape pass, if it gave no job to attempt
-        self.evicted_at = -math.inf  # the time of the last eviction by a preemption (see _preempt)
-        self.evicted_now: dict[str, list[JobRun]] = {}  # the jobs evicted at evicted_at, per VC, in eviction order
         self.rooms = DedicatedRooms(self.state, self.dedicated)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
@@ -323,7 +319,7 @@ class Engine(Handle):
         self.held.pop(job_id, None)
         if job.status is JobStatus.RUNNING:
             self._stop(job)
-        elif self.extra[job_id].qkey is not None:
+        elif self.squeue.holds(job):
             self.dequeue(job)
         job.status = status
         job.end_s = self.now
@@ -386,10 +382,10 @@ class Engine(Handle):
     def _on_timer(self, payload: tuple[str, JobRun | None]) -> None:
         """Policy timers (e.g. a queue level change): the job's key may have changed."""
         _, job = payload
-        if job is not None and job.status is JobStatus.PENDING and self.extra[job.job_id].qkey is not None:
+        if job is not None and job.status is JobStatus.PENDING and self.squeue.holds(job):
             self.dequeue(job)
             self._enqueue(job)
-        self.quiet = self.idle = None  # (a plugin asks for a pass: something it reads has changed)
+        self.squeue.pool.timer()
         self._dirty = True
 
     def _on_rebalance(self, _payload: object) -> None:
@@ -443,26 +439,14 @@ class Engine(Handle):
         q = self.policy.queue
         qkey = q.key(job, self)
         self.squeue.check_key(qkey, q.name)
-        key = (qkey, job.seq)
-        ex = self.extra[job.job_id]
-        ex.qkey = key
-        ex.failed_world = -1  # (queued again: its own key and rank may have changed)
-        ex.none_by_vc_until = -math.inf
-        ex.qwork = job.overhead_s + job.remaining_s
-        if self.squeue.add(job, key, ex.qwork) and self.quiet is not None:
-            self.quiet.new.append(key)  # (an arrival: a job queued again comes with a stop)
+        self.squeue.add(job, (qkey, job.seq), job.overhead_s + job.remaining_s)
         self._dirty = True
 
     def dequeue(self, job: JobRun) -> None:
-        ex = self.extra[job.job_id]
-        key = ex.qkey
-        assert key is not None
-        if self.squeue.remove(job, key, ex.qwork):
-            self.quiet = None  # (a head leaving may unblock a queue)
-        ex.qkey = None
+        self.squeue.remove(job)
 
     def rekey(self, job: JobRun) -> None:
-        if self.extra[job.job_id].qkey is not None:
+        if self.squeue.holds(job):
             self.dequeue(job)
             self._enqueue(job)
 
@@ -661,10 +645,7 @@ class Engine(Handle):
         in turn, each paying the restore overhead. It waits for the next pass after this instant
         (a pass runs when something changes: an arrival, an end, a node event, a timer)."""
         nodes = self._stop(job)
-        if self.evicted_at != self.now:
-            self.evicted_now = {}
-        self.evicted_now.setdefault(job.spec.vc, []).append(job)
-        self.extra[job.job_id].evicted_at = self.evicted_at = self.now
+        self.squeue.pool.evicted(job, self.now)
         interruptions.after_preemption(job, self.extra[job.job_id], self.config)
         if self.control is not None:
             self.control.api.write(self.now, "eviction")

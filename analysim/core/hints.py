@@ -4,17 +4,17 @@ Kubernetes parks a pod that failed in its unschedulable pool, and moves it back 
 event that a plugin's QueueingHint says may make it schedulable. Here the same idea has four named
 forms, each kept where it is read (docs/engine.md lists them with their tests):
 
-- **failure memo** (per job, ``failed_world``/``failed_until`` on its engine bookkeeping): an
-  attempt that failed fails again while the running jobs and the nodes stay the same (the
-  engine's world version: every launch, stop and node event bumps it), until the earliest
-  ``holds_until`` its plugins gave (answers_hold_until). A job re-queued starts afresh.
+- **failure memo** (per job, kept by the queue's unschedulable pool): an attempt that failed
+  fails again while the running jobs and the nodes stay the same (the engine's world version:
+  every launch, stop and node event bumps it), until the earliest ``holds_until`` its plugins
+  gave (answers_hold_until). A job re-queued starts afresh.
 - **sure failure** (surely_fails_until): an attempt is not made when too few whole GPUs are
   free by count and every plugin it would ask says, without a search, that it finds nothing
   (``finds_none_until``); what the plugins that read only the job's VC said
   (``finds_none_by_vc``) stands across other VCs' launches and stops.
-- **idle pass** (``IdleHint``): a per-shape pass that gave no job to attempt is that pass again
+- **idle pass** (``unschedulable.IdleHint``): a per-shape pass that gave no job to attempt is that pass again
   while the world, the queue's version and its hold stand.
-- **quiet pass** (``QuietPass``): a blocking queue's pass that changed nothing is that pass again
+- **quiet pass** (``unschedulable.QuietPass``): a blocking queue's pass that changed nothing is that pass again
   but for the arrivals since, while the world and its hold stand.
 
 The plugins' optional hint methods are found once, when the engine starts (FailureChecks), never
@@ -129,53 +129,21 @@ def surely_fails_until(eng: Engine, job: JobRun, checks: FailureChecks) -> float
                                                                            k * st.max_full_free())
         if k and most >= g:
             return -math.inf
-    ex = eng.extra[spec.job_id]
-    vc_version = eng.world.vc_version(spec.vc)
+    pool = eng.squeue.pool
+    vc_version, node_version = eng.world.vc_version(spec.vc), eng.world.nodes
     now = eng.now
-    if ex.none_vc_version == vc_version and ex.none_node_version == eng.world.nodes and now < ex.none_by_vc_until:
-        until = ex.none_by_vc_until
+    known = pool.none_by_vc_until(job, vc_version, node_version)
+    if known is not None and now < known:
+        until = known
     else:
         until = math.inf
         for check in checks.by_vc:
             until = min(until, check(job, eng))
             if until <= now:
                 return until
-        ex.none_vc_version, ex.none_node_version, ex.none_by_vc_until = vc_version, eng.world.nodes, until
+        pool.note_none_by_vc(job, vc_version, node_version, until)
     for check in checks.others:
         until = min(until, check(job, eng))
         if until <= now:
             break
     return until
-
-
-@dataclass(slots=True)
-class IdleHint:
-    """A per-shape pass that gave no job to attempt (every job passed over as one that would fail
-    again, or as no smaller than a failed request): the next such pass gives none either while
-    the world, the queue and the hold stand. (Timers alone do not end it: what a plugin's answer
-    reads of the time is in its holds_until, and a timer that re-keys a job changes the queue.)"""
-
-    world: int  # World.running during it
-    queue_version: int  # SchedulingQueue.version during it
-    hold: float  # the earliest failure memo it met
-
-    def stands(self, world: int, queue_version: int, now: float) -> bool:
-        return self.world == world and self.queue_version == queue_version and now < self.hold
-
-
-@dataclass(slots=True)
-class QuietPass:
-    """What a blocking queue's pass that changed nothing left (see orders.resumed_order)."""
-
-    world: int  # World.running during it
-    hold: float  # until when its failures hold (the earliest failed_until it met), and EASY's
-    # answers (a job that may backfill by ending before a shadow time may not once time moves on)
-    blocked: dict  # the heads blocked at its end, with their reservations
-    failed: dict  # the smallest failed request per signature at its end (see cycle)
-    last_key: tuple  # the queue's last key then (a pass runs only with jobs waiting)
-    new: list[tuple]  # keys queued since, each by an arrival
-
-    def resumable(self, world: int, now: float) -> bool:
-        """Whether a pass now would be this one again, visiting only the arrivals (``new``, each
-        after every key this pass saw)."""
-        return self.world == world and now < self.hold and (not self.new or min(self.new) > self.last_key)

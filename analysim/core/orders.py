@@ -132,19 +132,21 @@ def _shape_verdict(eng: Engine, c: CycleState, job: JobRun, vc: str, shape: tupl
     worse = c.failed.get(sig)
     if worse is not None and not gang and no_smaller((g, milli, cpu, mem), worse):
         return _DROP
-    ex = eng.extra[job.job_id]
+    pool = eng.squeue.pool
     world = eng.world.running
-    if c.checks is not None and ex.failed_world != world and (eng.spec.allow_borrowing or eng.within_quota(job)):
+    until = pool.failed_until(job, world)
+    if c.checks is not None and until is None and (eng.spec.allow_borrowing or eng.within_quota(job)):
         sure = hints.surely_fails_until(eng, job, c.checks)  # (a job over quota the pass passes over)
         if sure > eng.now:
-            ex.failed_world, ex.failed_until = world, sure
-    if ex.failed_world == world and eng.now < ex.failed_until:
-        c.held_until(ex.failed_until)
+            pool.mark_failed(job, world, sure)
+            until = sure
+    if until is not None and eng.now < until:
+        c.held_until(until)
         if not gang:
             note_failure(c.failed, sig, (g, milli, cpu, mem))
             return _DROP  # (the rest of the shape is no smaller)
         return _DROP_GANG if gangs_per_request else _PASS
-    if ex.evicted_at == eng.now:
+    if pool.evicted_now(job, eng.now):
         c.held_until(eng.now)  # evicted at this instant: it waits (see Engine._preempt)
         return _PASS
     return _GIVE
@@ -280,7 +282,7 @@ def blocking_order(eng: Engine, c: CycleState, skip: bool) -> Iterator[JobRun]:
 def resumed_order(sq: SchedulingQueue, new: list[tuple]) -> Iterator[JobRun]:
     """The order of a blocking queue's pass after one that changed nothing, with nothing changed
     since but arrivals (keys ``new``, in order, each after every key that pass saw), before any
-    of that pass's answers may turn (hints.QuietPass): that pass would be done again, every job
+    of that pass's answers may turn (unschedulable.QuietPass): that pass would be done again, every job
     failing or passed over the same way, ending with the same heads blocked and requests failed,
     so only the arrivals are visited. (A queue that does not block is left out: its arrivals fall
     among the jobs that pass saw, each visited with the failures before it in hand.)"""

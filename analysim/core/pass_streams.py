@@ -42,7 +42,7 @@ def no_op(eng: Engine, c: CycleState, job: JobRun) -> bool:
     if job.status is not JobStatus.PENDING:
         return True
     spec = job.spec
-    if eng.extra[spec.job_id].evicted_at == eng.now:
+    if eng.squeue.pool.evicted_now(job, eng.now):
         return False  # (its visit holds the pass's answers to now)
     g = spec.num_gpus
     if (c.only_capacity and 0 < g <= eng.gmax and g > c.ffmax and not spec.is_fractional
@@ -79,15 +79,7 @@ class ShapeStream(PassStream):
         # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
         # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
         # ClusterQueue.)
-        now = eng.now
-        self.evicted: list[tuple] = []
-        if eng.evicted_at == now:  # (else the evictions are of an earlier instant: none now)
-            for vc in vcs:
-                for j in eng.evicted_now.get(vc, ()):
-                    ex = eng.extra.get(j.job_id)  # (gone once the job ended)
-                    if ex is not None and ex.evicted_at == now and ex.qkey is not None:
-                        self.evicted.append(ex.qkey)
-        self.evicted.sort()
+        self.evicted: list[tuple] = sorted(k for keys in eng.squeue.held_out(vcs, eng.now).values() for k in keys)
         self.last: tuple | None = None  # the key of the last job given
 
     def join(self, others: list[PassStream]) -> PassStream:

@@ -112,19 +112,4 @@ class JobBook:
     """Engine bookkeeping per job that plugins need not see."""
 
     checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
-    expected_end_s: float = math.inf
-    qkey: tuple | None = None
-    qwork: float = 0.0  # overhead and work left when queued: a pending job ends this long after it starts
-    # The last attempt to place it failed in this world (World.running), and would fail the same
-    # way until this time (hints: failure memo).
-    failed_world: int = -1
-    failed_until: float = -math.inf
-    # The plugins whose finds_none_until reads only its VC (finds_none_by_vc) said, with the VC's
-    # running jobs at this version (World.of_vc) and the nodes at this one (World.nodes), that
-    # they find nothing for it until this time (hints.surely_fails_until).
-    none_vc_version: int = -1
-    none_node_version: int = -1
-    none_by_vc_until: float = -math.inf
-    # When it was last evicted by a preemption: it is not launched again at that instant (see
-    # Engine._preempt).
-    evicted_at: float = -math.inf
+    expected_end_s: float = math.inf  # when it ends if nothing happens to it (inf while not running)

@@ -10,7 +10,8 @@ Each pending job has a key, (queue key, seq), unique by seq. The indexes are fam
 lists, each family bucketing the keys by one thing; which families are kept depends on the policy
 (``IndexPlan``: only what some pass reads is kept, since each costs an insert per arrival).
 
-Invariant: every pending job (``by_seq``) has its key in exactly one list of each family kept, in
+Invariant: every pending job (``by_seq``) has its key and queued work in ``filed``, its key in
+exactly one list of each family kept, in
 the bucket of the job's own fields; no family keeps an empty list; the shape counters count the
 pending jobs by shape; every change to the lists bumps ``version`` once. During a pass the lists
 are not changed (the passes iterate them): adds and removals are deferred to the pass's end, while
@@ -23,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped, import-n
 from analysim.core.cluster import ClusterState
 from analysim.core.job import JobRun, JobSpec
 from analysim.core.sorted_keys import file_key, first_after, unfile_key
+from analysim.core.unschedulable import UnschedulablePool
 
 
 def width(spec: JobSpec) -> int:
@@ -89,6 +91,9 @@ class SchedulingQueue:
     def __init__(self, plan: IndexPlan, dedicated: set[str]) -> None:
         self.dedicated = dedicated  # VCs with dedicated nodes: their width buckets are their own
         self.by_seq: dict[int, JobRun] = {}  # every pending job, by seq
+        # seq -> (its key, its queued work: overhead and work left when queued), for every pending job
+        self.filed: dict[int, tuple[tuple, float]] = {}
+        self.pool = UnschedulablePool()  # what the passes know of the pending jobs they could not place
         # The key-list families of the plan (None: not kept).
         self.every: SortedList | None = SortedList() if plan.every else None
         self.of_vc: dict[str, SortedList] | None = {} if plan.of_vc else None
@@ -109,9 +114,9 @@ class SchedulingQueue:
         self.vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self.demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
         self.demand = 0.0  # the pending jobs' GPU demand
-        self.in_pass = False
+        self.in_pass = False  # a pass is walking the lists: changes to them wait for its end
         self._adds: list[tuple] = []  # (key, spec, work) deferred during a pass
-        self._removals: list[tuple] = []
+        self._removals: list[tuple] = []  # the same, for keys that left
 
     def __len__(self) -> int:
         return len(self.by_seq)
@@ -126,28 +131,35 @@ class SchedulingQueue:
                                  "fields: every key of a queue must have the same length")
             self.key_len = len(qkey)
 
-    def add(self, job: JobRun, key: tuple, work: float) -> bool:
-        """Queue ``job`` with ``key`` and its queued work (overhead and work left). Whether its key
-        went into the lists now (False: deferred to the end of the pass)."""
+    def add(self, job: JobRun, key: tuple, work: float) -> None:
+        """Queue ``job`` with ``key`` and its queued work (overhead and work left): afresh, with
+        nothing it failed at before standing. Its key goes into the lists now, or at the end of
+        the pass (then it is not an arrival a quiet pass takes up: a job queued again in a pass
+        comes with a stop)."""
         spec = job.spec
+        self.pool.activate(job)
         if self.in_pass:
             self._adds.append((key, spec, work))
         else:
             self._file(key, spec, work)
+            self.pool.arrived(key)
         self.by_seq[job.seq] = job
+        self.filed[job.seq] = (key, work)
         self.vcs[spec.vc] += 1
         self.demands.setdefault(spec.vc, Counter())[spec.gpu_demand] += 1
         self.demand += spec.gpu_demand
         self._count_shape(spec, 1)
-        return not self.in_pass
 
-    def remove(self, job: JobRun, key: tuple, work: float) -> bool:
-        """Take ``job`` (queued with ``key`` and ``work``) out. Whether its key left the lists now."""
+    def remove(self, job: JobRun) -> None:
+        """Take a pending job out (placed, cancelled, or about to be queued again)."""
         spec = job.spec
+        key, work = self.filed.pop(job.seq)
+        self.pool.drop(job)
         if self.in_pass:
             self._removals.append((key, spec, work))
         else:
             self._unfile(key, spec, work)
+            self.pool.head_left()
         del self.by_seq[job.seq]
         vc = spec.vc
         left = self.vcs[vc] - 1
@@ -161,7 +173,6 @@ class SchedulingQueue:
             del self.vcs[vc], self.demands[vc]
         self.demand -= spec.gpu_demand
         self._count_shape(spec, -1)
-        return not self.in_pass
 
     def begin_pass(self) -> None:
         self.in_pass = True
@@ -227,6 +238,32 @@ class SchedulingQueue:
             del counter[key]
 
     # ----------------------------------------------------------------- reads
+
+    def holds(self, job: JobRun) -> bool:
+        """Whether the job is pending in the queue."""
+        return job.seq in self.by_seq
+
+    def key_of(self, job: JobRun) -> tuple | None:
+        """A pending job's key (None: not queued)."""
+        filed = self.filed.get(job.seq)
+        return None if filed is None else filed[0]
+
+    def held_out(self, vcs: Iterable[str] | None, now: float) -> dict[str, list[tuple]]:
+        """The keys, per VC (of ``vcs``, or every VC) and in order, of the pending jobs evicted at
+        ``now``: each waits for a later instant, blocking its queues as a failure would."""
+        pool = self.pool
+        out: dict[str, list[tuple]] = {}
+        if pool.evicted_at != now:
+            return out  # (the evictions are of an earlier instant: none now)
+        of_vc = pool.victims_of_vc
+        for vc in of_vc if vcs is None else vcs:
+            for job in of_vc.get(vc, ()):
+                filed = self.filed.get(job.seq)
+                if filed is not None:
+                    out.setdefault(vc, []).append(filed[0])
+        for keys in out.values():
+            keys.sort()
+        return out
 
     def width_bucket(self, spec: JobSpec) -> tuple[int, str | None]:
         """A job's width bucket: its whole GPUs, and its VC if that VC has dedicated nodes."""
