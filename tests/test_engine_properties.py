@@ -77,7 +77,7 @@ class CheckedEngine(Engine):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self.checked_decisions, self.checked_now = 0, 0.0
-        # The time of the last scheduling pass, as its count (Engine.pass_no) shows after each
+        # The time of the last scheduling pass, as its count (Scheduler.pass_no) shows after each
         # event time (see check_work_conserving).
         self.last_pass_at, self.passes_seen = -1.0, 0
         # The engine dispatches events through this table: wrap each handler with the checks.
@@ -143,8 +143,8 @@ class CheckedEngine(Engine):
         for the next pass after their eviction instant (no cascades: Engine._preempt). (A pass runs
         when something changed: an arrival, an end, a node event, a timer; not on the engine's
         stale completion events, which live runs do not have.)"""
-        if self.pass_no != self.passes_seen:
-            self.last_pass_at, self.passes_seen = self.now, self.pass_no
+        if self.scheduler.pass_no != self.passes_seen:
+            self.last_pass_at, self.passes_seen = self.now, self.scheduler.pass_no
         if self.policy.queue.blocking:
             return
         st_ = self.state

@@ -69,7 +69,7 @@ def _queue(engine: Engine) -> KueueQueue:
 def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
     fast = _run(tmp_path, drawn, shortcuts=True)
     reference = _run(tmp_path, drawn, shortcuts=False)
-    event(f"preempting: {fast.can_preempt}")
+    event(f"preempting: {fast.scheduler.can_preempt}")
     event(f"drains: {'some' if _queue(fast).drains else 'none'}")
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
     assert _queue(reference).drains == 0  # (the reference walks every job)

@@ -254,7 +254,7 @@ def test_a_partition_without_preemption_has_no_post_filter():
         part, _ = read_kueue(ROOT / f"examples/kueue/{name}.yaml", parse_cluster("philly"))
         spec = dataclasses.replace(parse_cluster("philly"), vcs=(), partition=part)
         assert partition_policy(spec).post_filters == []
-        assert not Engine(spec, partition_policy(spec), EngineConfig()).can_preempt
+        assert not Engine(spec, partition_policy(spec), EngineConfig()).scheduler.can_preempt
 
 
 # --- the quota invariants with preemption on ------------------------------------------------------

@@ -23,48 +23,23 @@ from analysim.core.orders import jump
 from analysim.core.sorted_keys import NextKeys, first_after, first_key, keys_from, merge_heap, push_from
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
-
-
-class RunningEnds:
-    """Running jobs by expected end, (end, GPUs, seq), globally and per dedicated VC: the shadow
-    time is found by walking the earliest ends, not by sorting every running job.
-
-    Invariant: every running job has exactly one entry in ``every`` (and one in its VC's list if
-    its VC has dedicated nodes), with its current expected end."""
-
-    def __init__(self, dedicated: set[str]) -> None:
-        self.dedicated = dedicated
-        self.every = SortedList()
-        self.of_vc: dict[str, SortedList] = {}
-
-    def add(self, job: JobRun, end: float) -> None:
-        entry = (end, job.spec.gpu_demand, job.seq)
-        self.every.add(entry)
-        if job.spec.vc in self.dedicated:
-            self.of_vc.setdefault(job.spec.vc, SortedList()).add(entry)
-
-    def remove(self, job: JobRun, end: float) -> None:
-        entry = (end, job.spec.gpu_demand, job.seq)
-        self.every.remove(entry)
-        if job.spec.vc in self.dedicated:
-            self.of_vc[job.spec.vc].remove(entry)
+    from analysim.core.scheduler import Scheduler
 
 
 # ------------------------------------------------------------------------- reservations
 
-def reserve(eng: Engine, head: JobRun, scope: str | None) -> tuple[float, float]:
+def reserve(s: Scheduler, head: JobRun, scope: str | None) -> tuple[float, float]:
     """The reservation of a blocked head in ``scope``: (shadow time, GPUs spare then)."""
-    ends = eng.ends
+    ends = s.ends
     assert ends is not None
-    if scope is not None and scope in eng.dedicated:
+    if scope is not None and scope in s.handle.dedicated:
         # A dedicated VC's head can only get its own nodes' GPUs.
-        st = eng.state
+        st = s.handle.state
         own = np.array([o == scope for o in st.owner_vc], dtype=bool) & st.up
         free = float(st.free_total[own].sum()) / GPU_MILLI
         walk = ends.of_vc.get(scope, ())
     else:
-        free = eng.state.free_gpus_total()
+        free = s.handle.state.free_gpus_total()
         walk = ends.every
     need = head.spec.gpu_demand
     # In (end, GPUs) order; jobs with equal end and GPUs add the same, so seq's order among them
@@ -77,9 +52,9 @@ def reserve(eng: Engine, head: JobRun, scope: str | None) -> tuple[float, float]
     return math.inf, 0.0
 
 
-def may_backfill(eng: Engine, job: JobRun, reservation: tuple[float, float]) -> bool:
+def may_backfill(s: Scheduler, job: JobRun, reservation: tuple[float, float]) -> bool:
     shadow, spare = reservation
-    return eng.now + job.overhead_s + job.remaining_s <= shadow or job.spec.gpu_demand <= spare
+    return s.handle.now + job.overhead_s + job.remaining_s <= shadow or job.spec.gpu_demand <= spare
 
 
 def note_backfill_hold(c: CycleState, job: JobRun, held: list[tuple[float, float]]) -> None:
@@ -91,65 +66,65 @@ def note_backfill_hold(c: CycleState, job: JobRun, held: list[tuple[float, float
             c.held_until(shadow - work - (1e-9 * (abs(shadow) + work) + 1e-6))
 
 
-def consume_reservation(eng: Engine, job: JobRun, reservation: tuple[float, float]) -> tuple[float, float]:
+def consume_reservation(s: Scheduler, job: JobRun, reservation: tuple[float, float]) -> tuple[float, float]:
     shadow, spare = reservation
-    if eng.now + job.overhead_s + job.remaining_s <= shadow:
+    if s.handle.now + job.overhead_s + job.remaining_s <= shadow:
         return reservation
     return shadow, spare - job.spec.gpu_demand
 
 
 # ---------------------------------------------------------------------- the pass's order
 
-def _width_cannot_fit(eng: Engine, w: int) -> tuple[bool, bool]:
+def _width_cannot_fit(s: Scheduler, w: int) -> tuple[bool, bool]:
     """(a job of this width takes the pass's "cannot fit" path, which blocks its queues; it is a
     gang the pass passes over as larger than all free GPUs). Both False for widths whose answer
     depends on the job (nodes of several sizes)."""
-    st = eng.state
-    return 0 < w <= st.smallest_node_gpus and w > st.max_full_free(), w > eng.gmax and w > st.total_full_free
+    st = s.handle.state
+    return 0 < w <= st.smallest_node_gpus and w > st.max_full_free(), w > s.gmax and w > st.total_full_free
 
 
-def _held(eng: Engine, vc: str, demand: float, blocked: dict, scopes: tuple) -> list[tuple[float, float]]:
+def _held(s: Scheduler, vc: str, demand: float, blocked: dict, scopes: tuple) -> list[tuple[float, float]]:
     """The reservations a job of ``vc`` asking for ``demand`` GPUs must let it pass, when every
     queue the VC's jobs block (``scopes``) is blocked."""
-    if eng.within_quota_of(vc, demand):  # (a VC with one queue has no quota to exceed)
+    if s.handle.within_quota_of(vc, demand):  # (a VC with one queue has no quota to exceed)
         return [blocked[scopes[0]]]
     return [blocked[sc] for sc in scopes]
 
 
-def _backfill_effect(eng: Engine, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool,
+def _backfill_effect(s: Scheduler, job: JobRun, blocked: dict, scopes: tuple, narrowed: bool,
                      only_capacity: bool) -> bool:
     """Whether the pass would do anything with this pending job (see backfill_order)."""
     spec = job.spec
     w = 0 if spec.is_fractional else spec.num_gpus
-    cannot, gang_cannot = _width_cannot_fit(eng, w) if only_capacity else (False, False)
+    cannot, gang_cannot = _width_cannot_fit(s, w) if only_capacity else (False, False)
     if narrowed:
         return not (cannot or gang_cannot) and all(
-            may_backfill(eng, job, r) for r in _held(eng, spec.vc, spec.gpu_demand, blocked, scopes))
-    if eng.within_quota_of(spec.vc, spec.gpu_demand):
+            may_backfill(s, job, r) for r in _held(s, spec.vc, spec.gpu_demand, blocked, scopes))
+    if s.handle.within_quota_of(spec.vc, spec.gpu_demand):
         return True  # not held by the shared queue
-    return cannot or may_backfill(eng, job, blocked[None])
+    return cannot or may_backfill(s, job, blocked[None])
 
 
-def _worse_from(eng: Engine, vc: str, failed: dict, quotas_matter: bool) -> int | None:
+def _worse_from(s: Scheduler, vc: str, failed: dict, quotas_matter: bool) -> int | None:
     """The width from which every waiting one-node whole-GPU job of ``vc`` fails as no smaller than
     a request that failed in the pass, or None. Only when no waiting job names GPU models: then
     each such job has the signature of the VC's unconstrained whole-GPU requests, and one that
     failed asking no CPU or memory is no larger than any of them of its width or more."""
-    if eng.squeue.with_models:
+    if s.queue.with_models:
         return None
-    req = failed.get(((), failure_vc(eng, vc, quotas_matter), False))
+    req = failed.get(((), failure_vc(s.handle, vc, quotas_matter), False))
     if req is None or req[0] < 1 or req[2] or req[3]:
         return None
     return int(req[0])
 
 
-def _next_as_wide(eng: Engine, c: CycleState, vc: str, after: tuple, gpus: int) -> tuple | None:
+def _next_as_wide(s: Scheduler, c: CycleState, vc: str, after: tuple, gpus: int) -> tuple | None:
     """The first key past ``after`` of a job of ``vc`` that may ask for ``gpus`` GPUs or more
     (fractional and CPU-only jobs, width 0, ask for at most one). The merge asks from ever later
     keys: each list's next key past the last ``after`` is kept (NextKeys)."""
     merge = c.wide_merges.get((vc, gpus))
     if merge is None or after < merge.after:
-        lists = eng.squeue.of_vc_dw
+        lists = s.queue.of_vc_dw
         assert lists is not None
         merge = c.wide_merges[vc, gpus] = NextKeys(
             [keys for (_, width, _), keys in lists[vc].items() if width >= gpus or (width == 0 and gpus <= 1)], after)
@@ -179,7 +154,7 @@ def _bucket_verdict(held: list[tuple[float, float]], demand: float, b: int, now:
     return _SURE if sure else _WALK
 
 
-def _walk_bucket(eng: Engine, c: CycleState, walk: tuple, keys: SortedList, after: tuple,
+def _walk_bucket(s: Scheduler, c: CycleState, walk: tuple, keys: SortedList, after: tuple,
                  held: list[tuple[float, float]], best: tuple | None) -> tuple | None:
     """The first job of a list past ``after`` that passes every reservation, read from there up to
     ``best``. What a read found stands for a later ask before it while the reservations are the
@@ -187,38 +162,38 @@ def _walk_bucket(eng: Engine, c: CycleState, walk: tuple, keys: SortedList, afte
     known = c.backfill_walks.get(walk)
     if known is not None and known[0] <= after and (known[1] is None or after < known[1]):
         return known[1]
-    by_seq = eng.squeue.by_seq
+    by_seq = s.queue.by_seq
     for k in keys_from(keys, after, False):
         if best is not None and not k < best:
             return None  # (nothing earlier than the best so far here; not kept: the read was cut)
         job = by_seq.get(k[1])
-        if job is not None and all(may_backfill(eng, job, r) for r in held):
+        if job is not None and all(may_backfill(s, job, r) for r in held):
             c.backfill_walks[walk] = (after, k)
             return k
     c.backfill_walks[walk] = (after, None)
     return None
 
 
-def _bucket_held(eng: Engine, vc: str, demand: float, width: int, blocked: dict, scopes: tuple,
+def _bucket_held(s: Scheduler, vc: str, demand: float, width: int, blocked: dict, scopes: tuple,
                  narrowed: bool, only_capacity: bool) -> list[tuple[float, float]] | None:
     """The reservations the jobs of a (demand, width) list must pass (None: none of them has an
     effect, leave the list out; []: every one has)."""
-    cannot, gang_cannot = _width_cannot_fit(eng, width) if only_capacity else (False, False)
+    cannot, gang_cannot = _width_cannot_fit(s, width) if only_capacity else (False, False)
     if narrowed:
-        return None if cannot or gang_cannot else _held(eng, vc, demand, blocked, scopes)
-    if cannot or eng.within_quota_of(vc, demand):
+        return None if cannot or gang_cannot else _held(s, vc, demand, blocked, scopes)
+    if cannot or s.handle.within_quota_of(vc, demand):
         return []
     return [blocked[None]]
 
 
-def _first_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
+def _first_backfill_effect(s: Scheduler, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
                            worse_from: int | None, before: tuple | None) -> tuple | None:
     best = before
     # One-node widths whose jobs all fail as worse (_worse_from): left out (an empty range without).
-    worse_lo, worse_hi = (worse_from, eng.state.smallest_node_gpus) if worse_from is not None else (1, 0)
-    now = eng.now
+    worse_lo, worse_hi = (worse_from, s.handle.state.smallest_node_gpus) if worse_from is not None else (1, 0)
+    now = s.handle.now
     held_of: dict[tuple[float, int], list[tuple[float, float]] | None] = {}
-    lists = eng.squeue.of_vc_dw
+    lists = s.queue.of_vc_dw
     assert lists is not None
     for (demand, width, b), keys in lists[vc].items():
         if worse_lo <= width <= worse_hi:
@@ -227,7 +202,7 @@ def _first_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, sc
         if bucket in held_of:
             got = held_of[bucket]
         else:
-            got = held_of[bucket] = _bucket_held(eng, vc, demand, width, c.blocked, scopes, narrowed,
+            got = held_of[bucket] = _bucket_held(s, vc, demand, width, c.blocked, scopes, narrowed,
                                                  c.only_capacity)
         if got is None:
             continue
@@ -241,13 +216,13 @@ def _first_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, sc
                 continue
             found = first_after(keys, after)
         else:
-            found = _walk_bucket(eng, c, (vc, demand, width, b, tuple(held)), keys, after, held, best)
+            found = _walk_bucket(s, c, (vc, demand, width, b, tuple(held)), keys, after, held, best)
         if found is not None and (best is None or found < best):
             best = found
     return best
 
 
-def _next_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
+def _next_backfill_effect(s: Scheduler, c: CycleState, vc: str, after: tuple, scopes: tuple, narrowed: bool,
                           worse_from: int | None = None, before: tuple | None = None) -> tuple | None:
     """The first key past ``after`` of a job of ``vc`` that backfill_order does not jump over, or
     ``before`` if none comes earlier, from the per-demand, width and work-bucket lists: a list whose
@@ -256,30 +231,30 @@ def _next_backfill_effect(eng: Engine, c: CycleState, vc: str, after: tuple, sco
     walked with the exact test."""
     if not c.only_capacity or before is not None:
         # (With preemption or migration the same question is hardly ever asked twice.)
-        return _first_backfill_effect(eng, c, vc, after, scopes, narrowed, worse_from, before)
+        return _first_backfill_effect(s, c, vc, after, scopes, narrowed, worse_from, before)
     # What it reads besides the lists: quotas and free GPUs (launches and stops change them), and
     # the reservations of the VC's queues.
-    asked = ("effect", vc, narrowed, eng.world.running, tuple([c.blocked.get(sc) for sc in scopes]), worse_from)
+    asked = ("effect", vc, narrowed, s.world.running, tuple([c.blocked.get(sc) for sc in scopes]), worse_from)
     last = c.next_answers.get(asked)
     if last is not None and last[0] <= after and (last[1] is None or after < last[1]):
         return last[1]
-    best = _first_backfill_effect(eng, c, vc, after, scopes, narrowed, worse_from, None)
+    best = _first_backfill_effect(s, c, vc, after, scopes, narrowed, worse_from, None)
     c.next_answers[asked] = (after, best)
     return best
 
 
-def _shared_jump(eng: Engine, c: CycleState, vc: str, key: tuple, scopes: tuple) -> tuple | None:
+def _shared_jump(s: Scheduler, c: CycleState, vc: str, key: tuple, scopes: tuple) -> tuple | None:
     """Where a VC's jobs held by the shared reservation resume: once a request has failed, a later
     job as large takes the failure path and blocks its VC's queue instead, so the jump stops at any
     that may be."""
     wide = None
     if c.failed:
         # (Only a failure of a signature this VC's jobs have counts: with quotas that matter, the VC's own.)
-        mine = failure_vc(eng, vc, c.quotas_matter)
+        mine = failure_vc(s.handle, vc, c.quotas_matter)
         widths = [req[0] for sig, req in c.failed.items() if sig[1] == mine]
         if widths:
-            wide = _next_as_wide(eng, c, vc, key, min(widths))
-    return _next_backfill_effect(eng, c, vc, key, scopes, False, before=wide)
+            wide = _next_as_wide(s, c, vc, key, min(widths))
+    return _next_backfill_effect(s, c, vc, key, scopes, False, before=wide)
 
 
 def _up_to_held_out(held_out: dict[str, list[tuple]], vc: str, after: tuple, to: tuple | None) -> tuple | None:
@@ -292,7 +267,7 @@ def _up_to_held_out(held_out: dict[str, list[tuple]], vc: str, after: tuple, to:
     return to
 
 
-def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
+def backfill_order(s: Scheduler, c: CycleState) -> Iterator[JobRun]:
     """Pending jobs in key order, leaving out jobs the pass would pass over with no effect:
     - once every queue a VC's jobs block is blocked (until then, a job that is not placed blocks
       its queues), those its reservations keep from backfilling (they only lose spare GPUs during a
@@ -309,18 +284,18 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
       preemption or migration, from each job after which a job was stopped.
     A victim evicted at this instant is always given, and no jump passes it (each blocks its queues
     as a failure would: SchedulingQueue.held_out)."""
-    sq = eng.squeue
+    sq = s.queue
     lists = sq.of_vc
     assert lists is not None
     blocked, only_capacity = c.blocked, c.only_capacity
-    scopes_of = {vc: scopes_blocked_by(eng, vc) for vc in lists}
+    scopes_of = {vc: scopes_blocked_by(s.handle, vc) for vc in lists}
     heap = merge_heap(lists)
     gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
     narrowed: set[str] = set()
     jumped: set[str] = set()  # VCs with a jump ahead that the next job's launch or failure may undo
     until_stop: set[str] = set()  # with preemption or migration, VCs with a jump ahead only a stop may undo
-    stops = eng.world.stops
-    held_out = sq.held_out(None, eng.now)
+    stops = s.world.stops
+    held_out = sq.held_out(None, s.handle.now)
     while heap:
         key, vc, g, it = heapq.heappop(heap)
         if g != gen[vc]:
@@ -336,18 +311,18 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
                 narrowed.add(vc)
                 # (A job that fails as no smaller than a failed request has no effect once its
                 # queues are blocked: it only fails again, in queues already blocked.)
-                if not _backfill_effect(eng, job, blocked, scopes, True, only_capacity) or (
-                        c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter)):
-                    worse_from = _worse_from(eng, vc, c.failed, c.quotas_matter) if c.failed else None
-                    to = _next_backfill_effect(eng, c, vc, key, scopes, True, worse_from)
+                if not _backfill_effect(s, job, blocked, scopes, True, only_capacity) or (
+                        c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter)):
+                    worse_from = _worse_from(s, vc, c.failed, c.quotas_matter) if c.failed else None
+                    to = _next_backfill_effect(s, c, vc, key, scopes, True, worse_from)
                     jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
                     if not only_capacity:
                         until_stop.add(vc)
                     continue
-            elif (len(scopes) == 2 and None in blocked and not _backfill_effect(eng, job, blocked, scopes, False,
+            elif (len(scopes) == 2 and None in blocked and not _backfill_effect(s, job, blocked, scopes, False,
                                                                                 only_capacity)
-                  and not (c.failed and fails_as_worse(eng, job, c.failed, c.quotas_matter))):
-                to = _shared_jump(eng, c, vc, key, scopes)
+                  and not (c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter))):
+                to = _shared_jump(s, c, vc, key, scopes)
                 jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
                 # With preemption or migration (and so quotas that matter), what a launch or a
                 # failure of another VC's job changes turns none of the jobs jumped over into one
@@ -357,8 +332,8 @@ def backfill_order(eng: Engine, c: CycleState) -> Iterator[JobRun]:
                 (until_stop if c.quotas_matter and not only_capacity else jumped).add(vc)
                 continue
             yield job
-            if eng.world.stops != stops:
-                stops = eng.world.stops
+            if s.world.stops != stops:
+                stops = s.world.stops
                 jumped |= until_stop
                 until_stop.clear()
             for v in jumped:  # taken again from here (see above)

@@ -16,13 +16,21 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from analysim.core import backfill, hints, orders, placement
-from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller, note_failure, queue_scopes
+from analysim.core.cycle_state import (
+    CycleState,
+    failure_sig,
+    is_gang,
+    no_smaller,
+    note_failure,
+    queue_scopes,
+    scopes_blocked_by,
+)
 from analysim.core.job import JobRun, JobStatus, Placement
 from analysim.core.pass_streams import ShapeStream
 from analysim.core.unschedulable import IdleHint, QuietPass
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.scheduler import Scheduler
 
 # What a visit did with a job.
 _PASSED: Final = 0
@@ -30,37 +38,37 @@ _FAILED: Final = 1
 _LAUNCHED: Final = 2
 
 
-def run_pass(eng: Engine) -> None:
+def run_pass(s: Scheduler) -> None:
     """One scheduling pass (the queue's lists do not change during it: see SchedulingQueue)."""
-    eng.pass_no += 1
-    world = eng.world.running
-    pool = eng.squeue.pool
+    s.pass_no += 1
+    world = s.world.running
+    pool = s.queue.pool
     idle = pool.take_idle()
-    if idle is not None and idle.stands(world, eng.squeue.version, eng.now):
+    if idle is not None and idle.stands(world, s.queue.version, s.handle.now):
         pool.leave_idle(idle)  # it would be that pass again
         return
     # (Failures are told apart per VC where quotas matter: a VC's quota, or under a partition that
     # preempts its ClusterQueue's, is part of why a job fails.)
-    quotas_matter = (bool(eng.spec.vcs) and (eng.can_preempt or not eng.spec.allow_borrowing)
-                     or eng.admission is not None and eng.can_preempt)
-    c = CycleState(world, eng.can_preempt, eng.can_migrate, quotas_matter, eng.checks)
-    source = _order(eng, c)
+    quotas_matter = (bool(s.handle.spec.vcs) and (s.can_preempt or not s.handle.spec.allow_borrowing)
+                     or s.admission is not None and s.can_preempt)
+    c = CycleState(world, s.can_preempt, s.can_migrate, quotas_matter, s.checks)
+    source = _order(s, c)
     if source is None:
         return
-    if c.only_capacity and eng.squeue.hopeless(eng.state, eng.gmax, eng.config.relaxed_locality):
+    if c.only_capacity and s.queue.hopeless(s.handle.state, s.gmax, s.handle.config.relaxed_locality):
         return
-    given = _visit_all(eng, c, source)
-    if c.by_shape and not given and eng.world.running == world:
-        pool.leave_idle(IdleHint(world, eng.squeue.version, c.hold))
-    if eng.policy.queue.blocking and eng.shortcuts and eng.world.running == world:
-        pool.leave_quiet(QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), eng.squeue.last_key(), []))
+    given = _visit_all(s, c, source)
+    if c.by_shape and not given and s.world.running == world:
+        pool.leave_idle(IdleHint(world, s.queue.version, c.hold))
+    if s.plugins.queue.blocking and s.shortcuts and s.world.running == world:
+        pool.leave_quiet(QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), s.queue.last_key(), []))
 
 
-def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | None:
+def _order(s: Scheduler, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | None:
     """The order this pass walks (None: the pass would repeat the last one, which changed nothing)."""
-    q, sq, skip = eng.policy.queue, eng.squeue, eng.shortcuts
+    q, sq, skip = s.plugins.queue, s.queue, s.shortcuts
     quiet = sq.pool.take_quiet()
-    if quiet is not None and quiet.resumable(c.world, eng.now):
+    if quiet is not None and quiet.resumable(c.world, s.handle.now):
         if not quiet.new:
             sq.pool.leave_quiet(quiet)  # it would be that pass again
             return None
@@ -68,108 +76,108 @@ def _order(eng: Engine, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[
         c.failed.update(quiet.failed)
         c.hold = quiet.hold
         return orders.resumed_order(sq, sorted(quiet.new))
-    if q.blocking and not eng.policy.backfill and sq.of_vc is not None:
-        return orders.blocking_order(eng, c, skip)
+    if q.blocking and not s.plugins.backfill and sq.of_vc is not None:
+        return orders.blocking_order(s, c, skip)
     if q.blocking and skip:
-        return backfill.backfill_order(eng, c)
+        return backfill.backfill_order(s, c)
     if c.only_capacity and skip and sq.of_width is not None:
-        return orders.merge_widths(eng, sq.of_width)
+        return orders.merge_widths(s, sq.of_width)
     if c.only_capacity and skip and sq.of_vc_width is not None:
-        return {vc: orders.merge_widths(eng, lists) for vc, lists in sq.of_vc_width.items()}
+        return {vc: orders.merge_widths(s, lists) for vc, lists in sq.of_vc_width.items()}
     if skip and sq.of_vc_shape is not None:
         c.by_shape = True
-        per_request = hints.gangs_per_request(eng, eng.per_request, len(eng.failure_plugins))
+        per_request = hints.gangs_per_request(s.handle, s.per_request, len(s.failure_plugins))
         if not q.dynamic:
-            return orders.shape_order(eng, c, list(sq.of_vc_shape), per_request)
-        if eng.traits.heads_ranked_by_state:
+            return orders.shape_order(s, c, list(sq.of_vc_shape), per_request)
+        if s.handle.traits.heads_ranked_by_state:
             # (Streams that give every job and let the queue leave out runs of those whose visits
             # change nothing where its merge would take them one after another; shape_order's
             # leaving out a shape would bring the job behind it up early: pass_streams.)
-            streams: dict[str, Iterator[JobRun]] = {vc: ShapeStream(eng, c, [vc]) for vc in sq.of_vc_shape}
+            streams: dict[str, Iterator[JobRun]] = {vc: ShapeStream(s, c, [vc]) for vc in sq.of_vc_shape}
             return streams
-        return {vc: orders.shape_order(eng, c, (vc,), per_request) for vc in sq.of_vc_shape}
+        return {vc: orders.shape_order(s, c, (vc,), per_request) for vc in sq.of_vc_shape}
     if q.dynamic:
-        return sq.for_dynamic_order(eng.traits.per_vc_order)
+        return sq.for_dynamic_order(s.handle.traits.per_vc_order)
     return sq.jobs()
 
 
-def _visit_all(eng: Engine, c: CycleState, source: Iterable[JobRun] | dict[str, Iterator[JobRun]]) -> int:
+def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str, Iterator[JobRun]]) -> int:
     """Visit every job the queue's order gives; the number given."""
-    q, st = eng.policy.queue, eng.state
-    blocking, backfilling = q.blocking, eng.policy.backfill
+    q, st = s.plugins.queue, s.handle.state
+    blocking, backfilling = q.blocking, s.plugins.backfill
     c.ffmax = st.max_full_free()
     given = 0
-    for job in q.order(source, eng):  # type: ignore[arg-type]  # (a per-VC order is given the mapping)
+    for job in q.order(source, s.handle):  # type: ignore[arg-type]  # (a per-VC order is given the mapping)
         given += 1
         if job.status is not JobStatus.PENDING:
             continue
         scopes: tuple[str | None, ...] = ()
         held: list = []
         if blocking:
-            scopes = queue_scopes(eng, job)
+            scopes = queue_scopes(s.handle, job)
             held = [c.blocked[sc] for sc in scopes if sc in c.blocked]
             if held and not backfilling:
                 continue  # behind a blocked head of its own queue
-        done = _visit(eng, c, job, held, scopes)
+        done = _visit(s, c, job, held, scopes)
         if done == _LAUNCHED:
             c.ffmax = st.max_full_free()
-            if c.only_capacity and not blocking and eng.squeue.hopeless(st, eng.gmax, eng.config.relaxed_locality):
+            if c.only_capacity and not blocking and s.queue.hopeless(st, s.gmax, s.handle.config.relaxed_locality):
                 break
         elif done == _FAILED and blocking:
-            for sc in eng.blocked_scopes(job):
+            for sc in scopes_blocked_by(s.handle, job.spec.vc):
                 if sc not in c.blocked:
-                    c.blocked[sc] = backfill.reserve(eng, job, sc) if backfilling else None
+                    c.blocked[sc] = backfill.reserve(s, job, sc) if backfilling else None
             # (Once no job still waiting can pass a blocked head, the merge drops each VC as it
             # next comes up, at less cost than a sweep over every VC after each failure.)
     return given
 
 
-def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[str | None, ...]) -> int:
+def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[str | None, ...]) -> int:
     """Admit, pass over or attempt one pending job; launch it if it is placed."""
     spec = job.spec
     g = spec.num_gpus
-    st = eng.state
-    if eng.squeue.pool.evicted_now(job, eng.now):
+    st = s.handle.state
+    if s.queue.pool.evicted_now(job, s.handle.now):
         # Evicted at this instant: it waits, blocking its queues as a failure would, and what this
         # pass leaves holds no later than now (see Engine._preempt).
-        c.held_until(eng.now)
+        c.held_until(s.handle.now)
         return _FAILED
-    if (c.only_capacity and 0 < g <= eng.gmax and g > c.ffmax and not spec.is_fractional
-            and (g <= st.smallest_node_gpus or eng.one_node(spec))):
+    if (c.only_capacity and 0 < g <= s.gmax and g > c.ffmax and not spec.is_fractional
+            and (g <= st.smallest_node_gpus or s.handle.one_node(spec))):
         return _FAILED  # cannot fit: no node has that many whole GPUs free
-    if not eng.spec.allow_borrowing and not eng.within_quota(job):
+    if not s.handle.spec.allow_borrowing and not s.handle.within_quota(job):
         return _PASSED  # over its VC's quota: waits without blocking other tenants
     admitted = None
-    if eng.admission is not None:
-        admitted = eng.admission.admit(job, eng)
+    if s.admission is not None:
+        admitted = s.admission.admit(job, s.handle)
         if admitted is None:
             return _PASSED  # not admitted by the partition's quotas now: waits
     # A request at least as big as one that failed, with the same signature, fails too: passing
     # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
     # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
     # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
-    sig = failure_sig(eng, spec, c.quotas_matter)
+    sig = failure_sig(s.handle, spec, c.quotas_matter)
     if admitted is not None:
         sig = (*sig, admitted[0])  # (the flavors assigned: which nodes the job may use)
     req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
-    gang = is_gang(eng, spec)
+    gang = is_gang(s.handle, spec)
     worse = None if gang else c.failed.get(sig)
     pl = None
     if worse is None or not no_smaller(req, worse):
         if held:
             reservations: list[tuple[float, float]] = held  # (EASY: each blocked queue has one)
-            if not all(backfill.may_backfill(eng, job, r) for r in reservations):
+            if not all(backfill.may_backfill(s, job, r) for r in reservations):
                 return _PASSED
             backfill.note_backfill_hold(c, job, reservations)
-        pl = _attempt(eng, c, job, gang, (sig, req), None if admitted is None else admitted[1])
+        pl = _attempt(s, c, job, gang, (sig, req), None if admitted is None else admitted[1])
     if pl is not None:
         if held:
             for sc in scopes:
                 r = c.blocked.get(sc)
                 if r is not None:
-                    c.blocked[sc] = backfill.consume_reservation(eng, job, r)
-        eng.dequeue(job)
-        eng.launch(job, pl)
+                    c.blocked[sc] = backfill.consume_reservation(s, job, r)
+        s.actuator.dequeue(job)
+        s.actuator.launch(job, pl)
         return _LAUNCHED
     if gang:
         c.failed_gangs.add((sig, req))
@@ -178,34 +186,34 @@ def _visit(eng: Engine, c: CycleState, job: JobRun, held: list, scopes: tuple[st
     return _FAILED
 
 
-def _attempt(eng: Engine, c: CycleState, job: JobRun, gang: bool, signed: tuple,
+def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple,
              nodes: np.ndarray | None) -> Placement | None:
     """Try to place a job the pass does not already know to fail: bind (on ``nodes``, those its
     admission gave it, else every node open to it), then migration, then the post-filters. A
     failure is remembered with the job (hints: failure memo)."""
-    pool = eng.squeue.pool
-    now, world = eng.now, eng.world.running
+    pool = s.queue.pool
+    now, world = s.handle.now, s.world.running
     failed_until = pool.failed_until(job, world)
     if failed_until is not None and now < failed_until:
         c.held_until(failed_until)  # failed in an earlier pass, and nothing it reads has changed
         return None
-    if gang and c.only_capacity and (job.spec.num_gpus > eng.state.total_full_free or signed in c.failed_gangs):
+    if gang and c.only_capacity and (job.spec.num_gpus > s.handle.state.total_full_free or signed in c.failed_gangs):
         return None  # more whole GPUs than are free, or the same gang failed with more free
     # An attempt known to fail without being made is recorded as made.
-    sure = -math.inf if c.checks is None else hints.surely_fails_until(eng, job, c.checks)
+    sure = -math.inf if c.checks is None else hints.surely_fails_until(s.handle, s.queue.pool, s.world, job, c.checks)
     pl = None
     if sure <= now:
-        pl = placement.bind(eng, job, eng.static_mask(job.spec) if nodes is None else nodes)
+        pl = placement.bind(s.handle, job, s.handle.static_mask(job.spec) if nodes is None else nodes)
         if pl is None and c.can_migrate:
-            pl = eng.try_migration(job)
+            pl = s.actuator.migrate_for(job)
             if pl is not None:
                 c.failed.clear()
         if pl is None and c.can_preempt:
-            pl = eng.try_preemption(job)
+            pl = s.actuator.preempt_for(job)
             if pl is not None:
                 c.failed.clear()
-    if pl is None and eng.shortcuts:
-        until = sure if sure > now else hints.answers_hold_until(eng, job, c.can_migrate, c.can_preempt)
-        pool.mark_failed(job, eng.world.running, until)
+    if pl is None and s.shortcuts:
+        until = sure if sure > now else hints.answers_hold_until(s.handle, job, c.can_migrate, c.can_preempt)
+        pool.mark_failed(job, s.world.running, until)
         c.held_until(until)
     return pl

@@ -15,7 +15,7 @@ from analysim.core.hints import FailureChecks
 from analysim.core.job import JobRun, JobSpec
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.framework import Handle
     from analysim.core.sorted_keys import NextKeys
 
 
@@ -69,53 +69,53 @@ def note_failure(failed: dict, sig: tuple, req: tuple) -> None:
         failed[sig] = req
 
 
-def failure_vc(eng: Engine, vc: str, quotas_matter: bool) -> str | None:
+def failure_vc(h: Handle, vc: str, quotas_matter: bool) -> str | None:
     """The VC a failed request's signature names: its own where quotas or dedicated nodes make VCs
     differ in what they can get, None where all share the pool."""
-    return vc if quotas_matter or vc in eng.dedicated else None
+    return vc if quotas_matter or vc in h.dedicated else None
 
 
-def failure_sig(eng: Engine, spec: JobSpec, quotas_matter: bool) -> tuple:
+def failure_sig(h: Handle, spec: JobSpec, quotas_matter: bool) -> tuple:
     """A job's failure signature: what, besides its request, decides whether it can fit."""
-    return (spec.gpu_models, failure_vc(eng, spec.vc, quotas_matter), spec.is_fractional)
+    return (spec.gpu_models, failure_vc(h, spec.vc, quotas_matter), spec.is_fractional)
 
 
-def is_gang(eng: Engine, spec: JobSpec) -> bool:
+def is_gang(h: Handle, spec: JobSpec) -> bool:
     """Whether the job may span nodes (wider than the smallest node, and no node open to it holds
     it): a gang may fit where a smaller request failed, so gangs are always tried."""
-    return spec.num_gpus > eng.state.smallest_node_gpus and not eng.one_node(spec)
+    return spec.num_gpus > h.state.smallest_node_gpus and not h.one_node(spec)
 
 
-def fails_as_worse(eng: Engine, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
+def fails_as_worse(h: Handle, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
     """Whether the pass takes the job as failed without an attempt: a one-node request at least as
     large as one that failed in the pass, with the same signature."""
     spec = job.spec
-    worse = failed.get(failure_sig(eng, spec, quotas_matter))
+    worse = failed.get(failure_sig(h, spec, quotas_matter))
     return (worse is not None and no_smaller((spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
-            and not is_gang(eng, spec))
+            and not is_gang(h, spec))
 
 
 # Per-VC FIFO: a blocking queue is one queue per VC guarantee, plus the shared pool's (None).
 
-def queue_scopes(eng: Engine, job: JobRun) -> tuple[str | None, ...]:
+def queue_scopes(h: Handle, job: JobRun) -> tuple[str | None, ...]:
     """The FIFO queues a pending job waits in, now: its own VC's, for a VC with a guarantee
     (dedicated nodes or a quota), and the shared pool's (None) when it draws on GPUs no one
     guarantees to it: a VC without quota (or no VCs at all), or a job that would borrow."""
     spec = job.spec
     vc = spec.vc
-    if vc in eng.dedicated:
+    if vc in h.dedicated:
         return (vc,)
-    if eng.quota_of(vc) is None:
+    if h.quota_of(vc) is None:
         return (None,)
-    return (vc,) if eng.within_quota_of(vc, spec.gpu_demand) else (vc, None)
+    return (vc,) if h.within_quota_of(vc, spec.gpu_demand) else (vc, None)
 
 
-def scopes_blocked_by(eng: Engine, vc: str) -> tuple[str | None, ...]:
+def scopes_blocked_by(h: Handle, vc: str) -> tuple[str | None, ...]:
     """The queues a job of ``vc`` that cannot be placed blocks: its own, and in the shared pool also
     the shared queue, even when it is within its quota (a job that would borrow takes the free GPUs
     a guaranteed head is waiting for). The first is the queue its every job waits in."""
-    if vc in eng.dedicated:
+    if vc in h.dedicated:
         return (vc,)
-    if eng.quota_of(vc) is None:
+    if h.quota_of(vc) is None:
         return (None,)
     return (vc, None)

@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from analysim.core import cycle, hints, interruptions, placement
-from analysim.core.backfill import RunningEnds
+from analysim.core import cycle, interruptions, placement
 from analysim.core.cluster import ClusterSpec, ClusterState
-from analysim.core.cycle_state import scopes_blocked_by
 from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER, EventQueue
 from analysim.core.feasibility import Feasibility
 from analysim.core.fragmentation import FragmentationTracker
@@ -33,10 +31,11 @@ from analysim.core.framework import Handle, Policy, QueueTraits
 from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
 from analysim.core.memos import Memos, NullMemos, World
 from analysim.core.node_views import NodeViews
-from analysim.core.orders import DedicatedRooms
 from analysim.core.placement import cpu_mem_on
 from analysim.core.ranked import FreshRanking, RankedIndex
 from analysim.core.records import REBALANCE, UNBLOCK, DecisionLog, EngineConfig, InfeasibleJob, JobBook
+from analysim.core.running_ends import RunningEnds
+from analysim.core.scheduler import Actuator, Scheduler
 from analysim.core.scheduling_queue import IndexPlan, SchedulingQueue
 
 if TYPE_CHECKING:
@@ -81,7 +80,6 @@ class Engine(Handle):
         # quota_of's answers, looked up a few times per job per pass under per-VC queues.
         self._quota_by_vc = {v.name: None if v.name in self.dedicated else v.quota_gpus for v in spec.vcs}
         self._quota_unknown_vc = 0.0 if spec.vcs else None
-        self.gmax = max((n.gpus for n in spec.nodes), default=0)
         self.node_names = [n.name for n in spec.nodes]
         self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
         self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
@@ -92,31 +90,27 @@ class Engine(Handle):
             raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
                              "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
         # What a failed placement may do: evict (post-filters; under a partition, its own), move (rebalance).
-        self.can_preempt = policy.may_preempt(self.config.preemption)
-        self.can_migrate = self.config.migration and policy.rebalance is not None
+        can_preempt = policy.may_preempt(self.config.preemption)
+        can_migrate = self.config.migration and policy.rebalance is not None
         self.reasons = policy.eviction_reasons()  # (post-filters that say why they evict, found once)
         # The pending jobs and the indexes the passes read (only those some pass reads).
         q, t = policy.queue, self.traits
         self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill,
-                                                           self.can_preempt or self.can_migrate, t.heads_ranked_by_state),
+                                                           can_preempt or can_migrate, t.heads_ranked_by_state),
                                       self.dedicated)
         self.ends: RunningEnds | None = RunningEnds(self.dedicated) if policy.backfill else None
-        # The plugins a failed placement asks, and their optional hints, found once.
-        self.failure_plugins = hints.failure_plugins(self, self.can_preempt, self.can_migrate)
-        self.checks = (hints.failure_checks(self.failure_plugins)
-                       if shortcuts and (self.can_preempt or self.can_migrate) else None)
-        self.per_request = hints.answer_per_request(self.failure_plugins)
-        # Versions, memos and the hints passes leave (docs/engine.md).
+        # Versions and memos (docs/engine.md).
         self.world = World()
         self.memos: Memos = Memos() if shortcuts else NullMemos()
         self.ranked: RankedIndex = (RankedIndex(self.traits.per_job_rank_times) if shortcuts
                                     else FreshRanking(self.traits.per_job_rank_times))
-        self.pass_no = 0
-        self.rooms = DedicatedRooms(self.state, self.dedicated)
         self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
         self.feasibility = Feasibility(spec)  # whether a job could ever run here
         self.fragmentation = FragmentationTracker(self.state)  # (FGD's index, built when first asked for)
+        # The scheduling pass: it sees the engine as plugins do, plus the queue and what it may do.
+        self.scheduler = Scheduler(self, self.squeue, EngineActuator(self), self.world, self.ends,
+                                   can_preempt, can_migrate)
         self._handlers = {k: getattr(self, "_on_" + k) for k in
                           ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance",
                            "cycle")}
@@ -510,13 +504,13 @@ class Engine(Handle):
         return job.attained_gpu_s if job.status is not JobStatus.RUNNING else job.attained_at(self.now)
 
     def ranked_running(self, vc: str | None) -> tuple[list[tuple], list[JobRun]]:
-        return self.ranked.ranked(self, vc, self.pass_no)
+        return self.ranked.ranked(self, vc, self.scheduler.pass_no)
 
     def ranks_hold_until(self, vc: str | None) -> float:
-        return self.ranked.hold_until(self, vc, self.pass_no)
+        return self.ranked.hold_until(self, vc, self.scheduler.pass_no)
 
     def plugin_memo(self) -> dict:
-        return self.memos.pass_memo(self.pass_no, self.world.running, self.now)  # (now: a rebalance outside a pass)
+        return self.memos.pass_memo(self.scheduler.pass_no, self.world.running, self.now)  # (now: a rebalance outside a pass)
 
     def vc_memo(self, vc: str) -> dict:
         return self.memos.vc_memo(vc, self.world.vc_version(vc), self.world.nodes)
@@ -534,13 +528,9 @@ class Engine(Handle):
             return
         self.squeue.begin_pass()
         try:
-            cycle.run_pass(self)
+            cycle.run_pass(self.scheduler)
         finally:
             self.squeue.end_pass()
-
-    def blocked_scopes(self, job: JobRun) -> tuple[str | None, ...]:
-        """The queues a job that cannot be placed blocks (cycle_state.scopes_blocked_by)."""
-        return scopes_blocked_by(self, job.spec.vc)
 
     def try_preemption(self, job: JobRun) -> Placement | None:
         for pf in self.policy.post_filters:
@@ -666,6 +656,25 @@ class Engine(Handle):
     def _decide(self, kind: str, job: JobRun) -> None:
         nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decision_log.record(self.now, kind, job.job_id, nodes)
+
+
+class EngineActuator(Actuator):
+    """The pass's actuator: the engine's own state changes, nothing more."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine  # the one owner of every state change
+
+    def launch(self, job: JobRun, pl: Placement) -> None:
+        self.engine.launch(job, pl)
+
+    def dequeue(self, job: JobRun) -> None:
+        self.engine.dequeue(job)
+
+    def preempt_for(self, job: JobRun) -> Placement | None:
+        return self.engine.try_preemption(job)
+
+    def migrate_for(self, job: JobRun) -> Placement | None:
+        return self.engine.try_migration(job)
 
 
 class Recorder(Protocol):

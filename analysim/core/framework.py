@@ -51,6 +51,7 @@ class Handle:
     running: dict[str, JobRun]  # job id -> running job
     running_by_vc: dict[str, dict[str, JobRun]]  # VC -> job id -> running job
     gpus_of_vc: dict[str, np.ndarray]  # VC -> GPUs its running jobs hold on each node (read only)
+    dedicated: set[str]  # the VCs with nodes of their own (their jobs run only there, others never)
     # Whether plugins may answer from bounds and memos (off: the reference engine, which the
     # tests compare the shortcuts against)
     shortcuts: bool
@@ -87,6 +88,10 @@ class Handle:
 
     def within_quota(self, job: JobRun) -> bool:
         """Whether the job keeps its VC within its quota if it runs now."""
+        raise NotImplementedError
+
+    def within_quota_of(self, vc: str, demand: float) -> bool:
+        """Whether a job of ``vc`` asking for ``demand`` GPUs keeps its VC within its quota now."""
         raise NotImplementedError
 
     def vc_over_quota(self, vc: str) -> bool:

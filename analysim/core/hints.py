@@ -26,28 +26,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, cast
 
-from analysim.core.framework import FailureHints, PerRequestHints
+from analysim.core.framework import FailureHints, Handle, PerRequestHints, Policy
 from analysim.core.job import JobRun
-
-if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+from analysim.core.memos import World
+from analysim.core.unschedulable import UnschedulablePool
 
 
 @dataclass(slots=True)
 class FailureChecks:
     """The ``finds_none_until`` of every plugin a failed placement asks (found once per engine)."""
 
-    by_vc: list[Callable[[JobRun, Engine], float]]  # those whose answer reads only the job's VC
-    others: list[Callable[[JobRun, Engine], float]]
+    by_vc: list[Callable[[JobRun, Handle], float]]  # those whose answer reads only the job's VC
+    others: list[Callable[[JobRun, Handle], float]]
 
 
-def failure_plugins(eng: Engine, can_preempt: bool, can_migrate: bool) -> list:
+def failure_plugins(policy: Policy, can_preempt: bool, can_migrate: bool) -> list:
     """The plugins a placement that fails asks, in order: the post-filters, then rebalance."""
-    plugins: list = list(eng.policy.post_filters) if can_preempt else []
+    plugins: list = list(policy.post_filters) if can_preempt else []
     if can_migrate:
-        plugins.append(eng.policy.rebalance)
+        plugins.append(policy.rebalance)
     return plugins
 
 
@@ -83,31 +82,31 @@ def _implements(plugin: object, interface: type) -> bool:
     return all(hasattr(plugin, m) for m in _MEMBERS[interface.__name__])
 
 
-def gangs_per_request(eng: Engine, methods: list, plugins: int) -> bool:
+def gangs_per_request(h: Handle, methods: list, plugins: int) -> bool:
     """Whether every plugin a failed attempt asks answers alike for all jobs of a VC and request
     (PostFilter.answers_per_request) right now."""
-    return len(methods) == plugins and all(m(eng) for m in methods)
+    return len(methods) == plugins and all(m(h) for m in methods)
 
 
-def answers_hold_until(eng: Engine, job: JobRun, can_migrate: bool, can_preempt: bool) -> float:
+def answers_hold_until(h: Handle, job: JobRun, can_migrate: bool, can_preempt: bool) -> float:
     """Until when a failed attempt to place ``job`` fails again, as long as the running jobs and
     the nodes stay the same: placement reads only those, and each plugin says how long its answer
     holds (``holds_until``). The waiting job's own rank may change only when it is queued again."""
     until = math.inf
-    now = eng.now
+    now = h.now
     if can_preempt:
-        for pf in eng.policy.post_filters:
-            until = min(until, pf.holds_until(job, eng))
+        for pf in h.policy.post_filters:
+            until = min(until, pf.holds_until(job, h))
             if until <= now:
                 return until
     if can_migrate:
-        rebalance = eng.policy.rebalance
+        rebalance = h.policy.rebalance
         assert rebalance is not None
-        until = min(until, rebalance.holds_until(job, eng))
+        until = min(until, rebalance.holds_until(job, h))
     return until
 
 
-def surely_fails_until(eng: Engine, job: JobRun, checks: FailureChecks) -> float:
+def surely_fails_until(h: Handle, pool: UnschedulablePool, world: World, job: JobRun, checks: FailureChecks) -> float:
     """Until when an attempt to place ``job`` surely fails while the running jobs and the nodes
     stay the same, known without making it: too few whole GPUs are free for it, by count, and each
     plugin the attempt would ask finds nothing (``checks``). ``now`` or earlier when only the
@@ -117,33 +116,32 @@ def surely_fails_until(eng: Engine, job: JobRun, checks: FailureChecks) -> float
     g = spec.num_gpus
     if g < 1 or spec.is_fractional:
         return -math.inf
-    st = eng.state
-    if eng.one_node(spec):
+    st = h.state
+    if h.one_node(spec):
         if g <= st.max_full_free():
             return -math.inf
     else:
         # A gang over k nodes gets at most the k largest counts of whole free GPUs (any number of
         # them, with relaxed locality): see placement._gang_fits.
-        k = eng.gang_size(spec)
-        most = st.total_full_free if eng.config.relaxed_locality else min(st.total_full_free,
+        k = h.gang_size(spec)
+        most = st.total_full_free if h.config.relaxed_locality else min(st.total_full_free,
                                                                            k * st.max_full_free())
         if k and most >= g:
             return -math.inf
-    pool = eng.squeue.pool
-    vc_version, node_version = eng.world.vc_version(spec.vc), eng.world.nodes
-    now = eng.now
+    vc_version, node_version = world.vc_version(spec.vc), world.nodes
+    now = h.now
     known = pool.none_by_vc_until(job, vc_version, node_version)
     if known is not None and now < known:
         until = known
     else:
         until = math.inf
         for check in checks.by_vc:
-            until = min(until, check(job, eng))
+            until = min(until, check(job, h))
             if until <= now:
                 return until
         pool.note_none_by_vc(job, vc_version, node_version, until)
     for check in checks.others:
-        until = min(until, check(job, eng))
+        until = min(until, check(job, h))
         if until <= now:
             break
     return until

@@ -12,76 +12,37 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
 from analysim.core import hints
-from analysim.core.cluster import ClusterState
 from analysim.core.cycle_state import CycleState, failure_vc, no_smaller, note_failure
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.scheduling_queue import SchedulingQueue
 from analysim.core.sorted_keys import first_after, first_key, keys_from, merge_heap, push_from
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.scheduler import Scheduler
 
 
 # ------------------------------------------------------------------ by width (launches only)
 
-@dataclass(slots=True)
-class Room:
-    """The whole GPUs free on one dedicated VC's nodes that are up, as found at ``version``."""
-
-    version: tuple[int, int]  # (World.running, World.nodes) when found
-    most: int  # the most whole GPUs free on one of its nodes
-    total: int  # the whole GPUs free on its nodes
-    smallest: int  # the GPUs of its smallest node
-
-    def cannot_fit(self, w: int) -> bool:
-        """Whether no job of ``w`` whole GPUs can fit on these nodes as they stand (one that fits
-        on any node of them, or one wider than all)."""
-        return self.most < w <= self.smallest or self.total < w
-
-
-class DedicatedRooms:
-    """Room per dedicated VC, kept while the running jobs and the nodes stay the same. Without it,
-    on a cluster of dedicated VCs, one VC's idle nodes keep every width of every other VC in the
-    pass, whose jobs are then passed over one by one."""
-
-    def __init__(self, state: ClusterState, dedicated: set[str]) -> None:
-        self.state = state
-        self.nodes: dict[str, list[int]] = {
-            vc: [i for i, owner in enumerate(state.owner_vc) if owner == vc] for vc in dedicated}
-        self.smallest: dict[str, int] = {
-            vc: min((int(state.gpus[n]) for n in nodes), default=0) for vc, nodes in self.nodes.items()}
-        self._rooms: dict[str, Room] = {}
-
-    def room(self, vc: str, version: tuple[int, int]) -> Room:
-        got = self._rooms.get(vc)
-        if got is None or got.version != version:
-            st = self.state
-            free = [int(st.full_free[n]) for n in self.nodes[vc] if st.up[n]]
-            got = self._rooms[vc] = Room(version, max(free, default=0), sum(free), self.smallest[vc])
-        return got
-
-
-def merge_widths(eng: Engine, lists: dict[tuple[int, str | None], SortedList]) -> Iterator[JobRun]:
+def merge_widths(s: Scheduler, lists: dict[tuple[int, str | None], SortedList]) -> Iterator[JobRun]:
     """Pending jobs in key order from per-width lists, leaving out a width once no job of it could
     fit, for the rest of a pass that only launches (free GPUs only shrink): a width no larger than
     the smallest node, when no node has that many whole GPUs free; a width larger than every node,
     when all nodes together do not. The nodes are those of the bucket's scope: a dedicated VC's
     own, else all of them. The pass would pass over each such job as one that cannot fit."""
-    by_seq = eng.squeue.by_seq
-    st = eng.state
-    small, gmax = st.smallest_node_gpus, eng.gmax
+    by_seq = s.queue.by_seq
+    st = s.handle.state
+    small, gmax = st.smallest_node_gpus, s.gmax
     heap = merge_heap(lists)
     while heap:
         key, bucket, _, it = heap[0]
         w, scope = bucket
         if w and (st.max_full_free() < w <= small or st.total_full_free < w > gmax
-                  or scope is not None and eng.rooms.room(scope, (eng.world.running, eng.world.nodes)).cannot_fit(w)):
+                  or scope is not None and s.rooms.room(scope, (s.world.running, s.world.nodes)).cannot_fit(w)):
             heapq.heappop(heap)
             continue
         job = by_seq.get(key[1])
@@ -122,37 +83,37 @@ def _bring_back(order: list, top: int, lists: dict, dropped: list[tuple[str, tup
     dropped.clear()
 
 
-def _shape_verdict(eng: Engine, c: CycleState, job: JobRun, vc: str, shape: tuple, gang: bool,
+def _shape_verdict(s: Scheduler, c: CycleState, job: JobRun, vc: str, shape: tuple, gang: bool,
                    gangs_per_request: bool) -> int:
     """What the shape order does with the first pending job of a shape: leave the shape out as no
     smaller than a failed request, or as failing again (the pass's bookkeeping of the failure,
     without the visit), pass over it (evicted at this instant), or give it to the pass."""
     models, frac, g, milli, cpu, mem = shape  # (JobSpec.request)
-    sig = (models, failure_vc(eng, vc, c.quotas_matter), frac)  # (failure_sig, from the shape)
+    sig = (models, failure_vc(s.handle, vc, c.quotas_matter), frac)  # (failure_sig, from the shape)
     worse = c.failed.get(sig)
     if worse is not None and not gang and no_smaller((g, milli, cpu, mem), worse):
         return _DROP
-    pool = eng.squeue.pool
-    world = eng.world.running
+    pool = s.queue.pool
+    world = s.world.running
     until = pool.failed_until(job, world)
-    if c.checks is not None and until is None and (eng.spec.allow_borrowing or eng.within_quota(job)):
-        sure = hints.surely_fails_until(eng, job, c.checks)  # (a job over quota the pass passes over)
-        if sure > eng.now:
+    if c.checks is not None and until is None and (s.handle.spec.allow_borrowing or s.handle.within_quota(job)):
+        sure = hints.surely_fails_until(s.handle, s.queue.pool, s.world, job, c.checks)  # (a job over quota the pass passes over)
+        if sure > s.handle.now:
             pool.mark_failed(job, world, sure)
             until = sure
-    if until is not None and eng.now < until:
+    if until is not None and s.handle.now < until:
         c.held_until(until)
         if not gang:
             note_failure(c.failed, sig, (g, milli, cpu, mem))
             return _DROP  # (the rest of the shape is no smaller)
         return _DROP_GANG if gangs_per_request else _PASS
-    if pool.evicted_now(job, eng.now):
-        c.held_until(eng.now)  # evicted at this instant: it waits (see Engine._preempt)
+    if pool.evicted_now(job, s.handle.now):
+        c.held_until(s.handle.now)  # evicted at this instant: it waits (see Engine._preempt)
         return _PASS
     return _GIVE
 
 
-def shape_order(eng: Engine, c: CycleState, vcs: Iterable[str], gangs_per_request: bool) -> Iterator[JobRun]:
+def shape_order(s: Scheduler, c: CycleState, vcs: Iterable[str], gangs_per_request: bool) -> Iterator[JobRun]:
     """The pending jobs of ``vcs`` in key order from the per-VC, per-shape lists, for a pass that
     may preempt or migrate: a shape whose requests are all at least as large as a failed one of the
     same signature is left out (gangs are always tried), until a preemption or migration succeeds,
@@ -161,8 +122,8 @@ def shape_order(eng: Engine, c: CycleState, vcs: Iterable[str], gangs_per_reques
     shape is left out too once one of its gangs fails and changes nothing, or would fail again,
     until the next launch or stop. A job known to fail without an attempt (hints) is recorded as
     failed here."""
-    by_seq = eng.squeue.by_seq
-    of_vc_shape = eng.squeue.of_vc_shape
+    by_seq = s.queue.by_seq
+    of_vc_shape = s.queue.of_vc_shape
     assert of_vc_shape is not None
     # Each shape's first key, sorted; order[i] is the next. A shape's next key is looked up when
     # needed (most shapes give one job a pass), from its list, which does not change during the
@@ -171,14 +132,14 @@ def shape_order(eng: Engine, c: CycleState, vcs: Iterable[str], gangs_per_reques
     i = 0
     dropped: list[tuple[str, tuple]] = []
     gangs_dropped: list[tuple[str, tuple]] = []  # left out while the running jobs stay the same
-    world, stops, last = eng.world.running, eng.world.stops, None
+    world, stops, last = s.world.running, s.world.stops, None
     while i < len(order):
         entry = order[i]
         key, vc, shape = entry[-3], entry[-2], entry[-1]
         job = by_seq.get(key[1])
         if job is not None:
-            gang = shape[2] > eng.state.smallest_node_gpus and not eng.one_node(job.spec)
-            verdict = _shape_verdict(eng, c, job, vc, shape, gang, gangs_per_request)
+            gang = shape[2] > s.handle.state.smallest_node_gpus and not s.handle.one_node(job.spec)
+            verdict = _shape_verdict(s, c, job, vc, shape, gang, gangs_per_request)
             if verdict <= _DROP_GANG:
                 i += 1
                 (dropped if verdict == _DROP else gangs_dropped).append((vc, shape))
@@ -186,15 +147,15 @@ def shape_order(eng: Engine, c: CycleState, vcs: Iterable[str], gangs_per_reques
             if verdict == _GIVE:
                 last = key
                 yield job
-                if eng.world.running != world:
-                    world = eng.world.running
+                if s.world.running != world:
+                    world = s.world.running
                     _bring_back(order, i, of_vc_shape, gangs_dropped, last)
                 elif gang and gangs_per_request and job.status is JobStatus.PENDING:
                     i += 1  # (pushes above went in past it)
                     gangs_dropped.append((vc, shape))
                     continue
-            if eng.world.stops != stops:
-                stops = eng.world.stops
+            if s.world.stops != stops:
+                stops = s.world.stops
                 assert last is not None  # (jobs stop only in answer to a job given)
                 _bring_back(order, i, of_vc_shape, dropped, last)
         i += 1  # (shapes brought back went in past this entry: it is still order[i])
@@ -205,18 +166,18 @@ def shape_order(eng: Engine, c: CycleState, vcs: Iterable[str], gangs_per_reques
 
 # ------------------------------------------------------------------- per-VC FIFO (blocking)
 
-def vc_blocked(eng: Engine, vc: str, blocked: dict) -> bool:
+def vc_blocked(s: Scheduler, vc: str, blocked: dict) -> bool:
     """Whether every waiting job of ``vc`` is behind a blocked head (never wrongly True)."""
     if vc in blocked:
         return True  # its own queue (a VC with a guarantee: every job waits in it)
-    if None not in blocked or vc in eng.dedicated:
+    if None not in blocked or vc in s.handle.dedicated:
         return False
-    q = eng.quota_of(vc)
+    q = s.handle.quota_of(vc)
     if q is None:
         return True  # the shared pool's queue is its only one
     # Even its smallest waiting job would take it over its quota: every one of them would borrow,
     # and waits in the shared queue (until preemption lowers its usage: blocking_order).
-    return eng.state.vc_used.get(vc, 0.0) + min(eng.squeue.demands[vc]) > q + 1e-9
+    return s.handle.state.vc_used.get(vc, 0.0) + min(s.queue.demands[vc]) > q + 1e-9
 
 
 def jump(sq: SchedulingQueue, heap: list, vc: str, to: tuple | None, gen: dict[str, int]) -> None:
@@ -228,11 +189,11 @@ def jump(sq: SchedulingQueue, heap: list, vc: str, to: tuple | None, gen: dict[s
         push_from(heap, vc, keys_from(lists[vc], to, True), gen[vc])
 
 
-def blocking_order(eng: Engine, c: CycleState, skip: bool) -> Iterator[JobRun]:
+def blocking_order(s: Scheduler, c: CycleState, skip: bool) -> Iterator[JobRun]:
     """Pending jobs in key order, leaving out, from the moment the pass blocks them, the VCs none
     of whose jobs could pass (vc_blocked), and, with ``skip``, the jobs that would borrow while
     the shared queue is blocked. The queue does not change during a pass, so positions stay valid."""
-    sq = eng.squeue
+    sq = s.queue
     lists = sq.of_vc
     assert lists is not None
     blocked = c.blocked
@@ -242,35 +203,35 @@ def blocking_order(eng: Engine, c: CycleState, skip: bool) -> Iterator[JobRun]:
     gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from undone jumps are stale
     dropped: list[str] = []
     jumped: set[str] = set()  # VCs with a jump ahead of the merge
-    stops = eng.world.stops
+    stops = s.world.stops
     while heap:
         key, vc, g, it = heapq.heappop(heap)
         if g != gen[vc]:
             continue
         jumped.discard(vc)
-        if skip and blocked and vc_blocked(eng, vc, blocked):
+        if skip and blocked and vc_blocked(s, vc, blocked):
             dropped.append(vc)  # out of the merge
             continue
         job = sq.by_seq.get(key[1])
-        if (skip and job is not None and None in blocked and vc not in eng.dedicated
-                and not eng.within_quota(job)):
+        if (skip and job is not None and None in blocked and vc not in s.handle.dedicated
+                and not s.handle.within_quota(job)):
             # It would borrow, and the shared queue is blocked: it and every job of its VC up to
             # the next one within quota would be passed over (launches only raise the VC's usage).
             # Resume the VC there.
-            quota = eng.quota_of(vc)
+            quota = s.handle.quota_of(vc)
             assert quota is not None
-            jump(sq, heap, vc, sq.next_within_quota(vc, key, quota, eng.state.vc_used.get(vc, 0.0)), gen)
+            jump(sq, heap, vc, sq.next_within_quota(vc, key, quota, s.handle.state.vc_used.get(vc, 0.0)), gen)
             jumped.add(vc)
             continue
         if job is not None:
             yield job
-            if eng.world.stops != stops:
+            if s.world.stops != stops:
                 # A job was taken off its GPUs (preemption, migration), and its VC's usage may be
                 # lower: a VC left out or jumped over as borrowing may have jobs within its quota
                 # again. From here on, their jobs come back into the merge. (With the built-in
                 # post-filters a VC jumped over is within its quota and keeps its GPUs, as reclaim
                 # takes from VCs over theirs; another post-filter may not.)
-                stops = eng.world.stops
+                stops = s.world.stops
                 for d in dropped + list(jumped):
                     gen[d] += 1
                     push_from(heap, d, keys_from(lists[d], key, False), gen[d])

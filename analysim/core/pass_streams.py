@@ -33,30 +33,30 @@ from analysim.core.job import JobRun, JobStatus
 from analysim.core.sorted_keys import first_after
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.scheduler import Scheduler
 
 
-def no_op(eng: Engine, c: CycleState, job: JobRun) -> bool:
+def no_op(s: Scheduler, c: CycleState, job: JobRun) -> bool:
     """Whether cycle._visit would change nothing for this job now (module docstring). The checks
     are _visit's own, in its order, for a queue that does not block."""
     if job.status is not JobStatus.PENDING:
         return True
     spec = job.spec
-    if eng.squeue.pool.evicted_now(job, eng.now):
+    if s.queue.pool.evicted_now(job, s.handle.now):
         return False  # (its visit holds the pass's answers to now)
     g = spec.num_gpus
-    if (c.only_capacity and 0 < g <= eng.gmax and g > c.ffmax and not spec.is_fractional
-            and (g <= eng.state.smallest_node_gpus or eng.one_node(spec))):
+    if (c.only_capacity and 0 < g <= s.gmax and g > c.ffmax and not spec.is_fractional
+            and (g <= s.handle.state.smallest_node_gpus or s.handle.one_node(spec))):
         return True
-    if not eng.spec.allow_borrowing and not eng.within_quota(job):
+    if not s.handle.spec.allow_borrowing and not s.handle.within_quota(job):
         return True
-    sig = failure_sig(eng, spec, c.quotas_matter)
-    if eng.admission is not None:
-        admitted = eng.admission.admit(job, eng)
+    sig = failure_sig(s.handle, spec, c.quotas_matter)
+    if s.admission is not None:
+        admitted = s.admission.admit(job, s.handle)
         if admitted is None:
             return True
         sig = (*sig, admitted[0])
-    if is_gang(eng, spec):
+    if is_gang(s.handle, spec):
         return False  # (gangs are always attempted)
     worse = c.failed.get(sig)
     return worse is not None and no_smaller((g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
@@ -67,9 +67,9 @@ class ShapeStream(PassStream):
     (``SchedulingQueue.of_vc_shape``, which do not change during a pass): a heap of each shape's
     next key. Keys are (queue key, seq), unique."""
 
-    def __init__(self, eng: Engine, c: CycleState, vcs: list[str]) -> None:
-        self.eng, self.c = eng, c
-        lists = eng.squeue.of_vc_shape
+    def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
+        self.s, self.c = s, c
+        lists = s.queue.of_vc_shape
         assert lists is not None
         self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]
         self.shapes: list[tuple] = [shape for vc in vcs for shape in lists[vc]]  # each list's request
@@ -79,7 +79,7 @@ class ShapeStream(PassStream):
         # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
         # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
         # ClusterQueue.)
-        self.evicted: list[tuple] = sorted(k for keys in eng.squeue.held_out(vcs, eng.now).values() for k in keys)
+        self.evicted: list[tuple] = sorted(k for keys in s.queue.held_out(vcs, s.handle.now).values() for k in keys)
         self.last: tuple | None = None  # the key of the last job given
 
     def join(self, others: list[PassStream]) -> PassStream:
@@ -87,13 +87,13 @@ class ShapeStream(PassStream):
         for o in others:
             assert isinstance(o, ShapeStream)
             vcs += o.vcs
-        return ShapeStream(self.eng, self.c, vcs)
+        return ShapeStream(self.s, self.c, vcs)
 
     def __iter__(self) -> ShapeStream:
         return self
 
     def __next__(self) -> JobRun:
-        heap, by_seq = self.heap, self.eng.squeue.by_seq
+        heap, by_seq = self.heap, self.s.queue.by_seq
         while heap:
             key, i = heap[0]
             nxt = first_after(self.lists[i], key)
@@ -108,7 +108,7 @@ class ShapeStream(PassStream):
         raise StopIteration
 
     def no_op(self, job: JobRun) -> bool:
-        return no_op(self.eng, self.c, job)
+        return no_op(self.s, self.c, job)
 
     def seek_after(self, key: tuple) -> None:
         self.last = key
@@ -127,7 +127,7 @@ class ShapeStream(PassStream):
     def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
         """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job
         that is not (None: none is left), which the stream has then given."""
-        by_seq = self.eng.squeue.by_seq
+        by_seq = self.s.queue.by_seq
         stop: tuple | None = None  # the first key not left out
         for key, i in self.heap:
             keys = self.lists[i]
