@@ -34,7 +34,7 @@ EVENT_OF = {"launch": "admit", "resume": "admit", "preempt": "evict", "migrate":
 
 def kueue_state(engine: Engine) -> KueueState | None:
     """The run's Kueue state (its quota tree and queues) under a partition, else None."""
-    admission = engine.admission
+    admission = engine.policy.admission
     return admission.state if isinstance(admission, KueueAdmission) else None
 
 

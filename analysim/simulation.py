@@ -180,8 +180,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)
     summary["jobs_cpu_only"] = sum(j.num_gpus == 0 for j in kept)
-    if engine.control is not None:  # (what pacing did: its parameters, cycles and API writes by kind)
-        c = engine.control
+    if engine.policy.control is not None:  # (what pacing did: its parameters, cycles and API writes by kind)
+        c = engine.policy.control
         summary["control_plane"] = {**dataclasses.asdict(c.config), "cycles": c.cycles,
                                     "api_writes": dict(sorted(c.api.writes.items()))}
     return RunResult(summary=summary, jobs=recorder.jobs, timeseries=recorder.timeseries(), decisions=engine.decisions,

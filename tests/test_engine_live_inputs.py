@@ -25,14 +25,14 @@ def test_not_now_is_held_until_nodes_return_and_never_is_refused() -> None:
     with pytest.raises(InfeasibleJob):
         e.submit(wide)  # without hold: refused, as before
     held = e.submit(wide, hold=True)
-    assert held.status is JobStatus.PENDING and "wide" in e.held and e.pending_count == 0
+    assert held.status is JobStatus.PENDING and "wide" in e.table.held and e.pending_count == 0
     with pytest.raises(InfeasibleJob, match="more than the cluster can ever hold"):
         e.submit(job("huge", 0.0, 17, 100.0), hold=True)  # never, whatever comes back
     e.run(until=50.0)
     assert held.first_start_s is None
     e.node_up("n1", at=60.0)
     e.run(until=60.0)
-    assert (held.status, held.first_start_s) == (JobStatus.RUNNING, 60.0) and not e.held
+    assert (held.status, held.first_start_s) == (JobStatus.RUNNING, 60.0) and not e.table.held
 
 
 def test_a_held_job_can_be_cancelled() -> None:
@@ -44,7 +44,7 @@ def test_a_held_job_can_be_cancelled() -> None:
     e.node_up("n1", at=6.0)
     e.run(until=10.0)
     assert e.jobs["wide"].status is JobStatus.CANCELLED and e.jobs["wide"].end_s == 5.0
-    assert [d.kind for d in e.decisions] == ["cancel"] and not e.held
+    assert [d.kind for d in e.decisions] == ["cancel"] and not e.table.held
 
 
 def test_job_failed_ends_a_running_job_as_failed() -> None:

@@ -80,15 +80,10 @@ class CheckedEngine(Engine):
         # The time of the last scheduling pass, as its count (Scheduler.pass_no) shows after each
         # event time (see check_work_conserving).
         self.last_pass_at, self.passes_seen = -1.0, 0
-        # The engine dispatches events through this table: wrap each handler with the checks.
-        for kind, handler in list(self._handlers.items()):
-            self._handlers[kind] = self._checked(handler)
 
-    def _checked(self, handler):
-        def run(payload):
-            handler(payload)
-            self.check_state()
-        return run
+    def _dispatch(self, kind: str, payload: object) -> None:
+        super()._dispatch(kind, payload)
+        self.check_state()
 
     def _schedule(self) -> None:
         super()._schedule()

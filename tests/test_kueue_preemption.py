@@ -92,7 +92,7 @@ def test_reclaim_within_cohort_takes_back_what_the_borrower_holds_most_recent_fi
     e = _run(part, jobs, until=20)
     assert sorted(_preempted(e)) == [(10.0, f"a{i}", "InCohortReclamation", "team-b-cq") for i in (3, 4, 5, 6)]
     assert _started(e)["b"] == 10.0
-    state = e.admission.state
+    state = e.policy.admission.state
     assert state.preempted == {("team-b-cq", "InCohortReclamation"): 4}
 
 

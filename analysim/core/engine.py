@@ -15,9 +15,8 @@ the ranked running jobs (ranked.py) and the victim search (victims.py).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -28,15 +27,17 @@ from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER
 from analysim.core.feasibility import Feasibility
 from analysim.core.fragmentation import FragmentationTracker
 from analysim.core.framework import Handle, Policy, QueueTraits
-from analysim.core.job import GPU_MILLI, JobRun, JobSpec, JobStatus, Placement
+from analysim.core.job import JobRun, JobSpec, JobStatus, Placement
+from analysim.core.job_table import JobFeed, JobTable
 from analysim.core.memos import Memos, NullMemos, World
 from analysim.core.node_views import NodeViews
-from analysim.core.placement import cpu_mem_on
+from analysim.core.quotas import VcQuotas
 from analysim.core.ranked import FreshRanking, RankedIndex
-from analysim.core.records import REBALANCE, UNBLOCK, DecisionLog, EngineConfig, InfeasibleJob, JobBook
+from analysim.core.records import REBALANCE, UNBLOCK, Decision, DecisionLog, EngineConfig, InfeasibleJob
 from analysim.core.running_ends import RunningEnds
 from analysim.core.scheduler import Actuator, Scheduler
 from analysim.core.scheduling_queue import IndexPlan, SchedulingQueue
+from analysim.core.tally import Tally
 
 if TYPE_CHECKING:
     from analysim.core.fragmentation import FragmentationIndex
@@ -50,70 +51,55 @@ class Engine(Handle):
         """``shortcuts`` off gives the reference engine the tests compare against: every pass walks
         every waiting job (no order leaves any out, no attempt is left unmade), every plugin search
         starts afresh (NullMemos) and the running jobs are ranked anew whenever asked for."""
-        self.spec = spec
-        self.policy = policy
-        self.config = config or EngineConfig()
-        self.shortcuts = shortcuts
-        self.traits = QueueTraits.of(policy.queue)
-        self.state = ClusterState(spec)
-        self.rng = np.random.default_rng(self.config.seed)
-        self.now = 0.0
-        self.events = EventQueue()
-        self.jobs: dict[str, JobRun] = {}
-        self.extra: dict[str, JobBook] = {}
-        self.running: dict[str, JobRun] = {}
-        self.running_by_vc: dict[str, dict[str, JobRun]] = {}
-        # (kept by launch and _stop for quota reclaim's bound; full_free's dtype: a cast per addition tripled its cost)
-        self.gpus_of_vc: dict[str, np.ndarray] = {}
-        self.held: dict[str, JobRun] = {}  # submitted with hold=True, waiting for nodes to come up
-        self.decision_log = DecisionLog(self.config.keep_decisions)  # where each decision goes
-        self.decisions = self.decision_log.kept  # (empty with keep_decisions off)
-        self.forgotten_by_vc: Counter[str] = Counter()  # ended jobs dropped from jobs, by VC
-        self.recorder = recorder
-        self.workload = workload  # the task sizes FGD's expected fragmentation is measured against
-        self._feed: Iterator[JobSpec] | None = None  # jobs submitted as the clock reaches them
-        self._fed_next: JobSpec | None = None
-        self._seq = 0
+        self.spec = spec  # the cluster: nodes, racks, VCs and their quotas
+        self.policy = policy  # the plugins: queue order, admission, scores, post-filters, rebalance
+        self.config = config or EngineConfig()  # preemption, migration, overheads, seed, what to keep
+        self.shortcuts = shortcuts  # off: the reference engine (see above)
+        self.traits = QueueTraits.of(policy.queue)  # the queue's flags, read once
+        self.state = ClusterState(spec)  # the nodes' free GPUs, CPU and memory; which are up
+        self.rng = np.random.default_rng(self.config.seed)  # the run's one random stream
+        self.now = 0.0  # virtual seconds: the time of the events being handled
+        self.events = EventQueue()  # what happens next, in (time, class, order) order
+        self.table = JobTable()  # every job submitted and not forgotten, with its bookkeeping
+        self.running: dict[str, JobRun] = {}  # job id -> running job
+        self.running_by_vc: dict[str, dict[str, JobRun]] = {}  # VC -> job id -> running job
+        self.tally = Tally(self.state)  # what the running jobs hold, counted at each launch and stop
+        self.gpus_of_vc = self.tally.gpus_of_vc  # (the tally's, for the Handle: read only)
+        # where each decision goes, its nodes named
+        self.decision_log = DecisionLog(self.config.keep_decisions, [n.name for n in spec.nodes])
+        self.recorder = recorder  # what measures the run as it goes (None: nothing)
+        self._feed: JobFeed | None = None  # jobs submitted as the clock reaches them (None: not fed)
         self._dirty = False  # something changed since the last scheduling pass
         # The cluster's shape.
         self.dedicated = {v.name for v in spec.vcs if v.nodes}  # VCs with nodes of their own
-        # quota_of's answers, looked up a few times per job per pass under per-VC queues.
-        self._quota_by_vc = {v.name: None if v.name in self.dedicated else v.quota_gpus for v in spec.vcs}
-        self._quota_unknown_vc = 0.0 if spec.vcs else None
-        self.node_names = [n.name for n in spec.nodes]
-        self.allocated_gpus = 0.0  # sum of running jobs' GPU demand
-        self.up_gpus = float(self.state.gpus.sum())  # GPUs on nodes that are up
-        self.allocated_by_model = np.zeros(len(self.state.model_names))
-        self.admission = policy.admission  # quota admission by a plugin (Kueue's), told of launches and stops
-        self.control = policy.control  # the control plane that paces the passes (None: a pass per change)
-        if self.admission is not None and (self.config.preemption or self.config.migration):
-            raise ValueError(f"admission {self.admission.name!r}: preemption under a partition is set by its "
+        self.quotas = VcQuotas(spec, self.dedicated)  # each shared-pool VC's quota
+        if policy.admission is not None and (self.config.preemption or self.config.migration):
+            raise ValueError(f"admission {policy.admission.name!r}: preemption under a partition is set by its "
                              "ClusterQueues' spec.preemption, not EngineConfig.preemption; migration is not modelled")
         # What a failed placement may do: evict (post-filters; under a partition, its own), move (rebalance).
         can_preempt = policy.may_preempt(self.config.preemption)
         can_migrate = self.config.migration and policy.rebalance is not None
-        self.reasons = policy.eviction_reasons()  # (post-filters that say why they evict, found once)
-        # The pending jobs and the indexes the passes read (only those some pass reads).
+        # The pending jobs, the key lists the passes read (only those some pass reads) and the
+        # unschedulable pool.
         q, t = policy.queue, self.traits
-        self.squeue = SchedulingQueue(IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill,
-                                                           can_preempt or can_migrate, t.heads_ranked_by_state),
-                                      self.dedicated)
+        plan = IndexPlan.for_policy(q.blocking, q.dynamic, t.per_vc_order, policy.backfill, can_preempt or can_migrate,
+                                    t.heads_ranked_by_state)
+        self.squeue = SchedulingQueue(plan, self.dedicated)  # (see above)
+        # the running jobs by expected end, for EASY's reservations (None: no backfilling)
         self.ends: RunningEnds | None = RunningEnds(self.dedicated) if policy.backfill else None
         # Versions and memos (docs/engine.md).
-        self.world = World()
-        self.memos: Memos = Memos() if shortcuts else NullMemos()
+        self.world = World()  # versions of the running jobs and the nodes, bumped at each change
+        self.memos: Memos = Memos() if shortcuts else NullMemos()  # the plugins' memos, by lifetime
+        # the running jobs ranked for preemption
         self.ranked: RankedIndex = (RankedIndex(self.traits.per_job_rank_times) if shortcuts
                                     else FreshRanking(self.traits.per_job_rank_times))
-        self._stopped_demand: dict[str, float] = {}  # (see stopped_demand)
         self.views = NodeViews(self.state, self.dedicated)  # the nodes open to a job
         self.feasibility = Feasibility(spec)  # whether a job could ever run here
-        self.fragmentation = FragmentationTracker(self.state)  # (FGD's index, built when first asked for)
-        # The scheduling pass: it sees the engine as plugins do, plus the queue and what it may do.
-        self.scheduler = Scheduler(self, self.squeue, EngineActuator(self), self.world, self.ends,
-                                   can_preempt, can_migrate)
-        self._handlers = {k: getattr(self, "_on_" + k) for k in
-                          ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance",
-                           "cycle")}
+        # FGD's index, built when first asked for, against ``workload``'s task sizes (None: the jobs')
+        self.fragmentation = FragmentationTracker(self.state, workload)
+        # The scheduling pass, its own state, and its views: it sees the engine as plugins do.
+        self.scheduler = Scheduler(self, self.squeue, EngineActuator(self), self.world, self.ends, can_preempt,
+                                   can_migrate)
         if self.config.rebalance_interval_s and policy.rebalance is not None:
             self.events.push(self.config.rebalance_interval_s, TIMER, "rebalance")
 
@@ -125,7 +111,7 @@ class Engine(Handle):
         A job no up node set can hold raises InfeasibleJob; with ``hold``, one that only nodes
         that are down could hold ("not now", as opposed to "never") is accepted instead: pending,
         outside the queue, until a node comes up that lets it fit (then it arrives)."""
-        if spec.job_id in self.jobs:
+        if spec.job_id in self.table.jobs:
             raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
         held = False
         try:
@@ -134,12 +120,11 @@ class Engine(Handle):
             if not (hold and e.reason in ("no_matching_node", "larger_than_cluster") and self.feasibility.fits_when_all_up(self, spec)):
                 raise
             held = True
-        job = JobRun(spec=spec, seq=self._seq, remaining_s=spec.duration_s or 0.0)
-        self._seq += 1
-        self.jobs[spec.job_id] = job
-        self.extra[spec.job_id] = JobBook()
+        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=spec.duration_s or 0.0)
+        self.table.next_seq += 1
+        self.table.add(job)
         if held:
-            self.held[spec.job_id] = job
+            self.table.held[spec.job_id] = job
         else:
             self.events.push(max(spec.submit_s, self.now), ARRIVAL, "arrival", job)
         return job
@@ -152,40 +137,56 @@ class Engine(Handle):
         happens to a job before it arrives: a fed job is checked when submitted, against the nodes
         up then (a job the engine refuses raises from ``run``), and a cancel before its submission
         finds no job."""
-        self._feed = iter(jobs)
-        self._fed_next = next(self._feed, None)
+        self._feed = JobFeed(jobs)
 
-    def _submit_fed(self) -> None:
+    def _submit_fed(self, feed: JobFeed) -> None:
         """Submit every fed job due no later than the first event queued (or the next fed job)."""
-        events, spec, feed = self.events, self._fed_next, self._feed
-        assert feed is not None
+        events = self.events
+        spec = feed.next
         while spec is not None and (not events or spec.submit_s <= events.next_time()):
             self.submit(spec)
-            spec = next(feed, None)
-        self._fed_next = spec
+            feed.advance()
+            spec = feed.next
+
+    # What the jobs table holds, as the engine's readers (the recorder, the services, tests) ask.
+    @property
+    def jobs(self) -> dict[str, JobRun]:
+        """Job id -> its run, for every job submitted and not forgotten."""
+        return self.table.jobs
 
     @property
     def forgotten_jobs(self) -> int:
         """Ended jobs dropped from ``jobs`` (EngineConfig.keep_ended off)."""
-        return sum(self.forgotten_by_vc.values())
+        return sum(self.table.forgotten_by_vc.values())
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every decision so far, in order (empty with EngineConfig.keep_decisions off)."""
+        return self.decision_log.kept
+
+    @property
+    def node_names(self) -> list[str]:
+        return self.decision_log.node_names
+
+    @property
+    def allocated_gpus(self) -> float:
+        return self.tally.allocated_gpus
 
     def _ended(self, job: JobRun) -> None:
         if self.recorder is not None:
             self.recorder.job_ended(self, job)
         if not self.config.keep_ended:
-            del self.jobs[job.job_id], self.extra[job.job_id]
-            self.forgotten_by_vc[job.spec.vc] += 1
+            self.table.forget(job)
 
     def place_now(self, spec: JobSpec) -> bool:
         """Place a job at once if it fits, with no queue (inflate mode). False if it does not fit."""
-        job = JobRun(spec=spec, seq=self._seq, remaining_s=spec.duration_s or 0.0)
-        self.jobs[spec.job_id] = job
-        self.extra[spec.job_id] = JobBook()
+        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=spec.duration_s or 0.0)
+        self.table.add(job)
         pl = placement.bind(self, job, self.static_mask(spec))
         if pl is None:
-            del self.jobs[spec.job_id], self.extra[spec.job_id]
+            self.table.drop(spec.job_id)
             return False
-        self._seq += 1
+        self.table.next_seq += 1
         self.launch(job, pl)
         return True
 
@@ -200,7 +201,7 @@ class Engine(Handle):
 
     def job_finished(self, job_id: str, at: float | None = None) -> None:
         """A completion reported from outside (live mode, where agents run the jobs)."""
-        job = self.jobs[job_id]
+        job = self.table.jobs[job_id]
         self.events.push(self._at(at), COMPLETION, "complete", (job, job.completion_token))
 
     def job_failed(self, job_id: str, at: float | None = None) -> None:
@@ -213,34 +214,33 @@ class Engine(Handle):
         kept their jobs): on these GPUs since ``started_s`` with ``remaining_s`` of work and
         ``overhead_s`` to pay at that start, so that it ends when it would have. Recorded as a
         "resume" decision, not a launch. Raises InfeasibleJob if the GPUs are not free."""
-        if spec.job_id in self.jobs:
+        if spec.job_id in self.table.jobs:
             raise InfeasibleJob(f"job {spec.job_id!r} already submitted", "duplicate_id")
         pl = Placement(gpus=gpus, slowdown=slowdown)
         st = self.state
         for n, slots in gpus:
             if not st.up[n] or any(not 0 <= g < st.gpus[n] or st.free_milli[n, g] < spec.gpu_milli for g in slots):
-                raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.node_names[n]} are not free",
+                raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.decision_log.node_names[n]} are not free",
                                     "gpus_taken")
-        job = JobRun(spec=spec, seq=self._seq, remaining_s=remaining_s, overhead_s=overhead_s)
-        if self.admission is not None:  # charged to its ClusterQueue as at a launch, on its flavors' nodes
-            admitted = self.admission.admit(job, self)
+        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=remaining_s, overhead_s=overhead_s)
+        if self.policy.admission is not None:  # charged to its ClusterQueue as at a launch, on its flavors' nodes
+            admitted = self.policy.admission.admit(job, self)
             if admitted is None or not all(admitted[1][n] for n, _ in gpus):
                 raise InfeasibleJob(f"job {spec.job_id!r}: its ClusterQueue does not admit it on these nodes now",
                                     "not_admitted")
-        self._seq += 1
-        self.jobs[spec.job_id] = job
-        self.extra[spec.job_id] = JobBook()
+        self.table.next_seq += 1
+        self.table.add(job)
         job.enqueued_s = started_s
         self.policy.queue.on_event("arrival", job, self)
         self.launch(job, pl, record=False)
         job.last_start_s = job.first_start_s = started_s
-        ex = self.extra[spec.job_id]
+        ex = self.table.books[spec.job_id]
         if self.ends is not None:
             self.ends.remove(job, ex.expected_end_s)
         ex.expected_end_s = started_s + overhead_s + remaining_s * slowdown
         if self.ends is not None:
             self.ends.add(job, ex.expected_end_s)
-        self.decision_log.record(self.now, "resume", job.job_id, tuple(self.node_names[n] for n in pl.nodes))
+        self.decision_log.record(self.now, "resume", job.job_id, tuple(self.decision_log.node_names[n] for n in pl.nodes))
         return job
 
     def _at(self, at: float | None) -> float:
@@ -258,28 +258,28 @@ class Engine(Handle):
     def run(self, until: float = math.inf) -> None:
         """Process every event up to ``until`` (inclusive), one scheduling pass per distinct time."""
         events = self.events
-        handlers = self._handlers
         while True:
-            if self._fed_next is not None:
-                self._submit_fed()
+            feed = self._feed
+            if feed is not None and feed.next is not None:
+                self._submit_fed(feed)
             if not events or events.next_time() > until:
                 break
             t = events.next_time()
             self._advance_clock(t)
             while events and events.next_time() == t:
                 ev = events.pop()
-                handlers[ev[KIND]](ev[PAYLOAD])
-            if self.control is not None and self._dirty:
-                self.control.want_cycle(self.now, self.events)  # (paced: passes run in its cycles)
+                self._dispatch(ev[KIND], ev[PAYLOAD])
+            if self.policy.control is not None and self._dirty:
+                self.policy.control.want_cycle(self.now, self.events)  # (paced: passes run in its cycles)
             # A pass that evicts or moves jobs runs again, so that they can go somewhere at once.
             # Evictions only ever go down a strict order, so this ends; the bound turns a bug
             # into an error instead of a hang.
             passes = 0
-            while self._dirty and self.control is None:
+            while self._dirty and self.policy.control is None:
                 self._dirty = False
                 self._schedule()
                 passes += 1
-                if passes > 2 * len(self.jobs) + 10:
+                if passes > 2 * len(self.table.jobs) + 10:
                     raise AssertionError(f"scheduling livelock at t={self.now}: jobs keep evicting each other")
             if self.recorder is not None:
                 self.recorder.after_pass(self)
@@ -295,9 +295,13 @@ class Engine(Handle):
 
     def fragmentation_index(self) -> FragmentationIndex:
         """FGD's per-node expected fragmentation, brought up to date with the allocation."""
-        return self.fragmentation.current(lambda: self.workload or [j.spec for j in self.jobs.values()])
+        return self.fragmentation.current(lambda: [j.spec for j in self.table.jobs.values()])
 
     # --------------------------------------------------------------- event handlers
+
+    def _dispatch(self, kind: str, payload: object) -> None:
+        """An event to its handler, ``_on_<kind>``."""
+        _HANDLERS[kind](self, payload)
 
     def _on_arrival(self, job: JobRun) -> None:
         if job.status is not JobStatus.PENDING or job.end_s is not None:
@@ -307,10 +311,10 @@ class Engine(Handle):
         self._enqueue(job)
 
     def _on_cancel(self, job_id: str, status: JobStatus = JobStatus.CANCELLED) -> None:
-        job = self.jobs.get(job_id)
+        job = self.table.jobs.get(job_id)
         if job is None or job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
             return
-        self.held.pop(job_id, None)
+        self.table.held.pop(job_id, None)
         if job.status is JobStatus.RUNNING:
             self._stop(job)
         elif self.squeue.holds(job):
@@ -341,11 +345,11 @@ class Engine(Handle):
         self.world.nodes_changed()  # (what the nodes offer changes: see hints)
         self.state.set_up(node, False)
         self.state.touched.add(node)
-        self.up_gpus -= float(self.state.gpus[node])
+        self.tally.up_gpus -= float(self.state.gpus[node])
         self._forget_node_answers()
         for job in [j for j in self.running.values() if node in j.placed.nodes]:
             self._stop(job)
-            interruptions.after_failure(job, self.extra[job.job_id], self.config)
+            interruptions.after_failure(job, self.table.books[job.job_id], self.config)
             job.restarts += 1
             self._decide("requeue", job)
             self._requeue(job)
@@ -362,15 +366,15 @@ class Engine(Handle):
         self.world.nodes_changed()  # (what the nodes offer changes: see hints)
         self.state.set_up(node, True)
         self.state.touched.add(node)
-        self.up_gpus += float(self.state.gpus[node])
+        self.tally.up_gpus += float(self.state.gpus[node])
         self._forget_node_answers()
         self._dirty = True
-        for job_id, job in list(self.held.items()):  # in submission order
+        for job_id, job in list(self.table.held.items()):  # in submission order
             try:
                 self.check_feasible(job.spec)
             except InfeasibleJob:
                 continue
-            del self.held[job_id]
+            del self.table.held[job_id]
             self.events.push(self.now, ARRIVAL, "arrival", job)
 
     def _on_timer(self, payload: tuple[str, JobRun | None]) -> None:
@@ -387,14 +391,14 @@ class Engine(Handle):
         assert rebalance is not None and interval is not None  # (the timer is only set with both)
         moves = rebalance.rebalance(self) if self.config.migration else []
         for job, node, slots in moves:
-            self._migrate(job, node, slots, (REBALANCE, "", ""))
+            self.migrate(job, node, slots, (REBALANCE, "", ""))
         if self.running or self.pending_count:
             self.events.push(self.now + interval, TIMER, "rebalance")
         self._dirty = True
 
     def _on_cycle(self, _payload: object) -> None:
         """A cycle of the control plane: one pass; another follows while the queues offer heads."""
-        control = self.control
+        control = self.policy.control
         assert control is not None
         offered = control.begin_cycle(self.now)
         self._dirty = False
@@ -473,7 +477,7 @@ class Engine(Handle):
         return self.views.gang_size(spec)
 
     def quota_of(self, vc: str) -> float | None:
-        return self._quota_by_vc.get(vc, self._quota_unknown_vc)
+        return self.quotas.quota_of(vc)
 
     def guaranteed_gpus(self, vc: str) -> float | None:
         """GPUs a VC can count on: its quota, or its dedicated nodes' GPUs; None without either."""
@@ -495,7 +499,7 @@ class Engine(Handle):
         return q is not None and self.state.vc_used.get(vc, 0.0) > q + 1e-9
 
     def expected_end(self, job: JobRun) -> float:
-        return self.extra[job.job_id].expected_end_s
+        return self.table.books[job.job_id].expected_end_s
 
     def remaining_now(self, job: JobRun) -> float:
         return job.remaining_s if job.status is not JobStatus.RUNNING else job.remaining_at(self.now)
@@ -519,7 +523,7 @@ class Engine(Handle):
         return self.memos.lasting()
 
     def stopped_demand(self, vc: str) -> float:
-        return self._stopped_demand.get(vc, 0.0)
+        return self.tally.stopped_by_vc.get(vc, 0.0)
 
     # ------------------------------------------------------------ the scheduling cycle
 
@@ -532,48 +536,14 @@ class Engine(Handle):
         finally:
             self.squeue.end_pass()
 
-    def try_preemption(self, job: JobRun) -> Placement | None:
-        for pf in self.policy.post_filters:
-            victims = pf.victims(job, self)
-            if not victims:
-                continue
-            for v in victims:
-                reason, by = self.reasons[pf.name](v) if pf.name in self.reasons else (pf.name, job.spec.vc)
-                self._preempt(v, (reason, by, job.job_id))
-            admitted = self.admission.admit(job, self) if self.admission is not None else None  # (its flavors' nodes)
-            pl = placement.bind(self, job, self.static_mask(job.spec) if admitted is None else admitted[1])
-            if pl is None:
-                raise AssertionError(f"{pf.name}: evicted {len(victims)} jobs but {job.job_id} still does not fit")
-            return pl
-        return None
-
-    def try_migration(self, job: JobRun) -> Placement | None:
-        rebalance = self.policy.rebalance
-        assert rebalance is not None
-        moves = rebalance.unblock(job, self)
-        if not moves:
-            return None
-        for mover, node, slots in moves:
-            self._migrate(mover, node, slots, (UNBLOCK, job.spec.vc, job.job_id))
-        return placement.bind(self, job, self.static_mask(job.spec))
-
     # ------------------------------------------------------------ state transitions
 
     def launch(self, job: JobRun, pl: Placement, record: bool = True) -> None:
         spec = job.spec
-        held = self.gpus_of_vc.get(spec.vc)
-        if held is None:
-            held = self.gpus_of_vc[spec.vc] = np.zeros(self.state.num_nodes, dtype=self.state.full_free.dtype)
-        for n, slots in pl.gpus:
-            cpu, mem = cpu_mem_on(spec, slots, len(pl.gpus))
-            self.state.allocate(n, slots, spec.gpu_milli, cpu, mem)
-            self.allocated_by_model[self.state.model_id[n]] += len(slots) * spec.gpu_milli / GPU_MILLI
-            held[n] += len(slots)
-        ex = self.extra[spec.job_id]
-        self.state.vc_used[spec.vc] = self.state.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
-        if self.admission is not None:
-            self.admission.on_launch(job, self)
-        self.allocated_gpus += spec.gpu_demand
+        self.tally.charge(job, pl)
+        ex = self.table.books[spec.job_id]
+        if self.policy.admission is not None:
+            self.policy.admission.on_launch(job, self)
         job.status = JobStatus.RUNNING
         job.placement = pl
         job.last_start_s = self.now
@@ -585,8 +555,8 @@ class Engine(Handle):
         self.world.job_changed(spec.vc)
         self.ranked.on_change(self, job, True)
         job.completion_token += 1
-        if self.control is not None:
-            job.overhead_s += self.control.admission_lag(self.now)  # (quota held until its write goes)
+        if self.policy.control is not None:
+            job.overhead_s += self.policy.control.admission_lag(self.now)  # (quota held until its write goes)
         ex.expected_end_s = self.now + job.overhead_s + job.remaining_s * pl.slowdown
         if self.ends is not None:
             self.ends.add(job, ex.expected_end_s)
@@ -605,30 +575,23 @@ class Engine(Handle):
         job.overhead_s = max(0.0, job.overhead_s - elapsed)
         job.attained_gpu_s += elapsed * job.spec.gpu_demand
         job.executed_s += elapsed
-        placement.release_on(self.state, job)
         spec = job.spec
-        held = self.gpus_of_vc[spec.vc]
-        for n, slots in pl.gpus:
-            self.allocated_by_model[self.state.model_id[n]] -= len(slots) * spec.gpu_milli / GPU_MILLI
-            held[n] -= len(slots)
-        self.state.vc_used[spec.vc] -= spec.gpu_demand
-        if self.admission is not None:
-            self.admission.on_stop(job, self)
-        self._stopped_demand[spec.vc] = self._stopped_demand.get(spec.vc, 0.0) + spec.gpu_demand
-        self.allocated_gpus -= spec.gpu_demand
+        self.tally.release(job, pl)
+        if self.policy.admission is not None:
+            self.policy.admission.on_stop(job, self)
         del self.running[spec.job_id]
         del self.running_by_vc[spec.vc][spec.job_id]
         self.world.job_changed(spec.vc)
         self.ranked.on_change(self, job, False)
         if self.ends is not None:
-            self.ends.remove(job, self.extra[spec.job_id].expected_end_s)
+            self.ends.remove(job, self.table.books[spec.job_id].expected_end_s)
         self.world.stops += 1
         job.completion_token += 1
-        self.extra[spec.job_id].expected_end_s = math.inf
+        self.table.books[spec.job_id].expected_end_s = math.inf
         self._dirty = True
-        return tuple(self.node_names[n] for n in pl.nodes)
+        return tuple(self.decision_log.node_names[n] for n in pl.nodes)
 
-    def _preempt(self, job: JobRun, why: tuple[str, str, str] = ("", "", "")) -> None:
+    def preempt(self, job: JobRun, why: tuple[str, str, str] = ("", "", "")) -> None:
         """Evict a running job for a waiting one (a post-filter's victim). It is not launched again
         at this instant, by this pass or the passes that follow it at the same time: that would be
         a move (a migration's work, counted as one), or a cascade, where the victim evicts others
@@ -636,33 +599,39 @@ class Engine(Handle):
         (a pass runs when something changes: an arrival, an end, a node event, a timer)."""
         nodes = self._stop(job)
         self.squeue.pool.evicted(job, self.now)
-        interruptions.after_preemption(job, self.extra[job.job_id], self.config)
-        if self.control is not None:
-            self.control.api.write(self.now, "eviction")
+        interruptions.after_preemption(job, self.table.books[job.job_id], self.config)
+        if self.policy.control is not None:
+            self.policy.control.api.write(self.now, "eviction")
         job.preemptions += 1
         job.placement = None
         self.decision_log.record(self.now, "preempt", job.job_id, nodes, why)
         self._requeue(job)
 
-    def _migrate(self, job: JobRun, node: int, slots: tuple[int, ...], why: tuple[str, str, str]) -> None:
+    def migrate(self, job: JobRun, node: int, slots: tuple[int, ...], why: tuple[str, str, str]) -> None:
         self._stop(job)
-        interruptions.after_move(job, self.extra[job.job_id], self.config)
+        interruptions.after_move(job, self.table.books[job.job_id], self.config)
         job.migrations += 1
         job.status = JobStatus.PENDING
         pl = Placement(gpus=((node, slots),), slowdown=1.0)
         self.launch(job, pl, record=False)  # (recorded as a migration, not a fresh launch)
-        self.decision_log.record(self.now, "migrate", job.job_id, (self.node_names[node],), why)
+        self.decision_log.record(self.now, "migrate", job.job_id, (self.decision_log.node_names[node],), why)
 
     def _decide(self, kind: str, job: JobRun) -> None:
-        nodes = tuple(self.node_names[n] for n in job.placement.nodes) if job.placement else ()
+        nodes = tuple(self.decision_log.node_names[n] for n in job.placement.nodes) if job.placement else ()
         self.decision_log.record(self.now, kind, job.job_id, nodes)
 
 
+# Each event kind's handler.
+_HANDLERS: Final = {k: getattr(Engine, "_on_" + k) for k in
+                    ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance", "cycle")}
+
+
 class EngineActuator(Actuator):
-    """The pass's actuator: the engine's own state changes, nothing more."""
+    """The pass's actuator: the engine's own state changes, asked for by a pass."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine  # the one owner of every state change
+        self.reasons = engine.policy.eviction_reasons()  # the post-filters that say why they evict, found once
 
     def launch(self, job: JobRun, pl: Placement) -> None:
         self.engine.launch(job, pl)
@@ -671,10 +640,32 @@ class EngineActuator(Actuator):
         self.engine.dequeue(job)
 
     def preempt_for(self, job: JobRun) -> Placement | None:
-        return self.engine.try_preemption(job)
+        eng = self.engine
+        admission = eng.policy.admission
+        for pf in eng.policy.post_filters:
+            victims = pf.victims(job, eng)
+            if not victims:
+                continue
+            for v in victims:
+                reason, by = self.reasons[pf.name](v) if pf.name in self.reasons else (pf.name, job.spec.vc)
+                eng.preempt(v, (reason, by, job.job_id))
+            admitted = admission.admit(job, eng) if admission is not None else None  # (its flavors' nodes)
+            pl = placement.bind(eng, job, eng.static_mask(job.spec) if admitted is None else admitted[1])
+            if pl is None:
+                raise AssertionError(f"{pf.name}: evicted {len(victims)} jobs but {job.job_id} still does not fit")
+            return pl
+        return None
 
     def migrate_for(self, job: JobRun) -> Placement | None:
-        return self.engine.try_migration(job)
+        eng = self.engine
+        rebalance = eng.policy.rebalance
+        assert rebalance is not None
+        moves = rebalance.unblock(job, eng)
+        if not moves:
+            return None
+        for mover, node, slots in moves:
+            eng.migrate(mover, node, slots, (UNBLOCK, job.spec.vc, job.job_id))
+        return placement.bind(eng, job, eng.static_mask(job.spec))
 
 
 class Recorder(Protocol):

@@ -508,13 +508,14 @@ class FragmentationTracker:
     and brought up to date with the allocation at each ask after (ClusterState.touched: the nodes
     changed since, which it empties)."""
 
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.index: FragmentationIndex | None = None
+    def __init__(self, state: ClusterState, workload: Sequence[JobSpec] | None = None) -> None:
+        self.state = state  # the allocation it follows
+        self.workload = workload  # the task sizes it measures against (None or empty: the jobs')
+        self.index: FragmentationIndex | None = None  # (None until first asked for)
 
-    def current(self, workload: Callable[[], Iterable[JobSpec]]) -> FragmentationIndex:
+    def current(self, jobs: Callable[[], Iterable[JobSpec]]) -> FragmentationIndex:
         if self.index is None:
-            self.index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(workload()))
+            self.index = FragmentationIndex(self.state, WorkloadDistribution.from_jobs(self.workload or jobs()))
         elif self.state.touched:
             self.index.refresh(sorted(self.state.touched))
         self.state.touched.clear()

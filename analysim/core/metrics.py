@@ -136,7 +136,7 @@ class MetricsRecorder:
         if dt <= 0:
             return
         self.alloc_gpu_s += engine.allocated_gpus * dt
-        self.capacity_gpu_s += engine.up_gpus * dt
+        self.capacity_gpu_s += engine.tally.up_gpus * dt
         self.pending_job_s += engine.pending_count * dt
         if self.queue_meter is not None:
             self.queue_meter.advance(dt)
@@ -214,8 +214,8 @@ class MetricsRecorder:
                 row[f"vc:{vc}:idle_quota_gpus"] = max(0.0, q - st.vc_used[vc])
         for i, m in enumerate(st.model_names):
             cap = float(st.gpus[st.up & (st.model_id == i)].sum())
-            row[f"model:{m}:allocated_gpus"] = float(engine.allocated_by_model[i])
-            row[f"model:{m}:idle_gpus"] = cap - float(engine.allocated_by_model[i])
+            row[f"model:{m}:allocated_gpus"] = float(engine.tally.allocated_by_model[i])
+            row[f"model:{m}:idle_gpus"] = cap - float(engine.tally.allocated_by_model[i])
         return row
 
     # --- results
@@ -263,7 +263,7 @@ class MetricsRecorder:
             vdone = ours & done
             q = engine.guaranteed_gpus(name)
             per_vc[name] = {
-                "jobs_total": live_by_vc[name] + engine.forgotten_by_vc.get(name, 0),
+                "jobs_total": live_by_vc[name] + engine.table.forgotten_by_vc.get(name, 0),
                 "jobs_completed": int(vdone.sum()),
                 **jct_stats(jct[vdone], queue[vdone]),
                 "quota_gpus": q,

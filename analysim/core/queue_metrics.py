@@ -51,7 +51,7 @@ def queue_meter(engine: Engine) -> QueueMeter | None:
     """The meter of a run whose admission is Kueue's (None for a run on the cluster's VCs)."""
     from analysim.core.plugins.kueue import KueueAdmission
 
-    adm = engine.admission
+    adm = engine.policy.admission
     return QueueMeter(adm.state) if isinstance(adm, KueueAdmission) else None
 
 

@@ -81,7 +81,8 @@ class DecisionLog:
     EngineConfig.keep_decisions; off for long runs) and every sink handed to it (an events file,
     analysim.events), in that order. With neither, no Decision is made at all."""
 
-    def __init__(self, keep: bool) -> None:
+    def __init__(self, keep: bool, node_names: list[str]) -> None:
+        self.node_names = node_names  # node index -> its name, as decisions give nodes
         self.kept: list[Decision] = []  # every decision, in order, when kept; else empty
         # (each takes every decision before the next one changes anything it may read, such as
         # the quota usage)
