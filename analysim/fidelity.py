@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysim.core.metrics import distribution
+from analysim.core.figures import distribution
 from analysim.errors import InputFileError, UserError
 from analysim.report import RECORDED_ADMISSION
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -26,7 +26,7 @@ from analysim.core.cluster import ClusterSpec, ClusterState
 from analysim.core.events import ARRIVAL, COMPLETION, KIND, NODE, PAYLOAD, TIMER, EventQueue
 from analysim.core.feasibility import Feasibility
 from analysim.core.fragmentation import FragmentationTracker
-from analysim.core.framework import Handle, Policy, QueueTraits
+from analysim.core.framework import Policy, QueueTraits
 from analysim.core.job import JobRun, JobSpec, JobStatus, Placement
 from analysim.core.job_table import JobFeed, JobTable
 from analysim.core.memos import Memos, NullMemos, World
@@ -34,6 +34,7 @@ from analysim.core.node_views import NodeViews
 from analysim.core.quotas import VcQuotas
 from analysim.core.ranked import FreshRanking, RankedIndex
 from analysim.core.records import REBALANCE, UNBLOCK, Decision, DecisionLog, EngineConfig, InfeasibleJob
+from analysim.core.run_view import Recorder, RunView
 from analysim.core.running_ends import RunningEnds
 from analysim.core.scheduler import Actuator, Scheduler
 from analysim.core.scheduling_queue import IndexPlan, SchedulingQueue
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (tests subclass it to check it)
-class Engine(Handle):
+class Engine(RunView):
     def __init__(self, spec: ClusterSpec, policy: Policy, config: EngineConfig | None = None,
                  recorder: Recorder | None = None, workload: Sequence[JobSpec] | None = None,
                  shortcuts: bool = True) -> None:
@@ -666,13 +667,3 @@ class EngineActuator(Actuator):
         for mover, node, slots in moves:
             eng.migrate(mover, node, slots, (UNBLOCK, job.spec.vc, job.job_id))
         return placement.bind(eng, job, eng.static_mask(job.spec))
-
-
-class Recorder(Protocol):
-    """What the engine reports to as time passes (see analysim.core.metrics)."""
-
-    def advance(self, engine: Engine, t: float) -> None: ...
-
-    def after_pass(self, engine: Engine) -> None: ...
-
-    def job_ended(self, engine: Engine, job: JobRun) -> None: ...

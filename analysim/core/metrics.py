@@ -14,7 +14,6 @@ Fragmentation, two figures:
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +23,13 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from analysim.core import placement
+from analysim.core.ended_jobs import EndedJobs
+from analysim.core.figures import jain_index, jct_stats
 from analysim.core.job import GPU_MILLI, JobRun, JobStatus
 from analysim.core.queue_metrics import QueueMeter, queue_meter
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
+    from analysim.core.run_view import RunView
 
 JOB_FIELDS = (
     "job_id", "vc", "user", "num_gpus", "gpu_milli", "duration_s", "submit_s", "first_start_s", "end_s",
@@ -36,7 +37,7 @@ JOB_FIELDS = (
 )
 
 
-def head_of_line_fragmentation(engine: Engine) -> float:
+def head_of_line_fragmentation(engine: RunView) -> float:
     head = engine.head_of_line()
     st = engine.state
     if head is None:
@@ -49,52 +50,6 @@ def head_of_line_fragmentation(engine: Engine) -> float:
     else:
         usable = static & placement.single_node_fit(st, head.spec)
     return float(free[~usable].sum())
-
-
-_STATUSES = tuple(s.value for s in JobStatus)
-
-
-class EndedJobs:
-    """What the summary needs of every ended job, as flat arrays in the order the jobs ended
-    (about 65 bytes a job, not a row dict): status, VC, JCT, wait, queueing, slowdown and counts."""
-
-    def __init__(self) -> None:
-        self.status = array("b")
-        self.vc = array("l")
-        self.vc_names: list[str] = []
-        self._vc_index: dict[str, int] = {}
-        self.jct = array("d")
-        self.wait = array("d")
-        self.queue = array("d")
-        self.slowdown = array("d")
-        self.preemptions = array("q")
-        self.migrations = array("q")
-        self.restarts = array("q")
-
-    def add(self, row: dict) -> None:
-        self.status.append(_STATUSES.index(row["status"]))
-        vc = self._vc_index.get(row["vc"])
-        if vc is None:
-            vc = self._vc_index[row["vc"]] = len(self.vc_names)
-            self.vc_names.append(row["vc"])
-        self.vc.append(vc)
-        self.jct.append(row["jct_s"])
-        self.wait.append(row["wait_s"])
-        self.queue.append(row["queue_s"])
-        self.slowdown.append(row["slowdown"])
-        self.preemptions.append(row["preemptions"])
-        self.migrations.append(row["migrations"])
-        self.restarts.append(row["restarts"])
-
-    def __len__(self) -> int:
-        return len(self.status)
-
-    def column(self, name: str) -> np.ndarray:
-        values = getattr(self, name)
-        return np.frombuffer(values, dtype=np.dtype(values.typecode)) if len(values) else np.zeros(0)
-
-    def status_is(self, status: JobStatus) -> np.ndarray:
-        return self.column("status") == _STATUSES.index(status.value)
 
 
 @dataclass
@@ -127,7 +82,7 @@ class MetricsRecorder:
 
     # --- engine hooks
 
-    def advance(self, engine: Engine, t: float) -> None:
+    def advance(self, engine: RunView, t: float) -> None:
         if self.start_s is None:
             # Time before the first event is not part of the run.
             self._start(engine, t)
@@ -135,9 +90,9 @@ class MetricsRecorder:
         dt = t - engine.now
         if dt <= 0:
             return
-        self.alloc_gpu_s += engine.allocated_gpus * dt
+        self.alloc_gpu_s += engine.tally.allocated_gpus * dt
         self.capacity_gpu_s += engine.tally.up_gpus * dt
-        self.pending_job_s += engine.pending_count * dt
+        self.pending_job_s += len(engine.squeue) * dt
         if self.queue_meter is not None:
             self.queue_meter.advance(dt)
         acc = self.vc_alloc_gpu_s
@@ -154,16 +109,16 @@ class MetricsRecorder:
                 self.sample_interval_s *= 2
                 self._next_sample = self.samples[-1]["time_s"] + self.sample_interval_s
 
-    def after_pass(self, engine: Engine) -> None:
+    def after_pass(self, engine: RunView) -> None:
         if self.start_s is None:
             self._start(engine, engine.now)
 
-    def _start(self, engine: Engine, t: float) -> None:
+    def _start(self, engine: RunView, t: float) -> None:
         self.start_s = t
         self._next_sample = t
         self.queue_meter = queue_meter(engine)
 
-    def job_ended(self, engine: Engine, job: JobRun) -> None:
+    def job_ended(self, engine: RunView, job: JobRun) -> None:
         s = job.spec
         end = job.end_s if job.end_s is not None else engine.now
         self.last_end_s = max(self.last_end_s, end)
@@ -193,16 +148,16 @@ class MetricsRecorder:
         else:
             self.job_sink(row)
 
-    def _sample(self, engine: Engine, t: float) -> dict:
+    def _sample(self, engine: RunView, t: float) -> dict:
         st = engine.state
         up_gpus = float(st.gpus[st.up].sum())
         row = {
             "time_s": t,
-            "allocated_gpus": engine.allocated_gpus,
-            "idle_gpus": up_gpus - engine.allocated_gpus,
+            "allocated_gpus": engine.tally.allocated_gpus,
+            "idle_gpus": up_gpus - engine.tally.allocated_gpus,
             "running_jobs": len(engine.running),
-            "pending_jobs": engine.pending_count,
-            "pending_gpu_demand": engine.pending_demand,
+            "pending_jobs": len(engine.squeue),
+            "pending_gpu_demand": engine.squeue.demand,
             "fragmented_gpus": head_of_line_fragmentation(engine),
         }
         if self.fgd:
@@ -227,7 +182,7 @@ class MetricsRecorder:
             cols.update(dict.fromkeys(r))
         return [{c: r.get(c, 0.0) for c in cols} for r in self.samples]
 
-    def summary(self, engine: Engine) -> dict:
+    def summary(self, engine: RunView) -> dict:
         ended = self.ended
         done = ended.status_is(JobStatus.COMPLETED)
         vc = ended.column("vc")
@@ -237,11 +192,11 @@ class MetricsRecorder:
         makespan = max(0.0, self.last_end_s - start)
         total_gpus = engine.spec.total_gpus
         out = {
-            "jobs_total": len(engine.jobs) + engine.forgotten_jobs,
+            "jobs_total": len(engine.table.jobs) + sum(engine.table.forgotten_by_vc.values()),
             "jobs_completed": int(done.sum()),
             "jobs_failed": int(ended.status_is(JobStatus.FAILED).sum()),
             "jobs_cancelled": int(ended.status_is(JobStatus.CANCELLED).sum()),
-            "jobs_unfinished": sum(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in engine.jobs.values()),
+            "jobs_unfinished": sum(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in engine.table.jobs.values()),
             **jct_stats(jct[done], queue[done]),
             "makespan_s": makespan,
             "gpu_utilization": self.alloc_gpu_s / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
@@ -256,7 +211,7 @@ class MetricsRecorder:
             out["avg_fgd_fragmentation_gpus"] = float(np.mean([s["fgd_fragmentation_gpus"] for s in self.samples]))
         per_vc = {}
         live_by_vc: dict[str, int] = defaultdict(int)
-        for j in engine.jobs.values():
+        for j in engine.table.jobs.values():
             live_by_vc[j.spec.vc] += 1
         for name in sorted(set(ended.vc_names) | set(live_by_vc)):
             ours = vc == ended.vc_names.index(name) if name in ended.vc_names else np.zeros(len(vc), dtype=bool)
@@ -279,27 +234,3 @@ class MetricsRecorder:
         if self.queue_meter is not None:
             out["per_cluster_queue"] = self.queue_meter.summary(ended, makespan)
         return out
-
-
-def jain_index(values: list[float]) -> float:
-    """Jain's fairness index (Σx)² / (n·Σx²): 1 when all equal, 1/n when one takes everything.
-    Applied to the VCs' mean job slowdown: 1 means every tenant waits in the same proportion."""
-    if not values:
-        return 1.0
-    sq = sum(v * v for v in values)
-    return (sum(values) ** 2) / (len(values) * sq) if sq > 0 else 1.0
-
-
-def distribution(x: np.ndarray) -> tuple[float | None, float | None, float | None, float | None]:
-    """Mean, median, 95th and 99th percentile (numpy's linear interpolation); all None when empty.
-    In the order the values come (the mean's rounding depends on it)."""
-    if not x.size:
-        return None, None, None, None
-    return float(x.mean()), float(np.median(x)), float(np.percentile(x, 95)), float(np.percentile(x, 99))
-
-
-def jct_stats(jct: np.ndarray, queue: np.ndarray) -> dict:
-    """Over completed jobs, in the order they ended."""
-    mean, median, p95, p99 = distribution(jct)
-    return {"avg_jct_s": mean, "median_jct_s": median, "p95_jct_s": p95, "p99_jct_s": p99,
-            "avg_queue_s": float(np.mean(queue)) if queue.size else None}

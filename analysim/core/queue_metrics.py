@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analysim.core.figures import distribution, jct_stats
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.partition import GPU, REPORTED_UNITS, in_kubernetes_units
+from analysim.core.run_view import RunView
 
 if TYPE_CHECKING:
-    from analysim.core.engine import Engine
-    from analysim.core.metrics import EndedJobs
+    from analysim.core.ended_jobs import EndedJobs
     from analysim.core.plugins.kueue import KueueState
 
 # Kueue's eviction reasons for a preempted workload (the ``reason`` label of
@@ -47,7 +48,7 @@ def eviction_reasons(job: JobRun, state: KueueState | None = None) -> dict[str, 
     return got
 
 
-def queue_meter(engine: Engine) -> QueueMeter | None:
+def queue_meter(engine: RunView) -> QueueMeter | None:
     """The meter of a run whose admission is Kueue's (None for a run on the cluster's VCs)."""
     from analysim.core.plugins.kueue import KueueAdmission
 
@@ -175,7 +176,6 @@ class QueueMeter:
     def summary(self, ended: EndedJobs, makespan_s: float) -> dict[str, dict]:
         """``per_cluster_queue``: each ClusterQueue's figures (module docstring), in the
         partition's order. Averages over time are over ``makespan_s``, as the run's utilization."""
-        from analysim.core.metrics import distribution, jct_stats
 
         partition = self.state.partition
         cq_of = dict(partition.queue_of)  # LocalQueue (the jobs' VC) -> ClusterQueue
