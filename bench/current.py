@@ -164,7 +164,7 @@ def specs(area: str, quick: bool) -> list[Spec]:
     if area == "monitor":
         rounds = ["--duration", "1", "--rounds", "1"] if quick else ["--duration", "6", "--rounds", "3"]
         return [Spec("gateway throughput with the monitor on against off (single-row REST, 4 clients, 20 accounts, "
-                     f"{rounds[3]} alternating rounds of {rounds[1]} s)",
+                     f"alternating rounds: {rounds[3]} of each, {rounds[1]} s each)",
                      [PY, "bench/bench_monitor.py", *rounds, "--concurrency", "4", "--skip", "cost,memory,pool",
                       "--json", OUT + "/monitor.json"], (GERMAN,), _monitor_throughput_figure),
                 Spec("monitor core in process (26-leaf German-credit tree, uniform single-row queries; users × "
@@ -209,12 +209,14 @@ def measure(spec: Spec, where: str, timeout_s: float) -> Row:
     if missing:
         return Row(spec.measured, f"skipped: {missing[0]} absent", shown(spec.cmd), None, None, None, machine(), when)
     with tempfile.TemporaryDirectory(prefix="bench-current-") as tmp:
-        out, log = Path(tmp) / "out", Path(tmp) / "output.log"
+        out, log, scratch = Path(tmp) / "out", Path(tmp) / "output.log", Path(tmp) / "scratch"
         out.mkdir()
+        scratch.mkdir()
         start = os.getloadavg()[0]
         with open(log, "w") as f:
+            # TMPDIR: what a benchmark leaves in its temporary folders goes with the row's.
             m = run_measured([a.replace(OUT, str(out)) for a in spec.cmd], timeout_s, stdout=f,
-                             stderr=subprocess.STDOUT)
+                             stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(scratch)})
         end = os.getloadavg()[0]
         if m.timed_out:
             figure = f"timed out: killed after {timeout_s:,.0f} s"

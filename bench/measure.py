@@ -33,10 +33,11 @@ class Measured:
 
 
 def run_measured(cmd: list[str], timeout_s: float | None = None, stdout: object = subprocess.DEVNULL,
-                 stderr: object = subprocess.DEVNULL, cwd: Path = ROOT) -> Measured:
-    """Run ``cmd`` from ``cwd`` and measure it; a child past ``timeout_s`` seconds is killed."""
+                 stderr: object = subprocess.DEVNULL, cwd: Path = ROOT, env: dict | None = None) -> Measured:
+    """Run ``cmd`` from ``cwd`` (in ``env``, default this process's) and measure it; a child past
+    ``timeout_s`` seconds is killed."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, cwd=cwd, env=env)
     timed_out = False
     while True:  # os.wait4 has no timeout: poll this one child when there is one
         pid, status, usage = os.wait4(proc.pid, 0 if timeout_s is None else os.WNOHANG)
