@@ -106,9 +106,9 @@ def _gateway_figure(out: Path, m: Measured) -> str:
 def _monitor_throughput_figure(out: Path, m: Measured) -> str:
     t = _json(out / "monitor.json")["throughput"]
     monitor_us = statistics.median(r["monitor_process_cpu_us_per_req"] for r in t["rounds"]["on"])
-    return (f"on/off {t['median_ratio']:.2f} (median of the rounds: "
-            + ", ".join(f"{x:.2f}" for x in t["ratio_per_round"])
-            + f"; off {t['off']['req_per_s']:,.0f} requests/s); gateway CPU per request on/off "
+    rounds = ", ".join(f"{x:.2f}" for x in t["ratio_per_round"])
+    return (f"requests/s on/off {t['median_ratio']:.2f}, the median of the rounds' ({rounds}; off "
+            f"{t['off']['req_per_s']:,.0f} requests/s); gateway CPU per request on/off "
             f"{t['median_server_cpu_ratio']:.2f}; monitor process {monitor_us:,.0f} µs CPU per request")
 
 
