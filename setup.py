@@ -1,7 +1,7 @@
 """The simulation core, compiled to C by mypyc from the same Python source.
 
 The modules below are what every pass, event and placement runs through; compiled, a simulation
-runs about twice as fast with the same schedules (BENCHMARKS.md, "Compiled core"). The rest of the
+runs about twice as fast with the same schedules (BENCHMARKS-HISTORY.md, "Seventh round"). The rest of the
 package (readers, services, command line, sweeps) stays interpreted. Everything else about the
 package is in pyproject.toml.
 

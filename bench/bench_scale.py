@@ -27,22 +27,19 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from measure import Measured, run_measured
 
 BASE_JOBS = 10_000
 
 
-def child(argv: list[str]) -> tuple[float, float, float, int]:
-    """Run ``argv``; (wall s, user s, sys s, peak RSS KiB) of that process alone."""
-    started = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - started
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(argv)}")
-    return wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss
+def child(argv: list[str]) -> Measured:
+    """Run ``argv``; what that process alone cost (``bench/measure.py``)."""
+    m = run_measured(argv, stderr=None)
+    if m.exit_code:
+        raise SystemExit(f"failed ({m.exit_code}): {' '.join(argv)}")
+    return m
 
 
 def main() -> int:
@@ -71,13 +68,13 @@ def main() -> int:
                             "--out", str(trace)], check=True, stdout=subprocess.DEVNULL)
         with tempfile.TemporaryDirectory() as out:
             before = os.getloadavg()[0]
-            wall, user, sys_s, rss = child([exe, "simulate", "--trace", str(trace), "--cluster", cluster, "--policy",
-                                            args.policy, "--no-plots", "--no-progress", "--out", out])
+            m = child([exe, "simulate", "--trace", str(trace), "--cluster", cluster, "--policy",
+                       args.policy, "--no-plots", "--no-progress", "--out", out])
             after = os.getloadavg()[0]
             summary = json.loads((Path(out) / "summary.json").read_text())
         done = summary["jobs_completed"]
-        print(f"| {n:,} | {cluster} | {summary['avg_queue_s'] / 3600:.2f} | {wall:.1f} | {summary['wall_s']:.1f} "
-              f"| {user:.1f} | {sys_s:.1f} | {done / (user + sys_s):,.0f} | {rss / 1024:.0f} "
+        print(f"| {n:,} | {cluster} | {summary['avg_queue_s'] / 3600:.2f} | {m.wall_s:.1f} | {summary['wall_s']:.1f} "
+              f"| {m.user_s:.1f} | {m.sys_s:.1f} | {done / m.cpu_s:,.0f} | {m.peak_rss_mb:.0f} "
               f"| {before:.1f} → {after:.1f} |", flush=True)
     return 0
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from measure import run_measured  # the child-process measurement
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -44,30 +43,20 @@ def configs(only: str | None) -> list[tuple[str, list[str]]]:
 
 def run_one(args: list[str], limit: int | None, timeout: float | None = None) -> dict:
     """``analysim simulate ARGS`` in a child process: its wall time, its own CPU and peak RSS
-    (``os.wait4``), its summary; ``{"timeout": True}`` when it outlives ``timeout`` seconds."""
+    (``bench/measure.py``), its summary; ``{"timeout": True}`` when it outlives ``timeout`` seconds."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "analysim", "simulate", *args, "--out", out, "--no-plots", "--no-progress"]
         if limit:
             cmd += ["--limit", str(limit)]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-        while True:  # os.wait4 has no timeout: poll this one child when there is one
-            pid, status, usage = os.wait4(proc.pid, 0 if timeout is None else os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > t0 + timeout:  # type: ignore[operator]
-                proc.kill()
-                proc.wait()
-                return {"timeout": True}
-            time.sleep(0.2)
-        wall = time.perf_counter() - t0
-        if os.waitstatus_to_exitcode(status) != 0:
+        m = run_measured(cmd, timeout)
+        if m.timed_out:
+            return {"timeout": True}
+        if m.exit_code != 0:
             raise SystemExit(f"failed: {' '.join(cmd)}")
         summary = json.loads((Path(out) / "summary.json").read_text())
     return {
-        "wall_s": wall, "sim_wall_s": summary["wall_s"], "cpu_s": usage.ru_utime + usage.ru_stime,
-        "user_s": usage.ru_utime, "peak_rss_mb": usage.ru_maxrss / 1024, "summary": summary,
-        "jobs": summary["jobs_total"], "timeout": False,
+        "wall_s": m.wall_s, "sim_wall_s": summary["wall_s"], "cpu_s": m.cpu_s, "user_s": m.user_s,
+        "peak_rss_mb": m.peak_rss_mb, "summary": summary, "jobs": summary.get("jobs_total"), "timeout": False,  # (inflate: tasks_placed)
     }
 
 

@@ -1,5 +1,5 @@
 """Evictions on a run, from its decision log: how many instants evicted jobs, and how many victims
-each (BENCHMARKS.md, "Preemption victims").
+each (BENCHMARKS-HISTORY.md, "Preemption victims").
 
     .venv/bin/python bench/preemption_events.py --policy tiresias --limit 20000
 """
