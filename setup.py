@@ -50,6 +50,7 @@ COMPILED = [
     "analysim/core/run_view.py",
     "analysim/core/ended_jobs.py",
     "analysim/core/figures.py",
+    "analysim/core/gate.py",
     "analysim/core/sorted_keys.py",
     "analysim/core/victims.py",
     "analysim/core/plugins/__init__.py",

@@ -18,13 +18,11 @@ import numpy as np
 from analysim.core import backfill, hints, orders, placement
 from analysim.core.cycle_state import (
     CycleState,
-    failure_sig,
-    is_gang,
-    no_smaller,
     note_failure,
     queue_scopes,
     scopes_blocked_by,
 )
+from analysim.core.gate import PROCEED, REFUSED, WAIT, gate
 from analysim.core.job import JobRun, JobStatus, Placement
 from analysim.core.pass_streams import ShapeStream
 from analysim.core.unschedulable import IdleHint, QuietPass
@@ -133,43 +131,20 @@ def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str,
 
 
 def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[str | None, ...]) -> int:
-    """Admit, pass over or attempt one pending job; launch it if it is placed."""
-    spec = job.spec
-    g = spec.num_gpus
-    st = s.handle.state
-    if s.queue.pool.evicted_now(job, s.handle.now):
-        # Evicted at this instant: it waits, blocking its queues as a failure would, and what this
-        # pass leaves holds no later than now (see Engine._preempt).
-        c.held_until(s.handle.now)
-        return _FAILED
-    if (c.only_capacity and 0 < g <= s.gmax and g > c.ffmax and not spec.is_fractional
-            and (g <= st.smallest_node_gpus or s.handle.one_node(spec))):
-        return _FAILED  # cannot fit: no node has that many whole GPUs free
-    if not s.handle.spec.allow_borrowing and not s.handle.within_quota(job):
-        return _PASSED  # over its VC's quota: waits without blocking other tenants
-    admitted = None
-    if s.admission is not None:
-        admitted = s.admission.admit(job, s.handle)
-        if admitted is None:
-            return _PASSED  # not admitted by the partition's quotas now: waits
-    # A request at least as big as one that failed, with the same signature, fails too: passing
-    # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
-    # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
-    # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
-    sig = failure_sig(s.handle, spec, c.quotas_matter)
-    if admitted is not None:
-        sig = (*sig, admitted[0])  # (the flavors assigned: which nodes the job may use)
-    req = (g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
-    gang = is_gang(s.handle, spec)
-    worse = None if gang else c.failed.get(sig)
-    pl = None
-    if worse is None or not no_smaller(req, worse):
-        if held:
-            reservations: list[tuple[float, float]] = held  # (EASY: each blocked queue has one)
-            if not all(backfill.may_backfill(s, job, r) for r in reservations):
-                return _PASSED
-            backfill.note_backfill_hold(c, job, reservations)
-        pl = _attempt(s, c, job, gang, (sig, req), None if admitted is None else admitted[1])
+    """Gate one pending job (gate.py), then attempt it; launch it if it is placed."""
+    code = gate(s, c, job)
+    if code != PROCEED:
+        if code == WAIT:
+            c.held_until(s.handle.now)  # (what this pass leaves holds no later than now)
+        return _PASSED if code == REFUSED else _FAILED
+    if held:
+        reservations: list[tuple[float, float]] = held  # (EASY: each blocked queue has one)
+        if not all(backfill.may_backfill(s, job, r) for r in reservations):
+            return _PASSED
+        backfill.note_backfill_hold(c, job, reservations)
+    gated = c.gated
+    sig, req, gang = gated.sig, gated.req, gated.gang
+    pl = _attempt(s, c, job, gang, (sig, req), gated.nodes)
     if pl is not None:
         if held:
             for sc in scopes:

@@ -9,7 +9,10 @@ launches, and a stop (preemption, migration) clears what a stop can undo (``fail
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from analysim.core.hints import FailureChecks
 from analysim.core.job import JobRun, JobSpec
@@ -48,6 +51,7 @@ class CycleState:
         self.backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
         self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
         self.wide_merges: dict[tuple[str, int], NextKeys] = {}
+        self.gated = Gated((), (0, 0, 0, 0), False, None)  # what the gate found of the last job it let through
 
     def held_until(self, until: float) -> None:
         """The pass relied on an answer that holds until ``until``."""
@@ -86,13 +90,34 @@ def is_gang(h: Handle, spec: JobSpec) -> bool:
     return spec.num_gpus > h.state.smallest_node_gpus and not h.one_node(spec)
 
 
+def request_of(spec: JobSpec) -> tuple[int, int, int, int]:
+    """What a job asks for, as failures are compared: (GPUs, GPU share, CPU, memory)."""
+    return (spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)
+
+
+def no_smaller_than_failed(failed: dict, sig: tuple, req: tuple) -> bool:
+    """Whether a request of this signature is no smaller than one that failed in the pass: then
+    it fails too, unless it is a gang (the caller's to tell)."""
+    worse = failed.get(sig)
+    return worse is not None and no_smaller(req, worse)
+
+
 def fails_as_worse(h: Handle, job: JobRun, failed: dict, quotas_matter: bool) -> bool:
-    """Whether the pass takes the job as failed without an attempt: a one-node request at least as
-    large as one that failed in the pass, with the same signature."""
+    """Whether the pass takes a job with no admission as failed without an attempt (the gate's
+    ``UNFIT`` for it, as EASY's order asks before the pass gates it)."""
     spec = job.spec
-    worse = failed.get(failure_sig(h, spec, quotas_matter))
-    return (worse is not None and no_smaller((spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
-            and not is_gang(h, spec))
+    return no_smaller_than_failed(failed, failure_sig(h, spec, quotas_matter), request_of(spec)) and not is_gang(h, spec)
+
+
+@dataclass(slots=True)
+class Gated:
+    """What the gate found of the job it let through, for its attempt (one per pass, rewritten by
+    each job the gate lets through: the attempt reads it before the next job is gated)."""
+
+    sig: tuple  # its failure signature, with the flavors its admission assigned
+    req: tuple[int, int, int, int]  # its request (request_of)
+    gang: bool  # whether it may span nodes (then always attempted)
+    nodes: np.ndarray | None  # the nodes its admission gave it (None: every node open to it)
 
 
 # Per-VC FIFO: a blocking queue is one queue per VC guarantee, plus the shared pool's (None).

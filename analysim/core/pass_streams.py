@@ -7,13 +7,14 @@ Why: under a partition, most waiting jobs fail their ClusterQueue's quota, or ar
 the free GPUs, pass after pass, and a pass that visits each of them one by one through the queue's
 merge cost most of the run (Philly's first 20,000 jobs with examples/kueue/philly-preemption.yaml:
 6.5 M such visits in 22,700 passes; the whole extract under examples/kueue/philly.yaml, which does
-not preempt, took 102 s that way and takes 29 s with the drains, BENCHMARKS.md). A run of them is left out only where the queue's merge would take them one after
-the other, with nothing changing in between (KueueQueue.order says when), so the pass visits the
-same jobs, with the same state, in the same order.
+not preempt, took 102 s that way and 29 s with the drains). A run of them is left out only where
+the queue's merge would take them one after the other, with nothing changing in between
+(KueueQueue.order says when), so the pass visits the same jobs, with the same state, in the same
+order.
 
-A visit changes nothing (``no_op``) when cycle._visit passes over the job or fails it without an
-attempt and without a note of its own: the job is no longer pending; its queue's quota does not
-admit it (a ClusterQueue that does not preempt); or a request no smaller than it failed in this
+A visit changes nothing (``no_op``) when the job is no longer pending, or when the gate (gate.py)
+fails it or passes over it without an attempt (``UNFIT``, ``REFUSED``): its queue's quota does not
+admit it (a ClusterQueue that does not preempt), or a request no smaller than it failed in this
 pass with the same signature (a one-node job). A job evicted at this instant is never one (its
 visit holds the pass's answers to now). Everything but that and being pending is the same for
 every job of one (VC, request): a run is found a shape at a time, with one bisection per shape.
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
-from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller
+from analysim.core.cycle_state import CycleState
 from analysim.core.framework import PassStream
+from analysim.core.gate import REFUSED, UNFIT, gate
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.sorted_keys import first_after
 
@@ -37,29 +39,13 @@ if TYPE_CHECKING:
 
 
 def no_op(s: Scheduler, c: CycleState, job: JobRun) -> bool:
-    """Whether cycle._visit would change nothing for this job now (module docstring). The checks
-    are _visit's own, in its order, for a queue that does not block."""
+    """Whether cycle._visit would change nothing for this job now (module docstring): it is no
+    longer pending, or the gate fails it or passes over it without an attempt (for a queue that
+    does not block, the same)."""
     if job.status is not JobStatus.PENDING:
         return True
-    spec = job.spec
-    if s.queue.pool.evicted_now(job, s.handle.now):
-        return False  # (its visit holds the pass's answers to now)
-    g = spec.num_gpus
-    if (c.only_capacity and 0 < g <= s.gmax and g > c.ffmax and not spec.is_fractional
-            and (g <= s.handle.state.smallest_node_gpus or s.handle.one_node(spec))):
-        return True
-    if not s.handle.spec.allow_borrowing and not s.handle.within_quota(job):
-        return True
-    sig = failure_sig(s.handle, spec, c.quotas_matter)
-    if s.admission is not None:
-        admitted = s.admission.admit(job, s.handle)
-        if admitted is None:
-            return True
-        sig = (*sig, admitted[0])
-    if is_gang(s.handle, spec):
-        return False  # (gangs are always attempted)
-    worse = c.failed.get(sig)
-    return worse is not None and no_smaller((g, spec.gpu_milli, spec.cpu_milli, spec.memory_mib), worse)
+    code = gate(s, c, job)
+    return code in (UNFIT, REFUSED)
 
 
 class ShapeStream(PassStream):

@@ -1,0 +1,65 @@
+"""The gate: what a pass does with a pending job before any attempt to place it.
+
+One function, ``gate``, read by the pass's visit (cycle._visit) and by the streams that leave out
+runs of jobs whose visits would change nothing (pass_streams.no_op). Its result is one of four
+codes, after the Kubernetes framework's status codes:
+
+| code | Kubernetes | the job | the pass |
+|---|---|---|---|
+| ``PROCEED`` | Success | may fit | attempts it (after EASY's reservations, under backfilling) |
+| ``WAIT`` | Wait | was evicted at this instant | passes over it, blocking its queues as a failure would, and holds its answers to now (Engine.preempt) |
+| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller, with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
+| ``REFUSED`` | UnschedulableAndUnresolvable | is refused by quota: its VC's, with borrowing off, or the partition's admission | passes over it without blocking other tenants |
+
+For ``PROCEED`` the gate leaves in the cycle state what the attempt reads (``CycleState.gated``):
+the job's failure signature (with the flavors its admission assigned), its request, whether it is a
+gang, and the nodes its admission gave it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller_than_failed, request_of
+from analysim.core.job import JobRun
+
+if TYPE_CHECKING:
+    from analysim.core.scheduler import Scheduler
+
+PROCEED: Final = 0
+WAIT: Final = 1
+UNFIT: Final = 2
+REFUSED: Final = 3
+
+
+def gate(s: Scheduler, c: CycleState, job: JobRun) -> int:
+    """The gate's code for a pending job now (module docstring)."""
+    spec = job.spec
+    g = spec.num_gpus
+    h = s.handle
+    if s.queue.pool.evicted_now(job, h.now):
+        return WAIT
+    if (c.only_capacity and 0 < g <= s.gmax and g > c.ffmax and not spec.is_fractional
+            and (g <= h.state.smallest_node_gpus or h.one_node(spec))):
+        return UNFIT  # no node has that many whole GPUs free
+    if not h.spec.allow_borrowing and not h.within_quota(job):
+        return REFUSED  # over its VC's quota
+    sig = failure_sig(h, spec, c.quotas_matter)
+    nodes = None
+    if s.admission is not None:
+        admitted = s.admission.admit(job, h)
+        if admitted is None:
+            return REFUSED  # not admitted by the partition's quotas now
+        sig = (*sig, admitted[0])  # (the flavors assigned: which nodes the job may use)
+        nodes = admitted[1]
+    # A request at least as big as one that failed, with the same signature, fails too: passing
+    # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
+    # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
+    # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
+    req = request_of(spec)
+    gang = is_gang(h, spec)
+    if not gang and no_smaller_than_failed(c.failed, sig, req):
+        return UNFIT
+    gated = c.gated
+    gated.sig, gated.req, gated.gang, gated.nodes = sig, req, gang, nodes
+    return PROCEED
