@@ -17,7 +17,7 @@ from analysim.core.partition import QuotaTree
 if TYPE_CHECKING:
     from analysim.core.cluster import ClusterState
     from analysim.core.framework import Handle
-    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_state import KueueState
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
 # A candidate as the walk yields it: the workload, its reason, the lowest common ancestor of its
