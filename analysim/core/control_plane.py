@@ -84,7 +84,11 @@ class ApiClient:
 
 
 class ControlPlane:
-    """The model's state in one run: when the last cycle began, whether one is due, the API client."""
+    """The model's state in one run: when the last cycle began, whether one is due, the API client.
+
+    Invariant: ``due`` is True exactly while the cycle event it pushed is in the engine's queue (so
+    there is at most one); no cycle begins less than ``config.cycle_s`` after the one before;
+    ``cycles`` and ``offered`` only rise."""
 
     def __init__(self, config: ControlPlaneConfig) -> None:
         self.config = config  # the cycle period, heads per queue, API rate and requeue batch

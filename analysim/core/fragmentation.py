@@ -102,7 +102,8 @@ class TaskClass:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadDistribution:
-    """Task classes with integer weights; popularity p_m = weight_m / sum(weights).
+    """Task classes with integer weights; popularity p_m = weight_m / sum(weights). Invariant
+    (checked on creation): as many weights as classes, none negative, no class twice.
 
     Integer weights keep fragmentation values exact (see the module doc). ``from_jobs`` uses job
     counts; ``from_popularity`` quantises floats.
@@ -515,7 +516,9 @@ class FragmentationIndex:
 class FragmentationTracker:
     """A cluster's FragmentationIndex, built when first asked for (over the workload given then)
     and brought up to date with the allocation at each ask after (ClusterState.touched: the nodes
-    changed since, which it empties)."""
+    changed since, which it empties).
+
+    Invariant: once built, ``index`` is up to date with ``state`` but for ``state.touched``."""
 
     def __init__(self, state: ClusterState, workload: Sequence[JobSpec] | None = None) -> None:
         self.state = state  # the allocation it follows

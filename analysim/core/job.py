@@ -74,7 +74,9 @@ class JobStatus(enum.Enum):
 
 @dataclass(slots=True)
 class Placement:
-    """Where a running job sits: per node, the GPU indexes it holds."""
+    """Where a running job sits: per node, the GPU indexes it holds.
+
+    Invariant: ``nodes`` is the nodes of ``gpus`` in the same order (set from it on creation)."""
 
     gpus: tuple[tuple[int, tuple[int, ...]], ...]  # ((node, (gpu, ...)), ...)
     slowdown: float = 1.0  # >1 when spread over more nodes or racks than needed

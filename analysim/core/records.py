@@ -81,7 +81,8 @@ class Decision:
 class DecisionLog:
     """Where the engine's decisions go as they are made: the kept list (with
     EngineConfig.keep_decisions; off for long runs) and every sink handed to it (an events file,
-    analysim.events), in that order. With neither, no Decision is made at all."""
+    analysim.events), in that order. With neither, no Decision is made at all. Invariant:
+    ``kept.append`` is the first sink exactly when decisions are kept."""
 
     def __init__(self, keep: bool, node_names: list[str]) -> None:
         self.node_names = node_names  # node index -> its name, as decisions give nodes
@@ -112,7 +113,8 @@ class InfeasibleJob(ValueError):
 
 @dataclass(slots=True)
 class JobBook:
-    """Engine bookkeeping per job that plugins need not see."""
+    """Engine bookkeeping per job that plugins need not see. Invariant: ``checkpoint_work_s`` is
+    at most the job's progress (its duration less its remaining work)."""
 
     checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
     expected_end_s: float = math.inf  # when it ends if nothing happens to it (inf while not running)

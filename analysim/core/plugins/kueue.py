@@ -44,12 +44,12 @@ class KueueAdmission:
     name: ClassVar[str] = "kueue"
 
     def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
-        self.state = state
+        self.state = state  # the usage it charges and releases, shared with the other Kueue plugins
         self.control = control  # (under the control-plane model: releases ask for requeues)
         # Queues that may preempt: a job of one whose quota does not fit now is still attempted
         # (on no nodes, so that it fails and the post-filter may find victims); others wait.
         self.preempting = [n.is_queue and n.preemption.enabled for n in state.partition.nodes]
-        self.nowhere: np.ndarray | None = None
+        self.nowhere: np.ndarray | None = None  # a mask of no node (made on first use), for those attempts
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
         st = self.state
@@ -91,7 +91,12 @@ class KueueAdmission:
 class KueueQueue(_QueueSort):
     """Kueue's queueing: by priority, then creation time, per ClusterQueue; the workloads that fit
     within nominal quota before those that would borrow; StrictFIFO queues only from their head.
-    (Kueue's preemption is the post-filter kueue_preemption.KueuePreemption.)"""
+    (Kueue's preemption is the post-filter kueue_preemption.KueuePreemption.)
+
+    Invariant: a StrictFIFO queue's ``waiting`` holds (key, seq, job) of each of its jobs that
+    arrived or stopped and has not launched since (ended ones until they reach the head), and
+    ``keyed`` maps each of those jobs to its (key, seq); a ``parked`` entry stands only while its
+    stamp is the current one (``_stamp``)."""
 
     name: ClassVar[str] = "kueue"
     # The order reads the quota usage (who would borrow), so it is taken afresh each pass; each
@@ -103,7 +108,7 @@ class KueueQueue(_QueueSort):
     heads_ranked_by_state: ClassVar[bool] = True
 
     def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
-        self.state = state
+        self.state = state  # the usage its ranks read (who would borrow), shared with the admission
         # Under the control-plane model: each ClusterQueue offers its first ``heads_per_queue``
         # workloads to a cycle; one that is not admitted is parked, with every workload of its
         # queue with the same request (Kueue's equivalence hashing), until quota is released in its
@@ -111,15 +116,16 @@ class KueueQueue(_QueueSort):
         self.control = control
         self.parked: dict[tuple[int, bool], tuple[int, set[tuple]]] = {}  # (queue, on nodes) -> (stamp, requests)
         nodes = state.partition.nodes
-        self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]
+        self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]  # per tree node: a StrictFIFO queue
         # A StrictFIFO queue's pending jobs by key, to know its head (jobs that end while pending,
         # cancelled, are dropped when they come to the head).
         self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
-        self.keyed: dict[str, tuple] = {}
+        self.keyed: dict[str, tuple] = {}  # job id -> its (key, seq) in ``waiting``, while it is there
         self.pass_now = 0.0  # the time of the pass under way (order)
         self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
-        self.given = 0  # jobs the orders gave the passes, and runs drained (order): for tests and profiles
-        self.drains = 0
+        # Jobs the orders gave the passes, and runs drained (order): counts for tests and profiles.
+        self.given = 0
+        self.drains = 0  # (above)
 
     def key(self, job: JobRun, ctx: Handle) -> tuple:
         return self._key(job)

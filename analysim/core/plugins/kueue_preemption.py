@@ -109,17 +109,21 @@ NO_ANCESTOR: Final = -1
 
 class KueuePreemption:
     """The post-filter (module docstring). Its answers read only the running jobs, their usage and
-    the nodes, so the engine's failure memo holds for them (``holds_until``: inf)."""
+    the nodes, so the engine's failure memo holds for them (``holds_until``: inf).
+
+    Invariant: each memo entry (``_failed``, ``_reclaimed``, ``_released``, ``_tree_refusal``) is
+    kept with the usage versions it read and trusted only while they are the state's; ``_why``
+    holds the victims of the last searches until the engine evicts them (reason_of)."""
 
     name: ClassVar[str] = "kueue-preemption"
 
     def __init__(self, state: KueueState) -> None:
-        self.state = state
+        self.state = state  # the usage and running workloads it searches, shared with the admission
         nodes = state.partition.nodes
         # Each queue's root (the state's), and the queues under each root (a cohort tree's
         # ClusterQueues).
         self.root: list[int] = state.root
-        self.tree_queues: dict[int, list[int]] = {}
+        self.tree_queues: dict[int, list[int]] = {}  # root -> its tree's ClusterQueues (above)
         for i, n in enumerate(nodes):
             if n.is_queue:
                 self.tree_queues.setdefault(self.root[i], []).append(i)
@@ -134,7 +138,7 @@ class KueuePreemption:
         self._failed: dict[str, tuple] = {}
         self.looked = 0  # searches begun (bounded or made), for tests and profiles
         self.searches = 0  # searches made past the bound
-        self.calls = 0
+        self.calls = 0  # victims() asked
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
 
         # Other queues' candidates a walk may take at most (_reclaimed_by_walk): (queue, need,
@@ -150,6 +154,7 @@ class KueuePreemption:
         # while a search has taken charges off the tree, which leaves the versions as they were.
         self._tree_refusal: dict[tuple[int, tuple], tuple[int, bool]] = {}
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
+        # The shares a fair-sharing search reads: the state's, or its own if the state has none
         self.shares = state.shares if state.shares is not None else Shares(state.tree)
         state.oracle = self.oracle
         state.no_candidate = self._surely_none
@@ -638,12 +643,12 @@ class _Plan:
     candidates (in candidate order) and the other queues that may give candidates (with their
     lowest common ancestor and whether the job has the advantage over them)."""
 
-    charges: Charges
-    need: frozenset
-    prio: int
-    under: bool
-    own: list[JobRun]
-    sources: list[tuple[int, int, bool]]
+    charges: Charges  # ((flavor, resource), amount) on the flavors chosen
+    need: frozenset  # the (flavor, resource) pairs needing preemption
+    prio: int  # the job's priority
+    under: bool  # (above)
+    own: list[JobRun]  # (above)
+    sources: list[tuple[int, int, bool]]  # (queue, lowest common ancestor, advantage), above
 
 
 def _uses(held: Charges, short: frozenset) -> bool:

@@ -31,7 +31,7 @@ class Shares:
         # Per node: its flavor-resources, grouped by resource; and what its parent could lend of
         # each resource (its parent's subtree quota summed over flavors, in base units; empty for a root).
         self.by_resource: list[dict[str, list[tuple[str, str]]]] = []
-        self.lendable: list[dict[str, int]] = []
+        self.lendable: list[dict[str, int]] = []  # (above) resource -> amount
         for i in range(len(nodes)):
             groups: dict[str, list[tuple[str, str]]] = {}
             for fr in tree.subtree[i]:

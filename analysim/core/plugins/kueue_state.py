@@ -163,7 +163,7 @@ class KueueState:
         # Evictions by reason: per evicted job (reason -> count; read and dropped when it ends),
         # and per (preempting queue's name, reason) -> count.
         self.reasons: dict[str, dict[str, int]] = {}
-        self.preempted: dict[tuple[str, str], int] = {}
+        self.preempted: dict[tuple[str, str], int] = {}  # (above)
         self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
         self.requeues = Requeues(len(partition.nodes))  # the control plane's requeues, per cohort tree
 
