@@ -59,6 +59,8 @@ COMPILED = [
     "analysim/core/plugins/kueue_flavors.py",
     "analysim/core/plugins/kueue_preemption.py",
     "analysim/core/plugins/kueue_reasons.py",
+    "analysim/core/plugins/kueue_share.py",
+    "analysim/core/plugins/kueue_state.py",
     "analysim/core/plugins/kueue_trial.py",
     "analysim/core/plugins/migration.py",
     "analysim/core/plugins/preemption.py",

@@ -376,7 +376,7 @@ def test_the_share_is_borrowed_over_lendable_divided_by_weight(tmp_path):
     # a holds 9 of its 6 CPUs: 3 borrowed over the cohort's 12 lendable = 0.25; with weight 2, 0.125;
     # with weight 0 any borrowing is an infinite share; b, within its quota, 0.
     from analysim.core.plugins.kueue import KueueState
-    from analysim.core.plugins.kueue_fair import Shares
+    from analysim.core.plugins.kueue_share import Shares
 
     for weight, want in (("1", 0.25), ("2", 0.125), ("0", float("inf"))):
         part = _fair_ab(tmp_path, weight_a=weight)
@@ -386,7 +386,7 @@ def test_the_share_is_borrowed_over_lendable_divided_by_weight(tmp_path):
         a, b = state.tree.index["a"], state.tree.index["b"]
         state.tree.add(a, ("default-flavor", "cpu"), 9000)
         state.tree.add(b, ("default-flavor", "cpu"), 3000)
-        shares = Shares(state)
+        shares = Shares(state.tree)
         assert shares.share(a) == want
         assert shares.share(b) == 0.0
         assert shares.share(b, ((("default-flavor", "cpu"), 4000),)) == 1 / 12  # (b at 7: 1 borrowed)

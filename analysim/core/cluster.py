@@ -14,12 +14,14 @@ from analysim.core.partition import Partition
 
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
-    name: str
-    rack: str
-    gpu_model: str
-    gpus: int
-    cpu_milli: int
-    memory_mib: int
+    """One machine. Its name is unique in its cluster (VCs, flavors and decisions name nodes)."""
+
+    name: str  # unique in the cluster
+    rack: str  # the rack it sits in (a job spread over racks runs cross_rack_slowdown slower)
+    gpu_model: str  # its GPUs' model, all alike (a job's gpu_models may restrict it to some)
+    gpus: int  # GPUs, each of GPU_MILLI thousandths (a fractional job takes part of one)
+    cpu_milli: int  # CPU, in thousandths of a core
+    memory_mib: int  # memory, in MiB
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -30,9 +32,9 @@ class VCSpec:
     """A virtual cluster (tenant). ``quota_gpus``: GPUs it is guaranteed (None: no quota);
     ``nodes``: names of nodes dedicated to it (only its jobs run there)."""
 
-    name: str
-    quota_gpus: float | None = None
-    nodes: tuple[str, ...] = ()
+    name: str  # what jobs name in their ``vc``
+    quota_gpus: float | None = None  # GPUs guaranteed to it (None: no quota)
+    nodes: tuple[str, ...] = ()  # names of nodes dedicated to it (only its jobs run there)
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -47,13 +49,13 @@ class ClusterSpec:
     it needs (``cross_node_slowdown``) or over more than one rack (``cross_rack_slowdown``).
     """
 
-    name: str
-    nodes: tuple[NodeSpec, ...]
-    vcs: tuple[VCSpec, ...] = ()
-    allow_borrowing: bool = True
-    cross_node_slowdown: float = 0.0
-    cross_rack_slowdown: float = 0.0
-    description: str = ""
+    name: str  # the cluster's name (reports and run files)
+    nodes: tuple[NodeSpec, ...]  # every node; its position is the node's index in ClusterState's arrays
+    vcs: tuple[VCSpec, ...] = ()  # the tenants (empty: one shared pool)
+    allow_borrowing: bool = True  # a VC over its quota may use idle GPUs (above)
+    cross_node_slowdown: float = 0.0  # fraction slower when spread over more nodes than needed (above)
+    cross_rack_slowdown: float = 0.0  # fraction slower when spread over more than one rack
+    description: str = ""  # free text, for the reader of a report
     # A logical partition that replaces the VCs (analysim.core.partition: Kueue's ClusterQueues):
     # runs on such a cluster admit jobs by its quotas (analysim.core.plugins.kueue).
     partition: Partition | None = None
@@ -86,22 +88,27 @@ class ClusterState:
 
     ``free_milli[n, g]`` is the free share of GPU g on node n in thousandths; slots past a node's GPU
     count hold -1 so that they never fit anything.
+
+    Invariant (kept by allocate, release and set_up): ``full_free[n]`` is the count of node n's
+    slots at GPU_MILLI and ``free_total[n]`` the sum of its slots' free shares; ``_full_free_count``,
+    ``total_full_free`` and ``_free_up_milli`` count the nodes that are up only, and
+    ``_max_full_free`` is the highest k whose count is nonzero (0 when none is).
     """
 
-    spec: ClusterSpec
-    free_milli: np.ndarray = field(init=False)
+    spec: ClusterSpec  # the topology (shared by clones; never changed)
+    free_milli: np.ndarray = field(init=False)  # (nodes, most GPUs on a node) int32: free thousandths per GPU slot
     full_free: np.ndarray = field(init=False)  # GPUs with nothing on them, per node
-    smallest_node_gpus: int = field(init=False)
+    smallest_node_gpus: int = field(init=False)  # the fewest GPUs any node has (a gang of at most this may fit on one)
     free_total: np.ndarray = field(init=False)  # free GPU share per node, in milli (partial GPUs too)
-    cpu_free: np.ndarray = field(init=False)
-    mem_free: np.ndarray = field(init=False)
-    up: np.ndarray = field(init=False)
-    gpus: np.ndarray = field(init=False)
-    rack_id: np.ndarray = field(init=False)
-    model_id: np.ndarray = field(init=False)
+    cpu_free: np.ndarray = field(init=False)  # free CPU per node, in thousandths of a core
+    mem_free: np.ndarray = field(init=False)  # free memory per node, in MiB
+    up: np.ndarray = field(init=False)  # per node: whether it is up (the free totals below count up nodes only)
+    gpus: np.ndarray = field(init=False)  # GPUs per node (the spec's, as an int32 array)
+    rack_id: np.ndarray = field(init=False)  # per node: its rack's index in spec.racks
+    model_id: np.ndarray = field(init=False)  # per node: its GPU model's index in model_names
     owner_vc: list[str | None] = field(init=False)  # dedicated node -> VC
-    node_index: dict[str, int] = field(init=False)
-    model_names: tuple[str, ...] = field(init=False)
+    node_index: dict[str, int] = field(init=False)  # node name -> its index
+    model_names: tuple[str, ...] = field(init=False)  # the GPU models, sorted (spec.gpu_models)
     vc_used: dict[str, float] = field(init=False)  # GPUs held, per VC
     touched: set[int] = field(init=False)  # nodes changed since a cache (e.g. fragmentation) last looked
     # How many up nodes have exactly k whole GPUs free: the scheduling pass asks for the most

@@ -69,8 +69,8 @@ class ApiClient:
     write. Invariant: writes go in the order they are asked for, never more than ``burst`` at
     once and never more than ``qps`` a second over any longer span."""
 
-    qps: float
-    burst: int
+    qps: float  # writes a second, sustained (> 0)
+    burst: int  # writes that may go at once after a quiet spell (>= 1)
     tat: float = -math.inf  # when the bucket would be full again, had every write gone on time
     writes: dict[str, int] = field(default_factory=dict)  # writes sent, by kind
 
@@ -84,11 +84,15 @@ class ApiClient:
 
 
 class ControlPlane:
-    """The model's state in one run: when the last cycle began, whether one is due, the API client."""
+    """The model's state in one run: when the last cycle began, whether one is due, the API client.
+
+    Invariant: ``due`` is True exactly while the cycle event it pushed is in the engine's queue (so
+    there is at most one); no cycle begins less than ``config.cycle_s`` after the one before;
+    ``cycles`` and ``offered`` only rise."""
 
     def __init__(self, config: ControlPlaneConfig) -> None:
-        self.config = config
-        self.api = ApiClient(config.api_qps, config.api_burst)
+        self.config = config  # the cycle period, heads per queue, API rate and requeue batch
+        self.api = ApiClient(config.api_qps, config.api_burst)  # the scheduler's writes to the API server
         self.last_cycle = -math.inf  # when the last cycle began
         self.due = False  # a cycle event is in the engine's queue
         self.cycles = 0  # cycles run (for the summary)

@@ -26,9 +26,13 @@ PAYLOAD: Final = 4
 
 
 class EventQueue:
+    """The engine's pending events, earliest first; of one time, by class, then in push order.
+
+    Invariant: ``_heap`` is a heap of events whose seqs are all below ``_seq`` and distinct."""
+
     def __init__(self) -> None:
-        self._heap: list[Event] = []
-        self._seq = 0
+        self._heap: list[Event] = []  # the events not yet popped (heapq's order)
+        self._seq = 0  # the next event's seq (events pushed so far)
 
     def push(self, time: float, klass: int, kind: str, payload: Any = None) -> Event:
         ev = (time, klass, self._seq, kind, payload)

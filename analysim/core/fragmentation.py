@@ -62,11 +62,11 @@ class TaskClass:
     GPU models, sorted (empty: any).
     """
 
-    num_gpus: int
-    gpu_milli: int
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    gpu_models: tuple[str, ...] = ()
+    num_gpus: int  # GPUs, >= 0
+    gpu_milli: int  # thousandths of each GPU, in 1..GPU_MILLI (0 when num_gpus is 0)
+    cpu_milli: int = 0  # CPU, in thousandths of a core, >= 0
+    memory_mib: int = 0  # memory, in MiB, >= 0
+    gpu_models: tuple[str, ...] = ()  # (above)
 
     def __post_init__(self) -> None:
         if self.num_gpus < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
@@ -102,14 +102,15 @@ class TaskClass:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadDistribution:
-    """Task classes with integer weights; popularity p_m = weight_m / sum(weights).
+    """Task classes with integer weights; popularity p_m = weight_m / sum(weights). Invariant
+    (checked on creation): as many weights as classes, none negative, no class twice.
 
     Integer weights keep fragmentation values exact (see the module doc). ``from_jobs`` uses job
     counts; ``from_popularity`` quantises floats.
     """
 
-    classes: tuple[TaskClass, ...]
-    weights: tuple[int, ...]
+    classes: tuple[TaskClass, ...]  # distinct
+    weights: tuple[int, ...]  # weights[m]: class m's, >= 0 (as many as classes)
 
     def __post_init__(self) -> None:
         if len(self.classes) != len(self.weights):
@@ -315,26 +316,33 @@ class FragmentationIndex:
     Call ``refresh(nodes)`` after anything changes on those nodes (allocate, release, up/down): the
     index reads ``state`` only then, and when choosing a placement. ``refresh_all()`` recomputes every
     node. The index keeps a reference to ``state`` and never modifies it.
+
+    Invariant: for every node n, ``_frag[n]``, ``_t[n]``, ``_k[n]`` and ``_r[n]`` are those of
+    ``state`` as of n's last refresh, which ``_node_ver[n]`` numbers (a ``_tick``); a cached
+    shape's answer for n stands while its ``ver[n]`` equals ``_node_ver[n]``.
     """
 
     def __init__(self, state: ClusterState, workload: WorkloadDistribution) -> None:
-        self.state = state
-        self.workload = workload
-        self._w_total = int(workload.total_weight)
+        self.state = state  # the nodes measured (read only)
+        self.workload = workload  # the task classes F_n is expected over
+        self._w_total = int(workload.total_weight)  # W_total: the weights' sum (F values are kept times it)
         gpu = [(c, w) for c, w in zip(workload.classes, workload.weights, strict=True) if c.num_gpus > 0]
         gpu.sort(key=lambda cw: (cw[0].gpu_milli, cw[0].num_gpus))  # grouped by shape, for reduceat
         shapes = sorted({(c.gpu_milli, c.num_gpus) for c, _ in gpu})
         shape_of = {s: i for i, s in enumerate(shapes)}
+        # The GPU shapes (gpu_milli, num_gpus) of the GPU classes, sorted. Per shape: its milli.
         self._s_milli = np.array([s[0] for s in shapes], dtype=np.int64)
-        self._s_k = np.array([s[1] for s in shapes], dtype=np.int64)
-        self._n_shapes = len(shapes)
+        self._s_k = np.array([s[1] for s in shapes], dtype=np.int64)  # per shape: its GPU count
+        self._n_shapes = len(shapes)  # the shapes' count
         cls_shape = np.array([shape_of[(c.gpu_milli, c.num_gpus)] for c, _ in gpu], dtype=np.int64)
+        # Where each shape's classes begin in the class arrays below (for reduceat).
         self._shape_starts = (
             np.flatnonzero(np.r_[True, cls_shape[1:] != cls_shape[:-1]]) if gpu else cls_shape
         )
+        # Per GPU class, grouped by shape: its CPU (thousandths of a core), memory (MiB) and weight.
         self._c_cpu = np.array([c.cpu_milli for c, _ in gpu], dtype=np.int64)
-        self._c_mem = np.array([c.memory_mib for c, _ in gpu], dtype=np.int64)
-        self._c_w = np.array([w for _, w in gpu], dtype=np.int64)
+        self._c_mem = np.array([c.memory_mib for c, _ in gpu], dtype=np.int64)  # (above)
+        self._c_w = np.array([w for _, w in gpu], dtype=np.int64)  # (above)
         # model_ok[model_id, class]: the class may use that GPU model
         self._model_ok = (
             np.stack([_job_model_ok(state, c.gpu_models) for c, _ in gpu], axis=1)
@@ -345,14 +353,16 @@ class FragmentationIndex:
         self._frag = np.zeros(n, dtype=np.int64)  # W_total x F_n, exact
         # per node, as of its last refresh: free GPU capacity, and per shape K and R (module doc)
         self._t = np.zeros(n, dtype=np.int64)
-        self._k = np.zeros((n, self._n_shapes), dtype=np.int64)
-        self._r = np.zeros((n, self._n_shapes), dtype=np.int64)
-        self._node_ver = np.zeros(n, dtype=np.int64)
-        self._tick = 0
+        self._k = np.zeros((n, self._n_shapes), dtype=np.int64)  # (above) per node and shape
+        self._r = np.zeros((n, self._n_shapes), dtype=np.int64)  # (above) per node and shape, milli
+        self._node_ver = np.zeros(n, dtype=np.int64)  # per node: the tick of its last refresh
+        self._tick = 0  # refreshes so far
         # [i, j]: slot i comes before slot j. Built on the first single-GPU placement choice: it is
         # GPUs-per-node squared (42 MB on one 6,500-GPU node), and a run that only samples the
         # fragmentation metric never needs it.
         self._earlier: np.ndarray | None = None
+        # Each recently asked request shape's best placement per node, least recently used first
+        # (at most _CACHE_SHAPES).
         self._cache: OrderedDict[TaskClass, _ShapeCache] = OrderedDict()
         self.refresh_all()
 
@@ -506,7 +516,9 @@ class FragmentationIndex:
 class FragmentationTracker:
     """A cluster's FragmentationIndex, built when first asked for (over the workload given then)
     and brought up to date with the allocation at each ask after (ClusterState.touched: the nodes
-    changed since, which it empties)."""
+    changed since, which it empties).
+
+    Invariant: once built, ``index`` is up to date with ``state`` but for ``state.touched``."""
 
     def __init__(self, state: ClusterState, workload: Sequence[JobSpec] | None = None) -> None:
         self.state = state  # the allocation it follows

@@ -43,9 +43,9 @@ class Handle:
 
     now: float  # virtual seconds
     state: ClusterState  # the nodes and their free GPUs, CPU and memory (read only)
-    spec: ClusterSpec
-    config: EngineConfig
-    policy: Policy
+    spec: ClusterSpec  # the cluster's topology and VCs
+    config: EngineConfig  # the run's mechanism knobs (preemption, overheads, ...)
+    policy: Policy  # the plugins of the run
     traits: QueueTraits  # the queue's flags, read once (QueueTraits.of)
     rng: np.random.Generator  # the run's one random stream (seeded by EngineConfig.seed)
     running: dict[str, JobRun]  # job id -> running job
@@ -354,14 +354,15 @@ class PassStream:
 
 @dataclass(frozen=True)
 class QueueTraits:
-    """A queue's optional flags (see QueueSort), read once when the engine starts."""
+    """A queue's optional flags (what each means: QueueSort's comments), read once when the
+    engine starts; each False unless the queue class sets it."""
 
-    preemptive: bool = False
-    per_vc_order: bool = False
-    ranks_follow_keys: bool = False
-    running_ranks_only_rise: bool = False
-    per_job_rank_times: bool = False
-    heads_ranked_by_state: bool = False
+    preemptive: bool = False  # it ranks running jobs below waiting ones
+    per_vc_order: bool = False  # order() takes the pending jobs per VC
+    ranks_follow_keys: bool = False  # a waiting job never ranks before one ahead of it
+    running_ranks_only_rise: bool = False  # a running job's rank never moves later
+    per_job_rank_times: bool = False  # running ranks change one job at a time
+    heads_ranked_by_state: bool = False  # a VC's next job is ranked against the state of that moment
 
     @staticmethod
     def of(queue: QueueSort) -> QueueTraits:
@@ -372,11 +373,13 @@ class QueueTraits:
 
 @dataclass
 class Policy:
-    name: str
-    queue: QueueSort
-    score: Score
-    post_filters: list[PostFilter] = field(default_factory=list)
-    rebalance: Rebalance | None = None
+    """The plugins of one run, one per extension point (post-filters: any number, tried in order)."""
+
+    name: str  # what --policy called it
+    queue: QueueSort  # the QueueSort point: the order pending jobs are tried in
+    score: Score  # the Score point: which feasible nodes a job goes to
+    post_filters: list[PostFilter] = field(default_factory=list)  # preemption, when nothing fits
+    rebalance: Rebalance | None = None  # the Rebalance point: which running jobs to move (None: none)
     backfill: bool = False  # EASY backfilling behind a blocked head (blocking queues only)
     admission: Admission | None = None  # quota admission (None: the cluster's VC quotas)
     control: ControlPlane | None = None  # the control plane pacing the passes (None: a pass per change)

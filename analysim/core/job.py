@@ -32,17 +32,17 @@ class JobSpec:
     ``gpu_models`` restricts placement to these GPU models (empty: any).
     """
 
-    job_id: str
-    submit_s: float
-    duration_s: float | None
-    num_gpus: int
-    gpu_milli: int = GPU_MILLI
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    vc: str = "default"
-    user: str = ""
-    gpu_models: tuple[str, ...] = ()
-    qos: str = ""
+    job_id: str  # unique in a trace
+    submit_s: float  # when it is submitted, seconds on the trace's clock (0 <= submit_s <= MAX_TIME_S)
+    duration_s: float | None  # (above) seconds; None: unknown
+    num_gpus: int  # whole GPUs (above)
+    gpu_milli: int = GPU_MILLI  # thousandths of each GPU it uses (above)
+    cpu_milli: int = 0  # CPU, in thousandths of a core, over the whole job
+    memory_mib: int = 0  # memory, in MiB, over the whole job
+    vc: str = "default"  # its tenant: a VC of the cluster, or a LocalQueue under a partition
+    user: str = ""  # who submitted it ("": unknown; per-user policies then use its VC)
+    gpu_models: tuple[str, ...] = ()  # (above)
+    qos: str = ""  # its priority class under a partition (partition.Partition.priorities); "": none
 
     @property
     def is_fractional(self) -> bool:
@@ -74,7 +74,9 @@ class JobStatus(enum.Enum):
 
 @dataclass(slots=True)
 class Placement:
-    """Where a running job sits: per node, the GPU indexes it holds."""
+    """Where a running job sits: per node, the GPU indexes it holds.
+
+    Invariant: ``nodes`` is the nodes of ``gpus`` in the same order (set from it on creation)."""
 
     gpus: tuple[tuple[int, tuple[int, ...]], ...]  # ((node, (gpu, ...)), ...)
     slowdown: float = 1.0  # >1 when spread over more nodes or racks than needed
@@ -86,27 +88,32 @@ class Placement:
 
 @dataclass(slots=True)
 class JobRun:
-    """The engine's runtime record of a job."""
+    """The engine's runtime record of a job.
 
-    spec: JobSpec
+    Invariant: ``placement`` is set while ``status`` is RUNNING and None otherwise; ``end_s`` is
+    set once the job has ended (completed, failed or cancelled); ``remaining_s`` and
+    ``attained_gpu_s`` are as of ``last_start_s`` while it runs (``remaining_at``, ``attained_at``
+    give them at a later time)."""
+
+    spec: JobSpec  # what was asked (never changed)
     seq: int  # arrival order: ties are broken by it, so runs are deterministic
-    status: JobStatus = JobStatus.PENDING
+    status: JobStatus = JobStatus.PENDING  # where it is in its life (the engine sets it)
     remaining_s: float = 0.0  # work left, in seconds at slowdown 1
     overhead_s: float = 0.0  # restore/migration time to pay before progress resumes
     attained_gpu_s: float = 0.0  # GPU-seconds received so far (Tiresias' 2D LAS)
     executed_s: float = 0.0  # wall (virtual) seconds spent running
-    placement: Placement | None = None
+    placement: Placement | None = None  # where it runs (see the invariant)
     last_start_s: float = 0.0  # start of the current run segment
-    first_start_s: float | None = None
-    end_s: float | None = None
+    first_start_s: float | None = None  # when it first started, seconds (None: never yet)
+    end_s: float | None = None  # when it completed, failed or was cancelled, seconds (None: not ended)
     enqueued_s: float = 0.0  # when it last entered the queue
-    preemptions: int = 0
-    migrations: int = 0
+    preemptions: int = 0  # times it was preempted (checkpointed and put back in the queue)
+    migrations: int = 0  # times it was moved while running
     restarts: int = 0  # requeues after node failure
     queue_level: int = 0  # used by multi-level queue policies
     estimate_s: float | None = None  # predicted duration, for predicting policies
     completion_token: int = 0  # invalidates stale completion events after preemption
-    placements_seen: list[tuple[int, ...]] = field(default_factory=list)
+    placements_seen: list[tuple[int, ...]] = field(default_factory=list)  # each launch's nodes, in order
 
     @property
     def job_id(self) -> str:

@@ -63,12 +63,12 @@ class Memos:
     def __init__(self) -> None:
         # The pass memo's key, as three fields: comparing them costs a tenth of building and
         # comparing a tuple of boxed values on each of ~390 k calls (callgrind, tiresias + both).
-        self._pass_no = -1  # (no pass yet)
-        self._pass_running = -1
-        self._pass_now = 0.0
-        self._pass: dict = {}
-        self._vc: dict[str, _VcEntries] = {}
-        self._lasting: dict = {}
+        self._pass_no = -1  # the pass number (-1: no pass yet)
+        self._pass_running = -1  # the world's running version (World.running)
+        self._pass_now = 0.0  # the time, virtual seconds
+        self._pass: dict = {}  # the pass memo's entries, cleared when any of the three fields changes
+        self._vc: dict[str, _VcEntries] = {}  # VC -> its vc_memo, replaced when its versions change
+        self._lasting: dict = {}  # the lasting memo's entries, cleared when the nodes change
 
     def pass_memo(self, pass_no: int, running: int, now: float) -> dict:
         if pass_no != self._pass_no or running != self._pass_running or now != self._pass_now:

@@ -19,8 +19,8 @@ class NodeViews:
     """Invariant: every answer kept is the one the nodes up now give (forget() on every node event)."""
 
     def __init__(self, state: ClusterState, dedicated: set[str]) -> None:
-        self.state = state
-        self.dedicated = dedicated
+        self.state = state  # the engine's nodes (up, GPU models, owners), read when an answer is made
+        self.dedicated = dedicated  # the VCs with nodes of their own (their jobs' key names the VC)
         self._masks: dict[tuple, np.ndarray] = {}  # static key -> static_mask
         self._lists: dict[tuple, tuple[list[bool], bool]] = {}  # static key -> (mask as a list, all True)
         self._gang_sizes: dict[tuple, int] = {}  # (GPUs, models, dedicated VC) -> gang_size

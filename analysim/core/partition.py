@@ -71,7 +71,9 @@ def requests_of(spec: JobSpec) -> dict[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    nominal: int
+    """A node's quota of one flavor-resource, in the resource's base units (requests_of)."""
+
+    nominal: int  # what it is guaranteed (a cohort's: what it holds besides its children's)
     borrowing_limit: int | None = None  # None: may borrow whatever its parent has
     lending_limit: int | None = None  # None: lends all it does not use
 
@@ -83,8 +85,8 @@ class Quota:
 class Flavor:
     """A set of nodes that quota is kept for (Kueue's ResourceFlavor, resolved to node names)."""
 
-    name: str
-    nodes: tuple[str, ...]
+    name: str  # what quotas and resource groups name
+    nodes: tuple[str, ...]  # the cluster's nodes it stands for, by name
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -94,8 +96,8 @@ class Flavor:
 class ResourceGroup:
     """Resources whose flavor is chosen together, and the flavors in the order they are tried."""
 
-    resources: tuple[str, ...]
-    flavors: tuple[str, ...]
+    resources: tuple[str, ...]  # resource names (GPU, CPU, MEMORY); each in one group of a queue at most
+    flavors: tuple[str, ...]  # flavor names, in the order they are tried
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -132,10 +134,10 @@ class Preemption:
     ``max_priority_threshold``: borrowWithinCohort's, None when not given (any priority below the
     preemptor's)."""
 
-    within_cluster_queue: str = NEVER
-    reclaim_within_cohort: str = NEVER
-    borrow_within_cohort: str = NEVER
-    max_priority_threshold: int | None = None
+    within_cluster_queue: str = NEVER  # one of WITHIN_CLUSTER_QUEUE: which of its own workloads it may evict
+    reclaim_within_cohort: str = NEVER  # one of RECLAIM_WITHIN_COHORT: which borrowing queues' it may evict
+    borrow_within_cohort: str = NEVER  # one of BORROW_WITHIN_COHORT: whether it may evict while borrowing
+    max_priority_threshold: int | None = None  # borrowWithinCohort's (above)
 
     @property
     def enabled(self) -> bool:
@@ -153,7 +155,7 @@ NO_PREEMPTION = Preemption()
 class FairSharing:
     """Kueue's Configuration ``fairSharing`` when enabled: the preemption strategies, in order."""
 
-    strategies: tuple[str, ...] = FAIR_STRATEGIES
+    strategies: tuple[str, ...] = FAIR_STRATEGIES  # each LESS_THAN_OR_EQUAL_TO_FINAL_SHARE or LESS_THAN_INITIAL_SHARE
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -173,17 +175,17 @@ class PartitionNode:
     policies. ``weight`` is a node's fair-sharing weight
     (``fairSharing.weight``; read only with fair sharing on)."""
 
-    name: str
-    is_queue: bool
-    parent: str | None = None
-    quotas: tuple[tuple[tuple[str, str], Quota], ...] = ()
-    groups: tuple[ResourceGroup, ...] = ()
-    strategy: str = BEST_EFFORT_FIFO
-    try_next_flavor: bool = False
-    preemption: Preemption = NO_PREEMPTION
-    weight: float = 1.0
-    try_next_when_preempting: bool = True
-    preference: str = BORROWING_OVER_PREEMPTION
+    name: str  # unique among the partition's nodes (ClusterQueue or Cohort name)
+    is_queue: bool  # a ClusterQueue (a leaf), else a cohort
+    parent: str | None = None  # its cohort's name (None: a root); the parents form a tree, no cycle
+    quotas: tuple[tuple[tuple[str, str], Quota], ...] = ()  # (see above)
+    groups: tuple[ResourceGroup, ...] = ()  # (a queue's; see above)
+    strategy: str = BEST_EFFORT_FIFO  # STRICT_FIFO or BEST_EFFORT_FIFO (a queue's)
+    try_next_flavor: bool = False  # whenCanBorrow: TryNextFlavor (above)
+    preemption: Preemption = NO_PREEMPTION  # (a queue's)
+    weight: float = 1.0  # fairSharing.weight, >= 0 (above)
+    try_next_when_preempting: bool = True  # whenCanPreempt: TryNextFlavor (above)
+    preference: str = BORROWING_OVER_PREEMPTION  # BORROWING_OVER_PREEMPTION or PREEMPTION_OVER_BORROWING
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -195,11 +197,11 @@ class Partition:
     (``queue_of``: job VC -> queue name, Kueue's LocalQueue -> ClusterQueue) and the priority
     classes (name -> value; a job's ``qos`` names its class, 0 when it names none)."""
 
-    flavors: tuple[Flavor, ...]
-    nodes: tuple[PartitionNode, ...]
-    queue_of: tuple[tuple[str, str], ...]
-    priorities: tuple[tuple[str, int], ...] = ()
-    source: str = ""
+    flavors: tuple[Flavor, ...]  # every flavor the queues name
+    nodes: tuple[PartitionNode, ...]  # the tree's nodes; node i of a QuotaTree is nodes[i]
+    queue_of: tuple[tuple[str, str], ...]  # (job VC, queue name) pairs (above)
+    priorities: tuple[tuple[str, int], ...] = ()  # (priority class, value) pairs (above)
+    source: str = ""  # where it was read from (a YAML file's path, or "cluster VCs"), for messages
     fair_sharing: FairSharing | None = None  # (a Configuration with fairSharing.enable: true)
 
     @property
@@ -231,22 +233,30 @@ class Partition:
 
 
 class QuotaTree:
-    """The partition's quota and usage, per node and (flavor, resource), as Kueue keeps them."""
+    """The partition's quota and usage, per node and (flavor, resource), as Kueue keeps them.
+
+    Invariant (kept by add and remove): a node's usage is what was charged to it plus what its
+    children use past what they are guaranteed (``guaranteed``); ``over_children`` counts, per
+    node and flavor-resource, the children whose usage is above their subtree quota. Amounts are
+    in the resource's base units (requests_of)."""
 
     def __init__(self, partition: Partition) -> None:
-        self.partition = partition
-        self.index: dict[str, int] = {n.name: i for i, n in enumerate(partition.nodes)}
+        self.partition = partition  # the tree's nodes, flavors and quotas (node i is partition.nodes[i])
+        self.index: dict[str, int] = {n.name: i for i, n in enumerate(partition.nodes)}  # node name -> index
         if len(self.index) != len(partition.nodes):
             raise ValueError("two partition nodes share a name")
+        # Per node: its parent's index (-1: a root).
         self.parent: list[int] = [-1 if n.parent is None else self.index[n.parent] for n in partition.nodes]
-        self.children: list[list[int]] = [[] for _ in partition.nodes]
+        self.children: list[list[int]] = [[] for _ in partition.nodes]  # per node: its children's indices
         for i, p in enumerate(self.parent):
             if p >= 0:
                 self.children[p].append(i)
         self._check_acyclic()
-        self.quota: list[dict[tuple[str, str], Quota]] = [dict(n.quotas) for n in partition.nodes]
+        self.quota: list[dict[tuple[str, str], Quota]] = [dict(n.quotas) for n in partition.nodes]  # per node: its own
+        # Per node: its subtree quota (its nominal plus what its children lend up: their subtree
+        # quota past what they keep), fixed after __init__.
         self.subtree: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
-        self.usage: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
+        self.usage: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]  # per node (above)
         # Per node and flavor-resource: how many of its children use more than their subtree
         # quota (borrow). Kept by add and remove. Another queue's workload can be reclaimed only
         # under such a child, so a preemption search whose path counts none has no candidate in

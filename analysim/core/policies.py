@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from analysim.core.cluster import ClusterSpec
 from analysim.core.control_plane import ControlPlane, ControlPlaneConfig
 from analysim.core.framework import Policy
-from analysim.core.plugins.kueue import KueueAdmission, KueueQueue, KueueState
-from analysim.core.plugins.kueue_fair import Shares
+from analysim.core.plugins.kueue import KueueAdmission, KueueQueue
 from analysim.core.plugins.kueue_preemption import KueuePreemption
+from analysim.core.plugins.kueue_share import Shares
+from analysim.core.plugins.kueue_state import KueueState
 from analysim.core.plugins.migration import DefragMigration
 from analysim.core.plugins.preemption import PriorityPreemption, QuotaReclaim
 from analysim.core.plugins.queue import QUEUE_SORTS
@@ -85,7 +86,7 @@ def partition_policy(cluster: ClusterSpec, score: str = "consolidate",
         raise ValueError(f"unknown placement {score!r}; known: {', '.join(placement_names())}")
     state = KueueState(partition, [n.name for n in cluster.nodes])
     if partition.fair_sharing is not None:
-        state.shares = Shares(state)  # (fair sharing: admission order and preemption by share)
+        state.shares = Shares(state.tree)  # (fair sharing: admission order and preemption by share)
     post_filters: list = [KueuePreemption(state)] if partition.preempts else []
     paced = ControlPlane(control) if control is not None else None
     return Policy(name=f"kueue/{sname}", queue=KueueQueue(state, paced), score=SCORES[sname](),

@@ -39,8 +39,8 @@ class RankedRunning:
 
     def __init__(self, jobs: list[JobRun], ranks: list[tuple], pass_no: int, hold_until: float,
                  untils: list[float] | None = None) -> None:
-        self.ranks: list[tuple] = []
-        self.jobs: list[JobRun] = []
+        self.ranks: list[tuple] = []  # ranks[i]: jobs[i]'s preemption rank when last ranked
+        self.jobs: list[JobRun] = []  # the scope's running jobs, in the order above
         self._sort(jobs, ranks)
         self.pass_no = pass_no  # the last pass whose ranks it holds
         self.hold_until = hold_until  # no rank moves before (QueueSort.preempt_ranks_hold_until)
@@ -48,7 +48,7 @@ class RankedRunning:
         # (preempt_rank_until). Then ``due`` is a heap of (that time, seq) and ``until_of`` maps
         # the seq of each job listed to (that time, job): a heap entry that differs is stale.
         self.due: list[tuple[float, int]] | None = None
-        self.until_of: dict[int, tuple[float, JobRun]] = {}
+        self.until_of: dict[int, tuple[float, JobRun]] = {}  # (above) empty without per_job_rank_times
         if untils is not None:
             self.due = [(u, j.seq) for u, j in zip(untils, jobs, strict=True) if u < math.inf]
             heapq.heapify(self.due)
@@ -131,7 +131,7 @@ class RankedIndex:
 
     def __init__(self, per_job_rank_times: bool) -> None:
         self.per_job = per_job_rank_times  # the queue's ranks change one job at a time (RankHints)
-        self._ranked: dict[str | None, RankedRunning] = {}
+        self._ranked: dict[str | None, RankedRunning] = {}  # scope (VC; None: all) -> its list, once built
 
     def ranked(self, ctx: Handle, vc: str | None, pass_no: int) -> tuple[list[tuple], list[JobRun]]:
         """(ranks, jobs) of ``vc``'s running jobs (every running job's for None), ranked at the

@@ -33,20 +33,22 @@ class EngineConfig:
     ``preemption_cost`` (PREEMPTION_COSTS): by default it checkpoints, keeping all its work.
     """
 
-    preemption: bool = False
-    migration: bool = False
-    restore_overhead_s: float = 30.0
-    migration_overhead_s: float = 60.0
-    checkpoint_interval_s: float | None = 1800.0
-    rebalance_interval_s: float | None = None
-    relaxed_locality: bool = False
+    preemption: bool = False  # whether the policy may preempt (a partition's queues say so themselves)
+    migration: bool = False  # whether running jobs may be moved (with a rebalance plugin)
+    restore_overhead_s: float = 30.0  # (above) seconds
+    migration_overhead_s: float = 60.0  # (above) seconds
+    checkpoint_interval_s: float | None = 1800.0  # (above) seconds of progress
+    rebalance_interval_s: float | None = None  # seconds between rebalance passes (None or 0: none)
+    relaxed_locality: bool = False  # a gang may span any number of nodes, not only the fewest that hold it
+    # Whether the engine schedules each launched job's completion itself; off when something
+    # outside reports completions (the live scheduler's agents).
     predict_completions: bool = True
-    seed: int = 0
+    seed: int = 0  # seeds the run's one random stream (Engine.rng)
     preemption_cost: str = "keep"  # one of PREEMPTION_COSTS
     # A run of millions of jobs keeps neither its ended jobs (the recorder has their rows; they are
     # only counted, in forgotten_by_vc) nor its decision log.
     keep_ended: bool = True
-    keep_decisions: bool = True
+    keep_decisions: bool = True  # (above) whether DecisionLog keeps every decision in a list
 
     def __post_init__(self) -> None:
         if self.preemption_cost not in PREEMPTION_COSTS:
@@ -60,17 +62,17 @@ class EngineConfig:
 class Decision:
     """Something the engine did, in the order it did it."""
 
-    time: float
+    time: float  # when it was made, seconds on the engine's clock
     kind: str  # launch | preempt | migrate | complete | requeue | cancel | fail
-    job_id: str
-    nodes: tuple[str, ...] = ()
+    job_id: str  # the job it was made about
+    nodes: tuple[str, ...] = ()  # the nodes the job holds as it is made, by name (empty: none)
     # An eviction's or a migration's reason, the queue (ClusterQueue, or VC without a partition)
     # of the job it made room for, and that job's id; "" otherwise. A preemption's reason is its
     # post-filter's when that says (Kueue's: InClusterQueue, ...), else the post-filter's name
     # (priority, reclaim); a migration's is UNBLOCK or REBALANCE.
     reason: str = ""
-    by: str = ""
-    preemptor: str = ""
+    by: str = ""  # (above) the queue made room for
+    preemptor: str = ""  # (above) the job made room for
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
@@ -79,7 +81,8 @@ class Decision:
 class DecisionLog:
     """Where the engine's decisions go as they are made: the kept list (with
     EngineConfig.keep_decisions; off for long runs) and every sink handed to it (an events file,
-    analysim.events), in that order. With neither, no Decision is made at all."""
+    analysim.events), in that order. With neither, no Decision is made at all. Invariant:
+    ``kept.append`` is the first sink exactly when decisions are kept."""
 
     def __init__(self, keep: bool, node_names: list[str]) -> None:
         self.node_names = node_names  # node index -> its name, as decisions give nodes
@@ -105,12 +108,13 @@ class InfeasibleJob(ValueError):
 
     def __init__(self, message: str, reason: str = "infeasible") -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = reason  # (above)
 
 
 @dataclass(slots=True)
 class JobBook:
-    """Engine bookkeeping per job that plugins need not see."""
+    """Engine bookkeeping per job that plugins need not see. Invariant: ``checkpoint_work_s`` is
+    at most the job's progress (its duration less its remaining work)."""
 
     checkpoint_work_s: float = 0.0  # progress saved by the last checkpoint
     expected_end_s: float = math.inf  # when it ends if nothing happens to it (inf while not running)

@@ -100,8 +100,8 @@ class NextKeys:
     __slots__ = ("after", "heap")
 
     def __init__(self, lists: list[SortedList], after: tuple) -> None:
-        self.after = after
-        self.heap: list[tuple[tuple, SortedList]] = []
+        self.after = after  # the last point asked (keys only move past it)
+        self.heap: list[tuple[tuple, SortedList]] = []  # (a list's first key past ``after``, the list)
         for keys in lists:
             first = first_after(keys, after)
             if first is not None:

@@ -1,6 +1,7 @@
 """Kueue's admission, as plugins of the framework: the quota check (``KueueAdmission``, the
 Admission point) and Kueue's queueing (``KueueQueue``, the QueueSort point), over one partition
-(analysim.core.partition) and its quota tree.
+(analysim.core.partition) and its quota tree, whose usage they share with the other Kueue plugins
+in a KueueState (kueue_state).
 
 What they do, after Kueue's documentation (docs/kueue.md has the details and what is not modelled):
 
@@ -19,198 +20,21 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar, Final
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
 from analysim.core.framework import QUOTA_WAIT, PassStream
 from analysim.core.job import JobRun, JobStatus
-from analysim.core.partition import PREEMPTION_OVER_BORROWING, STRICT_FIFO, Partition, QuotaTree, requests_of
-from analysim.core.plugins import kueue_flavors
-from analysim.core.plugins.kueue_flavors import FIT, Heights
+from analysim.core.partition import STRICT_FIFO
+from analysim.core.plugins.kueue_state import KueueState
 from analysim.core.plugins.queue import _QueueSort
 
 if TYPE_CHECKING:
     from analysim.core.control_plane import ControlPlane
     from analysim.core.framework import Handle
-    from analysim.core.plugins.kueue_fair import Shares
-    from analysim.core.plugins.kueue_flavors import Choice, Oracle
-
-
-# Kueue's reasons for a preemption (kueue_preemption, kueue_fair).
-IN_CLUSTER_QUEUE: Final = "InClusterQueue"
-IN_COHORT_RECLAMATION: Final = "InCohortReclamation"
-IN_COHORT_FAIR_SHARING: Final = "InCohortFairSharing"
-IN_COHORT_RECLAIM_WHILE_BORROWING: Final = "InCohortReclaimWhileBorrowing"
-
-
-class KueueState:
-    """What the plugins read: the partition, its quota tree, each queue's flavors as node masks,
-    which flavors each running job holds, each queue's running workloads in Kueue's preemption
-    candidate order (``by_queue``: lowest priority first, then most recently admitted first; kept
-    on every charge and release, so a victim search walks them in order and stops when the job
-    fits), and the evictions by Kueue's reason (``reasons`` per job, ``preempted`` per preempting
-    queue and reason)."""
-
-    def __init__(self, partition: Partition, node_names: list[str]) -> None:
-        self.partition = partition
-        self.tree = QuotaTree(partition)
-        where = {n: i for i, n in enumerate(node_names)}
-        self.flavor_mask: dict[str, np.ndarray] = {}
-        for f in partition.flavors:
-            mask = np.zeros(len(node_names), dtype=bool)
-            mask[[where[n] for n in f.nodes]] = True
-            self.flavor_mask[f.name] = mask
-        self.queue_of: dict[str, int] = {vc: self.tree.index[q] for vc, q in partition.queue_of}
-        self.priority: dict[str, int] = dict(partition.priorities)
-        self.heights = Heights(self.tree)
-        self.held: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...]]] = {}  # job -> (queue, charges)
-        self.version = 0  # bumped by every charge and release
-        # Per cohort tree (by its root's index, ``root``): a version bumped by every charge and
-        # release in it. A flavor choice reads the usage of its queue's tree only.
-        self.tree_versions: list[int] = [0] * len(partition.nodes)
-        # assign's answers per queue and request, each with its tree's version when made: most
-        # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
-        # the others standing (Kueue's large-scale scenario has ten).
-        self._answers: dict[tuple, tuple[int, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
-        self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
-        # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
-        # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
-        # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
-        self.oracle: Oracle | None = None
-        # Whether a preemption search for a job surely finds nothing now, from counts on the quota
-        # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
-        self.no_candidate: Callable[[JobRun], bool] | None = None
-        self.asks_oracle: list[bool] = [
-            n.is_queue and n.preemption.enabled
-            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
-            for n in partition.nodes]
-        # The flavors a preemption chose for a job, until the job is admitted on them right after.
-        self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
-        self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
-        # Running workloads per queue as (priority, -admitted at, -seq, job id): candidate order.
-        self.by_queue: list[SortedList] = [SortedList() for _ in partition.nodes]
-        self.candidate_key: dict[str, tuple[int, float, int, str]] = {}
-        self.running_jobs: dict[str, JobRun] = {}  # job id -> the running job (what by_queue's keys name)
-        # Per queue and flavor-resource, the amounts its running workloads are charged, sorted (the
-        # largest bounds what one eviction frees: kueue_preemption's bound).
-        self.amounts: list[dict[tuple[str, str], SortedList]] = [{} for _ in partition.nodes]
-        # Evictions by reason: per evicted job (read when it ends), per (preempting queue, reason).
-        self.reasons: dict[str, dict[str, int]] = {}
-        self.preempted: dict[tuple[str, str], int] = {}
-        self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
-        # Per cohort tree (by its root's index): requeues of its inadmissible workloads so far, and
-        # when the next is due (a release of quota in the tree asked for one; KueueQueue.parked).
-        self.root: list[int] = [self._root(i) for i in range(len(partition.nodes))]
-        self.requeues: list[int] = [0] * len(partition.nodes)
-        self.requeue_due: list[float | None] = [None] * len(partition.nodes)
-        self.releases = 0  # releases of quota anywhere
-
-    def _root(self, i: int) -> int:
-        while self.tree.parent[i] >= 0:
-            i = self.tree.parent[i]
-        return i
-
-    def ask_requeue(self, q: int, now: float, batch_s: float) -> float | None:
-        """Quota was released in queue ``q``'s tree: its inadmissible workloads come back
-        ``batch_s`` later (the time, for a pass then), unless a requeue is due already (None)."""
-        root = self.root[q]
-        if self.requeue_due[root] is not None:
-            return None
-        due = self.requeue_due[root] = now + batch_s
-        return due
-
-    def requeued(self, q: int, now: float) -> int:
-        """The requeues of queue ``q``'s tree by ``now``."""
-        root = self.root[q]
-        due = self.requeue_due[root]
-        if due is not None and due <= now:
-            self.requeues[root] += 1
-            self.requeue_due[root] = None
-        return self.requeues[root]
-
-    def requeues_by(self, q: int, now: float) -> int:
-        """What ``requeued`` would answer, without counting a due requeue (a question, not a step)."""
-        root = self.root[q]
-        due = self.requeue_due[root]
-        return self.requeues[root] + (1 if due is not None and due <= now else 0)
-
-    def priority_of(self, job: JobRun) -> int:
-        return self.priority.get(job.spec.qos, 0)
-
-    def record_eviction(self, victim: JobRun, preempting_queue: int, reason: str) -> None:
-        """A victim is about to be evicted for a workload of ``preempting_queue``, for ``reason``."""
-        mine = self.reasons.setdefault(victim.job_id, {})
-        mine[reason] = mine.get(reason, 0) + 1
-        key = (self.partition.nodes[preempting_queue].name, reason)
-        self.preempted[key] = self.preempted.get(key, 0) + 1
-
-    def queue(self, job: JobRun) -> int:
-        return self.queue_of[job.spec.vc]
-
-    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
-        """The flavors Kueue would admit the job on now (one per resource group its requests touch),
-        what it would charge, and its borrowing level (0: within nominal quota); None when its
-        flavor assignment does not fit now (kueue_flavors)."""
-        q = self.queue(job)
-        if self.asks_oracle[q]:
-            return _admissible(self.choose(job, self.oracle))
-        key = (q, job.spec.request)
-        version = self.tree_versions[self.root[q]]
-        got = self._answers.get(key)
-        if got is not None and got[0] == version:
-            return got[1]
-        answer = _admissible(self.choose(job, None))
-        self._answers[key] = (version, answer)
-        return answer
-
-    def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
-        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
-        q = self.queue(job)
-        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
-                                    self.partition.fair_sharing is not None, job, oracle)
-
-    def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
-        for fr, amount in charges:
-            self.tree.add(q, fr, amount)
-        self.held[job.job_id] = (q, charges)
-        self.version += 1
-        self.queue_versions[q] += 1
-        self.tree_versions[self.root[q]] += 1
-        key = (self.priority_of(job), -now, -job.seq, job.job_id)
-        self.candidate_key[job.job_id] = key
-        self.by_queue[q].add(key)
-        self.running_jobs[job.job_id] = job
-        amounts = self.amounts[q]
-        for fr, amount in charges:
-            got = amounts.get(fr)
-            if got is None:
-                got = amounts[fr] = SortedList()
-            got.add(amount)
-
-    def release(self, job: JobRun) -> None:
-        held = self.held.pop(job.job_id, None)
-        if held is None:
-            return
-        q, charges = held
-        for fr, amount in charges:
-            self.tree.remove(q, fr, amount)
-        self.releases += 1
-        self.version += 1
-        self.queue_versions[q] += 1
-        self.tree_versions[self.root[q]] += 1
-        self.by_queue[q].remove(self.candidate_key.pop(job.job_id))
-        del self.running_jobs[job.job_id]
-        amounts = self.amounts[q]
-        for fr, amount in charges:
-            amounts[fr].remove(amount)
-
-
-def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
-    """A flavor assignment that fits now, as assign gives it (flavors, charges, level); else None."""
-    return None if choice is None or choice.mode != FIT else (choice.flavors, choice.charges, choice.level)
 
 
 class KueueAdmission:
@@ -220,12 +44,12 @@ class KueueAdmission:
     name: ClassVar[str] = "kueue"
 
     def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
-        self.state = state
+        self.state = state  # the usage it charges and releases, shared with the other Kueue plugins
         self.control = control  # (under the control-plane model: releases ask for requeues)
         # Queues that may preempt: a job of one whose quota does not fit now is still attempted
         # (on no nodes, so that it fails and the post-filter may find victims); others wait.
         self.preempting = [n.is_queue and n.preemption.enabled for n in state.partition.nodes]
-        self.nowhere: np.ndarray | None = None
+        self.nowhere: np.ndarray | None = None  # a mask of no node (made on first use), for those attempts
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
         st = self.state
@@ -259,7 +83,7 @@ class KueueAdmission:
         st = self.state
         st.release(job)
         if self.control is not None:  # (the control plane's inadmissible pool: see KueueQueue)
-            due = st.ask_requeue(st.queue(job), ctx.now, self.control.config.requeue_batch_s)
+            due = st.requeues.ask(st.root[st.queue(job)], ctx.now, self.control.config.requeue_batch_s)
             if due is not None:
                 ctx.set_timer(due)
 
@@ -267,7 +91,12 @@ class KueueAdmission:
 class KueueQueue(_QueueSort):
     """Kueue's queueing: by priority, then creation time, per ClusterQueue; the workloads that fit
     within nominal quota before those that would borrow; StrictFIFO queues only from their head.
-    (Kueue's preemption is the post-filter kueue_preemption.KueuePreemption.)"""
+    (Kueue's preemption is the post-filter kueue_preemption.KueuePreemption.)
+
+    Invariant: a StrictFIFO queue's ``waiting`` holds (key, seq, job) of each of its jobs that
+    arrived or stopped and has not launched since (ended ones until they reach the head), and
+    ``keyed`` maps each of those jobs to its (key, seq); a ``parked`` entry stands only while its
+    stamp is the current one (``_stamp``)."""
 
     name: ClassVar[str] = "kueue"
     # The order reads the quota usage (who would borrow), so it is taken afresh each pass; each
@@ -279,7 +108,7 @@ class KueueQueue(_QueueSort):
     heads_ranked_by_state: ClassVar[bool] = True
 
     def __init__(self, state: KueueState, control: ControlPlane | None = None) -> None:
-        self.state = state
+        self.state = state  # the usage its ranks read (who would borrow), shared with the admission
         # Under the control-plane model: each ClusterQueue offers its first ``heads_per_queue``
         # workloads to a cycle; one that is not admitted is parked, with every workload of its
         # queue with the same request (Kueue's equivalence hashing), until quota is released in its
@@ -287,15 +116,16 @@ class KueueQueue(_QueueSort):
         self.control = control
         self.parked: dict[tuple[int, bool], tuple[int, set[tuple]]] = {}  # (queue, on nodes) -> (stamp, requests)
         nodes = state.partition.nodes
-        self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]
+        self.strict = [n.is_queue and n.strategy == STRICT_FIFO for n in nodes]  # per tree node: a StrictFIFO queue
         # A StrictFIFO queue's pending jobs by key, to know its head (jobs that end while pending,
         # cancelled, are dropped when they come to the head).
         self.waiting: dict[int, SortedList] = {i: SortedList() for i, s in enumerate(self.strict) if s}
-        self.keyed: dict[str, tuple] = {}
+        self.keyed: dict[str, tuple] = {}  # job id -> its (key, seq) in ``waiting``, while it is there
         self.pass_now = 0.0  # the time of the pass under way (order)
         self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
-        self.given = 0  # jobs the orders gave the passes, and runs drained (order): for tests and profiles
-        self.drains = 0
+        # Jobs the orders gave the passes, and runs drained (order): counts for tests and profiles.
+        self.given = 0
+        self.drains = 0  # (above)
 
     def key(self, job: JobRun, ctx: Handle) -> tuple:
         return self._key(job)
@@ -438,16 +268,18 @@ class KueueQueue(_QueueSort):
         """What a parked request waits to change: the requeues of its queue's cohort tree (its
         quota did not fit: Kueue's inadmissible pool), or any release of quota anywhere (its quota
         fit but no nodes were free, which Kueue, not placing pods, does not see)."""
-        return self.state.releases if on_nodes else self.state.requeued(q, now)
+        st = self.state
+        return st.requeues.releases if on_nodes else st.requeues.counted(st.root[q], now)
 
     def pool_of(self, job: JobRun) -> str | None:
         """Under the control-plane model, where a pending job waits as of the last pass: "quota"
         (parked in its ClusterQueue's inadmissible pool), "nodes" (parked: its quota fitted, its
         nodes had no room) or None (not parked: waiting to be offered to a cycle)."""
         q = self.state.queue(job)
+        requeues, root = self.state.requeues, self.state.root[q]
         for on_nodes, pool in ((True, "nodes"), (False, "quota")):
             parked = self.parked.get((q, on_nodes))
-            stamp = self.state.releases if on_nodes else self.state.requeues_by(q, self.pass_now)
+            stamp = requeues.releases if on_nodes else requeues.by(root, self.pass_now)
             if parked is not None and parked[0] == stamp and job.spec.request in parked[1]:
                 return pool
         return None

@@ -1,12 +1,7 @@
 """Kueue's fair sharing (Configuration ``fairSharing.enable: true``): the share of a ClusterQueue or
 cohort, admission ordered by it, and preemption by it (Kueue's documentation, "Fair Sharing").
 
-**Share** (Kueue's dominant resource share). For a node of the tree with a parent, per resource,
-what it uses above its own quota summed over flavors (``max(0, usage - subtree quota)`` per
-flavor), divided by what its parent's subtree could lend of that resource (the parent's subtree
-quota summed over flavors); the largest of these over resources, divided by the node's
-``fairSharing.weight``. 0 for a node within its quota; a weight of 0 makes any borrowing an
-infinite share. A root (or a ClusterQueue outside any cohort) has share 0.
+**Share** (Kueue's dominant resource share): kueue_share.Shares.
 
 **Admission order.** Across ClusterQueues, the heads are taken by the share their queue would have
 with the workload admitted, lowest first, then by priority and creation (in place of "those that
@@ -34,64 +29,17 @@ borrow (fair sharing decides how much), and only queues that borrow are targets.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from analysim.core.partition import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
-from analysim.core.plugins.kueue import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING, IN_COHORT_RECLAMATION
+from analysim.core.plugins.kueue_state import IN_CLUSTER_QUEUE, IN_COHORT_FAIR_SHARING, IN_COHORT_RECLAMATION
 
 if TYPE_CHECKING:
     from analysim.core.job import JobRun
-    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_share import Shares
     from analysim.core.plugins.kueue_trial import Trial
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
-
-
-class Shares:
-    """Shares of the tree's nodes, from the quota tree's usage (read afresh: the tree changes on
-    every charge and release, and with the trial evictions of a search)."""
-
-    def __init__(self, state: KueueState) -> None:
-        self.state = state
-        tree = state.tree
-        nodes = state.partition.nodes
-        self.weight = [n.weight for n in nodes]
-        # Per node: its flavor-resources, grouped by resource; and what its parent could lend of each.
-        self.by_resource: list[dict[str, list[tuple[str, str]]]] = []
-        self.lendable: list[dict[str, int]] = []
-        for i in range(len(nodes)):
-            groups: dict[str, list[tuple[str, str]]] = {}
-            for fr in tree.subtree[i]:
-                groups.setdefault(fr[1], []).append(fr)
-            self.by_resource.append(groups)
-            p = tree.parent[i]
-            lend: dict[str, int] = {}
-            if p >= 0:
-                for fr, v in tree.subtree[p].items():
-                    lend[fr[1]] = lend.get(fr[1], 0) + v
-            self.lendable.append(lend)
-
-    def share(self, i: int, extra: Charges = ()) -> float:
-        """Node ``i``'s share, with ``extra`` charged to it (a workload it would admit)."""
-        tree = self.state.tree
-        if tree.parent[i] < 0:
-            return 0.0
-        added: dict[tuple[str, str], int] = {}
-        for fr, a in extra:
-            added[fr] = added.get(fr, 0) + a
-        most = 0.0
-        for r, frs in self.by_resource[i].items():
-            borrowed = sum(max(0, tree.usage[i].get(fr, 0) + added.get(fr, 0) - tree.subtree[i].get(fr, 0))
-                           for fr in frs)
-            if borrowed <= 0:
-                continue
-            lendable = self.lendable[i].get(r, 0)
-            most = max(most, math.inf if lendable <= 0 else borrowed / lendable)
-        if most == 0.0:
-            return 0.0
-        w = self.weight[i]
-        return math.inf if w <= 0 else most / w
 
 
 def allows(strategy: str, preemptor_share: float, target_before: float, target_after: float) -> bool:

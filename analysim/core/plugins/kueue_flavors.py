@@ -91,7 +91,7 @@ class Heights:
     cohort with any child at least 1), Kueue's measure of how far a borrowing level reaches."""
 
     def __init__(self, tree: QuotaTree) -> None:
-        self.of: list[int] = [0] * len(tree.parent)
+        self.of: list[int] = [0] * len(tree.parent)  # per tree node: its height (fixed: the tree is)
         for i in range(len(tree.parent)):
             self.of[i] = self._height(tree, i)
 
@@ -139,13 +139,13 @@ class Choice:
     """A workload's flavor assignment: one flavor per resource group its requests touch
     (``flavors``, in group order), what it charges, its borrowing level (the largest of its
     resources'), its mode (the worst of its flavors'), and the flavor-resources that need
-    preemption (every one not of mode FIT)."""
+    preemption (every one whose own mode is not FIT)."""
 
-    flavors: tuple[str, ...]
-    charges: Charges
-    level: int
-    mode: int
-    need: frozenset
+    flavors: tuple[str, ...]  # one per resource group touched, in group order
+    charges: Charges  # ((flavor, resource), amount in base units) per resource asked for
+    level: int  # its borrowing level (0: within nominal quota)
+    mode: int  # NO_FIT .. FIT (above)
+    need: frozenset  # the (flavor, resource) pairs needing preemption
 
 
 def resource_mode(tree: QuotaTree, heights: Heights, node: PartitionNode, q: int, fr: tuple[str, str], amount: int,

@@ -72,12 +72,7 @@ import numpy as np
 
 from analysim.core.job import JobRun
 from analysim.core.partition import LOWER_OR_NEWER_EQUAL, LOWER_PRIORITY, NEVER, QuotaTree, requests_of
-from analysim.core.plugins.kueue import (
-    IN_CLUSTER_QUEUE,
-    IN_COHORT_RECLAIM_WHILE_BORROWING,
-    IN_COHORT_RECLAMATION,
-)
-from analysim.core.plugins.kueue_fair import Shares, fair_targets
+from analysim.core.plugins.kueue_fair import fair_targets
 from analysim.core.plugins.kueue_flavors import (
     FIT,
     NO_CANDIDATES,
@@ -87,6 +82,12 @@ from analysim.core.plugins.kueue_flavors import (
     Mode,
     borrowing_level,
     local_available,
+)
+from analysim.core.plugins.kueue_share import Shares
+from analysim.core.plugins.kueue_state import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_RECLAIM_WHILE_BORROWING,
+    IN_COHORT_RECLAMATION,
 )
 from analysim.core.plugins.kueue_trial import (
     Candidate,
@@ -100,7 +101,7 @@ from analysim.core.plugins.kueue_trial import (
 
 if TYPE_CHECKING:
     from analysim.core.framework import Handle
-    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_state import KueueState
 
 
 NO_ANCESTOR: Final = -1
@@ -108,17 +109,21 @@ NO_ANCESTOR: Final = -1
 
 class KueuePreemption:
     """The post-filter (module docstring). Its answers read only the running jobs, their usage and
-    the nodes, so the engine's failure memo holds for them (``holds_until``: inf)."""
+    the nodes, so the engine's failure memo holds for them (``holds_until``: inf).
+
+    Invariant: each memo entry (``_failed``, ``_reclaimed``, ``_released``, ``_tree_refusal``) is
+    kept with the usage versions it read and trusted only while they are the state's; ``_why``
+    holds the victims of the last searches until the engine evicts them (reason_of)."""
 
     name: ClassVar[str] = "kueue-preemption"
 
     def __init__(self, state: KueueState) -> None:
-        self.state = state
+        self.state = state  # the usage and running workloads it searches, shared with the admission
         nodes = state.partition.nodes
         # Each queue's root (the state's), and the queues under each root (a cohort tree's
         # ClusterQueues).
         self.root: list[int] = state.root
-        self.tree_queues: dict[int, list[int]] = {}
+        self.tree_queues: dict[int, list[int]] = {}  # root -> its tree's ClusterQueues (above)
         for i, n in enumerate(nodes):
             if n.is_queue:
                 self.tree_queues.setdefault(self.root[i], []).append(i)
@@ -133,7 +138,7 @@ class KueuePreemption:
         self._failed: dict[str, tuple] = {}
         self.looked = 0  # searches begun (bounded or made), for tests and profiles
         self.searches = 0  # searches made past the bound
-        self.calls = 0
+        self.calls = 0  # victims() asked
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
 
         # Other queues' candidates a walk may take at most (_reclaimed_by_walk): (queue, need,
@@ -149,7 +154,8 @@ class KueuePreemption:
         # while a search has taken charges off the tree, which leaves the versions as they were.
         self._tree_refusal: dict[tuple[int, tuple], tuple[int, bool]] = {}
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
-        self.shares = state.shares if state.shares is not None else Shares(state)
+        # The shares a fair-sharing search reads: the state's, or its own if the state has none
+        self.shares = state.shares if state.shares is not None else Shares(state.tree)
         state.oracle = self.oracle
         state.no_candidate = self._surely_none
 
@@ -295,7 +301,7 @@ class KueuePreemption:
         lowest-priority one, in candidate order, qualifies by priority)."""
         st = self.state
         within = st.partition.nodes[q].preemption.within_cluster_queue
-        running = st.by_queue[q]
+        running = st.running.by_queue[q]
         if within == NEVER or not running:
             return False
         lowest, prio = running[0][0], st.priority_of(job)
@@ -374,7 +380,8 @@ class KueuePreemption:
         st = self.state
         policy = st.partition.nodes[q].preemption
         limit = plan.prio if policy.reclaim_within_cohort == LOWER_PRIORITY else math.inf
-        return [c for c, _, _ in plan.sources if st.by_queue[c] and st.by_queue[c][0][0] < limit]
+        by_queue = st.running.by_queue
+        return [c for c, _, _ in plan.sources if by_queue[c] and by_queue[c][0][0] < limit]
 
     def _walk(self, queues: list[int], job: JobRun, plan: _Plan, reclaim: str, advantage: bool,
               lca: dict[int, int] | None = None, dead: set[int] | None = None,
@@ -384,14 +391,14 @@ class KueuePreemption:
         A queue put in ``dead`` while the walk goes on gives no more candidates: a trial only
         releases workloads, so a queue no longer reclaimable stays so (Trial.minimal)."""
         st = self.state
-        running = st.running_jobs
+        running, by_queue = st.running.jobs, st.running.by_queue
         policy = st.partition.nodes[st.queue(job)].preemption
         limit = min(plan.prio if reclaim == LOWER_PRIORITY else math.inf, below)
         forbidden = policy.borrow_within_cohort == NEVER
         threshold = policy.max_priority_threshold
         heap: list[tuple[tuple, int, Iterator[tuple]]] = []
         for c in queues:
-            keys = iter(st.by_queue[c])
+            keys = iter(by_queue[c])
             first = next(keys, None)
             if first is not None:
                 heap.append((first, c, keys))
@@ -432,9 +439,10 @@ class KueuePreemption:
         while_borrowing = self._while_borrowing(q, plan)
         # (the other queues each attempt may take from, for its bound: one that borrows only the
         # advantaged and those with a workload below while_borrowing)
-        borrowing_others = [c for c in ahead if st.by_queue[c]] + [
-            c for c in behind if st.by_queue[c] and st.by_queue[c][0][0] < while_borrowing]
-        every_other = [c for c in ahead + behind if st.by_queue[c]]
+        by_queue = st.running.by_queue
+        borrowing_others = [c for c in ahead if by_queue[c]] + [
+            c for c in behind if by_queue[c] and by_queue[c][0][0] < while_borrowing]
+        every_other = [c for c in ahead + behind if by_queue[c]]
         for borrow in attempts:
             if self._hopeless(q, plan, borrowing_others if borrow else every_other, borrow):
                 continue
@@ -486,10 +494,10 @@ class KueuePreemption:
         if known is not None and known[0] == version:
             return known[1], known[2]
         tree = st.tree
-        running, held = st.running_jobs, st.held
+        running, held = st.running.jobs, st.held
         borrowed = {fr: tree.usage[c].get(fr, 0) - tree.subtree[c].get(fr, 0) for fr in need}
         jobs: list[JobRun] = []
-        for k in st.by_queue[c]:
+        for k in st.running.by_queue[c]:
             if k[0] >= limit or all(b <= 0 for b in borrowed.values()):
                 break
             charges = held[k[3]][1]
@@ -533,9 +541,9 @@ class KueuePreemption:
         if within == NEVER:
             return []
         st = self.state
-        running = st.running_jobs
+        running = st.running.jobs
         out = []
-        for key in st.by_queue[q]:
+        for key in st.running.by_queue[q]:
             if key[0] > prio or key[0] == prio and within != LOWER_OR_NEWER_EQUAL:
                 break  # (priority ascending: none further qualifies)
             v = running[key[3]]
@@ -548,7 +556,7 @@ class KueuePreemption:
     def _other_queues(self, q: int, short: frozenset) -> list[int]:
         """The other queues of the cohort tree that borrow what the job needs (fair sharing's
         candidates' queues: Kueue's findCandidates)."""
-        by_queue = self.state.by_queue
+        by_queue = self.state.running.by_queue
         return [c for c in self.tree_queues[self.root[q]] if c != q and by_queue[c] and not within_nominal(self.state.tree, c, short)]
 
     def _hopeless(self, q: int, plan: _Plan, others: list[int], borrow: bool) -> bool:
@@ -585,7 +593,7 @@ class KueuePreemption:
                     # workload more (its walk is not checked against this one yet).
                     borrowed = used - tree.subtree[c].get(fr, 0)
                     if fair:
-                        sizes = st.amounts[c].get(fr)
+                        sizes = st.running.amounts[c].get(fr)
                         used = min(used, max(0, borrowed) + (sizes[-1] if sizes else 0))
                     else:
                         used = min(used, self._released_by(c, fr, borrowed, limit))
@@ -616,7 +624,7 @@ class KueuePreemption:
             return known[1]
         held = st.held
         taken = 0
-        for k in st.by_queue[c]:
+        for k in st.running.by_queue[c]:
             if k[0] >= limit or taken >= borrowed:
                 break
             for r, a in held[k[3]][1]:
@@ -635,12 +643,12 @@ class _Plan:
     candidates (in candidate order) and the other queues that may give candidates (with their
     lowest common ancestor and whether the job has the advantage over them)."""
 
-    charges: Charges
-    need: frozenset
-    prio: int
-    under: bool
-    own: list[JobRun]
-    sources: list[tuple[int, int, bool]]
+    charges: Charges  # ((flavor, resource), amount) on the flavors chosen
+    need: frozenset  # the (flavor, resource) pairs needing preemption
+    prio: int  # the job's priority
+    under: bool  # (above)
+    own: list[JobRun]  # (above)
+    sources: list[tuple[int, int, bool]]  # (queue, lowest common ancestor, advantage), above
 
 
 def _uses(held: Charges, short: frozenset) -> bool:

@@ -30,7 +30,8 @@ from analysim.core.job import GPU_MILLI, JobRun
 from analysim.core.partition import CPU, GPU, requests_of
 
 if TYPE_CHECKING:
-    from analysim.core.plugins.kueue import KueueQueue, KueueState
+    from analysim.core.plugins.kueue import KueueQueue
+    from analysim.core.plugins.kueue_state import KueueState
 
 STRICT_FIFO_BLOCKED = "strict_fifo"
 INADMISSIBLE = "inadmissible"
@@ -141,7 +142,7 @@ def _could_preempt(state: KueueState, q: int, job: JobRun) -> bool:
     """Whether Kueue would have something to preempt for ``job`` if its policies allowed: a
     lower-priority workload of its own ClusterQueue runs, or another ClusterQueue under the same
     cohort uses more than its nominal quota."""
-    running = state.by_queue[q]
+    running = state.running.by_queue[q]
     if running and running[0][0] < state.priority_of(job):
         return True
     tree = state.tree

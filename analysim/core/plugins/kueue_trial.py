@@ -17,7 +17,7 @@ from analysim.core.partition import QuotaTree
 if TYPE_CHECKING:
     from analysim.core.cluster import ClusterState
     from analysim.core.framework import Handle
-    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.plugins.kueue_state import KueueState
 
 Charges = tuple[tuple[tuple[str, str], int], ...]
 # A candidate as the walk yields it: the workload, its reason, the lowest common ancestor of its
@@ -86,16 +86,20 @@ def reclaimable(tree: QuotaTree, c: int, lca: int, need: frozenset) -> bool:
 class Trial:
     """One search's trial: evicts candidates on the quota tree itself (undone before the search
     returns) and on a copy of the nodes, and tells whether the job then fits. Without a mask, the
-    quota alone (the oracle's trial)."""
+    quota alone (the oracle's trial).
+
+    Invariant: between its calls the quota tree is as the search found it, but for the
+    candidates the search has released and not restored (release and restore pair up); an
+    entry of ``borrowing`` is dropped whenever its queue's usage changes, so one kept holds."""
 
     def __init__(self, state: KueueState, job: JobRun, q: int, charges: Charges, mask: np.ndarray | None,
                  short: frozenset, ctx: Handle | None) -> None:
-        self.state = state
+        self.state = state  # whose quota tree it evicts on (and puts back)
         self.job = job  # the preemptor
         self.q = q  # its ClusterQueue
         self.charges = charges  # what it would charge, on the flavors chosen
         self.mask = mask  # the nodes it may use (None: the quota alone)
-        self.ctx = ctx
+        self.ctx = ctx  # the engine's nodes (None: the quota alone, as with no mask)
         self.short = short  # the flavor-resources needing preemption
         self.borrowing: dict[int, bool] = {}  # other queues' "still borrows", while nothing of theirs is released
         # Whether the quota fitted at some point and the nodes did not (a failure the engine's

@@ -29,7 +29,7 @@ class DefragMigration:
     finds_none_by_vc: ClassVar[bool] = False  # (finds_none_until reads every VC's free GPUs)
 
     def __init__(self, max_candidates: int = 16) -> None:
-        self.max_candidates = max_candidates
+        self.max_candidates = max_candidates  # (above) nodes, >= 1
 
     def unblock(self, job: JobRun, ctx: Handle) -> list[Move] | None:
         static = ctx.static_mask(job.spec)

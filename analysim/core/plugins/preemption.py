@@ -232,9 +232,9 @@ class _Failures:
     __slots__ = ("hopeless_from", "lasting_from", "ranks")
 
     def __init__(self) -> None:
-        self.hopeless_from: tuple | None = None
-        self.lasting_from: tuple | None = None
-        self.ranks: set[tuple] = set()
+        self.hopeless_from: tuple | None = None  # (above) the lowest such rank; None: none known
+        self.lasting_from: tuple | None = None  # (above) never below hopeless_from; None: none known
+        self.ranks: set[tuple] = set()  # (above) ranks that found none, one by one
 
     def fail_from(self, rank: tuple, lasting: bool) -> None:
         if self.hopeless_from is None or rank < self.hopeless_from:

@@ -117,6 +117,9 @@ class Tiresias(_QueueSort):
     level evicts jobs in higher ones (never within a level). Starvation guard: a job that has
     waited ``starve_factor`` times as long as it has run in total goes back to level 0, and its
     attained service counts afresh from there.
+
+    Invariant: ``_promote_at`` names only jobs stopped above level 0 and not launched since;
+    ``_base`` (a job's attained service at its last promotion) only jobs not completed.
     """
 
     name: ClassVar[str] = "tiresias"
@@ -128,9 +131,9 @@ class Tiresias(_QueueSort):
     per_job_rank_times: ClassVar[bool] = True  # (preempt_rank_until: a level changes at a threshold)
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0), starve_factor: float = 10.0) -> None:
-        self.thresholds = tuple(sorted(thresholds_gpu_s))
-        self.starve_factor = starve_factor
-        self._promote_at: dict[str, float] = {}
+        self.thresholds = tuple(sorted(thresholds_gpu_s))  # the level boundaries, GPU-seconds, ascending
+        self.starve_factor = starve_factor  # (above) waited / run time past which a job goes back to level 0
+        self._promote_at: dict[str, float] = {}  # job stopped above level 0 -> when it goes back to 0 (s)
         self._base: dict[str, float] = {}  # attained service at the last promotion
 
     def level(self, job: JobRun, attained_gpu_s: float) -> int:
@@ -207,14 +210,17 @@ class Tiresias(_QueueSort):
 class QuasiShortestServiceFirst(_QueueSort):
     """Helios' QSSF (Hu et al., SC'21): least predicted GPU-time first, where a job's duration is
     predicted from the history of its user's (or, without users, its VC's) finished jobs of the
-    same size, then of any size, then of all jobs. Non-preemptive; oracle durations are not used."""
+    same size, then of any size, then of all jobs. Non-preemptive; oracle durations are not used.
+    Invariant: each history holds the last ``window`` durations at most, oldest first."""
 
     name: ClassVar[str] = "qssf"
     options: ClassVar[tuple[str, ...]] = ("window", "prior_s")
 
     def __init__(self, window: int = 32, prior_s: float = 3600.0) -> None:
-        self.window = window
-        self.prior_s = prior_s
+        self.window = window  # finished jobs a prediction averages over, per history
+        self.prior_s = prior_s  # the prediction with no history at all, seconds
+        # (owner, GPUs), (owner, None) and (None, None) -> the durations (s) of the last ``window``
+        # finished jobs of that owner and size, that owner, and all owners
         self._hist: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=window))
 
     def _owner(self, job: JobRun) -> str:

@@ -1,0 +1,235 @@
+"""What Kueue's plugins share (kueue, kueue_preemption, kueue_fair, kueue_trial, kueue_reasons):
+the quota tree's usage and what each running workload is charged (``KueueState``), each queue's
+running workloads in Kueue's preemption candidate order (``Running``), and the requeues of the
+control plane's inadmissible pool (``Requeues``). It imports none of those modules, so each of
+them imports it and nothing imports back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
+
+from analysim.core.job import JobRun
+from analysim.core.partition import PREEMPTION_OVER_BORROWING, Partition, QuotaTree, requests_of
+from analysim.core.plugins import kueue_flavors
+from analysim.core.plugins.kueue_flavors import FIT, Heights
+
+if TYPE_CHECKING:
+    from analysim.core.plugins.kueue_flavors import Choice, Oracle
+    from analysim.core.plugins.kueue_share import Shares
+
+
+# Kueue's reasons for a preemption (kueue_preemption, kueue_fair).
+IN_CLUSTER_QUEUE: Final = "InClusterQueue"
+IN_COHORT_RECLAMATION: Final = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING: Final = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING: Final = "InCohortReclaimWhileBorrowing"
+
+
+class Running:
+    """Each queue's running workloads in Kueue's preemption candidate order: lowest priority
+    first, then most recently admitted first, kept on every charge and release so that a victim
+    search walks them in order and stops when the job fits.
+
+    Invariant: ``jobs`` and ``key`` have the same job ids, those of the workloads in ``by_queue``;
+    ``key[j]`` is in ``by_queue`` of the queue ``j`` is charged to, and ``amounts[q][fr]`` holds
+    one entry per charge of ``fr`` by a workload of queue ``q``."""
+
+    def __init__(self, queues: int) -> None:
+        # Per tree node (only queues' are filled): its running workloads' keys, sorted, as
+        # (priority, -admitted at in seconds, -seq, job id): candidate order.
+        self.by_queue: list[SortedList] = [SortedList() for _ in range(queues)]
+        self.key: dict[str, tuple[int, float, int, str]] = {}  # job id -> its key in by_queue
+        self.jobs: dict[str, JobRun] = {}  # job id -> the running job (what by_queue's keys name)
+        # Per queue and flavor-resource, the amounts its running workloads are charged (in the
+        # resource's base units: partition.requests_of), sorted: the largest bounds what one eviction frees (kueue_preemption).
+        self.amounts: list[dict[tuple[str, str], SortedList]] = [{} for _ in range(queues)]
+
+    def add(self, job: JobRun, q: int, priority: int, now: float,
+            charges: tuple[tuple[tuple[str, str], int], ...]) -> None:
+        """Queue ``q`` admitted ``job`` at ``now`` with ``priority``, charged ``charges``."""
+        key = (priority, -now, -job.seq, job.job_id)
+        self.key[job.job_id] = key
+        self.by_queue[q].add(key)
+        self.jobs[job.job_id] = job
+        amounts = self.amounts[q]
+        for fr, amount in charges:
+            got = amounts.get(fr)
+            if got is None:
+                got = amounts[fr] = SortedList()
+            got.add(amount)
+
+    def remove(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...]) -> None:
+        """The job, added to queue ``q`` with ``charges``, no longer runs."""
+        self.by_queue[q].remove(self.key.pop(job.job_id))
+        del self.jobs[job.job_id]
+        amounts = self.amounts[q]
+        for fr, amount in charges:
+            amounts[fr].remove(amount)
+
+
+class Requeues:
+    """The requeues of the control plane's inadmissible pool, per cohort tree (by its root's
+    index): a release of quota in a tree asks for one, due ``requeue_batch_s`` later; a parked
+    workload comes back when its tree's count has risen since it was parked (KueueQueue.parked).
+
+    Invariant: ``due[r]`` is None or the time a requeue of tree ``r`` falls due; at most one is
+    due per tree, and ``count[r]`` only rises."""
+
+    def __init__(self, nodes: int) -> None:
+        self.count: list[int] = [0] * nodes  # per tree root: the requeues counted so far
+        self.due: list[float | None] = [None] * nodes  # per tree root: when the next is due (s); None: none asked
+        self.releases = 0  # releases of quota anywhere (what a workload parked for want of nodes waits on)
+
+    def ask(self, root: int, now: float, batch_s: float) -> float | None:
+        """Quota was released in tree ``root``: its inadmissible workloads come back ``batch_s``
+        later (the time, for a pass then), unless a requeue is due already (None)."""
+        if self.due[root] is not None:
+            return None
+        due = self.due[root] = now + batch_s
+        return due
+
+    def counted(self, root: int, now: float) -> int:
+        """The requeues of tree ``root`` by ``now``, counting the one due if it is."""
+        due = self.due[root]
+        if due is not None and due <= now:
+            self.count[root] += 1
+            self.due[root] = None
+        return self.count[root]
+
+    def by(self, root: int, now: float) -> int:
+        """What ``counted`` would answer, without counting a due requeue (a question, not a step)."""
+        due = self.due[root]
+        return self.count[root] + (1 if due is not None and due <= now else 0)
+
+
+class KueueState:
+    """What the plugins read: the partition, its quota tree, each queue's flavors as node masks,
+    which flavors each running job holds (``held``), each queue's running workloads in candidate
+    order (``running``), and the evictions by Kueue's reason (``reasons`` per job, ``preempted``
+    per preempting queue and reason).
+
+    Invariant: ``tree``'s usage is the sum of the charges in ``held``, outside a preemption
+    search's trial (kueue_trial: it takes charges off and puts them back before it returns);
+    ``held`` and ``running`` name the same jobs; every charge or release bumps ``version``, the
+    queue's ``queue_versions`` and its tree's ``tree_versions`` (so a reading stamped with one of
+    them stands while it does)."""
+
+    def __init__(self, partition: Partition, node_names: list[str]) -> None:
+        self.partition = partition  # the ClusterQueues, cohorts and flavors (tree node i is partition.nodes[i])
+        self.tree = QuotaTree(partition)  # quota and usage per tree node and flavor-resource
+        where = {n: i for i, n in enumerate(node_names)}
+        self.flavor_mask: dict[str, np.ndarray] = {}  # flavor -> its nodes, a mask over the cluster's
+        for f in partition.flavors:
+            mask = np.zeros(len(node_names), dtype=bool)
+            mask[[where[n] for n in f.nodes]] = True
+            self.flavor_mask[f.name] = mask
+        self.queue_of: dict[str, int] = {vc: self.tree.index[q] for vc, q in partition.queue_of}  # VC -> its queue
+        self.priority: dict[str, int] = dict(partition.priorities)  # priority class (a job's qos) -> priority
+        self.heights = Heights(self.tree)  # the tree's heights, for the flavor choice (kueue_flavors)
+        self.held: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...]]] = {}  # job -> (queue, charges)
+        self.version = 0  # bumped by every charge and release
+        # Per tree node: its cohort tree's root's index (a root's is its own). The tree versions
+        # and the requeues are kept per root.
+        self.root: list[int] = [self._root(i) for i in range(len(partition.nodes))]
+        # Per cohort tree (by its root's index): a version bumped by every charge and release in
+        # it. A flavor choice reads the usage of its queue's tree only.
+        self.tree_versions: list[int] = [0] * len(partition.nodes)
+        # assign's answers per queue and request, each with its tree's version when made: most
+        # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
+        # the others standing (Kueue's large-scale scenario has ten).
+        self._answers: dict[tuple, tuple[int, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
+        # Job id -> (queue, charges, flavors) of its admission, from admit to its launch right after.
+        self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
+        # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
+        # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
+        # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
+        self.oracle: Oracle | None = None
+        # Whether a preemption search for a job surely finds nothing now, from counts on the quota
+        # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
+        self.no_candidate: Callable[[JobRun], bool] | None = None
+        # Per tree node: whether its flavor choice asks the oracle (above; False for cohorts).
+        self.asks_oracle: list[bool] = [
+            n.is_queue and n.preemption.enabled
+            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
+            for n in partition.nodes]
+        # The flavors a preemption chose for a job, until the job is admitted on them right after.
+        self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
+        self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
+        self.running = Running(len(partition.nodes))  # each queue's running workloads, in candidate order
+        # Evictions by reason: per evicted job (reason -> count; read and dropped when it ends),
+        # and per (preempting queue's name, reason) -> count.
+        self.reasons: dict[str, dict[str, int]] = {}
+        self.preempted: dict[tuple[str, str], int] = {}  # (above)
+        self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
+        self.requeues = Requeues(len(partition.nodes))  # the control plane's requeues, per cohort tree
+
+    def _root(self, i: int) -> int:
+        while self.tree.parent[i] >= 0:
+            i = self.tree.parent[i]
+        return i
+
+    def priority_of(self, job: JobRun) -> int:
+        return self.priority.get(job.spec.qos, 0)
+
+    def record_eviction(self, victim: JobRun, preempting_queue: int, reason: str) -> None:
+        """A victim is about to be evicted for a workload of ``preempting_queue``, for ``reason``."""
+        mine = self.reasons.setdefault(victim.job_id, {})
+        mine[reason] = mine.get(reason, 0) + 1
+        key = (self.partition.nodes[preempting_queue].name, reason)
+        self.preempted[key] = self.preempted.get(key, 0) + 1
+
+    def queue(self, job: JobRun) -> int:
+        return self.queue_of[job.spec.vc]
+
+    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+        """The flavors Kueue would admit the job on now (one per resource group its requests touch),
+        what it would charge, and its borrowing level (0: within nominal quota); None when its
+        flavor assignment does not fit now (kueue_flavors)."""
+        q = self.queue(job)
+        if self.asks_oracle[q]:
+            return _admissible(self.choose(job, self.oracle))
+        key = (q, job.spec.request)
+        version = self.tree_versions[self.root[q]]
+        got = self._answers.get(key)
+        if got is not None and got[0] == version:
+            return got[1]
+        answer = _admissible(self.choose(job, None))
+        self._answers[key] = (version, answer)
+        return answer
+
+    def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
+        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
+        q = self.queue(job)
+        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
+                                    self.partition.fair_sharing is not None, job, oracle)
+
+    def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
+        for fr, amount in charges:
+            self.tree.add(q, fr, amount)
+        self.held[job.job_id] = (q, charges)
+        self.version += 1
+        self.queue_versions[q] += 1
+        self.tree_versions[self.root[q]] += 1
+        self.running.add(job, q, self.priority_of(job), now, charges)
+
+    def release(self, job: JobRun) -> None:
+        held = self.held.pop(job.job_id, None)
+        if held is None:
+            return
+        q, charges = held
+        for fr, amount in charges:
+            self.tree.remove(q, fr, amount)
+        self.requeues.releases += 1
+        self.version += 1
+        self.queue_versions[q] += 1
+        self.tree_versions[self.root[q]] += 1
+        self.running.remove(job, q, charges)
+
+
+def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+    """A flavor assignment that fits now, as assign gives it (flavors, charges, level); else None."""
+    return None if choice is None or choice.mode != FIT else (choice.flavors, choice.charges, choice.level)
