@@ -27,8 +27,13 @@ MAX_FIELDS = 25
 
 # package (a folder under the repository) -> the checks it is held to
 HELD: dict[str, set[str]] = {
-    "analysim/core": {"complexity", "lines"},
+    "analysim/core": {"complexity", "lines", "fields", "comments", "circles"},
 }
+# Classes allowed more fields than MAX_FIELDS, and why: the engine is the one owner of every state
+# change and the one implementation of the plugins' Handle, the recorder's RunView and the pass's
+# Actuator; what it holds it delegates to an owner each (the table, the tally, the queue, the
+# scheduler, ...), and what is left is those owners and the Handle's own attributes.
+FIELD_BOUNDS = {"analysim/core/engine.py:Engine": 30}
 
 
 def _held(check: str) -> list[str]:
@@ -120,7 +125,7 @@ def _commented(lines: list[str], lineno: int) -> bool:
 @pytest.mark.parametrize("package", _held("fields"))
 def test_no_class_has_more_than_25_fields(package: str) -> None:
     over = [f"{_name(path)}:{cls.lineno} {cls.name} ({n})" for path, cls, _ in _classes(package)
-            if (n := len(class_fields(cls))) > MAX_FIELDS]
+            if (n := len(class_fields(cls))) > FIELD_BOUNDS.get(f"{_name(path)}:{cls.name}", MAX_FIELDS)]
     assert over == []
 
 
@@ -214,6 +219,20 @@ def test_the_circle_check_sees_a_circle() -> None:
 
 
 # --- the core ------------------------------------------------------------------------------------
+
+def test_only_the_engine_names_the_engine() -> None:
+    """The engine's state is its own: the pass sees a Scheduler and its views, plugins a Handle,
+    the recorder a RunView. No module of the core imports Engine (a type-checking import counts),
+    and no code anywhere takes the engine as ``eng: Engine``."""
+    importers = [f"{_name(p)}:{node.lineno}" for p in _modules("analysim/core") if p.name != "engine.py"
+                 for node in ast.walk(ast.parse(p.read_text()))
+                 if isinstance(node, ast.ImportFrom) and any(a.name == "Engine" for a in node.names)]
+    assert importers == []
+    typed = [f"{_name(p)}:{i}" for pkg in ("analysim", "scheduler_svc", "mlaas_monitor", "node_agent")
+             for p in sorted((ROOT / pkg).rglob("*.py")) if p.name != "engine.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if "eng: Engine" in line]
+    assert typed == []
+
 
 def test_every_core_module_is_compiled() -> None:
     # The compiled core is what users run: a module left out of setup.py's list runs interpreted,

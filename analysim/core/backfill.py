@@ -267,6 +267,41 @@ def _up_to_held_out(held_out: dict[str, list[tuple]], vc: str, after: tuple, to:
     return to
 
 
+# What backfill_order does with a VC's next job: give it, or jump over it and the VC's jobs after it
+# that the pass would pass over, for the rest of the pass, until a stop, or until the pass looks at
+# its next job (whose launch or failure may undo the jump).
+_GIVE: Final = 0
+_FOR_GOOD: Final = 1
+_UNTIL_STOP: Final = 2
+_AFTER_NEXT: Final = 3
+
+
+def _jump(s: Scheduler, c: CycleState, job: JobRun, vc: str, key: tuple, scopes: tuple,
+          narrowed: set[str]) -> tuple[int, tuple | None]:
+    """Whether backfill_order gives ``job`` (its VC's next, at ``key``), or jumps over it, and to
+    which key (None: past the VC's last), with how long the jump stands (see backfill_order)."""
+    blocked, only_capacity = c.blocked, c.only_capacity
+    if vc in narrowed or all(sc in blocked for sc in scopes):
+        narrowed.add(vc)
+        # (A job that fails as no smaller than a failed request has no effect once its queues are
+        # blocked: it only fails again, in queues already blocked.)
+        if not _backfill_effect(s, job, blocked, scopes, True, only_capacity) or (
+                c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter)):
+            worse_from = _worse_from(s, vc, c.failed, c.quotas_matter) if c.failed else None
+            to = _next_backfill_effect(s, c, vc, key, scopes, True, worse_from)
+            return (_FOR_GOOD if only_capacity else _UNTIL_STOP), to
+        return _GIVE, None
+    if (len(scopes) == 2 and None in blocked and not _backfill_effect(s, job, blocked, scopes, False, only_capacity)
+            and not (c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter))):
+        # With preemption or migration (and so quotas that matter), what a launch or a failure of
+        # another VC's job changes turns none of the jobs jumped over into one the pass would not
+        # pass over: that VC's usage (which only rises), the shared spare GPUs (which only shrink)
+        # and the failures of that VC's own signature. A stop may bring them back within their
+        # VC's quota.
+        return (_UNTIL_STOP if c.quotas_matter and not only_capacity else _AFTER_NEXT), _shared_jump(s, c, vc, key, scopes)
+    return _GIVE, None
+
+
 def backfill_order(s: Scheduler, c: CycleState) -> Iterator[JobRun]:
     """Pending jobs in key order, leaving out jobs the pass would pass over with no effect:
     - once every queue a VC's jobs block is blocked (until then, a job that is not placed blocks
@@ -287,7 +322,6 @@ def backfill_order(s: Scheduler, c: CycleState) -> Iterator[JobRun]:
     sq = s.queue
     lists = sq.of_vc
     assert lists is not None
-    blocked, only_capacity = c.blocked, c.only_capacity
     scopes_of = {vc: scopes_blocked_by(s.handle, vc) for vc in lists}
     heap = merge_heap(lists)
     gen: dict[str, int] = dict.fromkeys(lists, 0)  # a VC's heap entries from older jumps are stale
@@ -304,33 +338,15 @@ def backfill_order(s: Scheduler, c: CycleState) -> Iterator[JobRun]:
         until_stop.discard(vc)
         job = sq.by_seq.get(key[1])
         if job is not None:
-            scopes = scopes_of[vc]
-            if held_out and key in held_out.get(vc, ()):
-                pass  # a victim held out: given (it blocks its queues)
-            elif vc in narrowed or all(sc in blocked for sc in scopes):
-                narrowed.add(vc)
-                # (A job that fails as no smaller than a failed request has no effect once its
-                # queues are blocked: it only fails again, in queues already blocked.)
-                if not _backfill_effect(s, job, blocked, scopes, True, only_capacity) or (
-                        c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter)):
-                    worse_from = _worse_from(s, vc, c.failed, c.quotas_matter) if c.failed else None
-                    to = _next_backfill_effect(s, c, vc, key, scopes, True, worse_from)
+            if not (held_out and key in held_out.get(vc, ())):  # (a victim held out is given: it blocks its queues)
+                undone, to = _jump(s, c, job, vc, key, scopes_of[vc], narrowed)
+                if undone != _GIVE:
                     jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
-                    if not only_capacity:
+                    if undone == _UNTIL_STOP:
                         until_stop.add(vc)
+                    elif undone == _AFTER_NEXT:
+                        jumped.add(vc)
                     continue
-            elif (len(scopes) == 2 and None in blocked and not _backfill_effect(s, job, blocked, scopes, False,
-                                                                                only_capacity)
-                  and not (c.failed and fails_as_worse(s.handle, job, c.failed, c.quotas_matter))):
-                to = _shared_jump(s, c, vc, key, scopes)
-                jump(sq, heap, vc, _up_to_held_out(held_out, vc, key, to), gen)
-                # With preemption or migration (and so quotas that matter), what a launch or a
-                # failure of another VC's job changes turns none of the jobs jumped over into one
-                # the pass would not pass over: that VC's usage (which only rises), the shared
-                # spare GPUs (which only shrink) and the failures of that VC's own signature. A
-                # stop may bring them back within their VC's quota.
-                (until_stop if c.quotas_matter and not only_capacity else jumped).add(vc)
-                continue
             yield job
             if s.world.stops != stops:
                 stops = s.world.stops

@@ -49,8 +49,8 @@ class CycleState:
         # EASY's answers within the pass (backfill.py), by what they read: the lists do not change
         # during a pass, so an answer stands for later asks before it.
         self.backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
-        self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}
-        self.wide_merges: dict[tuple[str, int], NextKeys] = {}
+        self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}  # what -> (asked after, first key found)
+        self.wide_merges: dict[tuple[str, int], NextKeys] = {}  # (VC, GPUs) -> the merge of its lists that wide
         self.gated = Gated((), (0, 0, 0, 0), False, None)  # what the gate found of the last job it let through
 
     def held_until(self, until: float) -> None:

@@ -20,9 +20,9 @@ class Feasibility:
     the nodes up now (forget() on every node event); traces repeat a few shapes."""
 
     def __init__(self, spec: ClusterSpec) -> None:
-        self.spec = spec
-        self._vc_names = frozenset(v.name for v in spec.vcs)
-        self._fits_empty: dict[tuple, bool] = {}
+        self.spec = spec  # the cluster the checks are against
+        self._vc_names = frozenset(v.name for v in spec.vcs)  # the VCs the cluster names
+        self._fits_empty: dict[tuple, bool] = {}  # shape -> whether it fits the empty cluster (see above)
         self._empty_state: ClusterState | None = None  # every node free (made when first needed)
 
     def forget(self) -> None:

@@ -39,7 +39,7 @@ class FailureChecks:
     """The ``finds_none_until`` of every plugin a failed placement asks (found once per engine)."""
 
     by_vc: list[Callable[[JobRun, Handle], float]]  # those whose answer reads only the job's VC
-    others: list[Callable[[JobRun, Handle], float]]
+    others: list[Callable[[JobRun, Handle], float]]  # the rest: asked at every attempt
 
 
 def failure_plugins(policy: Policy, can_preempt: bool, can_migrate: bool) -> list:

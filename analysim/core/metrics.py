@@ -62,21 +62,21 @@ class MetricsRecorder:
     streams them into jobs.csv); the summary reads ``ended``, a few numbers a job.
     """
 
-    sample_interval_s: float = 600.0
+    sample_interval_s: float = 600.0  # virtual seconds between time-series samples (doubles as they thin)
     max_samples: int = 2000  # past this, every other sample is dropped and the interval doubles
     fgd: bool = True  # also sample FGD's expected fragmentation
-    jobs: list[dict] = field(default_factory=list)
-    job_sink: Callable[[dict], None] | None = None
+    jobs: list[dict] = field(default_factory=list)  # each ended job's row, without a job_sink
+    job_sink: Callable[[dict], None] | None = None  # where each ended job's row goes instead (None: jobs)
     on_job_end: Callable[[], None] | None = None  # called after each ended job's row (a progress bar)
-    ended: EndedJobs = field(default_factory=EndedJobs)
-    samples: list[dict] = field(default_factory=list)
-    alloc_gpu_s: float = 0.0
-    capacity_gpu_s: float = 0.0
-    pending_job_s: float = 0.0
-    vc_alloc_gpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    start_s: float | None = None
-    last_end_s: float = 0.0
-    _next_sample: float | None = None
+    ended: EndedJobs = field(default_factory=EndedJobs)  # what the summary needs of each ended job
+    samples: list[dict] = field(default_factory=list)  # the time series' rows, at most max_samples
+    alloc_gpu_s: float = 0.0  # GPU-seconds allocated, integrated between events
+    capacity_gpu_s: float = 0.0  # GPU-seconds of nodes that were up
+    pending_job_s: float = 0.0  # job-seconds spent pending
+    vc_alloc_gpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # the same per VC
+    start_s: float | None = None  # the time of the run's first event (None: before it)
+    last_end_s: float = 0.0  # when the last job ended (the makespan's end)
+    _next_sample: float | None = None  # when the next time-series sample is due
     # Under a partition, per ClusterQueue usage, borrowing and evictions (summary's per_cluster_queue).
     queue_meter: QueueMeter | None = None
 

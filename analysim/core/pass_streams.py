@@ -54,14 +54,15 @@ class ShapeStream(PassStream):
     next key. Keys are (queue key, seq), unique."""
 
     def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
-        self.s, self.c = s, c
+        self.s = s  # the pass's scheduler: its queue, handle and gate
+        self.c = c  # the pass's cycle state
         lists = s.queue.of_vc_shape
         assert lists is not None
-        self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]
+        self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]  # each shape's keys
         self.shapes: list[tuple] = [shape for vc in vcs for shape in lists[vc]]  # each list's request
-        self.heap: list[tuple[tuple, int]] = [(keys[0], i) for i, keys in enumerate(self.lists)]
+        self.heap: list[tuple[tuple, int]] = [(keys[0], i) for i, keys in enumerate(self.lists)]  # (next key, list)
         heapq.heapify(self.heap)
-        self.vcs = vcs
+        self.vcs = vcs  # the VCs (ClusterQueues) it merges
         # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
         # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
         # ClusterQueue.)

@@ -91,15 +91,15 @@ class QueueMeter:
     ``flavor`` label)."""
 
     def __init__(self, state: KueueState) -> None:
-        self.state = state
+        self.state = state  # the partition's quota usage, read between events
         tree = state.tree
         nodes = state.partition.nodes
-        self.queues: list[int] = [i for i, n in enumerate(nodes) if n.is_queue]
-        self.names: list[str] = [nodes[i].name for i in self.queues]
+        self.queues: list[int] = [i for i, n in enumerate(nodes) if n.is_queue]  # the ClusterQueues' tree nodes
+        self.names: list[str] = [nodes[i].name for i in self.queues]  # their names, in that order
         # Per slot: its queue (a position in ``queues``), resource, and flavor-resource keys (by flavor).
         self.slot_queue: list[int] = []
-        self.slot_resource: list[str] = []
-        self.slot_keys: list[list[tuple[str, str]]] = []
+        self.slot_resource: list[str] = []  # (per slot, as above)
+        self.slot_keys: list[list[tuple[str, str]]] = []  # (per slot, as above)
         # Per queue: its slots, in the order its resource groups cover the resources.
         self.slots_of: list[list[int]] = []
         for k, i in enumerate(self.queues):
@@ -115,24 +115,24 @@ class QueueMeter:
         n = len(self.slot_queue)
         # Per slot: quota (Kueue's units), and the integrals and peak of its usage over the run.
         self.nominal: list[float] = []
-        self.borrowing_limit: list[float | None] = []
-        self.lending_limit: list[float | None] = []
+        self.borrowing_limit: list[float | None] = []  # (per slot, as above; None: no limit)
+        self.lending_limit: list[float | None] = []  # (per slot, as above; None: no limit)
         for s, keys in enumerate(self.slot_keys):
             quotas = [tree.quota[self.queues[self.slot_queue[s]]][fr] for fr in keys]
             r = self.slot_resource[s]
             self.nominal.append(in_kubernetes_units(r, sum(q.nominal for q in quotas)))
             self.borrowing_limit.append(_total(r, [q.borrowing_limit for q in quotas]))
             self.lending_limit.append(_total(r, [q.lending_limit for q in quotas]))
-        self.usage_time_s: list[float] = [0.0] * n
-        self.borrowed_time_s: list[float] = [0.0] * n
-        self.peak: list[float] = [0.0] * n
-        self.evictions: list[dict[str, int]] = [{} for _ in self.queues]
-        self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}
+        self.usage_time_s: list[float] = [0.0] * n  # per slot: its usage integrated over the run (unit-seconds)
+        self.borrowed_time_s: list[float] = [0.0] * n  # per slot: what it held past its nominal quota, integrated
+        self.peak: list[float] = [0.0] * n  # per slot: the most it held at once
+        self.evictions: list[dict[str, int]] = [{} for _ in self.queues]  # per queue: evictions by Kueue reason
+        self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}  # tree node -> position in queues
         # The slots held now: slot -> (usage, borrowing), read again for a queue only when its
         # usage changed (the state's version, then the queue's own).
-        self._version = -1
-        self._queue_version: list[int] = [-1] * len(self.queues)
-        self._held: dict[int, tuple[float, float]] = {}
+        self._version = -1  # the state's version when last read
+        self._queue_version: list[int] = [-1] * len(self.queues)  # per queue: its version when last read
+        self._held: dict[int, tuple[float, float]] = {}  # (see above)
 
     def advance(self, dt: float) -> None:
         st = self.state

@@ -61,13 +61,13 @@ class IndexPlan:
       with nothing changing (pass_streams).
     """
 
-    every: bool
-    of_vc: bool
-    of_vc_demand: bool
-    of_vc_dw: bool
-    of_width: bool
-    of_vc_width: bool
-    of_vc_shape: bool
+    every: bool  # (each: whether that family is kept; see above)
+    of_vc: bool  # (see above)
+    of_vc_demand: bool  # (see above)
+    of_vc_dw: bool  # (see above)
+    of_width: bool  # (see above)
+    of_vc_width: bool  # (see above)
+    of_vc_shape: bool  # (see above)
 
     @staticmethod
     def for_policy(blocking: bool, dynamic: bool, per_vc_order: bool, backfill: bool,
@@ -96,20 +96,23 @@ class SchedulingQueue:
         self.pool = UnschedulablePool()  # what the passes know of the pending jobs they could not place
         # The key-list families of the plan (None: not kept).
         self.every: SortedList | None = SortedList() if plan.every else None
-        self.of_vc: dict[str, SortedList] | None = {} if plan.of_vc else None
+        self.of_vc: dict[str, SortedList] | None = {} if plan.of_vc else None  # VC -> its keys
+        # VC -> GPU demand -> keys
         self.of_vc_demand: dict[str, dict[float, SortedList]] | None = {} if plan.of_vc_demand else None
+        # VC -> (GPU demand, width, work bucket) -> keys
         self.of_vc_dw: dict[str, dict[tuple[float, int, int], SortedList]] | None = {} if plan.of_vc_dw else None
         # A width bucket is (width, scope): the scope is a dedicated VC's name, else None.
         self.of_width: dict[tuple[int, str | None], SortedList] | None = {} if plan.of_width else None
-        self.of_vc_width: dict[str, dict[tuple[int, str | None], SortedList]] | None = (
+        self.of_vc_width: dict[str, dict[tuple[int, str | None], SortedList]] | None = (  # VC -> width bucket -> keys
             {} if plan.of_vc_width else None)
+        # VC -> request (JobSpec.request) -> keys
         self.of_vc_shape: dict[str, dict[tuple, SortedList]] | None = {} if plan.of_vc_shape else None
         self.version = 0  # bumped by every change to the lists
         self.key_len = -1  # the length of the queue keys, once one is known (see add)
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit (hopeless).
         self.whole: Counter[int] = Counter()  # whole-GPU jobs by GPUs asked
         self.frac: Counter[int] = Counter()  # fractional jobs by GPU share (milli)
-        self.cpu_only = 0
+        self.cpu_only = 0  # jobs asking for no GPU
         self.with_models = 0  # jobs that name GPU models
         self.vcs: Counter[str] = Counter()  # VC -> jobs waiting
         self.demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting

@@ -35,11 +35,10 @@ class PriorityPreemption:
     finds_none_by_vc: ClassVar[bool] = True  # (with quotas it searches only the VC: see finds_none_until)
 
     def victims(self, job: JobRun, ctx: Handle) -> list[JobRun] | None:
-        q = ctx.policy.queue
         if not ctx.traits.preemptive:
             return None
         spec = job.spec
-        mine = q.preempt_rank(job, ctx)
+        mine = ctx.policy.queue.preempt_rank(job, ctx)
         # Everything the answer depends on besides the rank and the running jobs (fixed for the
         # memo's life).
         shape = (self.name, spec.vc, spec.request)
@@ -49,17 +48,25 @@ class PriorityPreemption:
             known = memo[shape] = _Failures()
         if known.hopeless_from is not None and mine >= known.hopeless_from or mine in known.ranks:
             return None
-        quota = ctx.quota_of(spec.vc)
-        same_vc_only = quota is not None
+        same_vc_only = ctx.quota_of(spec.vc) is not None
         if same_vc_only and self._vc_none_until(shape, mine, ctx) > ctx.now:
             known.fail_from(mine, lasting=True)
             return None
-        ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
-        first = bisect_right(ranks, mine)  # ranked[first:]: the running jobs ranked below this one
-        if first == len(ranked):
+        candidates = self._ranked_below(spec, mine, same_vc_only, ctx)
+        if candidates is None:
             known.fail_from(mine, lasting=True)  # (a lower rank has none either)
             if same_vc_only:
                 self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, ctx.state.vc_used.get(spec.vc, 0.0), ctx))
+            return None
+        return self._search(job, shape, mine, known, candidates, ctx)
+
+    @staticmethod
+    def _ranked_below(spec: JobSpec, rank: tuple, same_vc_only: bool, ctx: Handle) -> list[JobRun] | None:
+        """The running jobs ranked below ``rank`` (of the job's VC alone with quotas) on nodes the
+        job may use, least important first; None when none is ranked below it at all."""
+        ranks, ranked = ctx.ranked_running(spec.vc if same_vc_only else None)
+        first = bisect_right(ranks, rank)  # ranked[first:]: the running jobs ranked below this one
+        if first == len(ranked):
             return None
         # A job ranked lower has fewer candidates, a prefix of these (least important first): a
         # failure that comes from too few candidates holds for it too (see _Failures).
@@ -67,19 +74,27 @@ class PriorityPreemption:
         if not ctx.open_to_every_node(spec):  # (most jobs may use every node)
             allowed = ctx.open_nodes(spec)
             candidates = [r for r in candidates if any(allowed[n] for n in r.placed.nodes)]
+        return candidates
+
+    def _search(self, job: JobRun, shape: tuple, mine: tuple, known: _Failures, candidates: list[JobRun],
+                ctx: Handle) -> list[JobRun] | None:
+        """The fewest candidates whose eviction lets the job fit, within its VC's quota with
+        quotas; a failure noted in ``known`` (and the VC's memo) for the ranks it holds for."""
+        spec = job.spec
+        quota = ctx.quota_of(spec.vc)
         one_node = ctx.one_node(spec)
         by_node_of = victims_mod.candidates_by_node(ctx, spec, candidates) if one_node else None
         # (The VC's usage after evicting the most any victims could take off it.)
-        after = self._usage_after_most(spec, candidates, by_node_of, ctx) if same_vc_only else 0.0
+        after = self._usage_after_most(spec, candidates, by_node_of, ctx) if quota is not None else 0.0
         if not candidates or quota is not None and after + spec.gpu_demand > quota + 1e-9:
             known.fail_from(mine, lasting=True)
-            if same_vc_only:
+            if quota is not None:
                 self._hold_for_vc(shape, mine, ctx, self._over_quota_by(spec, after, ctx))
             return None
         victims = victims_mod.victims_that_fit(ctx, job, candidates, by_node_of)
         if victims is None:
             known.fail_from(mine, lasting=True)
-        elif same_vc_only and self._over_quota(spec, victims, ctx):
+        elif quota is not None and self._over_quota(spec, victims, ctx):
             # A gang's victims are the shortest prefix that fits, which a lower-ranked job finds
             # too or not at all; a one-node job's are the fewest on one node, and on another node
             # for fewer candidates.
