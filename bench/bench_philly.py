@@ -1,4 +1,4 @@
-"""Issue 10's speed table: every policy on the Philly extract, plain and with preemption and
+"""The speed table: every policy on the Philly extract, plain and with preemption and
 migration, and the PAI side-by-side sample (sjf and fair on `1x6500`, and on `1x64`).
 
 Each run is its own process, one at a time, so that its user CPU and peak RSS are its own:

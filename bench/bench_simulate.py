@@ -1,4 +1,4 @@
-"""Wall time and peak memory of `analysim simulate` on the real traces (issue 2's benchmark).
+"""Wall time and peak memory of `analysim simulate` on the real traces.
 
 Each configuration runs in its own process, one at a time, so that its peak RSS is its own:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reliability drill: the faults of issue 34 injected into real processes, and what was lost.
+"""Reliability drill: the faults of docs/reliability.md injected into real processes, and what was lost.
 
 1. Stall drill: a lockstep replay (--jobs jobs of the synthetic trace, 16x8, two agents) in
    which one agent is frozen with SIGSTOP past the heartbeat deadline and thawed with SIGCONT,
@@ -55,7 +55,7 @@ from scheduler_svc.launcher import LocalRun  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.test_live_helpers import wait_port_free  # noqa: E402
 
-# Each fault test, with the fault it injects (issue 34's numbering).
+# Each fault test, with the fault it injects (numbered as docs/reliability.md numbers them).
 FAULT_TESTS = [  # (fault, how many injected, the test)
     ("1 agent stalled past its deadline (lockstep)", "1", "tests/test_live_faults.py::test_lockstep_agent_stalled_past_its_deadline_comes_back"),
     ("2 poison query-log rows (7 kinds)", "7", "tests/test_monitor_quarantine.py::test_poison_rows_are_quarantined_and_the_monitor_goes_on"),
@@ -74,7 +74,7 @@ FAULT_TESTS = [  # (fault, how many injected, the test)
 ]
 
 
-# The second round's gateway faults (issue 48), each with its test.
+# The second round's gateway faults, each with its test.
 GATEWAY_FAULT_TESTS = [  # (fault, how many injected, the test)
     ("G1 store damaged under its meta (ledger+meta, version row, v3, users, a column, bad version)", "6 x 2 backends",
      "tests/test_gateway_faults.py::test_a_damaged_store_is_refused_at_open_whatever_meta_says"),
@@ -109,7 +109,7 @@ GATEWAY_FAULT_TESTS = [  # (fault, how many injected, the test)
 ]
 
 
-# The scheduler's faults of the second round (issue 48), each with its test: numbered on from 11.
+# The scheduler's faults of the second round, each with its test: numbered on from 11.
 SCHEDULER_FAULT_TESTS_2 = [  # (fault, how many injected, the test)
     ("11 nothing pending: every labelled gauge at 0 (partition, VCs)", "2", "tests/test_live_kueue.py::test_every_labelled_gauge_has_each_series_at_zero_when_nothing_happens"),
     ("12 journal WAL cut mid-frame, to its header, emptied, deleted", "4", "tests/test_live_journal_damage.py::test_a_cut_wal_is_refused_naming_the_acknowledged_jobs_it_loses"),

@@ -6,7 +6,7 @@ one on" millions of times on a long run. SortedList's own ``bisect_right`` + ``_
 ``irange`` answer both through its positional index, which they build and walk to give a position
 that is then only used to read the key back; these read its sublists (``_lists``, ascending,
 concatenated in order) and their maxima (``_maxes``: the last key of each sublist) directly.
-Measured when it was introduced (BENCHMARKS.md, "Eleventh round"): the index walk cost more than
+Measured when it was introduced (BENCHMARKS-HISTORY.md, "Eleventh round"): the index walk cost more than
 the rest of the merges' jumps.
 
 Those two fields are private to sortedcontainers: pyproject.toml pins the release line they were
