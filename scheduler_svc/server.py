@@ -24,11 +24,12 @@ GRACE_S = 5.0
 def readiness(live: LiveScheduler) -> tuple[bool, str]:
     """Ready while every node has an agent and the clock has started (what /readyz answers):
     a lost agent makes the scheduler not ready until its nodes are back."""
-    owned, total = len(live.node_owner), len(live.cluster.nodes)
-    what = f"{owned}/{total} nodes have an agent, clock {'started' if live.started else 'waiting for them'}"
+    owned, total = len(live.agents.node_owner), len(live.cluster.nodes)
+    started = live.pace.started
+    what = f"{owned}/{total} nodes have an agent, clock {'started' if started else 'waiting for them'}"
     if live.journal.failure is not None:  # reads are served; submissions are refused
         return False, f"{what}; {live.journal.failure}"
-    return live.started and owned == total, what
+    return started and owned == total, what
 
 
 async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: int, port_file: str | None,
@@ -59,7 +60,7 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         raise UserError(f"cannot listen on {host}:{metrics_port} for /metrics ({e.strerror})") from None
     await server.start()
     await set_serving(hs, True)
-    tasks = [loop.create_task(live.run()), loop.create_task(live.watchdog())]
+    tasks = [loop.create_task(live.run()), loop.create_task(live.agents.watchdog())]
     info = {"host": host, "grpc": bound, "metrics": mport, "pid": os.getpid(), "tls": creds is not None,
             "auth": auth.enabled}
     if port_file:
@@ -72,7 +73,7 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
             for t in tasks:
                 if t in done and t.exception() is not None:
                     raise t.exception()
-            if exit_when_done and live.done:
+            if exit_when_done and live.end.done:
                 break
     finally:
         await set_serving(hs, False)
@@ -84,4 +85,4 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         waiter.cancel()
         live.commit()
         live.journal.close()
-    return live.out_error is None
+    return live.end.out_error is None
