@@ -32,7 +32,7 @@ from scheduler_svc.contract import job_proto, summary_struct, value, word
 from scheduler_svc.core import LiveScheduler
 from scheduler_svc.intake import InvalidJob, default_vc
 from scheduler_svc.journal import JournalUnavailable
-from scheduler_svc.read_model import LiveView
+from scheduler_svc.read_model import LiveView, RunQueries
 from scheduler_svc.summary import build_summary
 
 log = logging.getLogger("scheduler_svc")
@@ -81,7 +81,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     def __init__(self, live: LiveScheduler) -> None:
         self.live = live  # the scheduler (its intake and clock controls)
-        self.view = live.view  # what the queries read
+        self.view: RunQueries = live.view  # what the queries read
 
     async def SubmitJob(self, request: spb.SubmitJobRequest,
                         context: grpc.aio.ServicerContext) -> spb.SubmitJobResponse:

@@ -1,5 +1,5 @@
-"""What the metrics, the summary and the query handlers read of a live run: a narrow, read-only
-protocol (``scheduler_svc.view.RunView`` is the scheduler's), so that they depend on what they
+"""What the metrics, the summary and the query handlers read of a live run: narrow, read-only
+protocols (``scheduler_svc.view.RunView`` is the scheduler's), so that they depend on what they
 read rather than on the scheduler, and nothing that reads can write."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from analysim.simulation import RunOptions
 from scheduler_svc.clock import VirtualClock
 from scheduler_svc.journal import Journal
 from scheduler_svc.latency import LatencyQuantiles
+from scheduler_svc.sessions import Session
 
 
 class ClusterView(Protocol):
@@ -76,3 +77,15 @@ class LiveView(ClusterView, Protocol):
     @property
     def jobs_resumed(self) -> int: ...
     def client_jobs(self) -> int: ...
+
+
+class RunQueries(LiveView, Protocol):
+    """What the gRPC queries read besides: jobs by id, the counts, each node's agent, the end."""
+
+    @property
+    def done(self) -> bool: ...
+    def job_ids(self) -> list[str]: ...
+    def job_record(self, job_id: str) -> dict | None: ...
+    def explain(self, job_id: str) -> dict | None: ...
+    def counts(self) -> dict[str, int]: ...
+    def agent_of(self, node: str) -> Session | None: ...
