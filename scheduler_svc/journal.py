@@ -179,34 +179,13 @@ class Journal:
         self._lock_fd = _lock(self.path)  # held for the journal's life: one scheduler per journal
         damage = None
         try:
-            _refuse_unusable(self.path, self.wal)
-            acks, damage = _read_acks(self.acks_path)
-            found = _damage(self.path, self.wal, acks)
-            damage, lost = (damage or found.problem), found.lost
-            if empty:
-                damage = "the file is empty (0 bytes), where a journal was expected"
-            if not existed and acks is not None:  # removed without its record (a fresh start removes all of them)
-                damage = (f"the file is missing, but its acknowledgement record {self.acks_path} says it committed "
-                          f"{acks[TX_KEY]} transaction(s)")
+            found = self._found(existed, empty)
+            damage = found.problem
             if damage is not None and not accept_loss:
-                raise UserError(f"--journal {self.path} is damaged: {damage}; resuming would lose {lost.brief()}; "
-                                "pass --accept-journal-loss to resume from what it still holds (the loss is logged), "
-                                "or give a fresh --journal")
-            # isolation_level=None: we open and close transactions ourselves, one per group. A
-            # checkpoint waits at most timeout seconds for an outside reader (a backup).
-            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=0.5)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA wal_autocheckpoint=0")  # ours (_checkpoint): it empties the WAL too
-            if found.fresh or damage is not None:
-                self.db.executescript(_SCHEMA)
-            self._accepted = damage is not None  # rows and values that fail their checks are then skipped
-            if damage is not None:  # accepted: read all of it now, or refuse it after all
-                clock, kept, ended = self.meta().get("clock", 0.0), len(self.jobs()), self.count(ended=True)
-                log.error("--accept-journal-loss: journal %s is damaged (%s); resuming from what it still holds: "
-                          "clock t=%s, %d job(s), %d ended; whatever was journalled after that is lost, with %s",
-                          self.path, damage, clock, kept, ended, lost.full())
-            self._tx = int(self.meta().get(TX_KEY, 0))  # transactions committed
+                raise UserError(f"--journal {self.path} is damaged: {damage}; resuming would lose "
+                                f"{found.lost.brief()}; pass --accept-journal-loss to resume from what it still "
+                                "holds (the loss is logged), or give a fresh --journal")
+            self._open(found)
         except UserError:
             os.close(self._lock_fd)
             if not existed:  # left as it was: without the file the lock made
@@ -237,6 +216,40 @@ class Journal:
         os.pwrite(self._acks_fd, self._acks_header(), 0)
         self._checkpoint()  # what was read is in the file now: the record's list starts empty
 
+
+    def _found(self, existed: bool, empty: bool) -> Found:
+        """What the files hold: the first problem (the record's, the file's or its WAL's, an
+        empty file, a file removed without its record) and what resuming would lose."""
+        _refuse_unusable(self.path, self.wal)
+        acks, damage = _read_acks(self.acks_path)
+        found = _damage(self.path, self.wal, acks)
+        damage = damage or found.problem
+        if empty:
+            damage = "the file is empty (0 bytes), where a journal was expected"
+        if not existed and acks is not None:  # removed without its record (a fresh start removes all of them)
+            damage = (f"the file is missing, but its acknowledgement record {self.acks_path} says it committed "
+                      f"{acks[TX_KEY]} transaction(s)")
+        return Found(damage, found.lost, found.fresh)
+
+    def _open(self, found: Found) -> None:
+        """The connection, with the schema on a fresh (or accepted damaged) file; a damaged one is
+        read whole now (and its loss logged), or refused after all."""
+        damage = found.problem
+        # isolation_level=None: we open and close transactions ourselves, one per group. A
+        # checkpoint waits at most timeout seconds for an outside reader (a backup).
+        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=0.5)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA wal_autocheckpoint=0")  # ours (_checkpoint): it empties the WAL too
+        if found.fresh or damage is not None:
+            self.db.executescript(_SCHEMA)
+        self._accepted = damage is not None  # rows and values that fail their checks are then skipped
+        if damage is not None:  # accepted: read all of it now, or refuse it after all
+            clock, kept, ended = self.meta().get("clock", 0.0), len(self.jobs()), self.count(ended=True)
+            log.error("--accept-journal-loss: journal %s is damaged (%s); resuming from what it still holds: "
+                      "clock t=%s, %d job(s), %d ended; whatever was journalled after that is lost, with %s",
+                      self.path, damage, clock, kept, ended, found.lost.full())
+        self._tx = int(self.meta().get(TX_KEY, 0))  # transactions committed
     def _begin(self) -> None:
         if not self._in_tx:
             self.db.execute("BEGIN")
