@@ -68,7 +68,7 @@ from scheduler_svc.watch import EventFeed
 log = logging.getLogger("scheduler_svc")
 
 
-def _live_engine(cluster: ClusterSpec, opts: RunOptions, jobs: list[JobSpec]) -> tuple[Engine, LiveRecorder]:
+def live_engine(cluster: ClusterSpec, opts: RunOptions, jobs: list[JobSpec]) -> tuple[Engine, LiveRecorder]:
     """The engine as analysim simulate builds it for these jobs, with predict_completions off (the
     agents say when a job ends) and a recorder that keeps each ended job's row."""
     span = (jobs[-1].submit_s - jobs[0].submit_s) if jobs else 0.0
@@ -95,7 +95,7 @@ class LiveScheduler:
         self.metrics = metrics  # the scheduler's Prometheus metrics
         settings = settings or LiveSettings()
         jobs = offline_jobs(trace_jobs, opts)
-        self.engine, recorder = _live_engine(cluster, opts, jobs)  # the simulation core, driven from the network
+        self.engine, recorder = live_engine(cluster, opts, jobs)  # the simulation core, driven from the network
         engine = self.engine
         # The events file (--events), written as the engine decides, as analysim simulate writes it.
         events: EventsCsv | None = None

@@ -150,7 +150,7 @@ class RunView:
         return known_vcs(self._cluster)
 
     def agents_connected(self) -> int:
-        return sum(1 for s in self._agents.sessions.values() if s.connected)
+        return len(self._agents.connected())
 
     def achieved_speed(self) -> float:
         return self._pace.achieved_speed()
