@@ -78,7 +78,7 @@ class Stepper:
             self.engine.run(until=T)
         cmds = self.translator.collect()
         t_next = min(_or_inf(self.engine.next_event_time()), self.trace.next_time(),
-                     min((s.bound for s in self.agents.connected()), default=INF))
+                     min((s.bound for s in self.agents.sessions.values() if s.connected), default=INF))
         if t_next == INF and not cmds:
             self.idle = True
             if ran:
