@@ -55,7 +55,7 @@ PROTECTED_PREFIXES = (_SCHED, _AGENT)  # a method of these services missing abov
 
 @dataclass(frozen=True)
 class Principal:
-    role: str
+    role: str  # what the token may do: agent, client or operator
     name: str  # which token: "<file>:<line>"
     nodes: frozenset[str] | None = None  # agents: the nodes it may register (None: any)
 
@@ -138,10 +138,10 @@ class Authenticator:
     """The known tokens and what each may do; the token files are followed (module docstring)."""
 
     def __init__(self) -> None:
-        self._known: list[tuple[bytes, Principal]] = []
-        self._files: list[tuple[str, str | Path, Sequence[str]]] = []
-        self._stamp: tuple = ()
-        self._checked = 0.0
+        self._known: list[tuple[bytes, Principal]] = []  # (token digest, who it is), from every file
+        self._files: list[tuple[str, str | Path, Sequence[str]]] = []  # (role, path, node order) of each file
+        self._stamp: tuple = ()  # each file's (inode, size, mtime) when last read: a change means re-read
+        self._checked = 0.0  # wall (monotonic) time the files' stamps were last compared
 
     @property
     def enabled(self) -> bool:
@@ -248,8 +248,8 @@ def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, auth: Authenticator, refused: Callable[[str], None] = lambda code: None) -> None:
-        self.auth = auth
-        self.refused = refused
+        self.auth = auth  # who the calls' tokens are
+        self.refused = refused  # counts a refused call, by reason
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:

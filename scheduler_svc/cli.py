@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from scheduler_svc.journal import Journal, JournalUnavailable
     from scheduler_svc.metrics import SchedulerMetrics
     from scheduler_svc.server import serve
+    from scheduler_svc.settings import LiveSettings
 
     setup_logging("scheduler", args.log_level, args.log_format)
     if not 0 <= args.paced_lag <= 10:
@@ -121,11 +122,12 @@ def run(args: argparse.Namespace) -> int:
         # The scheduler's asyncio objects must be made on the loop that runs them.
         journal = Journal(journal_path, accept_loss=args.accept_journal_loss)
         try:
+            settings = LiveSettings(speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,
+                                    heartbeat_deadline_s=args.heartbeat_deadline, out=args.out, plots=args.plots,
+                                    offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag,
+                                    events=args.events)
             live = LiveScheduler(cluster, opts, trace.jobs, journal=journal, metrics=SchedulerMetrics(),
-                                 speed=args.speed, trace_source=trace.source, trace_filtered=trace.filtered,
-                                 heartbeat_deadline_s=args.heartbeat_deadline, out=args.out, plots=args.plots,
-                                 offline_check=not args.no_offline_check, paced_lag_s=args.paced_lag,
-                                 events=args.events)
+                                 settings=settings)
         except (ValueError, JournalUnavailable) as e:
             journal.close()
             raise UserError(str(e)) from None

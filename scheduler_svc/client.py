@@ -38,7 +38,7 @@ class NotServing(TimeoutError):
         when = f"after {after_s:g} s" if after_s is not None else "(waiting would not help)"
         why = f": {last.code().name}: {last.details()}" if last is not None else ""
         super().__init__(f"scheduler at {target} not serving {when}{why}")
-        self.last = last
+        self.last = last  # the last health check's error; None when none was made
 
 
 def _final(e: grpc.RpcError) -> bool:
@@ -53,14 +53,14 @@ def _final(e: grpc.RpcError) -> bool:
 class SchedulerClient:
     def __init__(self, target: str, timeout_s: float = 10.0, token: str | None = None,
                  tls: TlsFiles | None = None, deadline_scale: float = 1.0) -> None:
-        self.target = target
+        self.target = target  # host:port of the scheduler's gRPC server
         # How many times longer than on a quiet machine things take where this client runs:
         # every call's timeout and every wait's deadline is stretched by it (tests measure it).
         self.deadline_scale = deadline_scale
-        self.timeout_s = timeout_s * deadline_scale
-        self.channel = secure_channel(target, tls or TlsFiles())
-        self.stub = spb_grpc.SchedulerServiceStub(self.channel)
-        self.md = bearer(token)
+        self.timeout_s = timeout_s * deadline_scale  # each call's deadline, wall seconds
+        self.channel = secure_channel(target, tls or TlsFiles())  # one channel for every call
+        self.stub = spb_grpc.SchedulerServiceStub(self.channel)  # SchedulerService over it
+        self.md = bearer(token)  # the call metadata carrying the token (empty without one)
 
     def __enter__(self) -> SchedulerClient:
         return self

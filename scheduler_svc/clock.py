@@ -11,11 +11,11 @@ class VirtualClock:
     """Virtual seconds. Lockstep or paused: moves only when set. Paced: t0 + speed x (wall - w0)."""
 
     def __init__(self, speed: float | None) -> None:
-        self.lockstep = speed is None
-        self.speed = float(speed) if speed else 1.0
-        self.paused = False
-        self.t0 = 0.0
-        self.w0 = time.monotonic()
+        self.lockstep = speed is None  # moves only when set, step by step with the agents
+        self.speed = float(speed) if speed else 1.0  # paced: virtual seconds per wall second (> 0)
+        self.paused = False  # stopped at t0 until resumed
+        self.t0 = 0.0  # virtual seconds at the last set
+        self.w0 = time.monotonic()  # wall (monotonic) seconds at the last set
         self.durable_s = 0.0  # the journal holds every outcome before this virtual time
 
     def now(self) -> float:

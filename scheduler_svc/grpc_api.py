@@ -29,8 +29,10 @@ from analysim.report import json_safe
 from scheduler_svc import bounds
 from scheduler_svc.auth import Authenticator, AuthInterceptor
 from scheduler_svc.contract import job_proto, summary_struct, value, word
-from scheduler_svc.core import InvalidJob, LiveScheduler
+from scheduler_svc.core import LiveScheduler
+from scheduler_svc.intake import InvalidJob, default_vc
 from scheduler_svc.journal import JournalUnavailable
+from scheduler_svc.read_model import LiveView, RunQueries
 from scheduler_svc.summary import build_summary
 
 log = logging.getLogger("scheduler_svc")
@@ -64,7 +66,7 @@ def _job_field(message: str, reason: str) -> str | None:
     return _REASON_FIELD.get(reason)
 
 
-def clock_state(live: LiveScheduler) -> spb.ClockState:
+def clock_state(live: LiveView) -> spb.ClockState:
     c = live.clock
     out = spb.ClockState(time_s=c.now(), speed=live.achieved_speed() if c.lockstep else c.speed,
                          lockstep=c.lockstep, paused=c.paused, started=live.started)
@@ -74,12 +76,16 @@ def clock_state(live: LiveScheduler) -> spb.ClockState:
 
 
 class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
+    """Clients' calls: submissions, cancellations and the clock's controls go to the scheduler's
+    parts; queries read its read model."""
+
     def __init__(self, live: LiveScheduler) -> None:
-        self.live = live
+        self.live = live  # the scheduler (its intake and clock controls)
+        self.view: RunQueries = live.view  # what the queries read
 
     async def SubmitJob(self, request: spb.SubmitJobRequest,
                         context: grpc.aio.ServicerContext) -> spb.SubmitJobResponse:
-        live = self.live
+        live, view = self.live, self.view
         r = request
         problem = bounds.job_problem(r.job_id, r.num_gpus, r.gpu_milli, r.duration_s, r.vc, r.user,
                                      r.gpu_models, r.cpu_milli, r.memory_mib)
@@ -87,20 +93,20 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             live.metrics.rejected.labels("out_of_bounds").inc()
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds",
                          field=_job_field(problem, "out_of_bounds"))
-        if live.out_error is not None:
-            await refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"the run has ended, but {live.out_error}; it "
+        if live.end.out_error is not None:
+            await refuse(context, grpc.StatusCode.FAILED_PRECONDITION, f"the run has ended, but {live.end.out_error}; it "
                          "takes no more jobs: restart it with a writable --out", "out_unwritable")
-        if live.writing_out:
+        if live.end.writing_out:
             await refuse(context, grpc.StatusCode.UNAVAILABLE, "the run's end is being written out: retry shortly",
                          "writing_out")
         milli = request.gpu_milli or GPU_MILLI
-        job_id = request.job_id or live.next_client_id()
-        spec = JobSpec(job_id=job_id, submit_s=live.event_time(), duration_s=request.duration_s,
+        job_id = request.job_id or live.intake.next_client_id()
+        spec = JobSpec(job_id=job_id, submit_s=live.pace.event_time(), duration_s=request.duration_s,
                        num_gpus=request.num_gpus, gpu_milli=milli, cpu_milli=request.cpu_milli,
-                       memory_mib=request.memory_mib, vc=request.vc or live.default_vc(), user=request.user,
+                       memory_mib=request.memory_mib, vc=request.vc or default_vc(live.cluster), user=request.user,
                        gpu_models=tuple(request.gpu_models))
         try:
-            live.submit_client(spec)
+            live.intake.submit(spec)
         except JournalUnavailable as e:
             # Not recorded, not in the engine: the client may retry the same id once it is.
             live.metrics.rejected.labels(e.reason).inc()
@@ -112,29 +118,29 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, field=_job_field(str(e), e.reason))
         except KeyError:
             live.metrics.rejected.labels("duplicate_id").inc()
-            what = "a job of the trace" if job_id in live.trace_ids else "a job"
+            what = "a job of the trace" if job_id in live.intake.trace_ids else "a job"
             await refuse(context, grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} already exists ({what})",
                          "duplicate_id", field="job_id")
-        return spb.SubmitJobResponse(job=job_proto(live.job_record(job_id)))
+        return spb.SubmitJobResponse(job=job_proto(view.job_record(job_id)))
 
     async def CancelJob(self, request: spb.CancelJobRequest,
                         context: grpc.aio.ServicerContext) -> spb.CancelJobResponse:
         await _check_id(context, "job_id", request.job_id)
         try:
-            self.live.cancel(request.job_id)
+            self.live.intake.cancel(request.job_id)
         except KeyError:
             await refuse(context, grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}", "unknown_job")
-        return spb.CancelJobResponse(job=job_proto(self.live.job_record(request.job_id)))
+        return spb.CancelJobResponse(job=job_proto(self.view.job_record(request.job_id)))
 
     async def GetJob(self, request: spb.GetJobRequest, context: grpc.aio.ServicerContext) -> spb.GetJobResponse:
         await _check_id(context, "job_id", request.job_id)
-        rec = self.live.job_record(request.job_id)
+        rec = self.view.job_record(request.job_id)
         if rec is None:
             await refuse(context, grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}", "unknown_job")
         return spb.GetJobResponse(job=job_proto(rec))
 
     async def ListJobs(self, request: spb.ListJobsRequest, context: grpc.aio.ServicerContext) -> spb.ListJobsResponse:
-        live = self.live
+        view = self.view
         if request.limit > bounds.LIST_LIMIT_MAX:
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
                          f"limit must be at most {bounds.LIST_LIMIT_MAX}, got {request.limit}", "out_of_bounds",
@@ -145,10 +151,10 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
         if (problem := bounds.text_problem("vc", request.vc)) is not None:
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, problem, "out_of_bounds", field="vc")
         status = word(spb.JobStatus, request.status)
-        ids = live.job_ids()
+        ids = view.job_ids()
         recs = []
         for job_id in ids:
-            rec = live.job_record(job_id)
+            rec = view.job_record(job_id)
             if status and rec["status"] != status:
                 continue
             if request.vc and rec["vc"] != request.vc:
@@ -165,10 +171,11 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                          "out_of_bounds", field="kinds")
         q: asyncio.Queue = asyncio.Queue(WATCH_BUFFER)
         kinds = set(request.kinds)
-        self.live.watchers.append(q)
+        watchers = self.live.feed.watchers
+        watchers.append(q)
         try:
             # A handshake: from here on, the client misses nothing.
-            yield spb.WatchEventsResponse(event=spb.Event(time_s=self.live.clock.now(),
+            yield spb.WatchEventsResponse(event=spb.Event(time_s=self.view.clock.now(),
                                                           kind=spb.EVENT_KIND_WATCHING))
             while True:
                 ev = await q.get()
@@ -177,23 +184,23 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                 if not kinds or ev.kind in kinds:
                     yield spb.WatchEventsResponse(event=ev)
         finally:
-            if q in self.live.watchers:
-                self.live.watchers.remove(q)
+            if q in watchers:
+                watchers.remove(q)
 
     async def GetClusterState(self, request: spb.GetClusterStateRequest,
                               context: grpc.aio.ServicerContext) -> spb.GetClusterStateResponse:
-        live = self.live
+        live = self.view
         eng = live.engine
         st = eng.state
         c = live.counts()
-        up_mask = [bool(st.up[i]) and live.started and name in live.node_owner
+        up_mask = [bool(st.up[i]) and live.started and live.agent_of(name) is not None
                    for i, name in enumerate(eng.node_names)]
         out = spb.ClusterState(
             clock=clock_state(live), gpus_total=eng.spec.total_gpus, gpus_allocated=eng.allocated_gpus,
             nodes_up=sum(up_mask), nodes_down=len(up_mask) - sum(up_mask), jobs_submitted=sum(c.values()),
             jobs_pending=c["pending"], jobs_running=c["running"], jobs_completed=c["completed"],
             jobs_failed=c["failed"], jobs_cancelled=c["cancelled"], pending_gpu_demand=eng.pending_demand,
-            agents=sum(1 for s in live.sessions.values() if s.connected), replay_done=live.done,
+            agents=live.agents_connected(), replay_done=live.done,
             trace_jobs=live.trace_total, policy=eng.policy.name,
         )
         limit = request.queue_limit or 20
@@ -203,7 +210,7 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
             out.queue.append(job_proto(live.job_record(job.job_id)))
         if request.nodes:
             for i, n in enumerate(eng.spec.nodes):
-                owner = live.node_owner.get(n.name)
+                owner = live.agent_of(n.name)
                 f = st.free_milli[i, : n.gpus]
                 ns = spb.NodeStatus(name=n.name, rack=n.rack, gpu_model=n.gpu_model, gpus=n.gpus, up=up_mask[i],
                                     agent_id=owner.agent_id if owner else "", free_gpus=float(f.sum()) / GPU_MILLI)
@@ -218,11 +225,11 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
 
     async def Pause(self, request: spb.PauseRequest, context: grpc.aio.ServicerContext) -> spb.PauseResponse:
         self.live.pause()
-        return spb.PauseResponse(clock=clock_state(self.live))
+        return spb.PauseResponse(clock=clock_state(self.view))
 
     async def Resume(self, request: spb.ResumeRequest, context: grpc.aio.ServicerContext) -> spb.ResumeResponse:
         self.live.resume()
-        return spb.ResumeResponse(clock=clock_state(self.live))
+        return spb.ResumeResponse(clock=clock_state(self.view))
 
     async def SetSpeed(self, request: spb.SetSpeedRequest, context: grpc.aio.ServicerContext) -> spb.SetSpeedResponse:
         lockstep = request.WhichOneof("pace") == "max" and request.max
@@ -231,11 +238,11 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                          f"speed must be a number in (0, 1e9], or max; got {request.speed}", "out_of_bounds",
                          field="speed")
         self.live.set_speed(None if lockstep else request.speed)
-        return spb.SetSpeedResponse(clock=clock_state(self.live))
+        return spb.SetSpeedResponse(clock=clock_state(self.view))
 
     async def GetSummary(self, request: spb.GetSummaryRequest,
                          context: grpc.aio.ServicerContext) -> spb.GetSummaryResponse:
-        live = self.live
+        live = self.view
         summary = live.summary if live.done else build_summary(live)
         return spb.GetSummaryResponse(done=live.done, summary=summary_struct(json_safe(summary)))
 
@@ -243,9 +250,9 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
     async def ExplainJob(self, request: spb.ExplainJobRequest,
                          context: grpc.aio.ServicerContext) -> spb.ExplainJobResponse:
         await _check_id(context, "job_id", request.job_id)
-        got = self.live.explain(request.job_id)
+        got = self.view.explain(request.job_id)
         if got is None:
-            known = self.live.job_record(request.job_id) is not None
+            known = self.view.job_record(request.job_id) is not None
             await refuse(context, grpc.StatusCode.NOT_FOUND,
                          f"job {request.job_id!r} has ended and left the engine" if known else f"no job {request.job_id!r}",
                          "unknown_job")
@@ -253,9 +260,12 @@ class SchedulerServicer(spb_grpc.SchedulerServiceServicer):
                                       reason=got["reason"], detail=got["detail"], queue=got["queue"])
 
 class AgentServicer(apb_grpc.AgentServiceServicer):
+    """Node agents' calls, to the scheduler's agents part."""
+
     def __init__(self, live: LiveScheduler, auth: Authenticator) -> None:
-        self.live = live
-        self.auth = auth
+        self.agents = live.agents  # the sessions the calls open, feed and end
+        self.metrics = live.metrics  # refused registrations are counted
+        self.auth = auth  # who may register which nodes
 
     def _principal(self, context: grpc.aio.ServicerContext) -> str:
         """Which agent token made the call ("" without authentication)."""
@@ -272,16 +282,16 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
         if self.auth.enabled:
             who = self.auth.identify(context.invocation_metadata())
             # Nodes the cluster does not have are INVALID_ARGUMENT below; these are someone else's.
-            names = {n.name for n in request.nodes if n.name in self.live.node_index}
+            names = {n.name for n in request.nodes if n.name in self.agents.node_index}
             foreign = sorted(names - who.nodes) if who.nodes is not None else []
             if foreign:
-                self.live.metrics.refused_calls.labels("foreign_node").inc()
+                self.metrics.refused_calls.labels("foreign_node").inc()
                 log.warning("agent token %s tried to register node(s) %s it was not given", who.name,
                             ", ".join(foreign[:5]))
                 await refuse(context, grpc.StatusCode.PERMISSION_DENIED,
                              f"this agent token may not register node {foreign[0]!r}", "foreign_node", field="nodes")
         try:
-            s = self.live.register(request.agent_id, request.nodes, principal=self._principal(context),
+            s = self.agents.register(request.agent_id, request.nodes, principal=self._principal(context),
                                    running=request.running)
         except PermissionError as e:
             await refuse(context, grpc.StatusCode.PERMISSION_DENIED, str(e), "agent_conflict")
@@ -289,33 +299,33 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             await refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(e), "invalid_nodes", field="nodes")
         log.info("agent %s registered %d node(s)", request.agent_id, len(request.nodes))
         interval = duration_pb2.Duration()
-        interval.FromTimedelta(timedelta(seconds=self.live.heartbeat_deadline_s / 4))
-        return apb.RegisterResponse(session_id=s.session_id, clock=self.live.clock.update(0),
+        interval.FromTimedelta(timedelta(seconds=self.agents.heartbeat_deadline_s / 4))
+        return apb.RegisterResponse(session_id=s.session_id, clock=self.agents.pace.clock.update(0),
                                     heartbeat_interval=interval)
 
     async def Connect(self, request_iterator: AsyncIterator[apb.ConnectRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[apb.ConnectResponse]:
-        live = self.live
+        agents = self.agents
         try:
             first = await anext(aiter(request_iterator))
         except StopAsyncIteration:
             return
-        s = live.sessions.get(first.session_id)
+        s = agents.sessions.get(first.session_id)
         if s is None or s.connected or s.lost or s.principal != self._principal(context):
             await refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
                          "unknown or already connected session: call Register first", "unknown_session")
-        live.attach(s)
-        live.on_agent_message(s, first)
+        agents.attach(s)
+        agents.on_message(s, first)
         why = ["stream closed"]
 
         async def read() -> None:
             try:
                 async for msg in request_iterator:
-                    live.on_agent_message(s, msg)
+                    agents.on_message(s, msg)
             except (grpc.RpcError, asyncio.CancelledError) as e:
                 why[0] = f"stream error: {e!r}"[:200]
             finally:
-                live.lose(s, why[0])
+                agents.lose(s, why[0])
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -332,7 +342,7 @@ class AgentServicer(apb_grpc.AgentServiceServicer):
             why[0] = "scheduler stopping"
         finally:
             reader.cancel()
-            live.lose(s, why[0])
+            agents.lose(s, why[0])
 
 
 def build_server(live: LiveScheduler, auth: Authenticator) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:

@@ -24,10 +24,13 @@ LABELS = ["grpc_service", "grpc_method", "grpc_type"]
 class GrpcServerMetrics(WrappingInterceptor):
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__()
+        # RPCs started, by service, method and type
         self.started = Counter("analysim_grpc_server_started_total", "RPCs started on the server.", LABELS,
                                registry=registry)
+        # RPCs ended, by status code too
         self.handled = Counter("analysim_grpc_server_handled_total",
                                "RPCs completed on the server, by status code.", [*LABELS, "grpc_code"], registry=registry)
+        # wall seconds from an RPC's start to its end
         self.seconds = Histogram("analysim_grpc_server_handling_seconds", "Time from an RPC's start to its end.",
                                  LABELS, buckets=HANDLING_BUCKETS, registry=registry)
 

@@ -40,7 +40,6 @@ import logging
 import math
 import os
 import sqlite3
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from typing import Any
 
 from analysim.core.job import JobSpec
 from analysim.errors import UserError
+from scheduler_svc.wal import wal_dropped
 
 log = logging.getLogger("scheduler_svc")
 TERMINAL = ("completed", "failed", "cancelled")
@@ -163,48 +163,29 @@ class JournalUnavailable(Exception):
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = reason  # "disk_full" or "io_error" (analysim_jobs_rejected_total's reason)
 
 
 class Journal:
+    """One run's journal file, its lock and its acknowledgement record (module docstring)."""
+
     def __init__(self, path: str | Path, group_s: float = 0.05, accept_loss: bool = False) -> None:
-        self.path = Path(path)
-        self.group_s = group_s
-        self.wal = self.path.with_name(self.path.name + "-wal")
+        self.path = Path(path)  # the SQLite file
+        self.group_s = group_s  # wall seconds a group of non-client writes may stay open
+        self.wal = self.path.with_name(self.path.name + "-wal")  # SQLite's write-ahead log beside it
         self.acks_path = self.path.with_name(self.path.name + "-acks")  # the acknowledgement record
         existed = self.path.exists()
         empty = existed and self.path.stat().st_size == 0 and not (self.wal.exists() and self.wal.stat().st_size)
-        self._lock_fd = _lock(self.path)
+        self._lock_fd = _lock(self.path)  # held for the journal's life: one scheduler per journal
         damage = None
         try:
-            _refuse_unusable(self.path, self.wal)
-            acks, damage = _read_acks(self.acks_path)
-            found = _damage(self.path, self.wal, acks)
-            damage, lost = (damage or found.problem), found.lost
-            if empty:
-                damage = "the file is empty (0 bytes), where a journal was expected"
-            if not existed and acks is not None:  # removed without its record (a fresh start removes all of them)
-                damage = (f"the file is missing, but its acknowledgement record {self.acks_path} says it committed "
-                          f"{acks[TX_KEY]} transaction(s)")
+            found = self._found(existed, empty)
+            damage = found.problem
             if damage is not None and not accept_loss:
-                raise UserError(f"--journal {self.path} is damaged: {damage}; resuming would lose {lost.brief()}; "
-                                "pass --accept-journal-loss to resume from what it still holds (the loss is logged), "
-                                "or give a fresh --journal")
-            # isolation_level=None: we open and close transactions ourselves, one per group. A
-            # checkpoint waits at most timeout seconds for an outside reader (a backup).
-            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=0.5)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA wal_autocheckpoint=0")  # ours (_checkpoint): it empties the WAL too
-            if found.fresh or damage is not None:
-                self.db.executescript(_SCHEMA)
-            self._accepted = damage is not None  # rows and values that fail their checks are then skipped
-            if damage is not None:  # accepted: read all of it now, or refuse it after all
-                clock, kept, ended = self.meta().get("clock", 0.0), len(self.jobs()), self.count(ended=True)
-                log.error("--accept-journal-loss: journal %s is damaged (%s); resuming from what it still holds: "
-                          "clock t=%s, %d job(s), %d ended; whatever was journalled after that is lost, with %s",
-                          self.path, damage, clock, kept, ended, lost.full())
-            self._tx = int(self.meta().get(TX_KEY, 0))  # transactions committed
+                raise UserError(f"--journal {self.path} is damaged: {damage}; resuming would lose "
+                                f"{found.lost.brief()}; pass --accept-journal-loss to resume from what it still "
+                                "holds (the loss is logged), or give a fresh --journal")
+            self._open(found)
         except UserError:
             os.close(self._lock_fd)
             if not existed:  # left as it was: without the file the lock made
@@ -217,13 +198,15 @@ class Journal:
             what = f"damaged ({damage}) and cannot be read even accepting the loss ({e})" if damage else \
                 f"not a usable SQLite journal ({e})"
             raise UserError(f"--journal {self.path}: {what}") from None
-        self._in_tx = False
-        self._last_commit = time.monotonic()
+        self._in_tx = False  # a transaction (the open group) is open in SQLite
+        self._last_commit = time.monotonic()  # wall (monotonic) time of the last commit
         # The open group's statements, kept until committed: replayed after a failed write.
         self._group: list[tuple[str, Any, bool]] = []
         self._group_clients: list[str] = []  # the open group's client jobs (acknowledged once it commits)
+        # Client jobs in the journal (the acknowledgement record's count).
         self._client_jobs = self.db.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
         self.failure: JournalUnavailable | None = None  # set while the journal cannot be written
+        # The next job's sequence number (jobs are read back in the order they were journalled).
         self._seq = self.db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM jobs").fetchone()[0]
         # The record, open for the run: its header rewritten in place after each commit, the
         # acknowledged jobs appended before it. Made anew now, for what the journal holds.
@@ -233,6 +216,40 @@ class Journal:
         os.pwrite(self._acks_fd, self._acks_header(), 0)
         self._checkpoint()  # what was read is in the file now: the record's list starts empty
 
+
+    def _found(self, existed: bool, empty: bool) -> Found:
+        """What the files hold: the first problem (the record's, the file's or its WAL's, an
+        empty file, a file removed without its record) and what resuming would lose."""
+        _refuse_unusable(self.path, self.wal)
+        acks, damage = _read_acks(self.acks_path)
+        found = _damage(self.path, self.wal, acks)
+        damage = damage or found.problem
+        if empty:
+            damage = "the file is empty (0 bytes), where a journal was expected"
+        if not existed and acks is not None:  # removed without its record (a fresh start removes all of them)
+            damage = (f"the file is missing, but its acknowledgement record {self.acks_path} says it committed "
+                      f"{acks[TX_KEY]} transaction(s)")
+        return Found(damage, found.lost, found.fresh)
+
+    def _open(self, found: Found) -> None:
+        """The connection, with the schema on a fresh (or accepted damaged) file; a damaged one is
+        read whole now (and its loss logged), or refused after all."""
+        damage = found.problem
+        # isolation_level=None: we open and close transactions ourselves, one per group. A
+        # checkpoint waits at most timeout seconds for an outside reader (a backup).
+        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=0.5)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA wal_autocheckpoint=0")  # ours (_checkpoint): it empties the WAL too
+        if found.fresh or damage is not None:
+            self.db.executescript(_SCHEMA)
+        self._accepted = damage is not None  # rows and values that fail their checks are then skipped
+        if damage is not None:  # accepted: read all of it now, or refuse it after all
+            clock, kept, ended = self.meta().get("clock", 0.0), len(self.jobs()), self.count(ended=True)
+            log.error("--accept-journal-loss: journal %s is damaged (%s); resuming from what it still holds: "
+                      "clock t=%s, %d job(s), %d ended; whatever was journalled after that is lost, with %s",
+                      self.path, damage, clock, kept, ended, found.lost.full())
+        self._tx = int(self.meta().get(TX_KEY, 0))  # transactions committed
     def _begin(self) -> None:
         if not self._in_tx:
             self.db.execute("BEGIN")
@@ -418,9 +435,6 @@ class Journal:
         os.close(self._lock_fd)  # after SQLite's own descriptors: closing one drops its POSIX locks
 
 
-WAL_MAGIC_LE, WAL_MAGIC_BE = 0x377F0682, 0x377F0683  # checksums in little- or big-endian words
-
-
 @dataclass
 class Lost:
     """What resuming a damaged journal would lose: the acknowledged client jobs it lacks, by
@@ -536,7 +550,7 @@ def _damage(path: Path, wal: Path, acks: dict | None) -> Found:
     transactions it holds against its acknowledgement record. Read only: a refused journal is
     left exactly as it was (a read-write connection would checkpoint what SQLite recovered and
     delete the WAL on closing)."""
-    problem = _wal_dropped(wal.read_bytes()) if wal.exists() else None
+    problem = wal_dropped(wal.read_bytes()) if wal.exists() else None
     try:
         with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as ro:
             found = _contents(ro, acks, wal)
@@ -573,86 +587,66 @@ def _contents(ro: sqlite3.Connection, acks: dict | None, wal: Path) -> Found:
               for (name,) in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables and acks is None:
         return Found(fresh=True)
+    problems = _table_problems(tables)
+    meta = _meta_read(ro, problems) if tables.get("meta") == COLUMNS["meta"] else {}
+    clients, client_rows = _client_rows(ro, problems) if tables.get("jobs") == COLUMNS["jobs"] else (set(), 0)
+    lost = _lost(acks, clients, client_rows)
+    problem = _count_problem(meta.get(TX_KEY, 0), acks, wal, lost)
+    if problem is not None:
+        problems.append(problem)
+    return Found(problems[0] if problems else None, lost)
+
+
+def _table_problems(tables: dict[str, tuple[str, ...]]) -> list[str]:
+    """A table missing, or of another shape than ours."""
     problems = []
     for name, columns in COLUMNS.items():
         if name not in tables:
             problems.append(f"its table {name} is missing")
         elif tables[name] != columns:
             problems.append(f"its table {name} has columns ({', '.join(tables[name])}), not ({', '.join(columns)})")
+    return problems
+
+
+def _meta_read(ro: sqlite3.Connection, problems: list[str]) -> dict:
+    """The meta values that pass their checks; the others' problems appended to ``problems``."""
     meta = {}
-    if tables.get("meta") == COLUMNS["meta"]:
-        for key, text in ro.execute("SELECT key, value FROM meta"):
-            value, problem = _meta_value(key, text)
-            if problem is None:
-                meta[key] = value
-            else:
-                problems.append(problem)
-    clients, client_rows = set(), 0
-    if tables.get("jobs") == COLUMNS["jobs"]:
-        for row in ro.execute("SELECT job_id, source, spec, status, record FROM jobs ORDER BY seq"):
-            problem = row_problem(*row)
-            if problem is not None:
-                problems.append(f"job {str(row[0])[:80]!r}: {problem}")
-            elif row[1] == "client":
-                clients.add(row[0])
-        client_rows = ro.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
-    lost = _lost(acks, clients, client_rows)
-    tx = meta.get(TX_KEY, 0)
+    for key, text in ro.execute("SELECT key, value FROM meta"):
+        value, problem = _meta_value(key, text)
+        if problem is None:
+            meta[key] = value
+        else:
+            problems.append(problem)
+    return meta
+
+
+def _client_rows(ro: sqlite3.Connection, problems: list[str]) -> tuple[set[str], int]:
+    """The client jobs with a good row, and how many client rows there are; the bad rows'
+    problems appended to ``problems``."""
+    clients = set()
+    for row in ro.execute("SELECT job_id, source, spec, status, record FROM jobs ORDER BY seq"):
+        problem = row_problem(*row)
+        if problem is not None:
+            problems.append(f"job {str(row[0])[:80]!r}: {problem}")
+        elif row[1] == "client":
+            clients.add(row[0])
+    return clients, ro.execute("SELECT COUNT(*) FROM jobs WHERE source = 'client'").fetchone()[0]
+
+
+def _count_problem(tx: int, acks: dict | None, wal: Path, lost: Lost) -> str | None:
+    """The journal's count of transactions (and client jobs) against its acknowledgement record."""
     if acks is None:
         if tx:  # counted transactions, so it had a record: it was removed
-            problems.append(f"its acknowledgement record {wal.with_name(wal.name.removesuffix('-wal') + '-acks')} "
-                            "is missing, so what it acknowledged cannot be checked")
-    elif tx < acks[TX_KEY]:
+            return (f"its acknowledgement record {wal.with_name(wal.name.removesuffix('-wal') + '-acks')} "
+                    "is missing, so what it acknowledged cannot be checked")
+        return None
+    if tx < acks[TX_KEY]:
         how = "missing" if not wal.exists() else "empty" if _size(wal) == 0 else \
             "cut to its header" if _size(wal) <= 32 else "cut short"
-        problems.append(f"it holds {tx} of the {acks[TX_KEY]} transactions it committed (its WAL is {how}: "
-                        "SQLite reads what is left as if nothing were missing)")
-    elif lost.count:
-        problems.append(f"{lost.count} acknowledged client job(s) are missing from its table jobs")
-    return Found(problems[0] if problems else None, lost)
-
-
-def _wal_checksum(b: bytes, magic: int, s0: int = 0, s1: int = 0) -> tuple[int, int]:
-    words = struct.unpack(f"{'<' if magic == WAL_MAGIC_LE else '>'}{len(b) // 4}I", b)
-    for i in range(0, len(words), 2):
-        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
-        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
-    return s0, s1
-
-
-def _wal_dropped(wal: bytes) -> str | None:
-    """Committed transactions that SQLite's recovery would drop: it follows the WAL's checksum
-    chain (frames with the header's salts, each checksum over the previous one) and stops at
-    the first frame that breaks it. Frames after that with the header's salts that end a
-    transaction were committed, and are lost. (Frames of an older generation, left after a
-    checkpoint restarted the WAL, carry other salts; trailing frames without a commit frame
-    were never committed.)"""
-    if len(wal) < 32:
-        return "its WAL header is damaged (a short file)" if any(wal) else None
-    magic, _version, page_size, _ckpt, salt1, salt2, c1, c2 = struct.unpack(">8I", wal[:32])
-    if magic not in (WAL_MAGIC_LE, WAL_MAGIC_BE) or _wal_checksum(wal[:24], magic) != (c1, c2):
-        return "its WAL header is damaged, so SQLite would ignore every transaction in the WAL" if any(wal) else None
-    frame = 24 + page_size
-    n = (len(wal) - 32) // frame
-    s, used = (c1, c2), 0
-    while used < n:
-        off = 32 + used * frame
-        _pgno, _commit, s1, s2, k1, k2 = struct.unpack(">6I", wal[off:off + 24])
-        if (s1, s2) != (salt1, salt2):
-            break
-        s = _wal_checksum(wal[off + 24:off + frame], magic, *_wal_checksum(wal[off:off + 8], magic, *s))
-        if s != (k1, k2):
-            break
-        used += 1
-    commits = 0
-    for i in range(used, n):
-        off = 32 + i * frame
-        _pgno, commit, s1, s2 = struct.unpack(">4I", wal[off:off + 16])
-        if (s1, s2) == (salt1, salt2) and commit:
-            commits += 1
-    if commits:
-        return (f"its WAL is damaged after frame {used} of {n}: SQLite's recovery stops there, dropping "
-                f"{commits} committed transaction(s) after it")
+        return (f"it holds {tx} of the {acks[TX_KEY]} transactions it committed (its WAL is {how}: "
+                "SQLite reads what is left as if nothing were missing)")
+    if lost.count:
+        return f"{lost.count} acknowledged client job(s) are missing from its table jobs"
     return None
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -31,11 +31,11 @@ from prometheus_client.registry import Collector
 from analysim.core.partition import STRICT_FIFO, in_kubernetes_units
 from analysim.core.plugins.kueue import KueueState
 from analysim.events import kueue_state
+from scheduler_svc.read_model import ClusterView
 
 if TYPE_CHECKING:
     from analysim.core.job import JobRun
     from analysim.core.records import Decision
-    from scheduler_svc.core import LiveScheduler
 
 # Kueue's buckets (1 s, then 2.5 s doubling to 10240 s), continued doubling to a month: a trace's
 # admission waits run to days, which Kueue's last bucket (under three hours) would all hold in +Inf.
@@ -64,26 +64,30 @@ def preemption_of(decision: Decision) -> tuple[str, str] | None:
 class KueueMetrics:
     """Kueue's counters and histogram on the scheduler's registry, and the collector of its gauges."""
 
-    def __init__(self, registry: CollectorRegistry, live: LiveScheduler) -> None:
+    def __init__(self, registry: CollectorRegistry, live: ClusterView) -> None:
         state = kueue_state(live.engine)
         if state is None:
             raise ValueError("Kueue's metrics need a run under a partition")
-        self.state = state
+        self.state = state  # the Kueue plugin's state in the live engine (a job's ClusterQueue)
         partition = state.partition
-        self.queues = [n.name for n in partition.nodes if n.is_queue]
-        self.classes = dict(partition.priorities)
+        self.queues = [n.name for n in partition.nodes if n.is_queue]  # every ClusterQueue's name
+        self.classes = dict(partition.priorities)  # WorkloadPriorityClass name -> its value
         self._requeued: dict[str, float] = {}  # job -> when it was last put back in its queue
         r = registry
+        # kueue_admitted_workloads_total, by ClusterQueue and priority class
         self.admitted = Counter("kueue_admitted_workloads", "The total number of admitted workloads per 'cluster_queue'",
                                 ["cluster_queue", "priority_class"], registry=r)
+        # kueue_admission_wait_time_seconds (virtual seconds)
         self.wait = Histogram("kueue_admission_wait_time_seconds",
                               "The time between a workload was created or requeued until admission, per "
                               "'cluster_queue' (virtual seconds)", ["cluster_queue", "priority_class"],
                               buckets=ADMISSION_WAIT_BUCKETS, registry=r)
+        # kueue_evicted_workloads_total, by ClusterQueue and reason
         self.evicted = Counter("kueue_evicted_workloads",
                                "The number of evicted workloads per 'cluster_queue'; 'reason': Preempted (to free "
                                "resources for another workload), NodeFailures (its nodes went down)",
                                ["cluster_queue", "reason", "underlying_cause", "priority_class"], registry=r)
+        # kueue_preempted_workloads_total, by preempting ClusterQueue and reason
         self.preempted = Counter("kueue_preempted_workloads",
                                  "The number of preempted workloads per 'preempting_cluster_queue'; 'reason': "
                                  + ", ".join(PREEMPTION_REASONS), ["preempting_cluster_queue", "reason"], registry=r)
@@ -95,7 +99,7 @@ class KueueMetrics:
                 self.evicted.labels(q, reason, "", "")
             for reason in PREEMPTION_REASONS:
                 self.preempted.labels(q, reason)
-        registry.register(_KueueGauges(lambda: live, state))
+        registry.register(_KueueGauges(live, state))
 
     def priority_class(self, job: JobRun) -> str:
         """The job's WorkloadPriorityClass ('' when it names none of the partition's)."""
@@ -122,14 +126,15 @@ class KueueMetrics:
 class _KueueGauges(Collector):
     """Kueue's gauges, read from the core's state at each scrape."""
 
-    def __init__(self, get: Callable[[], LiveScheduler], state: KueueState) -> None:
-        self.get, self.state = get, state
+    def __init__(self, live: ClusterView, state: KueueState) -> None:
+        self.live = live  # the run's read model
+        self.state = state  # the Kueue plugin's state in the live engine (quota tree, queues)
 
     def describe(self) -> list:
         return []  # computed on scrape
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        live, st = self.get(), self.state
+        live, st = self.live, self.state
         nodes = st.partition.nodes
         queues = [i for i, n in enumerate(nodes) if n.is_queue]
         pending: Tally = Tally()

@@ -15,9 +15,9 @@ BINS = math.ceil(math.log(HIGH_S / LOW_S) / _LOG_GAMMA) + 1
 
 class LatencyQuantiles:
     def __init__(self) -> None:
-        self.counts = np.zeros(BINS, dtype=np.int64)
-        self.n = 0
-        self.max = 0.0
+        self.counts = np.zeros(BINS, dtype=np.int64)  # values per bin (bin 0: at most LOW_S)
+        self.n = 0  # values added
+        self.max = 0.0  # the largest value added, exact (seconds)
 
     def add(self, seconds: float) -> None:
         i = 0 if seconds <= LOW_S else min(BINS - 1, int(math.log(seconds / LOW_S) / _LOG_GAMMA) + 1)

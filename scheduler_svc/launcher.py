@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Proc:
-    name: str
-    popen: subprocess.Popen
-    port_file: Path
-    log: Path
-    info: dict = field(default_factory=dict)
+    name: str  # scheduler, scheduler-<n> after a restart, agent-<i>
+    popen: subprocess.Popen  # the running process
+    port_file: Path  # where it writes its bound ports (JSON)
+    log: Path  # its stdout and stderr
+    info: dict = field(default_factory=dict)  # the port file's contents, once read
 
     @property
     def pid(self) -> int:
@@ -77,17 +77,17 @@ class LocalRun:
 
     def __init__(self, workdir: Path, python: str = sys.executable, tls: TlsFiles | None = None,
                  deadline_scale: float = 1.0, on_spawn: Callable[[subprocess.Popen], object] | None = None) -> None:
-        self.workdir = Path(workdir).resolve()
+        self.workdir = Path(workdir).resolve()  # every process's files go here
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.python = python
-        self.tls = tls or TlsFiles()
+        self.python = python  # the interpreter the processes run with
+        self.tls = tls or TlsFiles()  # the TLS files the processes serve and connect with
         self.deadline_scale = deadline_scale  # how many times longer than on a quiet machine a wait may take
         self.on_spawn = on_spawn  # told of every process started, before it is waited for
-        self.scheduler: Proc | None = None
-        self.agents: dict[int, Proc] = {}
-        self.cluster = ""
-        self._restarts = 0
-        self.token_dir: Path | None = None
+        self.scheduler: Proc | None = None  # the latest scheduler process
+        self.agents: dict[int, Proc] = {}  # agent index -> its latest process
+        self.cluster = ""  # the scheduler's --cluster, for the agents
+        self._restarts = 0  # schedulers started before the latest (names its log)
+        self.token_dir: Path | None = None  # the provisioned tokens; None without authentication
 
     def provision(self, node_names: list[str], processes: int) -> Path:
         """Write fresh tokens (``scheduler_svc.auth.write_tokens``) in ``workdir/tokens``."""

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from scheduler_svc.core import LiveScheduler
+from scheduler_svc.read_model import LiveView
 
 
-def build_summary(live: LiveScheduler) -> dict:
+def build_summary(live: LiveView) -> dict:
     summary = dict(live.header)
     summary.update(live.recorder.summary(live.engine))
-    n_client = sum(1 for v in live.source.values() if v == "client")
+    n_client = live.client_jobs()
     summary["jobs_total"] = live.trace_total + n_client
     summary["jobs_client"] = n_client
     if live.trace_skipped:
@@ -27,7 +25,7 @@ def build_summary(live: LiveScheduler) -> dict:
     summary["trace"] = live.trace_source
     lat = live.latencies
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    registry = live.metrics.registry
+    registry = live.registry
     sent = registry.get_sample_value("analysim_stream_messages_total", {"direction": "sent"}) or 0.0
     received = registry.get_sample_value("analysim_stream_messages_total", {"direction": "received"}) or 0.0
     summary["live"] = {
@@ -52,7 +50,7 @@ def build_summary(live: LiveScheduler) -> dict:
     return summary
 
 
-def fidelity(live: LiveScheduler) -> dict:
+def fidelity(live: LiveView) -> dict:
     """The offline run of the same inputs, and how far this run's per-job times are from it."""
     from analysim.simulation import run
 

@@ -21,7 +21,7 @@ def _found(paths: list[str], *patterns: str) -> set[str]:
 def test_every_submission_refusal_reason_is_exported() -> None:
     # A job's reason is the last argument of InvalidJob / InfeasibleJob, or a Counter key of
     # the partition's filter; a journal's is JournalUnavailable's; the rest are counted by name.
-    found = _found(["scheduler_svc/core.py", "scheduler_svc/grpc_api.py", "scheduler_svc/journal.py",
+    found = _found(["scheduler_svc/intake.py", "scheduler_svc/grpc_api.py", "scheduler_svc/journal.py",
                     "analysim/core/feasibility.py", "analysim/partitions/__init__.py"],
                    r'raise (?:InvalidJob|InfeasibleJob)\((?:[^()]|\([^()]*\))*?,\s*"([a-z_]+)"\)',
                    r'rejected\.labels\("([a-z_]+)"\)', r'reasons\["([a-z_]+)"\]', r'verdict = "([a-z_]+)"',
@@ -33,7 +33,7 @@ def test_every_submission_refusal_reason_is_exported() -> None:
 def test_every_call_and_report_refusal_reason_is_exported() -> None:
     calls = _found(["scheduler_svc/auth.py", "scheduler_svc/grpc_api.py"], r'refused(?:_calls\.labels)?\("([a-z_]+)"\)')
     assert calls == set(CALL_REFUSALS), calls
-    reports = _found(["scheduler_svc/core.py"], r'agent_events\.labels\("([a-z_]+)"\)', r'"(unknown_job|stale_launch)"')
+    reports = _found(["scheduler_svc/agents.py"], r'agent_events\.labels\("([a-z_]+)"\)', r'"(unknown_job|stale_launch)"')
     assert reports == set(IGNORED_REPORTS), reports ^ set(IGNORED_REPORTS)
 
 
