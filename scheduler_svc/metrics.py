@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from analysim.core.engine import Engine
+from analysim.core.run_view import RunView
 from analysim.core.job import GPU_MILLI
 from analysim.core.metrics import head_of_line_fragmentation
 from analysim.ops_http import add_standard_metrics
@@ -185,7 +185,7 @@ class _ClusterCollector(Collector):
         yield free
 
     @staticmethod
-    def _quotas(eng: Engine) -> Iterator[GaugeMetricFamily]:
+    def _quotas(eng: RunView) -> Iterator[GaugeMetricFamily]:
         quota = GaugeMetricFamily("analysim_vc_quota_gpus", "GPUs guaranteed to each VC.", labels=["vc"])
         vfree = GaugeMetricFamily("analysim_vc_free_quota_gpus", "Unused quota of each VC.", labels=["vc"])
         for v in eng.spec.vcs:
@@ -212,7 +212,7 @@ class _ClusterCollector(Collector):
         yield demand
 
     @staticmethod
-    def _fragmentation(eng: Engine) -> Iterator[GaugeMetricFamily]:
+    def _fragmentation(eng: RunView) -> Iterator[GaugeMetricFamily]:
         frag = head_of_line_fragmentation(eng)
         yield GaugeMetricFamily("analysim_fragmented_gpus",
                                 "Free GPUs the head-of-line job cannot use (0 when nothing waits).", value=frag)
