@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from analysim.core.run_view import RunView
 from analysim.core.job import GPU_MILLI
 from analysim.core.metrics import head_of_line_fragmentation
+from analysim.core.run_view import RunView
 from analysim.ops_http import add_standard_metrics
 from scheduler_svc.grpc_metrics import GrpcServerMetrics
 from scheduler_svc.kueue_metrics import KueueMetrics
