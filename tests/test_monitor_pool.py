@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlaas_monitor.model import Model, Policy
-from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
+from mlaas_monitor.monitor.config import ConfigError, MonitorConfig
+from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.coverage import Summary, coverage, merge_all
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.pool import (

@@ -53,7 +53,6 @@ class Identities:
         return int(self.label.shape[0])
 
 
-
 def identities(
     regions: Regions, leaf_labels: np.ndarray, leaf_answers: Sequence[Hashable] | None, S: np.ndarray,
     owner: np.ndarray, dom_lo: np.ndarray, dom_hi: np.ndarray, categorical: np.ndarray, seed: int = 0,

@@ -17,15 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlaas_monitor.monitor.core import (
-    METHODS,
-    Evaluation,
-    ExtractionWarning,
-    ModelMonitor,
-    MonitorConfig,
-    SubjectState,
-)
+from mlaas_monitor.monitor.config import METHODS, MonitorConfig
+from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.coverage import Summary
+from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS monitor_config (model TEXT PRIMARY KEY, config TEXT NOT NULL);
@@ -153,7 +148,7 @@ class MonitorDB:
             )  # fmt: skip
             db.execute(
                 "INSERT OR REPLACE INTO monitor_checkpoint VALUES (?, ?, ?, ?)",
-                (mon.model_id, mon.last_seq, mon.total_queries, mon.next_auto),
+                (mon.model_id, mon.last_seq, mon.schedule.total_queries, mon.schedule.next_auto),
             )
             db.executemany(
                 "INSERT INTO monitor_history VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -178,7 +173,7 @@ class MonitorDB:
         if row is None:
             return None
         cp = Checkpoint(*row)
-        mon.last_seq, mon.total_queries, mon.next_auto = cp.seq, cp.total_queries, cp.next_auto
+        mon.last_seq, mon.schedule.total_queries, mon.schedule.next_auto = cp.seq, cp.total_queries, cp.next_auto
         L, d = mon.regions.n_leaves, mon.n_features
         for r in self._db.execute(
             "SELECT subject, n_queries, next_eval, next_refit, evaluated_at, status, warned, members, counts, lo, hi"

@@ -27,20 +27,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import json_response, read_json
-from mlaas_monitor.monitor.core import (
-    ACTIONS,
-    GROUP_PREFIX,
-    METHODS,
-    ConfigError,
-    Evaluation,
-    ExtractionWarning,
-    ModelMonitor,
-    SubjectState,
-)
+from mlaas_monitor.monitor.config import ACTIONS, METHODS, ConfigError
+from mlaas_monitor.monitor.core import GROUP_PREFIX, ModelMonitor
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
 from mlaas_monitor.monitor.persist import MonitorDB
 from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
+from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
 from mlaas_monitor.store import ModelUnavailable, Store
 from mlaas_monitor.stream import QueryEvent
