@@ -24,9 +24,9 @@ MAX_TOP_K = 1000  # more than any served model's classes: "all of them"
 class Policy:
     """What a prediction reveals, and what a row costs."""
 
-    reveal_confidence: bool = True
+    reveal_confidence: bool = True  # the leaf's confidence is told
     confidence_decimals: int = 2  # BigML-style rounding
-    reveal_leaf: bool = False
+    reveal_leaf: bool = False  # the leaf's id is told
     price_micros: int = 1000  # per answered row (0.001 credits)
     # Output post-processing as a defence (the kinds IBM ART ships): how many of the leaf's
     # class probabilities are revealed, most probable first (1: the label's alone, as on
@@ -35,8 +35,8 @@ class Policy:
     # ``noise_seed`` only: the same row always gets the same answer (asking again averages
     # nothing out), on every replica, and a run is reproducible.
     top_k: int = 1
-    confidence_noise: float = 0.0
-    noise_seed: int = 0
+    confidence_noise: float = 0.0  # in [0, 1]
+    noise_seed: int = 0  # the noise's seed, with the row
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,7 +91,7 @@ class Policy:
 class PolicyError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
-        self.field, self.problem = field, problem
+        self.field, self.problem = field, problem  # the policy field's name, and what is wrong with its value
 
 
 def render_predictions(
@@ -190,14 +190,14 @@ class Answer:
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    id: str
-    schema: Schema
-    tree: Tree
+    id: str  # the model's name (unique in the store)
+    schema: Schema  # the features and how rows are encoded
+    tree: Tree  # the trained tree
     classes: tuple[Any, ...]  # JSON scalars (int or str)
-    card: dict[str, Any]
+    card: dict[str, Any]  # the model card: training data, sizes, validation accuracy
     validation_X: np.ndarray  # encoded held-out rows (the monitor's S)
     validation_y: np.ndarray  # their true class indices
-    policy: Policy = Policy()
+    policy: Policy = Policy()  # what an answer reveals, and what a row costs
 
     @cached_property
     def node_answers(self) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ PRADA_DELTA = 0.78
 class ConfigError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
+        # The field's name as the API spells it, and what is wrong with its value
         self.field, self.problem = field, problem
 
 
@@ -33,7 +34,7 @@ class ConfigError(ValueError):
 class Enforcement:
     action: str = "none"  # none | degrade (drop confidence and leaf id) | refuse
     method: str = "best_copy"  # the status with a stated meaning (docs/monitor.md)
-    threshold: float = 0.8
+    threshold: float = 0.8  # acts when the subject's status reaches this, in [0, 1]
     # Act only on a subject whose query stream is also attack-like (PRADA alarm): a benign
     # customer who has learnt the model by natural use is warned about, not cut off.
     intent: bool = True
@@ -54,7 +55,7 @@ class PoolResponse:
     # and every extracting account (most of its rows join the pool: EXTRACTING_*), however
     # little its removal alone lowers the extent: a coalition spreads its leaves over many
     extracting: bool = True
-    new_accounts: bool = True
+    new_accounts: bool = True  # every account first seen since the warning too
     # The warning stands while the pool keeps growing: it took a row within this many of the
     # model's latest answered rows (the pool's status is a running maximum and never falls).
     hold: int = 1000
@@ -73,7 +74,7 @@ class MonitorConfig:
     # copy half of what separates the model from a constant guess, well before it holds
     # 0.9 balanced fidelity (monitor-eval's goals table, docs/monitor.md).
     thresholds: dict[str, float] = field(default_factory=lambda: {"best_copy": 0.5})
-    default_method: str = "best_copy"
+    default_method: str = "best_copy"  # one of METHODS: the status the pools, the admin views and monitor-eval read
     # A subject's first evaluation: after 10 queries, then at min_refit and on the schedule.
     # On an easy model a customer's first rows already make a copy (breast_cancer's natural
     # sampler held bf 0.9 after 21 queries, before the first evaluation at 25); one more
@@ -83,8 +84,8 @@ class MonitorConfig:
     refit_fraction: float = 0.05  # ... or this fraction of the subject's queries, whichever is more
     # T_u (the costly part) is refitted every max(min_refit, this * n) queries. 0.05, as the
     # evaluations: best_copy is then the subject's tree copy as of each evaluation, never a
-    # stale one (0.5 before: random queries on Adult were warned 49 queries after bf 0.9;
-    # 0.1 left best_copy up to 0.2 below the truth between refits).
+    # stale one (at 0.5 random queries on Adult were warned 49 queries after bf 0.9; 0.1
+    # left best_copy up to 0.2 below the truth between refits).
     ig_refit_fraction: float = 0.05
     auto_k: int = 0  # >= 2: also pool the k users with the highest status (automatic collusion)
     auto_link: bool = True  # pool accounts whose queries differ from each other's in one feature (linkage.py)
@@ -112,8 +113,8 @@ class MonitorConfig:
     ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
     ood_min_queries: int = 30  # queries before it says anything
     boundary_alarm: float = BOUNDARY_ALARM  # Quiring et al.'s alarm on the mean in-margin ratio (reported, not acted on)
-    enforcement: Enforcement = Enforcement()
-    pool_response: PoolResponse = PoolResponse()
+    enforcement: Enforcement = Enforcement()  # the per-subject rule: what is done to a subject past its threshold
+    pool_response: PoolResponse = PoolResponse()  # what is done while auto:pool's warning stands
 
     def to_dict(self) -> dict[str, Any]:
         return {

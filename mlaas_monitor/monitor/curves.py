@@ -59,8 +59,8 @@ def extent(bf: float, k: int) -> float:
 class SubjectCurve:
     """One subject's monitor history and the truth about it."""
 
-    strategy: str
-    subject: str
+    strategy: str  # the strategy that produced it
+    subject: str  # the monitor's subject: an account, a group or a link group
     status: list[tuple[int, dict[str, float]]]  # (queries, status per method) at each evaluation
     truth: list[tuple[int, float]]  # (queries, balanced fidelity of its copy), as the attack went
     # The same truth computed at each status point from exactly the queries the monitor had
@@ -235,7 +235,7 @@ GOAL_PRECISION = 0.95  # warnings right on the benign population
 
 
 def goals(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per strategy, the default method against the issue's goals: calibration error <=
+    """Per strategy, the default method against the monitor's goals: calibration error <=
     0.05, never more than 0.15 below the truth, warned before balanced fidelity 0.9 (an
     attacker; a colluding or sybil group as a group), benign warnings right >= 95 %."""
     method = summary["default_method"]

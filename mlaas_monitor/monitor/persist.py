@@ -58,9 +58,9 @@ CREATE TABLE IF NOT EXISTS monitor_quarantine (
 
 @dataclass(frozen=True)
 class Checkpoint:
-    seq: int
-    total_queries: int
-    next_auto: int
+    seq: int  # the last query event folded into the checkpoint
+    total_queries: int  # the model's answered rows then (the automatic pool's clock)
+    next_auto: int  # total_queries at which the automatic pool was next due
 
 
 class MonitorDB:
@@ -69,6 +69,7 @@ class MonitorDB:
         checkpointed by its own background thread: otherwise a monitor save that finds the
         WAL past SQLite's threshold runs the checkpoint itself, an fsync on the event loop
         (about 6 ms a save under load, measured)."""
+        # One connection, shared by the service's threads (autocommit)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

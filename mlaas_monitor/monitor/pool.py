@@ -71,7 +71,7 @@ def joins_pool(mask: np.ndarray) -> np.ndarray:
 class Kept:
     """Which of a pooled subject's rows are kept raw: distinct rows, at most ``max_rows``."""
 
-    max_rows: int = MAX_ROWS
+    max_rows: int = MAX_ROWS  # distinct rows kept raw at most (the tree refit's input)
     hashes: set[int] = field(default_factory=set)  # the kept rows' hashes (a resent row is not kept twice)
     owners: list[str] = field(default_factory=list)  # per kept row, in order: the account that sent it
 

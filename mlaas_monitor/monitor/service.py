@@ -35,7 +35,8 @@ from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
 from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
-from mlaas_monitor.store import ModelUnavailable, Store
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import ModelUnavailable
 from mlaas_monitor.stream import QueryEvent
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,12 @@ class Decisions:
     another epoch (this service restarted) or an older version gets the snapshot at once."""
 
     def __init__(self) -> None:
-        self.epoch = secrets.token_hex(4)
-        self.version = 0
-        self.by_model: dict[str, dict[str, str]] = {}
+        self.epoch = secrets.token_hex(4)  # this service's run: a token of another epoch gets the snapshot at once
+        self.version = 0  # bumped at each change of by_model
+        self.by_model: dict[str, dict[str, str]] = {}  # model -> user -> action
         self.problem: str | None = None  # why the monitor is not following the log, if it is not
-        self._changed = asyncio.Event()
-        self.closed = False
+        self._changed = asyncio.Event()  # set at each change: wakes the long polls
+        self.closed = False  # set at shutdown: the long polls return
 
     @property
     def token(self) -> str:
@@ -108,15 +109,17 @@ class MonitorBase:
     checkpoints (``Monitor`` adds the log, the users and the views)."""
 
     def __init__(self, db: MonitorDB, registry: CollectorRegistry, checkpoint_interval: float) -> None:
-        self.db = db
-        self.configs = self.db.configs()
-        self.groups: dict[str, tuple[str, ...]] = self.db.groups()
-        self.monitors: dict[str, ModelMonitor] = {}
-        self.checkpoint_interval = checkpoint_interval
+        self.db = db  # the monitor's tables (checkpoints, history, warnings, configs, groups)
+        self.configs = self.db.configs()  # model -> its monitor settings, as last stored
+        self.groups: dict[str, tuple[str, ...]] = self.db.groups()  # declared group name -> its member accounts
+        self.monitors: dict[str, ModelMonitor] = {}  # model -> its monitor state
+        self.checkpoint_interval = checkpoint_interval  # seconds between two checkpoints of the dirty subjects
+        # Model -> subjects changed since the last checkpoint
         self._dirty: dict[str, dict[str, SubjectState]] = defaultdict(dict)
-        self._history: list[Evaluation] = []
-        self._warnings: list[ExtractionWarning] = []
+        self._history: list[Evaluation] = []  # evaluations not yet written, in order
+        self._warnings: list[ExtractionWarning] = []  # warnings not yet written, in order
         reg = registry
+        # Per model, subject and method: the status as last evaluated
         self.m_status = Gauge(
             "analysim_extraction_status", "Extraction status per model, subject (user or group:NAME) and method.",
             ["model", "subject", "method"], registry=reg,
@@ -135,15 +138,19 @@ class MonitorBase:
             "Share of the model its answers to every account together have given away (best_copy over all rows).",
             ["model"], registry=reg,
         )  # fmt: skip
+        # Warnings raised, by model and method
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
         )  # fmt: skip
+        # Seconds to fold a batch of query events
         self.m_update = Histogram(
             "analysim_monitor_update_duration_seconds", "Time to fold a batch of query events into the monitor.",
             buckets=UPDATE_BUCKETS, registry=reg,
         )  # fmt: skip
+        # Subject evaluations (tree refits) per model
         self.m_refits = Counter("analysim_monitor_refits_total", "Subject evaluations (tree refits).", ["model"], registry=reg)
+        # Enforcement decisions taken or lifted, by model, action and rule
         self.m_actions = Counter(
             "analysim_monitor_actions_total",
             "Enforcement decisions taken or lifted, by model, action (none: lifted) and rule (subject, pool).",
@@ -225,20 +232,24 @@ class Monitor(MonitorBase):
     def __init__(self, store: Store, db: MonitorDB, registry: CollectorRegistry,
                  checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:  # fmt: skip
         super().__init__(db, registry, checkpoint_interval)
+        # The gateway's store (the query log, the users) and the metrics registry
         self.store, self.registry = store, registry
-        self.decisions = Decisions()
+        self.decisions = Decisions()  # what enforcement does, as the gateways long-poll it
         self.cursor = 0  # the last log seq read; each model's durable cursor is its checkpoint seq
         self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
-        self._unavailable: dict[str, str] = {}
+        self._unavailable: dict[str, str] = {}  # model -> why it cannot be loaded (its events are skipped)
         self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
         self._acted: dict[str, dict[str, tuple[str, str]]] = {}  # model -> user -> (action, why) last published
         self._attributed: dict[str, list[tuple[str, float, int]]] = {}  # model -> the attribution last exported
-        self._last_flush = time.monotonic()
+        self._last_flush = time.monotonic()  # monotonic time of the last checkpoint flush
+        # Seconds from a query's commit to the monitor folding it in
         self.m_lag = Histogram(
             "analysim_monitor_lag_seconds", "Time from a query's commit to the monitor folding it in.",
             buckets=LAG_BUCKETS, registry=registry,
         )  # fmt: skip
+        # The last query-log seq read
         self.m_cursor = Gauge("analysim_monitor_cursor", "The last query-log seq the monitor has read.", registry=registry)
+        # Query-log rows quarantined (not folded), by reason
         self.m_quarantined = Counter(
             "analysim_monitor_quarantined_rows_total",
             "Query-log rows the monitor could not fold (recorded in monitor_quarantine and skipped), by reason.",
@@ -545,7 +556,7 @@ class _ThresholdCollector(Collector):
     that an alert compares a status with the threshold the monitor itself warns at."""
 
     def __init__(self, mon: MonitorBase) -> None:
-        self.mon = mon
+        self.mon = mon  # the model monitor whose thresholds are exported
 
     def describe(self) -> list:
         return []

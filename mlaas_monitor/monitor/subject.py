@@ -19,25 +19,25 @@ from mlaas_monitor.monitor.prada import PradaState
 
 @dataclass(frozen=True)
 class Evaluation:
-    model: str
-    subject: str
-    n_queries: int
+    model: str  # the model the subject asked
+    subject: str  # the subject: an account, "group:NAME", a link group or a pooled subject
+    n_queries: int  # its queries (rows) when evaluated
     seq: int  # last query event folded in
-    ts: float
-    status: dict[str, float]
-    members: tuple[str, ...] = ()
+    ts: float  # wall-clock time of the event that made it due
+    status: dict[str, float]  # method -> status, each in [0, 1]
+    members: tuple[str, ...] = ()  # a group's or pool's members then (empty: an account)
 
 
 @dataclass(frozen=True)
 class ExtractionWarning:
-    model: str
-    subject: str
-    method: str
-    threshold: float
-    status: float
-    n_queries: int
-    seq: int
-    ts: float
+    model: str  # the model the subject asked
+    subject: str  # the subject warned about
+    method: str  # the status method that reached its threshold
+    threshold: float  # that method's threshold, in [0, 1]
+    status: float  # the status that reached it (>= threshold)
+    n_queries: int  # the subject's queries (rows) then
+    seq: int  # the last query event folded in then
+    ts: float  # wall-clock time of the evaluation
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,15 +51,16 @@ class SubjectState:
     """What is kept per subject. Users also keep their queries (float32: the trees compare
     float32, so nothing is lost) in chunks, concatenated only when refitting."""
 
-    name: str
+    name: str  # an account, "group:NAME", a link group, "auto:topK" or a pooled subject
     summary: Summary | None  # users only; a group's is the merge of its members'
-    n_queries: int = 0
-    next_eval: int = 1
-    next_refit: int = 1
-    evaluated_at: int = 0
+    n_queries: int = 0  # rows it sent (a group's: its members' together)
+    next_eval: int = 1  # query count at which it is next evaluated (schedule.py)
+    next_refit: int = 1  # query count at which T_u is next refitted (schedule.py)
+    evaluated_at: int = 0  # query count at its last evaluation (0: never evaluated)
+    # Method -> status as last evaluated, in [0, 1]
     status: dict[str, float] = field(default_factory=lambda: dict.fromkeys(METHODS, 0.0))
-    warned: set[str] = field(default_factory=set)
-    members: tuple[str, ...] = ()
+    warned: set[str] = field(default_factory=set)  # methods it was warned about (a warning is raised once)
+    members: tuple[str, ...] = ()  # a group's or pool's member accounts (empty: an account)
     prada: PradaState | None = None  # users only
     ood: OodState | None = None  # users only
     boundary: BoundaryState | None = None  # users only
@@ -67,8 +68,9 @@ class SubjectState:
     # (G,) the leaf identities its answers have shown (users and pools; rebuilt from the
     # logged queries): an answer that shows a new one makes an evaluation due at once.
     revealed: np.ndarray | None = None
+    # Users and pools: the queries, in chunks, in order (float32 once compacted)
     _X: list[np.ndarray] = field(default_factory=list)
-    _y: list[np.ndarray] = field(default_factory=list)
+    _y: list[np.ndarray] = field(default_factory=list)  # the labels answered, chunked as _X
     _unfolded: int = 0  # trailing chunks of _X not yet in the summary
 
     def append(self, X: np.ndarray, y: np.ndarray, fold_later: bool = True) -> None:
@@ -89,7 +91,7 @@ class SubjectState:
             return
         X = np.concatenate(self._X).astype(np.float32) if self._X else np.empty((0, n_features), dtype=np.float32)
         y = np.concatenate(self._y).astype(np.int32) if self._y else np.empty(0, dtype=np.int32)
-        self._X, self._y = [X], [y]
+        self._X, self._y = [X], [y]  # one chunk each
 
     def unfolded_rows(self) -> np.ndarray | None:
         """The queries added since the summary was last brought up to date (then marks

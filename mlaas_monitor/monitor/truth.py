@@ -33,11 +33,12 @@ class FidelityTracker:
     ~2 % of queries; each point is the best copy so far (a copy built once stays built)."""
 
     def __init__(self, X: np.ndarray, truth: list[Any]) -> None:
-        self.X, self.truth = X, truth
+        self.X, self.truth = X, truth  # the held-out rows every copy is scored on, and the model's labels of them
         self.curve: list[tuple[int, float]] = []  # balanced
         self.raw: list[tuple[int, float]] = []  # plain agreement
-        self._next = 1
-        self._leaves = -1
+        self._next = 1  # query count of the next periodic point
+        self._leaves = -1  # leaves path-finding had at the last point (-1: none recorded)
+        # path-finding's own rebuild, when the attacker is one (None: not path-finding)
         self.box: BoxRebuild | None = None
         self.explored: list[tuple[int, int]] = []  # (queries, leaves path-finding had explored by then)
 
