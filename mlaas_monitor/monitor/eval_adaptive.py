@@ -11,7 +11,16 @@ from mlaas_monitor.monitor.adaptive import AccountOracle, AdaptivePathfinding, C
 from mlaas_monitor.monitor.attacks import ApiClient, Oracle
 from mlaas_monitor.monitor.curves import extent, value_at
 from mlaas_monitor.monitor.eval_report import format_adaptive
-from mlaas_monitor.monitor.eval_run import EvalRun, adaptive_model, chained, pool_view, reporting, settle
+from mlaas_monitor.monitor.eval_run import (
+    ADAPTIVE_SAFETY,
+    PATHFINDING_BUDGET,
+    EvalRun,
+    adaptive_model,
+    chained,
+    pool_view,
+    reporting,
+    settle,
+)
 from mlaas_monitor.monitor.pool import POOL
 from mlaas_monitor.monitor.truth import FidelityTracker
 
@@ -21,7 +30,7 @@ def run_adaptive_all(run: EvalRun, seed: int, k: int) -> dict[str, Any]:
     rows = [run_adaptive(run, accounts, seed + accounts, k) for accounts in run.opts.adaptive_accounts]
     rows += [run_adaptive(run, accounts, seed + accounts, k, pool_aware=True) for accounts in run.opts.adaptive_pool_aware]
     return {"accounts": sum(r["accounts"] for r in rows), "queries_used": sum(r["queries_used"] for r in rows),
-            "runs": rows, "table": format_adaptive(rows, run.opts.adaptive_safety)}  # fmt: skip
+            "runs": rows, "table": format_adaptive(rows, ADAPTIVE_SAFETY)}  # fmt: skip
 
 
 class CoalitionWatch:
@@ -112,41 +121,51 @@ def run_adaptive(run: EvalRun, accounts: int, seed: int, k: int, pool_aware: boo
     if between is not None:
         oracle.on_request = chained(oracle.on_request, between)
     watch = CoalitionWatch(admin, model_id, names, config, oracle)
-    pf = AdaptivePathfinding(oracle, seed, threshold, opts.adaptive_safety, watch.look, pool_aware=pool_aware)
+    pf = AdaptivePathfinding(oracle, seed, threshold, ADAPTIVE_SAFETY, watch.look, pool_aware=pool_aware)
     tracker.box = pf.rebuild
     rebuilt = pf.run()
     tracker.finish(oracle, rebuilt)
     settle(admin, names, oracle.queries, model_id=model_id)
-    checkpoints = [*pf.result.checkpoints, watch.look(0)]
-    warned_at, pool_at = watch.first_warnings()
-    enforced_at = next((c.queries for c in checkpoints if c.enforced), None)
-    subs = [x for x in watch.subjects() if x["subject"] != POOL]
+    said = _what_the_monitor_said(watch, [*pf.result.checkpoints, watch.look(0)], _extent_at(tracker, k))
     oracle.close()
     pools = pool_view(admin, model_id)
     acted = {a["user"] for a in admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"] if a["action"] != "none"}
-    ext = _extent_at(tracker, k)
-    first_coalition = [x for x in (ext(warned_at), ext(pool_at)) if x is not None]
     return {
         "accounts": accounts, "pool_aware": pool_aware, "queries_used": oracle.queries, "leaves_found": len(rebuilt.leaves),
         "accounts_retired": len(pf.result.retired),
-        "groups": sorted(g["subject"] for g in subs if g.get("members")),
-        "max_subject_status": max((x["status"][watch.method] for x in subs), default=0.0),
-        "warned_at": warned_at, "extent_at_warning": ext(warned_at),
-        "enforced_at": enforced_at, "extent_at_enforcement": ext(enforced_at),
+        "groups": said["groups"], "max_subject_status": said["max_subject_status"],
+        "warned_at": said["warned_at"], "extent_at_warning": said["extent_at_warning"],
+        "enforced_at": said["enforced_at"], "extent_at_enforcement": said["extent_at_enforcement"],
         "final_extent": extent(tracker.curve[-1][1], k), "final_balanced_fidelity": tracker.curve[-1][1],
         "method": watch.method, "threshold": threshold,
-        "pool_warned_at": pool_at, "extent_at_pool_warning": ext(pool_at),
-        "first_coalition_warning_extent": min(first_coalition, default=None),
+        "pool_warned_at": said["pool_warned_at"], "extent_at_pool_warning": said["extent_at_pool_warning"],
+        "first_coalition_warning_extent": said["first_coalition_warning_extent"],
         "pools": pools, "response": config["pool_response"]["action"], "accounts_acted_on": len(acted),
         "accounts_acted_on_attacker": len(acted & set(names)), "account_names": names,
     }  # fmt: skip
 
 
+def _what_the_monitor_said(watch: CoalitionWatch, checkpoints: list[Checkpoint],
+                           ext: Callable[[int | None], float | None]) -> dict[str, Any]:  # fmt: skip
+    """After the attack: the groups formed, the highest status, and when (and at what extent
+    of the attacker's copy) the coalition, the pool and the enforcement rule first caught it."""
+    warned_at, pool_at = watch.first_warnings()
+    enforced_at = next((c.queries for c in checkpoints if c.enforced), None)
+    subs = [x for x in watch.subjects() if x["subject"] != POOL]
+    first_coalition = [x for x in (ext(warned_at), ext(pool_at)) if x is not None]
+    return {"groups": sorted(g["subject"] for g in subs if g.get("members")),
+            "max_subject_status": max((x["status"][watch.method] for x in subs), default=0.0),
+            "warned_at": warned_at, "extent_at_warning": ext(warned_at),
+            "enforced_at": enforced_at, "extent_at_enforcement": ext(enforced_at),
+            "pool_warned_at": pool_at, "extent_at_pool_warning": ext(pool_at),
+            "first_coalition_warning_extent": min(first_coalition, default=None)}  # fmt: skip
+
+
 def _coalition_oracle(run: EvalRun, names: list[str], model_id: str) -> AccountOracle:
     """An account per name, and one oracle over them all (the first account reads the domain)."""
     keys = [run.new_key(n) for n in names]
-    first = Oracle.connect(run.url, keys[:1], model_id, run.opts.pathfinding_budget)
-    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, run.opts.pathfinding_budget)
+    first = Oracle.connect(run.url, keys[:1], model_id, PATHFINDING_BUDGET)
+    oracle = AccountOracle([ApiClient(run.url, key) for key in keys], model_id, first.domain, PATHFINDING_BUDGET)
     first.close()
     return oracle
 

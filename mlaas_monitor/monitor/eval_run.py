@@ -48,6 +48,9 @@ POLICY_IDENTITY = {"noise on confidences (sd 0.05, 2 decimals)": rounding_identi
 POLICY_ATTACKERS = ("pathfinding", "natural")
 MODEL_ID = "target"
 GROUP = "colluders"
+PATHFINDING_BUDGET = 20000  # path-finding's query cap (it stops earlier, when its queue is empty)
+SLOW_PAUSE_S = 0.001  # seconds the slow attacker waits between requests
+ADAPTIVE_SAFETY = 0.1  # an adaptive account retires this far below the threshold
 # The attackers that run path-finding (each over its own kind of oracle).
 PATHFINDING_BASED = ("pathfinding", "colluding", "sybil", "confidence", "slow")
 
@@ -66,7 +69,6 @@ class EvalOptions:
     table: TableOptions = field(default_factory=TableOptions)  # how the table is read
     seed: int = 0  # the tree's seed; strategy i starts from seed + 1000 * (i + 1)
     budget: int = 2000  # random and natural; pathfinding runs until its queue is empty
-    pathfinding_budget: int = 20000  # path-finding's query cap (it stops earlier when its queue is empty)
     collude_base: str = "pathfinding"  # what the colluding accounts run together: pathfinding or random
     oracle: str = "leaf"  # leaf: the policy reveals leaf ids; confidence: label + confidence only
     benign_users: int = 50  # the benign population's accounts
@@ -74,9 +76,7 @@ class EvalOptions:
     margin: float = 0.1  # a warning at threshold t is right when the subject's extent is >= t - margin, in [0, 1)
     reference_queries: int | None = None  # a published path-finding count to compare with
     sybil_queries: int = 100  # per sybil account
-    slow_pause_s: float = 0.001  # seconds the slow attacker waits between requests
     adaptive_accounts: tuple[int, ...] = (1, 4, 16)  # one adaptive run per account count k
-    adaptive_safety: float = 0.1  # an adaptive account retires this far below the threshold
     natural_sybil_accounts: int = 100  # accounts of the natural sybil, each first_eval - 1 rows
     # adaptive runs that also know the pool: each probe moved by a hair in a continuous feature
     adaptive_pool_aware: tuple[int, ...] = ()

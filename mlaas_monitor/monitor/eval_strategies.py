@@ -30,9 +30,11 @@ from mlaas_monitor.monitor.eval_run import (
     MODEL_ID,
     NATURAL_SYBIL_MODEL,
     PATHFINDING_BASED,
+    PATHFINDING_BUDGET,
     POLICY_ATTACKERS,
     POLICY_IDENTITY,
     RESPONSE_POLICIES,
+    SLOW_PAUSE_S,
     EvalRun,
     benign_population,
     draw_rows,
@@ -147,7 +149,7 @@ def _attack_oracle(run: EvalRun, strategy: str, base: str, names: list[str]) -> 
     keys = [run.new_key(n) for n in names]
     if strategy == "colluding":
         run.admin.call("POST", "/v1/admin/groups", {"name": GROUP, "members": names})
-    budget = run.opts.budget if base in ("random", "natural") else run.opts.pathfinding_budget
+    budget = run.opts.budget if base in ("random", "natural") else PATHFINDING_BUDGET
     first = Oracle.connect(run.url, keys, MODEL_ID, budget)
     if strategy == "sybil":
         sybil: SybilOracle | None = None
@@ -159,7 +161,7 @@ def _attack_oracle(run: EvalRun, strategy: str, base: str, names: list[str]) -> 
         sybil = SybilOracle(first.clients[0], MODEL_ID, first.domain, budget, run.opts.sybil_queries, open_account, run.url)
         return sybil
     if strategy == "slow":
-        return PacedOracle(first.clients, MODEL_ID, first.domain, budget, run.opts.slow_pause_s)
+        return PacedOracle(first.clients, MODEL_ID, first.domain, budget, SLOW_PAUSE_S)
     return first
 
 
@@ -204,7 +206,7 @@ def run_policies(run: EvalRun, seed: int, k: int, thresholds: dict[str, float], 
         model_id = f"{MODEL_ID}-p{i}"
         for j, strategy in enumerate(POLICY_ATTACKERS):
             name = f"policy{i}-{strategy}"
-            budget = run.opts.budget if strategy == "natural" else run.opts.pathfinding_budget
+            budget = run.opts.budget if strategy == "natural" else PATHFINDING_BUDGET
             oracle = Oracle.connect(run.url, [run.new_key(name)], model_id, budget)
             oracle.identity = POLICY_IDENTITY.get(label, oracle.identity)
             tracker = FidelityTracker(run.held_X, run.truth)

@@ -452,14 +452,7 @@ class Monitor(MonitorBase):
 
     def subject_view(self, model_id: str, subject: str) -> dict[str, Any]:
         mon = self.monitor(model_id)
-        s = mon.subject(subject)
-        if s is None:
-            if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
-                s = mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
-            elif self.has_user(subject):
-                s = mon.user(subject)
-            else:
-                raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
+        s = self._subject(mon, subject)
         out = s.public()
         out["model"] = model_id
         members = [mon.users[m] for m in s.members if m in mon.users]
@@ -474,15 +467,30 @@ class Monitor(MonitorBase):
             "counts": summary.counts.tolist(),
             "covered_fraction": leaf_fractions(mon.regions, summary).tolist(),
         }
-        # Durable points, then those not yet checkpointed (same shape).
-        pending = [{"n_queries": e.n_queries, "seq": e.seq, "ts": e.ts, **e.status, **({"members": list(e.members)} if e.members else {})}
-                   for e in self._history if e.model == model_id and e.subject == s.name]  # fmt: skip
-        out["history"] = self.db.history(model_id, s.name) + pending
+        out["history"] = self._history_of(model_id, s.name)
         if s.members:
             out["member_status"] = {
                 m: (mon.users[m].status if m in mon.users else dict.fromkeys(METHODS, 0.0)) for m in s.members
             }
         return out
+
+    def _subject(self, mon: ModelMonitor, subject: str) -> SubjectState:
+        """The named subject of this model (a declared group or a known user not seen yet
+        starts empty); 404 for any other name."""
+        s = mon.subject(subject)
+        if s is not None:
+            return s
+        if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
+            return mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
+        if self.has_user(subject):
+            return mon.user(subject)
+        raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
+
+    def _history_of(self, model_id: str, subject: str) -> list[dict[str, Any]]:
+        """A subject's evaluations: the durable points, then those not yet checkpointed (same shape)."""
+        pending = [{"n_queries": e.n_queries, "seq": e.seq, "ts": e.ts, **e.status, **({"members": list(e.members)} if e.members else {})}
+                   for e in self._history if e.model == model_id and e.subject == subject]  # fmt: skip
+        return self.db.history(model_id, subject) + pending
 
     def set_config(self, model_id: str, patch: Any) -> dict[str, Any]:
         mon = self.monitor(model_id)
