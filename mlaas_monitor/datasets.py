@@ -121,15 +121,19 @@ def check_repeated_header(path: str, header: list[str], rows: list[list[str]], l
     if any(v not in MISSING and seen[j][v] for j, v in enumerate(first)):
         return
     for j, v in enumerate(first):
-        if v not in MISSING and not _is_number(v) and all(_is_number(r[j]) for r in rest if r[j] not in MISSING) and any(
-            r[j] not in MISSING for r in rest
-        ):
+        if v not in MISSING and not _is_number(v) and _numeric_column([r[j] for r in rest]):
             shown = ", ".join(repr(x) for x in first[:4]) + (", ..." if len(first) > 4 else "")
             raise InputFileError(
                 path, lines[0], header[j],
                 f"looks like a second header row ({shown}): its values occur in no other row and this column is "
                 f"numeric everywhere else; remove the line (only one header line is read)",
             )  # fmt: skip
+
+
+def _numeric_column(values: list[str]) -> bool:
+    """Some value present, and every present one a number."""
+    present = [v for v in values if v not in MISSING]
+    return bool(present) and all(_is_number(v) for v in present)
 
 
 def prepare_table(

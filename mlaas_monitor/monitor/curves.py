@@ -192,19 +192,8 @@ def acceptance(summary: dict[str, Any]) -> dict[str, Any]:
     stays silent on the benign population and alarms on path-finding and random; the sybil
     accounts are grouped automatically; with --reference-queries, path-finding reaches
     0.99 within ten times the published count."""
-    st, method = summary["strategies"], summary["default_method"]
-    acc: dict[str, Any] = _pathfinding_checks(summary)
-    warned = [(s, r["evaluation"]["methods"][method]) for s, r in st.items() if r.get("evaluation")]
-    n_w = sum(m["warnings"] for _, m in warned)
-    n_right = sum(m["right_warnings"] for _, m in warned)
-    acc["default_method_warning_precision"] = round(n_right / n_w, 4) if n_w else None
-    acc["default_method_precision_at_least_095"] = n_w == 0 or n_right / n_w >= 0.95
-    warning_methods = sorted(summary["config"]["thresholds"])
-    for s, r in st.items():
-        if s != "benign" and r.get("curve"):
-            # By any warning the monitor raises; the default method's own timing beside it.
-            acc[f"{s}_warned_before_bf_090"] = any(warned_in_time(r["curve"], m) for m in warning_methods if m in EXTENT_METHODS)
-            acc[f"{s}_default_method_before_bf_090"] = warned_in_time(r["curve"], method)
+    st = summary["strategies"]
+    acc: dict[str, Any] = {**_pathfinding_checks(summary), **_warning_checks(summary)}
     if "benign" in st:
         acc["prada_silent_on_benign"] = st["benign"]["evaluation"]["prada_alarms"] == 0
     for s in ("pathfinding", "random"):
@@ -212,6 +201,23 @@ def acceptance(summary: dict[str, Any]) -> dict[str, Any]:
             acc[f"prada_alarms_on_{s}"] = st[s]["evaluation"]["prada_alarms"] == 1
     if "sybil" in st:
         acc["sybil_grouped_automatically"] = st["sybil"]["grouped_as"] is not None
+    return acc
+
+
+def _warning_checks(summary: dict[str, Any]) -> dict[str, Any]:
+    """The default method's warning precision over every strategy, and per attacker whether
+    it was warned before balanced fidelity 0.9 (by any warning; by the default method)."""
+    st, method = summary["strategies"], summary["default_method"]
+    warned = [r["evaluation"]["methods"][method] for r in st.values() if r.get("evaluation")]
+    n_w = sum(m["warnings"] for m in warned)
+    n_right = sum(m["right_warnings"] for m in warned)
+    acc: dict[str, Any] = {"default_method_warning_precision": round(n_right / n_w, 4) if n_w else None,
+                           "default_method_precision_at_least_095": n_w == 0 or n_right / n_w >= 0.95}  # fmt: skip
+    warning_methods = [m for m in sorted(summary["config"]["thresholds"]) if m in EXTENT_METHODS]
+    for s, r in st.items():
+        if s != "benign" and r.get("curve"):
+            acc[f"{s}_warned_before_bf_090"] = any(warned_in_time(r["curve"], m) for m in warning_methods)
+            acc[f"{s}_default_method_before_bf_090"] = warned_in_time(r["curve"], method)
     return acc
 
 

@@ -72,12 +72,23 @@ def format_table(summary: dict[str, Any]) -> str:
     """The evaluation as markdown: the goals (default method per strategy, with the intent
     signals PRADA, OOD and Quiring et al.'s closeness to the boundary on the same streams),
     then every extent method per strategy."""
-
-    def ok(v: bool) -> str:
-        return "yes" if v else "**no**"
-
-    m0 = summary["model"]
     method = summary["default_method"]
+    lines = [*_goals_table(summary, method), "", *_methods_table(summary)]
+    for extra in ("adaptive", "policies", "attribution"):
+        if summary["strategies"].get(extra):
+            lines += ["", *summary["strategies"][extra]["table"]]
+    lines += _notes(summary, method)
+    lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
+    return "\n".join(lines)
+
+
+def _yes(v: bool) -> str:
+    return "yes" if v else "**no**"
+
+
+def _goals_table(summary: dict[str, Any], method: str) -> list[str]:
+    """The model, then the default method per strategy against the goals."""
+    m0 = summary["model"]
     lines = [f"{summary['dataset']}: {m0['leaves']} leaves, {m0['classes']} classes, {m0['held_out_rows']} held-out rows, "
              f"majority share {m0['majority_share']:.3f}; default method {method} at "
              f"{cell(summary['warning_threshold'], 2)}, margin {summary['margin']}", "",
@@ -85,8 +96,7 @@ def format_table(summary: dict[str, Any]) -> str:
              f"warned before bf 0.9 (benign: warnings right >= {GOAL_PRECISION})", "",
              "| strategy | curves | calibration error | max below truth | first warning | queries to bf 0.9 | warning goal | "
              "PRADA alarms | OOD alarms | boundary alarms (first) |", "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
-    gs = goals(summary)
-    for s, g in gs.items():
+    for s, g in goals(summary).items():
         ev = summary["strategies"][s]["evaluation"]
         n = ev["curves"]
         if s == "benign":
@@ -94,11 +104,16 @@ def format_table(summary: dict[str, Any]) -> str:
             warn, q90 = f"{mm['right_warnings']}/{mm['warnings']} right", f"{ev['reached_bf_090']}/{n} reach"
         else:
             warn, q90 = cell(g["first_warning"]), cell(g["queries_to_bf_090"])
-        lines.append(f"| {s} | {n} | {cell(g['calibration_error'])} ({ok(g['calibration_ok'])}) | {cell(g['max_below_truth'])} "
-                     f"({ok(g['below_ok'])}) | {warn} | {q90} | {ok(g['warning_ok'])} | {ev['prada_alarms']}/{n} | "
+        lines.append(f"| {s} | {n} | {cell(g['calibration_error'])} ({_yes(g['calibration_ok'])}) | {cell(g['max_below_truth'])} "
+                     f"({_yes(g['below_ok'])}) | {warn} | {q90} | {_yes(g['warning_ok'])} | {ev['prada_alarms']}/{n} | "
                      f"{ev['ood_alarms']}/{n} | {ev['boundary_alarms']}/{n} ({cell(ev['first_boundary_alarm'])}) |")  # fmt: skip
-    lines += ["", "| strategy | method | threshold | calibration error | max below truth | right / warnings | first warning | "
-              "queries to bf 0.9 | lead |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    return lines
+
+
+def _methods_table(summary: dict[str, Any]) -> list[str]:
+    """Every extent method per strategy."""
+    lines = ["| strategy | method | threshold | calibration error | max below truth | right / warnings | first warning | "
+             "queries to bf 0.9 | lead |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for s, r in summary["strategies"].items():
         ev = r.get("evaluation")
         if not ev:
@@ -108,9 +123,12 @@ def format_table(summary: dict[str, Any]) -> str:
             lines.append(f"| {s} | {m} | {cell(summary['config']['thresholds'].get(m, 0.5), 2)} | {cell(x['calibration_error'])} | "
                          f"{cell(x['max_below_truth'])} | {x['right_warnings']}/{x['warnings']} | {cell(x['first_warning'])} | "
                          f"{cell(q90)} | {cell(x['lead'])} |")  # fmt: skip
-    for extra in ("adaptive", "policies", "attribution"):
-        if summary["strategies"].get(extra):
-            lines += ["", *summary["strategies"][extra]["table"]]
+    return lines
+
+
+def _notes(summary: dict[str, Any], method: str) -> list[str]:
+    """A line each on the sybil, the benign population's pools and the natural sybil."""
+    lines = []
     sy = summary["strategies"].get("sybil")
     if sy:
         per = ", ".join(f"{m} {cell(v)}" for m, v in sy["max_account_status_by_method"].items())
@@ -125,8 +143,7 @@ def format_table(summary: dict[str, Any]) -> str:
     ns = summary["strategies"].get("natural_sybil")
     if ns:
         lines.append("\n" + one_line("natural_sybil", ns, method))
-    lines.append("acceptance: " + ", ".join(f"{k}={v}" for k, v in summary["acceptance"].items()))
-    return "\n".join(lines)
+    return lines
 
 
 def write_outputs(out: Path, summary: dict[str, Any], rows: list[tuple[str, str, int, str, float]]) -> None:
