@@ -32,7 +32,8 @@ from mlaas_monitor.monitor.attacks import (
 )
 from mlaas_monitor.monitor.config import MonitorConfig
 from mlaas_monitor.monitor.core import ModelMonitor
-from mlaas_monitor.monitor.curves import SubjectCurve, extent, running_max
+from mlaas_monitor.monitor.curves import SubjectCurve, running_max
+from mlaas_monitor.monitor.infogain import extent
 from mlaas_monitor.store import Store
 from mlaas_monitor.store_schema import SCHEMA_VERSION
 from mlaas_monitor.training import encode_dataset, holdout_split

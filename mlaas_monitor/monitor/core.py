@@ -27,7 +27,7 @@ from mlaas_monitor.monitor.boxcopy import (
 )
 from mlaas_monitor.monitor.config import MonitorConfig
 from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, coverage, merge_all
-from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
+from mlaas_monitor.monitor.infogain import entropy, extent, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
 from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, PoolLedger, flags, joins_pool
@@ -121,20 +121,6 @@ class ModelMonitor:
     def config(self, config: MonitorConfig) -> None:
         self.schedule.config = config
 
-    @property
-    def total_queries(self) -> int:
-        """Answered rows of the model ingested (the schedule's clock; persisted)."""
-        return self.schedule.total_queries
-
-    @property
-    def extracting(self) -> set[str]:
-        """Accounts whose every row joins auto:pool."""
-        return self.ledger.extracting
-
-    @property
-    def pool_warned_at(self) -> int | None:
-        """Rows of the model answered when auto:pool was first warned (None: not since start)."""
-        return self.ledger.warned_at
 
     # ---- state ----
 
@@ -242,7 +228,7 @@ class ModelMonitor:
         flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
         # An extracting account's every row joins, not only its flagged ones: what it holds is
         # what all its answers give (its starting points, the probes inside a leaf).
-        flagged |= np.fromiter((u in self.extracting for u in users), bool, len(users))
+        flagged |= np.fromiter((u in self.ledger.extracting for u in users), bool, len(users))
         for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
             idx = np.flatnonzero(take)
             if idx.size:
@@ -337,7 +323,7 @@ class ModelMonitor:
         stars = [u.star for u in ([s] if members is None else members) if u.star is not None]
         box = self._box_extent(summary, stars)
         if self.identities is not None:
-            box = max(box, self._extent(star_copy_fidelity(self.identities, stars)))
+            box = max(box, extent(star_copy_fidelity(self.identities, stars), self.n_classes))
         return box
 
     def _intent_status(self, s: SubjectState, members: list[SubjectState] | None, refitting: bool,
@@ -358,11 +344,7 @@ class ModelMonitor:
             return 0.0
         # Overlapping boxes in the order the subject first saw their identities (kept with
         # the star boxes), as an attacker's rebuild orders them.
-        return self._extent(box_copy_fidelity(self.identities, summary, found_order(stars)))
-
-    def _extent(self, bf: float) -> float:
-        k = self.n_classes
-        return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
+        return extent(box_copy_fidelity(self.identities, summary, found_order(stars)), self.n_classes)
 
     def _intent(self, s: SubjectState) -> tuple[float, float, float]:
         """Fold the user's queries the intent signals have not seen yet; (prada, ood, boundary)."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM
 from mlaas_monitor.monitor.config import EXTENT_METHODS
+from mlaas_monitor.monitor.infogain import extent
 
 SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -48,11 +49,6 @@ def running_max(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
         best = max(best, v)
         out.append((n, best))
     return out
-
-
-def extent(bf: float, k: int) -> float:
-    """Balanced fidelity on the status scale: 0 for a constant copy, 1 for an exact one."""
-    return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
 
 
 @dataclass

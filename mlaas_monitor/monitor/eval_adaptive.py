@@ -9,7 +9,7 @@ from typing import Any
 
 from mlaas_monitor.monitor.adaptive import AccountOracle, AdaptivePathfinding, Checkpoint
 from mlaas_monitor.monitor.attacks import ApiClient, Oracle
-from mlaas_monitor.monitor.curves import extent, value_at
+from mlaas_monitor.monitor.curves import value_at
 from mlaas_monitor.monitor.eval_report import format_adaptive
 from mlaas_monitor.monitor.eval_run import (
     ADAPTIVE_SAFETY,
@@ -21,6 +21,7 @@ from mlaas_monitor.monitor.eval_run import (
     reporting,
     settle,
 )
+from mlaas_monitor.monitor.infogain import extent
 from mlaas_monitor.monitor.pool import POOL
 from mlaas_monitor.monitor.truth import FidelityTracker
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from mlaas_monitor.monitor.config import EXTENT_METHODS, METHODS
-from mlaas_monitor.monitor.curves import SubjectCurve, extent
+from mlaas_monitor.monitor.curves import SubjectCurve
+from mlaas_monitor.monitor.infogain import extent
 
 
 def plot_status(

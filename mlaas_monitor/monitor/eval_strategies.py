@@ -23,7 +23,7 @@ from mlaas_monitor.monitor.attacks import (
     run_random,
 )
 from mlaas_monitor.monitor.config import METHODS
-from mlaas_monitor.monitor.curves import SubjectCurve, analyse_curve, extent
+from mlaas_monitor.monitor.curves import SubjectCurve, analyse_curve
 from mlaas_monitor.monitor.eval_report import format_policies
 from mlaas_monitor.monitor.eval_run import (
     GROUP,
@@ -42,6 +42,7 @@ from mlaas_monitor.monitor.eval_run import (
     reporting,
     settle,
 )
+from mlaas_monitor.monitor.infogain import extent
 from mlaas_monitor.monitor.linkage import LINK_PREFIX
 from mlaas_monitor.monitor.truth import FidelityTracker, best_copy
 

@@ -429,7 +429,7 @@ class Monitor(MonitorBase):
             "model": model_id,
             "last_seq": mon.last_seq,
             "cursor": self.cursor,
-            "total_queries": mon.total_queries,
+            "total_queries": mon.schedule.total_queries,
             "config": mon.config.to_dict(),
             "default_method": mon.config.default_method,
             "users": [s.public() for _, s in sorted(mon.users.items())],
