@@ -12,10 +12,8 @@ here runs on the service's event loop (admin views see a state between two event
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -30,6 +28,7 @@ from mlaas_monitor.http_app import json_response, read_json
 from mlaas_monitor.monitor.config import ACTIONS, METHODS, ConfigError
 from mlaas_monitor.monitor.core import GROUP_PREFIX, ModelMonitor
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
+from mlaas_monitor.monitor.decisions import Decisions
 from mlaas_monitor.monitor.persist import MonitorDB
 from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
@@ -47,61 +46,6 @@ UPDATE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 GROUP_NAME = USER_NAME  # same alphabet: no ':' so that "group:NAME" is unambiguous
 MAX_WAIT_S = 30.0  # longest long-poll of /v1/monitor/decisions
-
-
-class Decisions:
-    """What enforcement does per model and user ('degrade' | 'refuse'; absent: nothing), as
-    a versioned snapshot the gateways long-poll. The token is ``EPOCH.VERSION``: a token of
-    another epoch (this service restarted) or an older version gets the snapshot at once."""
-
-    def __init__(self) -> None:
-        self.epoch = secrets.token_hex(4)  # this service's run: a token of another epoch gets the snapshot at once
-        self.version = 0  # bumped at each change of by_model
-        self.by_model: dict[str, dict[str, str]] = {}  # model -> user -> action
-        self.problem: str | None = None  # why the monitor is not following the log, if it is not
-        self._changed = asyncio.Event()  # set at each change: wakes the long polls
-        self.closed = False  # set at shutdown: the long polls return
-
-    @property
-    def token(self) -> str:
-        return f"{self.epoch}.{self.version}"
-
-    def set(self, model_id: str, decided: dict[str, str]) -> None:
-        if self.by_model.get(model_id, {}) == decided:
-            return
-        if decided:
-            self.by_model[model_id] = decided
-        else:
-            self.by_model.pop(model_id, None)
-        self._bump()
-
-    def set_problem(self, problem: str | None) -> None:
-        """The monitor stopped following the log (why), or follows it again (None): the
-        gateways learn it with the next snapshot (their monitor_up and /readyz)."""
-        if problem != self.problem:
-            self.problem = problem
-            self._bump()
-
-    def _bump(self) -> None:
-        self.version += 1
-        self._changed.set()  # wakes every waiting long poll; later ones wait on a fresh event
-        self._changed = asyncio.Event()
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())},
-                "following": self.problem is None, **({"problem": self.problem} if self.problem else {})}
-
-    def close(self) -> None:
-        """Answer every waiting long poll now (the service is stopping) and any later one at once."""
-        self.closed = True
-        self._changed.set()
-
-    async def wait(self, after: str | None, timeout: float) -> dict[str, Any]:
-        """The snapshot once it differs from ``after``, or after ``timeout`` seconds."""
-        if after == self.token and timeout > 0 and not self.closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-        return self.snapshot()
 
 
 class MonitorBase:
