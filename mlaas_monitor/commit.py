@@ -21,7 +21,8 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from mlaas_monitor.store import QueryRecord, Refused, Store
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import QueryRecord, Refused
 
 Batch = list[tuple[QueryRecord, "asyncio.Future[int | Refused]"]]
 Committed = list[tuple[Batch, list["int | Refused"]]]
@@ -29,12 +30,14 @@ Committed = list[tuple[Batch, list["int | Refused"]]]
 
 class GroupCommitter:
     def __init__(self, store: Store, on_batch: Callable[[int], None] | None = None) -> None:
-        self._store = store
-        self._pending: Batch = []
-        self._scheduled = False
-        self._on_batch = on_batch
+        self._store = store  # where the batches are committed
+        self._pending: Batch = []  # records answered since the last commit began, with their callers' futures
+        self._scheduled = False  # a commit of _pending is scheduled on the event loop
+        self._on_batch = on_batch  # called with each committed batch's size (a metric), or None
         off_loop = store.commits_off_loop
+        # Commits off the event loop (PostgreSQL); None: on the loop (SQLite)
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit") if off_loop else None
+        # Waits for WAL flushes off the event loop (PostgreSQL); None: on the loop
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="flush") if off_loop else None
         self._committing = False  # a commit is running in its thread
         self._flushing = False  # a flush is running in its thread

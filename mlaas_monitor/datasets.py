@@ -44,20 +44,20 @@ class TableOptions:
     missing target go, a missing feature value becomes its column's median or most
     frequent value), and which columns to read as numbers out of text ("89 OR OLDER")."""
 
-    drop_columns: tuple[str, ...] = ()
-    missing: str = "error"
-    numeric: tuple[str, ...] = ()
+    drop_columns: tuple[str, ...] = ()  # columns left out (never the target)
+    missing: str = "error"  # one of MISSING_POLICIES
+    numeric: tuple[str, ...] = ()  # columns read as the first number in each value
 
 
 @dataclass(frozen=True)
 class RawDataset:
     """Columns as text (files) or numbers (built-ins), and the target labels."""
 
-    name: str
-    columns: list[str]
+    name: str  # the built-in's name, or the file's
+    columns: list[str]  # the feature columns' names, in order
     data: list[list[str]] | np.ndarray  # rows
-    target: list[str] | np.ndarray
-    target_name: str
+    target: list[str] | np.ndarray  # one label per row
+    target_name: str  # the target column's name
     notes: tuple[str, ...] = field(default=())  # what was dropped or imputed, for the user
 
 
@@ -121,9 +121,7 @@ def check_repeated_header(path: str, header: list[str], rows: list[list[str]], l
     if any(v not in MISSING and seen[j][v] for j, v in enumerate(first)):
         return
     for j, v in enumerate(first):
-        if v not in MISSING and not _is_number(v) and all(_is_number(r[j]) for r in rest if r[j] not in MISSING) and any(
-            r[j] not in MISSING for r in rest
-        ):
+        if v not in MISSING and not _is_number(v) and _numeric_column([r[j] for r in rest]):
             shown = ", ".join(repr(x) for x in first[:4]) + (", ..." if len(first) > 4 else "")
             raise InputFileError(
                 path, lines[0], header[j],
@@ -132,11 +130,57 @@ def check_repeated_header(path: str, header: list[str], rows: list[list[str]], l
             )  # fmt: skip
 
 
+def _numeric_column(values: list[str]) -> bool:
+    """Some value present, and every present one a number."""
+    present = [v for v in values if v not in MISSING]
+    return bool(present) and all(_is_number(v) for v in present)
+
+
 def prepare_table(
     path: str, header: list[str], rows: list[list[str]], lines: list[int], target: str, opts: TableOptions
 ) -> tuple[list[str], list[list[str]], list[str]]:
     """Apply ``opts`` to a parsed table (the target column is kept); returns header, rows
     and notes saying what was dropped, parsed or imputed."""
+    _check_options(path, header, target, opts)
+    notes: list[str] = []
+    keep = [j for j, c in enumerate(header) if c not in opts.drop_columns]
+    header = [header[j] for j in keep]
+    rows = [[r[j] for j in keep] for r in rows]
+    if opts.drop_columns:
+        notes.append(f"dropped columns {', '.join(opts.drop_columns)}")
+    for c in opts.numeric:
+        _read_numbers(path, rows, lines, header.index(c), c)
+        notes.append(f"read numbers out of column {c}")
+    t = header.index(target)
+    if opts.missing == "error":
+        for r, line in zip(rows, lines, strict=True):
+            if r[t] in MISSING:
+                raise InputFileError(path, line, target, "missing target value (use --dropna or --impute to drop such rows)")
+        return header, rows, notes
+    rows = _drop_or_impute(header, rows, t, opts.missing, notes)
+    if not rows:
+        raise InputFileError(path, None, None, "no rows left after dropping those with missing values")
+    return header, rows, notes
+
+
+def _drop_or_impute(header: list[str], rows: list[list[str]], t: int, missing: str, notes: list[str]) -> list[list[str]]:
+    """The rows under the ``drop`` or ``impute`` policy (target column t); what was done into
+    ``notes``."""
+    before = len(rows)
+    if missing == "drop":
+        rows = [r for r in rows if not any(v in MISSING for v in r)]
+        notes.append(f"dropped {before - len(rows)} of {before} rows with a missing value")
+        return rows
+    rows = [r for r in rows if r[t] not in MISSING]
+    if len(rows) < before:
+        notes.append(f"dropped {before - len(rows)} of {before} rows with a missing target")
+    notes += _impute(header, rows, t)
+    return rows
+
+
+def _check_options(path: str, header: list[str], target: str, opts: TableOptions) -> None:
+    """The options name a known missing-value policy and columns the table has (the target
+    not among those dropped)."""
     if opts.missing not in MISSING_POLICIES:
         raise UserError(f"missing values: expected one of {', '.join(MISSING_POLICIES)}, not {opts.missing!r}")
     for flag, names in (("--drop-columns", opts.drop_columns), ("--numeric", opts.numeric)):
@@ -145,58 +189,48 @@ def prepare_table(
                 raise InputFileError(path, None, c, f"{flag}: no such column; columns are {', '.join(header)}")
     if target in opts.drop_columns:
         raise UserError(f"--drop-columns: {target!r} is the target column")
-    notes: list[str] = []
-    keep = [j for j, c in enumerate(header) if c not in opts.drop_columns]
-    header = [header[j] for j in keep]
-    rows = [[r[j] for j in keep] for r in rows]
-    if opts.drop_columns:
-        notes.append(f"dropped columns {', '.join(opts.drop_columns)}")
-    for c in opts.numeric:
-        j = header.index(c)
-        for r, line in zip(rows, lines, strict=True):
+
+
+def _read_numbers(path: str, rows: list[list[str]], lines: list[int], j: int, c: str) -> None:
+    """Column j (named c) as the first number in each value, in place; missing values stay."""
+    for r, line in zip(rows, lines, strict=True):
+        if r[j] in MISSING:
+            continue
+        m = _NUMBER.search(r[j])
+        if m is None:
+            raise InputFileError(path, line, c, f"--numeric: no number in {r[j][:40]!r}")
+        r[j] = m.group(0)
+
+
+def _impute(header: list[str], rows: list[list[str]], t: int) -> list[str]:
+    """Each feature column's missing values as its median (numbers) or most frequent value,
+    in place; a note per column filled."""
+    notes = []
+    for j, c in enumerate(header):
+        if j == t:
+            continue
+        present = [r[j] for r in rows if r[j] not in MISSING]
+        holes = len(rows) - len(present)
+        if not holes or not present:
+            continue
+        value = _fill_value(present)
+        for r in rows:
             if r[j] in MISSING:
-                continue
-            m = _NUMBER.search(r[j])
-            if m is None:
-                raise InputFileError(path, line, c, f"--numeric: no number in {r[j][:40]!r}")
-            r[j] = m.group(0)
-        notes.append(f"read numbers out of column {c}")
-    t = header.index(target)
-    if opts.missing == "error":
-        for r, line in zip(rows, lines, strict=True):
-            if r[t] in MISSING:
-                raise InputFileError(path, line, target, "missing target value (use --dropna or --impute to drop such rows)")
-        return header, rows, notes
-    before = len(rows)
-    if opts.missing == "drop":
-        rows = [r for r in rows if not any(v in MISSING for v in r)]
-        notes.append(f"dropped {before - len(rows)} of {before} rows with a missing value")
-    else:
-        rows = [r for r in rows if r[t] not in MISSING]
-        if len(rows) < before:
-            notes.append(f"dropped {before - len(rows)} of {before} rows with a missing target")
-        for j, c in enumerate(header):
-            if j == t:
-                continue
-            present = [r[j] for r in rows if r[j] not in MISSING]
-            holes = len(rows) - len(present)
-            if not holes or not present:
-                continue
-            if all(_is_number(v) for v in present):
-                nums = np.array([float(v) for v in present])
-                fill = float(np.median(nums))
-                if np.all(nums == np.round(nums)):
-                    fill = float(np.round(fill))
-                value = repr(int(fill)) if fill.is_integer() else repr(fill)
-            else:
-                value = min(Counter(present).items(), key=lambda kv: (-kv[1], kv[0]))[0]  # most frequent, then first
-            for r in rows:
-                if r[j] in MISSING:
-                    r[j] = value
-            notes.append(f"imputed {holes} missing value(s) of {c} with {value}")
-    if not rows:
-        raise InputFileError(path, None, None, "no rows left after dropping those with missing values")
-    return header, rows, notes
+                r[j] = value
+        notes.append(f"imputed {holes} missing value(s) of {c} with {value}")
+    return notes
+
+
+def _fill_value(present: list[str]) -> str:
+    """What a column's missing values become: the median of its numbers (whole when they all
+    are), else its most frequent value (the first in order on a tie)."""
+    if not all(_is_number(v) for v in present):
+        return min(Counter(present).items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    nums = np.array([float(v) for v in present])
+    fill = float(np.median(nums))
+    if np.all(nums == np.round(nums)):
+        fill = float(np.round(fill))
+    return repr(int(fill)) if fill.is_integer() else repr(fill)
 
 
 def default_target(name: str, header: list[str], target: str | None, path: str) -> str:

@@ -159,7 +159,7 @@ class _Observed:
     """Shared wrapper: auth, ApiError -> status, metrics."""
 
     def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+        self.gw = gw  # the gateway whose requests are observed
 
     async def call(
         self, route: str, context: grpc.aio.ServicerContext, fn: Callable[[Principal], Awaitable[Any]]
@@ -183,7 +183,7 @@ class _Observed:
 class PredictionServicer(pb_grpc.PredictionServiceServicer, _Observed):
     def __init__(self, gw: Gateway) -> None:
         super().__init__(gw)
-        self._stopping = False
+        self._stopping = False  # set while the server drains: open streams end after their current answer
         self._idle_streams: set[asyncio.Task[Any]] = set()  # PredictStreams waiting for a message
 
     def close_streams(self) -> None:
@@ -303,7 +303,7 @@ def event_proto(e: Any) -> pb.SubscribeResponse:
 
 class QueryStreamServicer(pb_grpc.QueryStreamServiceServicer):
     def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+        self.gw = gw  # the gateway whose answered queries are streamed
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
@@ -354,7 +354,7 @@ class _AuthorisedReflection(reflection.aio.ReflectionServicer):
 
     def __init__(self, gw: Gateway, service_names: list[str]) -> None:
         super().__init__(service_names)
-        self.gw = gw
+        self.gw = gw  # the gateway that authenticates reflection calls
 
     async def ServerReflectionInfo(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
@@ -367,10 +367,10 @@ class _AuthorisedReflection(reflection.aio.ReflectionServicer):
 
 @dataclass
 class GrpcServer:
-    server: grpc.aio.Server
-    health: Any
-    services: list[str]
-    predictions: PredictionServicer
+    server: grpc.aio.Server  # the running gRPC server
+    health: Any  # the health servicer (serving or not, per service)
+    services: list[str]  # the services' full names, as health reports them
+    predictions: PredictionServicer  # the prediction service (told when the server drains)
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 @dataclass
 class TokenBucket:
     rate: float  # requests per second
-    burst: float
-    tokens: float
-    stamp: float
+    burst: float  # tokens the bucket holds when full
+    tokens: float  # tokens now (a request takes one)
+    stamp: float  # when tokens was last brought up to date, in seconds
 
     @classmethod
     def full(cls, rate: float, now: float, burst: float | None = None) -> TokenBucket:

@@ -26,13 +26,16 @@ CAPPED_KINDS = ("idle", "busy")
 
 class Metrics:
     def __init__(self) -> None:
+        # The gateway's own registry: what /metrics renders
         self.registry = CollectorRegistry(auto_describe=True)
+        # Requests, by route and status
         self.requests = Counter(
             "analysim_gateway_requests_total",
             "Requests handled, by protocol, route and status.",
             ["protocol", "route", "status"],
             registry=self.registry,
         )
+        # Seconds per request, by route
         self.latency = Histogram(
             "analysim_gateway_request_duration_seconds",
             "Time from request received to response ready, by protocol and route.",
@@ -40,48 +43,56 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        # Rows answered, by model
         self.rows = Counter(
             "analysim_gateway_rows_answered_total",
             "Rows answered (and charged), by model.",
             ["model"],
             registry=self.registry,
         )
+        # Credits charged, by model
         self.charged = Counter(
             "analysim_gateway_charged_credits_total",
             "Credits charged to users, by model.",
             ["model"],
             registry=self.registry,
         )
+        # Requests refused, by reason
         self.rejections = Counter(
             "analysim_gateway_rejections_total",
             "Requests refused, by reason (the JSON error code).",
             ["reason"],
             registry=self.registry,
         )
+        # Answers replayed for an Idempotency-Key
         self.replays = Counter(
             "analysim_gateway_idempotent_replays_total",
             "Retried requests answered from the ledger by their Idempotency-Key (not charged again), by model.",
             ["model"],
             registry=self.registry,
         )
+        # Queries per group commit
         self.commit_batch = Histogram(
             "analysim_gateway_commit_batch_queries",
             "Queries per group commit of the query log and ledger.",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=self.registry,
         )
+        # Per model: 1 while it cannot be served
         self.model_unavailable = Gauge(
             "analysim_gateway_model_unavailable",
             "1 while a stored model cannot be loaded (its routes answer 503), by model.",
             ["model"],
             registry=self.registry,
         )
+        # Connections refused at the connection cap
         self.connections_capped = Counter(
             "analysim_gateway_connections_capped_total",
             "HTTP connections closed at the connection cap: the oldest idle one (idle) or, every one busy, the new one (busy).",
             ["kind"],
             registry=self.registry,
         )
+        # Stored models that failed to load, by model
         self.model_load_failures = Counter(
             "analysim_gateway_model_load_failures_total",
             "Times a stored model's row was parsed and failed validation (once per version of the row), by model.",
@@ -129,7 +140,7 @@ class Metrics:
 
 class _UserCollector(Collector):
     def __init__(self, usage: Callable[[], Iterable[tuple[str, int, int | None]]]) -> None:
-        self.usage = usage
+        self.usage = usage  # per user: (name, rows used, quota); read at scrape time
 
     def describe(self) -> list:
         return []

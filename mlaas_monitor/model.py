@@ -7,6 +7,7 @@ and the response policy are pure functions over arrays.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -24,9 +25,9 @@ MAX_TOP_K = 1000  # more than any served model's classes: "all of them"
 class Policy:
     """What a prediction reveals, and what a row costs."""
 
-    reveal_confidence: bool = True
+    reveal_confidence: bool = True  # the leaf's confidence is told
     confidence_decimals: int = 2  # BigML-style rounding
-    reveal_leaf: bool = False
+    reveal_leaf: bool = False  # the leaf's id is told
     price_micros: int = 1000  # per answered row (0.001 credits)
     # Output post-processing as a defence (the kinds IBM ART ships): how many of the leaf's
     # class probabilities are revealed, most probable first (1: the label's alone, as on
@@ -35,8 +36,8 @@ class Policy:
     # ``noise_seed`` only: the same row always gets the same answer (asking again averages
     # nothing out), on every replica, and a run is reproducible.
     top_k: int = 1
-    confidence_noise: float = 0.0
-    noise_seed: int = 0
+    confidence_noise: float = 0.0  # in [0, 1]
+    noise_seed: int = 0  # the noise's seed, with the row
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,32 +54,10 @@ class Policy:
         """Apply a JSON patch of policy fields; raises ValueError(field, problem)."""
         kw: dict[str, Any] = {}
         for key, v in changes.items():
-            if key in ("reveal_confidence", "reveal_leaf"):
-                if type(v) is not bool:
-                    raise PolicyError(key, "expected true or false")
-                kw[key] = v
-            elif key == "confidence_decimals":
-                if type(v) is not int or not 0 <= v <= 12:
-                    raise PolicyError(key, "expected an integer from 0 to 12")
-                kw[key] = v
-            elif key == "top_k":
-                if type(v) is not int or not 1 <= v <= MAX_TOP_K:
-                    raise PolicyError(key, f"expected an integer from 1 to {MAX_TOP_K}")
-                kw[key] = v
-            elif key == "confidence_noise":
-                if type(v) not in (int, float) or not 0 <= v <= 1:
-                    raise PolicyError(key, "expected a number from 0 to 1")
-                kw[key] = float(v)
-            elif key == "noise_seed":
-                if type(v) is not int or not 0 <= v < 2**63:
-                    raise PolicyError(key, "expected an integer from 0 to 2^63 - 1")
-                kw[key] = v
-            elif key == "price":
-                if type(v) not in (int, float) or not 0 <= v <= 1e6 or v != v:
-                    raise PolicyError(key, "expected a number from 0 to 1000000")
-                kw["price_micros"] = round(v * MICROS)
-            else:
+            check = _POLICY_CHECKS.get(key)
+            if check is None:
                 raise PolicyError(key, "unknown policy field")
+            kw["price_micros" if key == "price" else key] = check(key, v)
         return replace(self, **kw)
 
     def checked(self) -> Policy:
@@ -91,7 +70,52 @@ class Policy:
 class PolicyError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
-        self.field, self.problem = field, problem
+        self.field, self.problem = field, problem  # the policy field's name, and what is wrong with its value
+
+
+def _switch(key: str, v: Any) -> bool:
+    if type(v) is not bool:
+        raise PolicyError(key, "expected true or false")
+    return v
+
+
+def _decimals(key: str, v: Any) -> int:
+    if type(v) is not int or not 0 <= v <= 12:
+        raise PolicyError(key, "expected an integer from 0 to 12")
+    return v
+
+
+def _top_k(key: str, v: Any) -> int:
+    if type(v) is not int or not 1 <= v <= MAX_TOP_K:
+        raise PolicyError(key, f"expected an integer from 1 to {MAX_TOP_K}")
+    return v
+
+
+def _noise(key: str, v: Any) -> float:
+    if type(v) not in (int, float) or not 0 <= v <= 1:
+        raise PolicyError(key, "expected a number from 0 to 1")
+    return float(v)
+
+
+def _seed(key: str, v: Any) -> int:
+    if type(v) is not int or not 0 <= v < 2**63:
+        raise PolicyError(key, "expected an integer from 0 to 2^63 - 1")
+    return v
+
+
+def _price_micros(key: str, v: Any) -> int:
+    """A price per row in credits, as millionths."""
+    if type(v) not in (int, float) or not 0 <= v <= 1e6 or v != v:
+        raise PolicyError(key, "expected a number from 0 to 1000000")
+    return round(v * MICROS)
+
+
+# The policy fields a JSON patch may set (``price``: credits per row, stored as price_micros)
+# -> each one's check: (field, value) -> the value to set, or PolicyError naming the field.
+_POLICY_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "reveal_confidence": _switch, "reveal_leaf": _switch, "confidence_decimals": _decimals, "top_k": _top_k,
+    "confidence_noise": _noise, "noise_seed": _seed, "price": _price_micros,
+}  # fmt: skip
 
 
 def render_predictions(
@@ -190,14 +214,14 @@ class Answer:
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    id: str
-    schema: Schema
-    tree: Tree
+    id: str  # the model's name (unique in the store)
+    schema: Schema  # the features and how rows are encoded
+    tree: Tree  # the trained tree
     classes: tuple[Any, ...]  # JSON scalars (int or str)
-    card: dict[str, Any]
+    card: dict[str, Any]  # the model card: training data, sizes, validation accuracy
     validation_X: np.ndarray  # encoded held-out rows (the monitor's S)
     validation_y: np.ndarray  # their true class indices
-    policy: Policy = Policy()
+    policy: Policy = Policy()  # what an answer reveals, and what a row costs
 
     @cached_property
     def node_answers(self) -> tuple[np.ndarray, np.ndarray]:

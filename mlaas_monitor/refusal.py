@@ -13,6 +13,7 @@ class ApiError(Exception):
         self, status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
     ) -> None:
         super().__init__(message)
+        # The HTTP status, a stable error code, the message, and the field it names (None: none)
         self.status, self.code, self.message, self.field = status, code, message, field
         self.headers = headers or {}  # protocol headers the status calls for (Retry-After, Allow, ...)
 

@@ -29,17 +29,18 @@ class RowError(ValueError):
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
+        # The field's name (column or request key), and what is wrong with its value
         self.field, self.problem = field, problem
 
 
 @dataclass(frozen=True)
 class Feature:
-    name: str
-    kind: str
+    name: str  # the column's name
+    kind: str  # "numeric" or "categorical"
     min: float = 0.0  # training-data range of the numeric value (or of the category index)
-    max: float = 0.0
+    max: float = 0.0  # (>= min)
     integer: bool = False  # every training value was a whole number
-    categories: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # categorical: the category names, index order (empty for numeric)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "type": self.kind}
@@ -61,11 +62,13 @@ class Feature:
 
 @dataclass(frozen=True, eq=False)
 class Schema:
-    features: tuple[Feature, ...]
-    _index: dict[str, int] = field(init=False, repr=False)
+    features: tuple[Feature, ...]  # the model's features, in column order
+    _index: dict[str, int] = field(init=False, repr=False)  # feature name -> column index
+    # Per column: category name -> index (None: numeric)
     _codes: tuple[dict[str, int] | None, ...] = field(init=False, repr=False)
-    _numeric_idx: list[int] = field(init=False, repr=False)
-    _categorical_idx: list[int] = field(init=False, repr=False)
+    _numeric_idx: list[int] = field(init=False, repr=False)  # the numeric columns' indices
+    _categorical_idx: list[int] = field(init=False, repr=False)  # the categorical columns' indices
+    # Packed row (numeric values, then categorical) -> row in column order
     _packed_order: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

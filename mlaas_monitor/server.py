@@ -46,9 +46,9 @@ LINGER_S = 1.0
 
 @dataclass(frozen=True)
 class Bound:
-    host: str
-    http_port: int
-    grpc_port: int
+    host: str  # the address bound (127.0.0.1 unless told otherwise)
+    http_port: int  # the HTTP API's port
+    grpc_port: int  # the gRPC API's port
     metrics_port: int | None = None  # the unauthenticated /metrics, /healthz, /readyz listener
 
     def ports(self) -> dict[str, object]:
@@ -186,12 +186,14 @@ class GatewayThread:
 
     def __init__(self, gw: Gateway, host: str = "127.0.0.1", extensions: Sequence[Extension] = (),
                  tls: TlsFiles | None = None) -> None:
+        # The gateway served, the address to bind, extensions (the monitor's client), and TLS files (none: plain)
         self.gw, self.host, self.extensions, self.tls = gw, host, extensions, tls or TlsFiles()
-        self.bound: Bound | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
+        self.bound: Bound | None = None  # the ports once serving (None: not yet)
+        self._ready = threading.Event()  # set once serving, or once it failed to start
+        self._error: BaseException | None = None  # why it failed to start (None: it did not fail)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the thread's event loop (None: not running)
+        self._stop: asyncio.Event | None = None  # set to stop the gateway (None: not running)
+        # Runs the gateway's event loop
         self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
 
     def _run(self) -> None:

@@ -26,13 +26,13 @@ from mlaas_monitor.metrics import Metrics
 from mlaas_monitor.model import MICROS, Answer, Model, PolicyError, render_predictions
 from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.schema import RowError
-from mlaas_monitor.store import (
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import (
     Admission,
     AnsweredRequest,
     ModelUnavailable,
     QueryRecord,
     Refused,
-    Store,
     UserRecord,
 )
 from mlaas_monitor.stream import QueryEvent, QueryStream
@@ -71,11 +71,11 @@ class PredictResult:
     enforcement may have degraded). Replayed: ``replay`` holds what the user was told the
     first time, and nothing was charged now."""
 
-    model: Model
-    answer: Answer | None
-    query_id: int
-    charged: float
-    replay: AnsweredRequest | None = None
+    model: Model  # the model asked
+    answer: Answer | None  # what was answered, under the (possibly degraded) policy (None: a replay)
+    query_id: int  # the query's seq in the log
+    charged: float  # what was charged, in the currency unit (0 on a replay)
+    replay: AnsweredRequest | None = None  # the answer first logged under the Idempotency-Key (None: a fresh answer)
     # A replay under a top-k policy: the same rows answered again (the request digest
     # guarantees they are the ones first sent), for the ranked list the log does not keep.
     again: Answer | None = None
@@ -107,8 +107,8 @@ class PredictResult:
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = 1 << 20
-    max_batch_rows: int = 1000
+    max_body_bytes: int = 1 << 20  # a request body's bytes at most (beyond: 413)
+    max_batch_rows: int = 1000  # rows per predict request at most
     default_quota_rows: int | None = None  # per user, over the ledger's lifetime
     default_rate_limit: float | None = None  # requests per second per user
     body_timeout_s: float = 10.0  # a request body must arrive whole within this (else 408)
@@ -120,7 +120,7 @@ class Limits:
 @dataclass(frozen=True)
 class Principal:
     user: str | None  # None for the admin
-    admin: bool = False
+    admin: bool = False  # the request authenticated with the admin key
 
 
 @dataclass
@@ -128,8 +128,8 @@ class _User:
     """A user as this process knows it: the store's row as last read (other replicas may
     change it; the commit checks the row itself), and rows of its queries in flight here."""
 
-    record: UserRecord
-    used_rows: int = 0
+    record: UserRecord  # the store's row as last read
+    used_rows: int = 0  # rows charged as of that row (the store's count)
     reserved_rows: int = 0  # answered, and not yet counted in used_rows
 
     def saw_store_count(self, rows_used: int) -> None:
@@ -155,19 +155,21 @@ class Gateway:
         problem = auth.admin_key_problem(admin_key)
         if problem is not None:
             raise ValueError(f"the admin key is {problem}")
-        self.store = store
-        self.limits = limits or Limits()
-        self.metrics = metrics or Metrics()
-        self.stream = stream or QueryStream()
-        self._admin_hash = auth.hash_key(admin_key)
-        self._models: dict[str, Model] = {}
+        self.store = store  # models, users, the query log and the ledger
+        self.limits = limits or Limits()  # request sizes, quotas, rate limits, timeouts
+        self.metrics = metrics or Metrics()  # the gateway's Prometheus metrics
+        self.stream = stream or QueryStream()  # answered queries pushed to subscribers (the gRPC stream)
+        self._admin_hash = auth.hash_key(admin_key)  # sha256 of the admin key (the key itself is not kept)
+        self._models: dict[str, Model] = {}  # model id -> the model as loaded
         self._unavailable: dict[str, str] = {}  # model id -> why it cannot be loaded
         # model id -> (row's created, reason) of a row that failed: not parsed again (a large
         # broken row parsed on every request stalled the event loop) until it is written anew.
         self._broken: dict[str, tuple[float | None, str]] = {}
-        self._by_hash: dict[str, _User] = {}
-        self._by_name: dict[str, _User] = {}
+        self._by_hash: dict[str, _User] = {}  # API key hash -> the user it authenticates
+        self._by_name: dict[str, _User] = {}  # user name -> the user
+        # Group-commits every record answered in one event-loop tick
         self.committer = GroupCommitter(store, self.metrics.commit_batch.observe)
+        # (user, model) -> the monitor's action on the next answer (None: no monitor)
         self.enforcement: Enforcement | None = None
         self._degraded: dict[str, tuple[Model, Model]] = {}  # model id -> (model, label-only copy)
         self._keys_in_flight: set[tuple[str, str]] = set()  # (user, idempotency key)
@@ -175,6 +177,7 @@ class Gateway:
         # Extensions' readiness: each returns why the gateway is not ready (e.g. its monitor
         # makes no progress), or None.
         self.readiness_checks: list[Callable[[], str | None]] = []
+        # The store's config generation as last read: users and policies reloaded when it moves
         self._config_generation = store.config_generation()
         for rec in store.users():
             self._install(rec)

@@ -30,326 +30,66 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from analysim.errors import UserError
 from mlaas_monitor.limits import TokenBucket, quota_allows
 from mlaas_monitor.model import Model, Policy
-from mlaas_monitor.refusal import ApiError
 from mlaas_monitor.store_backends import Backend, Connection, SqliteBackend, backend_for
+from mlaas_monitor.store_records import (
+    RETRY_AFTER_S,
+    USER_COLUMNS,
+    AnsweredRequest,
+    AnswerUnreadable,
+    ModelUnavailable,
+    QueryRecord,
+    QueryRefused,
+    Refused,
+    StoreUnavailable,
+    UserRecord,
+)
+from mlaas_monitor.store_rows import answered_problem, logged_event, told
+from mlaas_monitor.store_schema import (
+    DDL,
+    DDL_AFTER,
+    MIGRATIONS,
+    POLICY_COLUMNS,
+    SCHEMA_VERSION,
+    TABLES,
+    damage,
+    policy_of,
+    policy_row,
+    read_version,
+)
 from mlaas_monitor.stream import QueryEvent
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
 CHECKPOINT_INTERVAL_S = 0.5
 # A WAL past this size is checkpointed and truncated (waiting for the commit in flight): under
 # a steady stream of commits a passive checkpoint never finds the WAL idle to restart it, and
 # one that grew while checkpoints failed (a full disk) would otherwise keep its size.
 WAL_TRUNCATE_BYTES = 8 * 1024 * 1024
-# How soon a client refused with 503 (the database unavailable) should retry.
-RETRY_AFTER_S = 1
-
-# {INT}, {REAL}, {BLOB}: the backend's types. "user" is quoted: a reserved word in PostgreSQL.
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, next {INT} NOT NULL);
-CREATE TABLE IF NOT EXISTS models (
-    id TEXT PRIMARY KEY,
-    created {REAL} NOT NULL,
-    spec TEXT NOT NULL,                -- JSON: schema, classes, tree arrays, card, validation set
-    reveal_confidence {INT} NOT NULL,
-    confidence_decimals {INT} NOT NULL,
-    reveal_leaf {INT} NOT NULL,
-    price_micros {INT} NOT NULL,
-    top_k {INT} NOT NULL DEFAULT 1,    -- output post-processing (model.Policy)
-    confidence_noise {REAL} NOT NULL DEFAULT 0,
-    noise_seed {INT} NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS users (
-    name TEXT PRIMARY KEY,
-    key_hash TEXT NOT NULL UNIQUE,     -- sha256 of the API key (the key itself is never stored)
-    created {REAL} NOT NULL,
-    revoked {REAL},
-    quota_rows {INT},
-    rate_limit {REAL},
-    rows_used {INT} NOT NULL DEFAULT 0, -- the ledger's rows for this user, kept in the charge's transaction
-    bucket_tokens {REAL},              -- the rate limit's token bucket (NULL: full)
-    bucket_stamp {REAL}                -- wall-clock time of its last update
-);
-CREATE TABLE IF NOT EXISTS query_log (
-    id {INT} PRIMARY KEY,              -- from sequences 'query_log', never reused (nothing is deleted)
-    ts {REAL} NOT NULL,
-    "user" TEXT NOT NULL,
-    model TEXT NOT NULL,
-    n_rows {INT} NOT NULL,
-    n_features {INT} NOT NULL,
-    features {BLOB} NOT NULL,          -- little-endian float64, row-major
-    labels {BLOB} NOT NULL,            -- little-endian int32 class indices
-    confidences {BLOB},                -- float64 as revealed, NULL when hidden
-    leaves {BLOB},                     -- int32, NULL when hidden
-    request_key TEXT,                  -- the client's Idempotency-Key, if it sent one
-    request_digest {BLOB}              -- sha256 of (model, encoded rows): a reused key must match
-);
-CREATE INDEX IF NOT EXISTS query_log_model ON query_log(model, id);
-CREATE TABLE IF NOT EXISTS ledger (
-    query_id {INT} PRIMARY KEY REFERENCES query_log(id),
-    ts {REAL} NOT NULL,
-    "user" TEXT NOT NULL,
-    model TEXT NOT NULL,
-    rows {INT} NOT NULL,
-    amount_micros {INT} NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ledger_user ON ledger("user", model);
-"""
-_TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _DDL)
-# Version v -> v + 1, run in order inside the schema transaction (an older store's tables
-# already exist, so _DDL's CREATE ... IF NOT EXISTS left them as they were).
-_MIGRATIONS: dict[int, list[str | tuple[str, str, str]]] = {
-    # 1 -> 2: idempotency keys on the query log.
-    1: [("query_log", "request_key", "TEXT"), ("query_log", "request_digest", "{BLOB}")],
-    # 2 -> 3: quota and rate-limit state in the users' rows (shared by replicas).
-    2: [
-        ("users", "rows_used", "{INT} NOT NULL DEFAULT 0"),
-        ("users", "bucket_tokens", "{REAL}"),
-        ("users", "bucket_stamp", "{REAL}"),
-        'UPDATE users SET rows_used = COALESCE((SELECT SUM(rows) FROM ledger WHERE ledger."user" = users.name), 0)',
-    ],
-    # 3 -> 4: top-k and noise on confidences in the response policy (defaults: as before).
-    3: [
-        ("models", "top_k", "{INT} NOT NULL DEFAULT 1"),
-        ("models", "confidence_noise", "{REAL} NOT NULL DEFAULT 0"),
-        ("models", "noise_seed", "{INT} NOT NULL DEFAULT 0"),
-    ],
-}
-# The policy's columns, in Policy's field order (model.Policy(*row) rebuilds it).
-_POLICY_COLUMNS = "reveal_confidence, confidence_decimals, reveal_leaf, price_micros, top_k, confidence_noise, noise_seed"
-# After the migrations, on every open (each is idempotent).
-_DDL_AFTER = [
-    'CREATE UNIQUE INDEX IF NOT EXISTS query_log_request ON query_log("user", request_key) WHERE request_key IS NOT NULL',
-    "INSERT INTO sequences (name, next) SELECT 'query_log', (SELECT COALESCE(MAX(id), 0) + 1 FROM query_log)"
-    " WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'query_log')",
-    "INSERT INTO sequences (name, next) SELECT 'config', 1 WHERE NOT EXISTS (SELECT 1 FROM sequences WHERE name = 'config')",
-]
-
-
-# The columns of each table as _DDL declares them (the newest version's).
-_COLUMNS: dict[str, list[str]] = {
-    table: [d.split()[0].strip('"') for d in re.sub(r"--[^\n]*", "", body).split(",") if d.strip()]
-    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", _DDL, re.S)
-}
-# What a table missing from an existing store would lose if it were re-created empty. The
-# sequences table is not here: it is derived (from the query log) and older stores lack it.
-_HOLDS = {
-    "models": "every model it serves",
-    "users": "every user and API key",
-    "query_log": "every logged query (what the monitor and idempotency keys read)",
-    "ledger": "every charge (users' usage would restart at 0)",
-    "meta": "the store's schema version",
-}
-
-
-def _columns_at(version: int) -> dict[str, set[str]]:
-    """Each table's columns in a store of schema VERSION: the newest's less those a later migration adds."""
-    added = {(s[0], s[1]) for v, steps in _MIGRATIONS.items() if v >= version for s in steps if isinstance(s, tuple)}
-    return {t: {c for c in cols if (t, c) not in added} for t, cols in _COLUMNS.items()}
-
-
-def _read_version(db: Connection) -> int | str | None:
-    """meta's schema version: a number, the text stored when it is not one, None when absent."""
-    row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    if row is None:
-        return None
-    try:
-        return int(row[0])
-    except (TypeError, ValueError):
-        return str(row[0])
-
-
-def _damage(present: dict[str, set[str]], version: int | str | None) -> str | None:
-    """What an existing store (PRESENT: each table's columns, empty when absent; VERSION: as
-    meta reads) lacks that its schema version had, and what re-creating it would lose; None
-    when it is whole."""
-    missing, lost = [], []
-    for table, holds in _HOLDS.items():
-        if not present[table]:
-            missing.append(f"{table} table")
-            lost.append(holds)
-    if present["meta"] and version is None:
-        missing.append("schema version (meta's schema_version row)")
-        lost.append(_HOLDS["meta"])
-    if isinstance(version, str) or (isinstance(version, int) and version < 1):
-        return (f"the store's schema version {version!r} is not a version this AnalySIM wrote: refusing to open it; "
-                "restore the store from a backup")  # fmt: skip
-    if isinstance(version, int) and version <= SCHEMA_VERSION:
-        for table, cols in _columns_at(version).items():
-            if present[table] and table in _HOLDS:
-                for col in sorted(cols - present[table]):
-                    missing.append(f"column {table}.{col}")
-                    lost.append(f"the {col} of every {table} row")
-    if not missing:
-        return None
-    one = len(missing) == 1
-    return (f"the store's {', '.join(missing)} {'is' if one else 'are'} missing: refusing to re-create "
-            f"{'it' if one else 'them'} empty, which would lose {'; '.join(lost)}; restore the store from a backup")
-
-
-def _policy_row(p: Policy) -> tuple[Any, ...]:
-    return (int(p.reveal_confidence), p.confidence_decimals, int(p.reveal_leaf), p.price_micros, p.top_k,
-            p.confidence_noise, p.noise_seed)  # fmt: skip
-
-
-def _policy_of(row: Sequence[Any]) -> Policy:
-    """The policy of a models row; ValueError (PolicyError) or TypeError when it cannot be served."""
-    return Policy(bool(row[0]), int(row[1]), bool(row[2]), int(row[3]), int(row[4]), float(row[5]),
-                  int(row[6])).checked()  # fmt: skip
-
-
-class StoreUnavailable(ApiError):
-    """The database cannot be read or written now (locked, restarting, unreachable): the
-    request is refused with 503 and Retry-After, nothing was charged by it."""
-
-    def __init__(self, doing: str, cause: BaseException) -> None:
-        super().__init__(503, "store_unavailable", f"the ledger could not be {doing}: {cause}".strip(),
-                         headers={"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
-
-
-class QueryRefused(Exception):
-    """``record_queries`` of a record the store refused (e.g. its idempotency key was taken)."""
-
-
-class ModelUnavailable(Exception):
-    """A stored model that cannot be served (unknown format, malformed spec): the reason,
-    so that the gateway can isolate it and keep serving the others."""
-
-    def __init__(self, model_id: str, reason: str) -> None:
-        super().__init__(f"model {model_id!r} cannot be loaded: {reason}")
-        self.model_id, self.reason = model_id, reason
-
-
-@dataclass(frozen=True)
-class UserRecord:
-    name: str
-    key_hash: str
-    created: float
-    revoked: float | None
-    quota_rows: int | None
-    rate_limit: float | None
-    rows_used: int = 0  # charged rows over the ledger's lifetime
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "user": self.name,
-            "created": self.created,
-            "revoked": self.revoked is not None,
-            "quota_rows": self.quota_rows,
-            "rate_limit": self.rate_limit,
-        }
-
-
-_USER_COLUMNS = "name, key_hash, created, revoked, quota_rows, rate_limit, rows_used"
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What the commit checks against the user's row, in the charge's transaction: the key
-    the request authenticated with is still the user's and not revoked, the rows fit the
-    quota, the rate limit has a token. The limits are the row's own, as they are now (set
-    through any replica), else the gateway's defaults given here; the rate limit's clock is
-    the record's wall-clock ``ts``."""
-
-    key_hash: str
-    default_quota_rows: int | None = None
-    default_rate_limit: float | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class QueryRecord:
-    """One answered query: its log entry and its charge, committed together."""
-
-    ts: float
-    user: str
-    model_id: str
-    features: np.ndarray
-    labels: np.ndarray
-    confidences: np.ndarray | None
-    leaves: np.ndarray | None
-    amount_micros: int
-    request_key: str | None = None
-    request_digest: bytes | None = None
-    admission: Admission | None = None  # None: log and charge without checks
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A record the commit did not log or charge, and why: "revoked" (the key no longer
-    valid), "duplicate" (its idempotency key was taken meanwhile), "quota_exceeded",
-    "rate_limited"."""
-
-    reason: str
-    limit: float | None = None  # the quota (rows) or the rate limit (requests/s) refused by
-    rows_used: int = 0  # the user's, for quota_exceeded
-    retry_after: float = 0.0  # seconds until the bucket has a token, for rate_limited
-
-
-@dataclass(frozen=True, eq=False)
-class AnsweredRequest:
-    """A logged query found by its idempotency key: what the user was told, and charged."""
-
-    query_id: int
-    digest: bytes  # request_digest of what was sent: the model and the encoded rows
-    labels: np.ndarray
-    confidences: np.ndarray | None
-    leaves: np.ndarray | None
-    amount_micros: int
-
-    def problem(self, classes: int) -> str | None:
-        """Why these values cannot be what the gateway told, for a model of CLASSES classes
-        (a label out of its range, a confidence outside 0..1), or None."""
-        bad = self.labels[(self.labels < 0) | (self.labels >= classes)]
-        if bad.size:
-            return f"label {int(bad[0])} is not one of the model's {classes} classes"
-        c = self.confidences
-        if c is not None and not np.all((c >= 0.0) & (c <= 1.0)):  # NaN fails too
-            return f"confidence {float(c[~((c >= 0.0) & (c <= 1.0))][0])!r} is not within 0..1"
-        return None
-
-
-class AnswerUnreadable(ApiError):
-    """The answer logged under an idempotency key cannot be told again: its row is not what the
-    gateway writes (a blob of the wrong size or type, a value out of range). 503 for that request
-    alone, with what is wrong; it was charged once, when first answered, and is not charged now."""
-
-    def __init__(self, query_id: object, problem: str) -> None:
-        super().__init__(503, "answer_unreadable", f"the answer logged for this Idempotency-Key (query {query_id}) "
-                         f"is damaged and cannot be sent again: {problem}; send the request with a new "
-                         "Idempotency-Key for a new answer")  # fmt: skip
-        self.query_id, self.problem = query_id, problem
-
 
 @dataclass
 class _Account:
     """A user's row as read (and locked) by one commit, updated as its records are admitted."""
 
     key_hash: str | None  # None: no such user
-    revoked: float | None
-    quota_rows: int | None
-    rate_limit: float | None
-    rows_used: int
-    tokens: float | None
-    stamp: float | None
-    touched: bool = False
+    revoked: float | None  # when the user was revoked (None: not)
+    quota_rows: int | None  # the user's own quota in rows (None: the gateway's default)
+    rate_limit: float | None  # the user's own rate limit in requests/s (None: the gateway's default)
+    rows_used: int  # rows charged over the ledger's lifetime, with this commit's admitted ones
+    tokens: float | None  # the rate limit's bucket tokens (None: a full bucket)
+    stamp: float | None  # wall-clock time of the bucket's last update (None: never)
+    touched: bool = False  # an admitted record changed the row: written back at commit
 
 
 class _Link:
@@ -357,11 +97,11 @@ class _Link:
     (PostgreSQL), and not retried more than once per RETRY_AFTER_S while the database is down."""
 
     def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-        self.lock = threading.Lock()
-        self.db: Connection | None = None
-        self._retry_at = 0.0
-        self._last_error: Exception | None = None
+        self.backend = backend  # how to connect, and which errors mean unavailable
+        self.lock = threading.Lock()  # held while one thread uses the connection
+        self.db: Connection | None = None  # the open connection (None: connect on the next use)
+        self._retry_at = 0.0  # monotonic time before which a failed connect is not retried
+        self._last_error: Exception | None = None  # the last connect's failure, raised again until _retry_at
 
     @contextmanager
     def use(self, doing: str) -> Iterator[Connection]:
@@ -411,9 +151,10 @@ class Store:
         background_checkpoint: bool = False,
         busy_timeout: float = 10.0,
     ) -> None:
-        self.path = str(path)
+        self.path = str(path)  # the SQLite file or the PostgreSQL URL, as given
+        # What differs between SQLite and PostgreSQL
         self._backend: Backend = backend_for(self.path, synchronous, busy_timeout)
-        self._sql = self._backend.sql
+        self._sql = self._backend.sql  # a statement in the backend's placeholders
         # The third connection waits for WAL flushes while the writer commits the next batch.
         self._writer, self._reader, self._flusher = _Link(self._backend), _Link(self._backend), _Link(self._backend)
         try:
@@ -427,8 +168,8 @@ class Store:
             if type(e).__module__.startswith("psycopg"):  # e.g. permission denied on a table
                 raise UserError(f"{self._backend.describe()}: not a usable store: {e}") from e
             raise
-        self._stop_checkpoints = threading.Event()
-        self._checkpointer: threading.Thread | None = None
+        self._stop_checkpoints = threading.Event()  # set at close: the checkpoint thread stops
+        self._checkpointer: threading.Thread | None = None  # the background WAL checkpointer (None: not started)
         self.checkpoint_failures = 0  # WAL checkpoints the background thread tried and failed
         if background_checkpoint and isinstance(self._backend, SqliteBackend):
             # A WAL checkpoint fsyncs the database file: milliseconds, at unpredictable
@@ -454,12 +195,12 @@ class Store:
             # Whatever meta says, an existing store must have every table and column its version
             # had: one re-created empty would lose its rows in silence (a ledger billed from zero).
             # (An older store is migrated: the columns its version lacks are added.)
-            present = {t: b.columns(db, t) for t in _TABLES}
+            present = {t: b.columns(db, t) for t in TABLES}
             if any(present.values()):
-                damage = _damage(present, _read_version(db) if present["meta"] else None)
-                if damage:
-                    raise UserError(f"{b.describe()}: {damage}")
-            for stmt in _DDL.split(";"):
+                lacking = damage(present, read_version(db) if present["meta"] else None)
+                if lacking:
+                    raise UserError(f"{b.describe()}: {lacking}")
+            for stmt in DDL.split(";"):
                 if stmt.strip():
                     db.execute(b.ddl(stmt))
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -467,13 +208,13 @@ class Store:
             if version > SCHEMA_VERSION:
                 raise UserError(f"{b.describe()}: store schema version {version} is newer than this AnalySIM ({SCHEMA_VERSION})")
             for v in range(version, SCHEMA_VERSION):
-                for step in _MIGRATIONS[v]:
+                for step in MIGRATIONS[v]:
                     if isinstance(step, str):
                         db.execute(b.ddl(step))
                     elif step[1] not in b.columns(db, step[0]):  # (table, column, declaration)
-                        # (A table _DDL has just created has its columns already.)
+                        # (A table DDL has just created has its columns already.)
                         db.execute(b.ddl(f"ALTER TABLE {step[0]} ADD COLUMN {step[1]} {step[2]}"))
-            for stmt in _DDL_AFTER:
+            for stmt in DDL_AFTER:
                 db.execute(stmt)
             db.execute(self._sql("INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
                                  " ON CONFLICT (key) DO UPDATE SET value = excluded.value"), (str(SCHEMA_VERSION),))  # fmt: skip
@@ -559,15 +300,15 @@ class Store:
 
     def add_model(self, model: Model, replace: bool = False) -> None:
         p = model.policy
-        sql = f"INSERT INTO models (id, created, spec, {_POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO models (id, created, spec, {POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         if replace:
             sql += " ON CONFLICT (id) DO UPDATE SET created = excluded.created, spec = excluded.spec, " + ", ".join(
-                f"{c} = excluded.{c}" for c in _POLICY_COLUMNS.split(", "))
+                f"{c} = excluded.{c}" for c in POLICY_COLUMNS.split(", "))
         try:
             with self._write() as db:
                 db.execute(
                     self._sql(sql),
-                    (model.id, time.time(), json.dumps(model.spec()), *_policy_row(p)),
+                    (model.id, time.time(), json.dumps(model.spec()), *policy_row(p)),
                 )  # fmt: skip
                 self._bump_config(db)
         except self._backend.integrity_errors as e:
@@ -591,13 +332,13 @@ class Store:
     def load_model(self, model_id: str) -> Model | None:
         with self._conn() as db:
             row = db.execute(
-                self._sql(f"SELECT spec, {_POLICY_COLUMNS} FROM models WHERE id=?"),
+                self._sql(f"SELECT spec, {POLICY_COLUMNS} FROM models WHERE id=?"),
                 (model_id,),
             ).fetchone()
         if row is None:
             return None
         try:
-            policy = _policy_of(row[1:])
+            policy = policy_of(row[1:])
             return Model.from_spec(model_id, json.loads(row[0]), policy)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
             # Whatever a damaged or foreign row makes the decoder raise (JSONDecodeError and
@@ -608,18 +349,18 @@ class Store:
         """Every stored model's policy that can be served (what a replica refreshes when the
         config changes); a model whose row cannot be served is left out."""
         with self._conn() as db:
-            rows = db.execute(f"SELECT id, {_POLICY_COLUMNS} FROM models").fetchall()
+            rows = db.execute(f"SELECT id, {POLICY_COLUMNS} FROM models").fetchall()
         out = {}
         for r in rows:
             with suppress(ValueError, TypeError):
-                out[r[0]] = _policy_of(r[1:])
+                out[r[0]] = policy_of(r[1:])
         return out
 
     def set_policy(self, model_id: str, p: Policy) -> None:
         with self._write() as db:
             db.execute(
-                self._sql("UPDATE models SET " + ", ".join(f"{c}=?" for c in _POLICY_COLUMNS.split(", ")) + " WHERE id=?"),
-                (*_policy_row(p), model_id),
+                self._sql("UPDATE models SET " + ", ".join(f"{c}=?" for c in POLICY_COLUMNS.split(", ")) + " WHERE id=?"),
+                (*policy_row(p), model_id),
             )
             self._bump_config(db)
 
@@ -649,14 +390,14 @@ class Store:
 
     def users(self) -> list[UserRecord]:
         with self._conn() as db:
-            rows = db.execute(f"SELECT {_USER_COLUMNS} FROM users ORDER BY name").fetchall()
+            rows = db.execute(f"SELECT {USER_COLUMNS} FROM users ORDER BY name").fetchall()
         return [UserRecord(*r) for r in rows]
 
     def user_by_key_hash(self, key_hash: str) -> UserRecord | None:
         """The user whose key hashes to ``key_hash`` (revoked or not), e.g. one another
         replica created."""
         with self._conn() as db:
-            row = db.execute(self._sql(f"SELECT {_USER_COLUMNS} FROM users WHERE key_hash=?"), (key_hash,)).fetchone()
+            row = db.execute(self._sql(f"SELECT {USER_COLUMNS} FROM users WHERE key_hash=?"), (key_hash,)).fetchone()
         return None if row is None else UserRecord(*row)
 
     # ---- query log + ledger ----
@@ -794,13 +535,13 @@ class Store:
         if row is None:
             return None
         qid, digest, n, labels, conf, leaves, amount = row
-        problem = _answered_problem(digest, n, labels, conf, leaves, amount)
-        told = None if problem else AnsweredRequest(qid, bytes(digest), *_told(labels, conf, leaves), amount)
-        problem = problem or told.problem(classes)
+        problem = answered_problem(digest, n, labels, conf, leaves, amount)
+        answer = None if problem else AnsweredRequest(qid, bytes(digest), *told(labels, conf, leaves), amount)
+        problem = problem or answer.problem(classes)
         if problem is not None:
             log.warning("query %s: the answer logged for its idempotency key cannot be sent again: %s", qid, problem)
             raise AnswerUnreadable(qid, problem)
-        return told
+        return answer
 
     def usage(self, user: str) -> list[tuple[str, int, int, int]]:
         """(model, queries, rows, amount_micros) per model for one user."""
@@ -837,78 +578,6 @@ class Store:
             rows = db.execute(self._sql(sql), args).fetchall()
             if rows:  # (see the module's docstring)
                 self._backend.make_durable(db)
-        return [_event(r) for r in rows]
+        return [logged_event(r) for r in rows]
 
 
-def _told(labels: bytes, conf: bytes | None, leaves: bytes | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """A logged answer's blobs as arrays: class indices, and the confidences and leaf ids
-    when they were revealed."""
-    return (
-        np.frombuffer(labels, dtype="<i4").astype(np.int64),
-        None if conf is None else np.frombuffer(conf, dtype="<f8").astype(np.float64),
-        None if leaves is None else np.frombuffer(leaves, dtype="<i4").astype(np.int64),
-    )
-
-
-def _event(r: Iterable[Any]) -> QueryEvent:
-    """A logged row as an event; one whose columns are not what the gateway writes (a
-    timestamp as text, a user as a blob, blobs that do not fit the shape) comes back with its
-    ``problem`` said and its fields made safe to log (the monitor quarantines it and moves on)."""
-    qid, ts, user, model, n, f, feats, labels, conf, leaves = r
-    problem = _column_problem(ts, user, model) or _blob_problem(n, f, feats, labels, conf, leaves)
-    if problem is not None:
-        return QueryEvent(qid, ts if _is_finite_number(ts) else 0.0, _as_text(user), _as_text(model),
-                          np.empty((0, 0)), np.empty(0, np.int64), None, None, problem)  # fmt: skip
-    features = np.frombuffer(feats, dtype="<f8").reshape(n, f).astype(np.float64)
-    return QueryEvent(qid, float(ts), user, model, features, *_told(labels, conf, leaves))
-
-
-def _is_finite_number(v: Any) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
-
-
-def _as_text(v: Any) -> str:
-    """A text column's value, or its repr (shortened) when it is not text."""
-    return v if isinstance(v, str) else repr(v)[:60]
-
-
-def _column_problem(ts: Any, user: Any, model: Any) -> str | None:
-    if not _is_finite_number(ts):
-        return f"ts {_as_text(ts)} is not a finite number"
-    for name, v in (("user", user), ("model", model)):
-        if not isinstance(v, str):
-            return f"{name} {_as_text(v)} is not text"
-    return None
-
-
-def _blob_problem(n: Any, f: Any, feats: Any, labels: Any, conf: Any, leaves: Any) -> str | None:
-    if not isinstance(n, int) or not isinstance(f, int) or n < 0 or f < 0:
-        return f"n_rows {n!r} and n_features {f!r} must be integers >= 0"
-    return _sized_problem("features", feats, n, 8 * f) or _told_problem(n, labels, conf, leaves)
-
-
-def _told_problem(n: int, labels: Any, conf: Any, leaves: Any) -> str | None:
-    """What is wrong with the blobs of an answer to N rows (confidences and leaves may be
-    absent: hidden by the policy), or None."""
-    return (_sized_problem("labels", labels, n, 4)
-            or (None if conf is None else _sized_problem("confidences", conf, n, 8))
-            or (None if leaves is None else _sized_problem("leaves", leaves, n, 4)))  # fmt: skip
-
-
-def _sized_problem(name: str, blob: Any, n: int, row_bytes: int) -> str | None:
-    if not isinstance(blob, bytes | bytearray | memoryview):
-        return f"{name} is not a blob"
-    if len(blob) != n * row_bytes:
-        return f"{name} blob holds {len(blob)} bytes; {n} row(s) need {n * row_bytes}"
-    return None
-
-
-def _answered_problem(digest: Any, n: Any, labels: Any, conf: Any, leaves: Any, amount: Any) -> str | None:
-    """What is wrong with a logged answer's row as an idempotency key finds it, or None."""
-    if not isinstance(digest, bytes | bytearray | memoryview):
-        return "request_digest is not a blob"
-    if not isinstance(n, int) or n < 0:
-        return f"n_rows {_as_text(n)} is not an integer >= 0"
-    if not isinstance(amount, int) or amount < 0:
-        return f"amount_micros {_as_text(amount)} is not an integer >= 0"
-    return _told_problem(n, labels, conf, leaves)

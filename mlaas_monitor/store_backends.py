@@ -41,11 +41,11 @@ class Connection(Protocol):
 
 
 class Backend:
-    name: str
-    types: dict[str, str]
+    name: str  # "sqlite" or "postgresql"
+    types: dict[str, str]  # the DDL's {INT}, {REAL}, {BLOB} placeholders -> this backend's types
     begin: str  # starts a write transaction
     for_update: str  # appended to a SELECT that must lock the rows it reads until commit
-    integrity_errors: tuple[type[Exception], ...]
+    integrity_errors: tuple[type[Exception], ...]  # the driver's errors for a broken constraint (a key taken)
     unavailable_errors: tuple[type[Exception], ...]  # retry later: 503 to a client
 
     def sql(self, stmt: str) -> str:
@@ -94,6 +94,7 @@ class SqliteBackend(Backend):
     def __init__(self, path: str, synchronous: str, busy_timeout: float) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise UserError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+        # The database file, PRAGMA synchronous (NORMAL or FULL), and seconds a write waits for a lock
         self.path, self.synchronous, self.busy_timeout = path, synchronous, busy_timeout
 
     def connect(self) -> Connection:
@@ -125,9 +126,10 @@ class PostgresBackend(Backend):
             import psycopg
         except ImportError as e:
             raise UserError(f"{redacted(url)}: a PostgreSQL store needs psycopg: pip install 'analysim[postgres]'") from e
-        self._psycopg = psycopg
+        self._psycopg = psycopg  # the driver, imported only when a PostgreSQL store is used
+        # The server's URL (with credentials: never logged), seconds a statement waits for a lock, and seconds a connect may take
         self.url, self.lock_timeout, self.connect_timeout = url, lock_timeout, connect_timeout
-        self.integrity_errors = (psycopg.IntegrityError,)
+        self.integrity_errors = (psycopg.IntegrityError,)  # the driver's errors for a broken constraint (a key taken)
         # OperationalError: the server went away, restarts, refuses connections, or cancelled
         # the statement; InterfaceError: the connection is already closed.
         self.unavailable_errors = (psycopg.OperationalError, psycopg.InterfaceError)

@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, eq=False)
 class QueryEvent:
     seq: int  # query-log id: dense, increasing, durable
-    timestamp: float
-    user: str
-    model_id: str
+    timestamp: float  # wall-clock time it was answered
+    user: str  # the user charged
+    model_id: str  # the model asked
     features: np.ndarray  # (n_rows, n_features) float64, encoded as the tree sees them
     labels: np.ndarray  # class indices the user was told
     confidences: np.ndarray | None  # as revealed (rounded); None if the policy hid them
@@ -46,9 +46,10 @@ class Subscription:
     a slow consumer never stalls the gateway; it must resume from the store by ``seq``."""
 
     def __init__(self, stream: QueryStream, maxsize: int, model_id: str | None) -> None:
+        # The stream it came from, and the model it follows (None: every model)
         self._stream, self.model_id = stream, model_id
-        self.queue: asyncio.Queue[QueryEvent | None] = asyncio.Queue(maxsize)
-        self.lost = False
+        self.queue: asyncio.Queue[QueryEvent | None] = asyncio.Queue(maxsize)  # events not yet read (None: closed)
+        self.lost = False  # it overflowed: events were dropped, resume from the store
 
     def offer(self, event: QueryEvent) -> None:
         if self.lost or (self.model_id and event.model_id != self.model_id):
@@ -72,8 +73,8 @@ class Subscription:
 
 class QueryStream:
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
-        self._subscriptions: set[Subscription] = set()
+        self._listeners: list[Listener] = []  # called with every answered query
+        self._subscriptions: set[Subscription] = set()  # the live subscriptions
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(event)`` for every answered query; returns a function that removes it."""

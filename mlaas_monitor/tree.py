@@ -123,6 +123,12 @@ class Tree:
         return tree
 
     def validate(self, n_features: int) -> None:
+        """Raise TreeFormatError unless the arrays are one binary tree over ``n_features``
+        features that apply() walks to a leaf for any row."""
+        self._check_shapes()
+        self._check_structure(n_features)
+
+    def _check_shapes(self) -> None:
         n = self.n_nodes
         if n == 0:
             raise TreeFormatError("tree has no nodes")
@@ -131,6 +137,9 @@ class Tree:
                 raise TreeFormatError(f"tree array {name!r} has the wrong shape")
         if self.value.ndim != 2 or self.value.shape[0] != n or self.value.shape[1] < 1:
             raise TreeFormatError("tree array 'value' has the wrong shape")
+
+    def _check_structure(self, n_features: int) -> None:
+        n = self.n_nodes
         internal = self.left != -1
         if np.any(internal != (self.right != -1)):
             raise TreeFormatError("a node has exactly one child")

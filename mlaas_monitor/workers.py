@@ -66,11 +66,11 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
 
 @dataclass
 class Worker:
-    index: int
-    process: BaseProcess
-    port_file: Path
-    started: float
-    ports: dict[str, Any] | None = None
+    index: int  # 0..n-1: which worker (its port file's and process's name)
+    process: BaseProcess  # the worker's process
+    port_file: Path  # where it writes its ports once it serves
+    started: float  # monotonic time it was started
+    ports: dict[str, Any] | None = None  # its ports once it serves (None: not yet)
 
 
 class Supervisor:
@@ -79,12 +79,14 @@ class Supervisor:
     a restarted worker serves."""
 
     def __init__(self, n: int, target: Callable[[int, str], None], on_change: Callable[[list[dict[str, Any]]], None]) -> None:
+        # Workers to keep running, what each runs (index, port file), and what to call with every worker's ports when they change
         self.n, self.target, self.on_change = n, target, on_change
+        # Spawned processes: nothing inherited from the parent's state
         self._ctx = multiprocessing.get_context("spawn")
-        self._dir = Path(tempfile.mkdtemp(prefix="analysim-workers-"))
-        self._stop = threading.Event()
-        self.workers: list[Worker] = []
-        self._deaths = [0] * n
+        self._dir = Path(tempfile.mkdtemp(prefix="analysim-workers-"))  # the port files' directory (removed at stop)
+        self._stop = threading.Event()  # set at stop: no more restarts
+        self.workers: list[Worker] = []  # the current worker per index
+        self._deaths = [0] * n  # per index, deaths since it last served (the restart backoff grows with them)
 
     def _spawn(self, i: int) -> Worker:
         pf = self._dir / f"worker-{i}.json"

@@ -16,6 +16,7 @@ from mlaas_monitor.datasets import load_dataset
 from mlaas_monitor.model import Model, Policy
 from mlaas_monitor.monitor.attacks import Domain, Oracle, Pathfinding, agreement, run_benign, run_random
 from mlaas_monitor.training import train_model
+from mlaas_monitor.tree import Tree
 from tests.test_gateway_helpers import Running, credit_csv, credit_model, running_gateway
 
 LEAF = Policy(reveal_leaf=True)
@@ -106,9 +107,15 @@ def test_attack_cli(gw: Running, tmp_path: Path, capsys: pytest.CaptureFixture[s
     result = json.loads(capsys.readouterr().out)
     assert result["leaves_found"] == credit_model().tree.n_leaves and result["accounts"] == 2
     assert json.loads(out.read_text())["kind"] == "leaf_boxes"
+    tree_out = tmp_path / "tree.json"
     assert cli_main(["attack", "--gateway", url, "--model", "credit", "--strategy", "benign", "--key", keys[0],
-                     "--dataset", str(credit_csv()), "--budget", "30"]) == 0  # fmt: skip
+                     "--dataset", str(credit_csv()), "--budget", "30", "--out", str(tree_out)]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["queries_used"] == 30
+    # A strategy that fits a tree on its answers writes that tree, its classes naming its class indices.
+    written = json.loads(tree_out.read_text())
+    copy = Tree.from_dict(written["tree"], len(written["features"]))
+    assert written["kind"] == "tree" and set(written["classes"]) <= {str(c) for c in credit_model().classes}
+    assert copy.value.shape[1] <= len(written["classes"])
 
 
 def test_attack_cli_adaptive_strategies(gw: Running, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from mlaas_monitor.store import Store, StoreUnavailable
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import StoreUnavailable
 from tests.pg import PgCluster, throwaway_cluster
 from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, wait_until

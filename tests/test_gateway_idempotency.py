@@ -20,7 +20,8 @@ from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.service import ApiError, Gateway, Principal
-from mlaas_monitor.store import SCHEMA_VERSION, Store
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_schema import SCHEMA_VERSION
 from tests.test_gateway_helpers import ADMIN_KEY, Client, Running, credit_model, credit_rows, running_gateway
 from tests.test_gateway_replicas import raw_connection
 

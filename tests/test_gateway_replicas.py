@@ -30,7 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from analysim._protos.v1 import prediction_pb2 as pb
 from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.errors import UserError
-from mlaas_monitor.store import SCHEMA_VERSION, Admission, QueryRecord, Refused, Store
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import Admission, QueryRecord, Refused
+from mlaas_monitor.store_schema import SCHEMA_VERSION
 from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until
 from tests.test_gateway_http import PREDICT

@@ -95,7 +95,7 @@ def test_a_second_writer_on_the_store_does_not_lose_or_merge_queries(store_db: s
 
     import numpy as np
 
-    from mlaas_monitor.store import QueryRecord
+    from mlaas_monitor.store_records import QueryRecord
 
     def record(store: Store) -> int:
         x = np.zeros((1, 5))

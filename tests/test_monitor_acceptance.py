@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from analysim.cli import main as cli_main
-from mlaas_monitor.monitor.evaluate import SubjectCurve, analyse_curve, extent
+from mlaas_monitor.monitor.curves import SubjectCurve, analyse_curve
+from mlaas_monitor.monitor.infogain import extent
 from tests.polling import scaled
 from tests.procs import started
 from tests.shared import shared_marks

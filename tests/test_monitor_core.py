@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlaas_monitor.monitor.core import EXTENT_METHODS, ConfigError, ModelMonitor, MonitorConfig
+from mlaas_monitor.monitor.config import EXTENT_METHODS, ConfigError, MonitorConfig
+from mlaas_monitor.monitor.core import ModelMonitor
 from tests.test_gateway_helpers import credit_model
 
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlaas_monitor import auth
 from mlaas_monitor.model import Policy
-from mlaas_monitor.monitor.service import Decisions
+from mlaas_monitor.monitor.decisions import Decisions
 from mlaas_monitor.store import Store
 from tests.polling import scaled
 from tests.test_gateway_helpers import ADMIN_KEY, Client, credit_model, credit_rows, start_module, wait_until

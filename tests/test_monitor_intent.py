@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlaas_monitor.datasets import load_dataset
-from mlaas_monitor.monitor.core import PRADA_DELTA
+from mlaas_monitor.monitor.config import PRADA_DELTA
 from mlaas_monitor.monitor.linkage import LINK_PREFIX, Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status, shapiro_w

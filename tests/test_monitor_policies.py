@@ -30,9 +30,12 @@ from mlaas_monitor.monitor.attacks import (
     confidence_identity,
     star_boxes_from_log,
 )
-from mlaas_monitor.monitor.core import ModelMonitor, MonitorConfig
-from mlaas_monitor.monitor.evaluate import SubjectCurve, extent, running_max
-from mlaas_monitor.store import SCHEMA_VERSION, Store
+from mlaas_monitor.monitor.config import MonitorConfig
+from mlaas_monitor.monitor.core import ModelMonitor
+from mlaas_monitor.monitor.curves import SubjectCurve, running_max
+from mlaas_monitor.monitor.infogain import extent
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_schema import SCHEMA_VERSION
 from mlaas_monitor.training import encode_dataset, holdout_split
 from tests.test_attack_strategies import wine_model
 from tests.test_gateway_helpers import Running, iris_model, running_gateway

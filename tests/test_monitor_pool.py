@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlaas_monitor.model import Model, Policy
-from mlaas_monitor.monitor.core import ConfigError, ModelMonitor, MonitorConfig
+from mlaas_monitor.monitor.config import ConfigError, MonitorConfig
+from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.monitor.coverage import Summary, coverage, merge_all
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.pool import (
@@ -199,7 +200,7 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
     # Two accounts share the searches (m0 three in four), then the pool is warned.
     send(mon, [("m0" if i % 4 else "m1", X) for i, X in enumerate(probes[:30])])
     mon.evaluate_due(set(), {}, 0.0, force=True)
-    assert mon.pool_warned() and mon.pool_standing() and mon.pool_warned_at is not None
+    assert mon.pool_warned() and mon.pool_standing() and mon.ledger.warned_at is not None
     ranked = [a for a, _, _ in mon.attribution]
     assert set(ranked) == {"m0", "m1"} and all(0.0 <= fall <= 1.0 for _, fall, _ in mon.attribution)
     assert {a: n for a, _, n in mon.attribution} == {a: mon.kept[POOL].owners.count(a) for a in ("m0", "m1")}
@@ -240,7 +241,7 @@ def test_an_extracting_accounts_every_row_joins_the_pool() -> None:
     send(mon, [("shop", S[:5]), ("p", S[5:10])] + [("p", X) for X in probes] + [("p", S[10:15]), ("shop", S[15:20])])
     mon.evaluate_due(set(), {}, 0.0, force=True)
     owners = mon.kept[POOL].owners
-    assert "p" in mon.extracting and "shop" not in mon.extracting
+    assert "p" in mon.ledger.extracting and "shop" not in mon.ledger.extracting
     assert owners.count("shop") == 0
     # p's natural rows, before and after its probes, are in the pool with its probes
     rows = {tuple(r) for r in mon.pools[POOL].data(mon.n_features)[0].tolist()}

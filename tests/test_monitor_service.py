@@ -17,7 +17,8 @@ from analysim._protos.v1 import prediction_pb2_grpc as pb_grpc
 from analysim.rpc_status import refusal_of
 from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.client import local_monitor_extension
-from mlaas_monitor.monitor.core import EXTENT_METHODS, ModelMonitor
+from mlaas_monitor.monitor.config import EXTENT_METHODS
+from mlaas_monitor.monitor.core import ModelMonitor
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store

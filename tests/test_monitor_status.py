@@ -15,7 +15,7 @@ from mlaas_monitor.model import Model
 from mlaas_monitor.monitor.attacks import Oracle, Pathfinding, TreeRebuild, balanced_fidelity, box_copies
 from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM, BoundaryState
 from mlaas_monitor.monitor.core import ModelMonitor
-from mlaas_monitor.monitor.evaluate import extent
+from mlaas_monitor.monitor.infogain import extent
 from mlaas_monitor.training import encode_dataset, holdout_split
 from tests.test_attack_strategies import LEAF, wine_model
 from tests.test_gateway_helpers import credit_model, running_gateway

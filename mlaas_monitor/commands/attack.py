@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysim.argtypes import positive_int
 from analysim.dataset_args import add_dataset_arguments, table_options
 from analysim.errors import UserError
+
+if TYPE_CHECKING:  # the attack suite is imported when the command runs, not when the CLI starts
+    import numpy as np
+
+    from mlaas_monitor.monitor.attacks import Domain, Oracle
 
 STRATEGY_CHOICES = ("benign", "random", "pathfinding", "colluding", "sybil", "natural", "confidence", "slow")
 
@@ -47,40 +53,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlaas_monitor.monitor.attacks import BoxRebuild, Oracle, PacedOracle, SybilOracle, run_strategy
+    from mlaas_monitor.monitor.attacks import BoxRebuild, run_strategy
 
-    keys = list(args.key)
-    if args.keys_file:
-        try:
-            keys += [ln.strip() for ln in Path(args.keys_file).read_text().splitlines() if ln.strip()]
-        except OSError as e:
-            raise UserError(f"--keys-file: cannot read {args.keys_file}: {e}") from e
-    if not keys:
-        raise UserError("--key: at least one API key is needed")
-    if len(keys) < args.accounts:
-        raise UserError(f"--accounts {args.accounts}: only {len(keys)} key(s) given")
+    keys = _keys(args)
     strategy = args.collude_base if args.strategy == "colluding" else args.strategy
     if args.strategy == "colluding" and args.accounts < 2:
         raise UserError("--accounts: a colluding attack needs at least 2 accounts")
     if not 0 <= args.pause <= 3600:
         raise UserError("--pause: expected seconds from 0 to 3600")
-    oracle = Oracle.connect(args.gateway, keys[: args.accounts], args.model, args.budget)
-    if strategy == "sybil":
-        spare = iter(keys[1:])
-        oracle = SybilOracle(oracle.clients[0], args.model, oracle.domain, args.budget, args.per_account,
-                             lambda: next(spare, None), args.gateway)  # fmt: skip
-    elif strategy == "slow":
-        oracle = PacedOracle(oracle.clients, args.model, oracle.domain, args.budget, args.pause)
-    rows = None
-    if strategy in ("benign", "natural"):
-        if not args.dataset:
-            raise UserError(f"--dataset: the {strategy} strategy draws its queries from a dataset")
-        from mlaas_monitor.datasets import load_dataset
-
-        ds = load_dataset(args.dataset, args.target, table_options(args))
-        rows = oracle.domain.encode(ds.data)  # type: ignore[arg-type]
-        if rows.shape[0] == 0:
-            raise UserError(f"--dataset: no row of {args.dataset} fits model {args.model!r}'s schema")
+    oracle = _oracle(args, keys, strategy)
+    rows = _dataset_rows(args, oracle.domain, strategy) if strategy in ("benign", "natural") else None
     try:
         rebuilt = run_strategy(strategy, oracle, args.seed, rows)
     finally:
@@ -97,9 +79,51 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(args: argparse.Namespace) -> list[str]:
+    """The API keys given (--key, then --keys-file's lines), at least --accounts of them."""
+    keys = list(args.key)
+    if args.keys_file:
+        try:
+            keys += [ln.strip() for ln in Path(args.keys_file).read_text().splitlines() if ln.strip()]
+        except OSError as e:
+            raise UserError(f"--keys-file: cannot read {args.keys_file}: {e}") from e
+    if not keys:
+        raise UserError("--key: at least one API key is needed")
+    if len(keys) < args.accounts:
+        raise UserError(f"--accounts {args.accounts}: only {len(keys)} key(s) given")
+    return keys
+
+
+def _oracle(args: argparse.Namespace, keys: list[str], strategy: str) -> Oracle:
+    """The oracle the strategy asks through: round-robin over --accounts keys; the sybil's
+    takes the next spare key when an account has sent --per-account rows; the slow one pauses."""
+    from mlaas_monitor.monitor.attacks import Oracle, PacedOracle, SybilOracle
+
+    oracle = Oracle.connect(args.gateway, keys[: args.accounts], args.model, args.budget)
+    if strategy == "sybil":
+        spare = iter(keys[1:])
+        return SybilOracle(oracle.clients[0], args.model, oracle.domain, args.budget, args.per_account,
+                           lambda: next(spare, None), args.gateway)  # fmt: skip
+    if strategy == "slow":
+        return PacedOracle(oracle.clients, args.model, oracle.domain, args.budget, args.pause)
+    return oracle
+
+
+def _dataset_rows(args: argparse.Namespace, domain: Domain, strategy: str) -> np.ndarray:
+    """The rows the benign and natural strategies draw their queries from, encoded for the model."""
+    from mlaas_monitor.datasets import load_dataset
+
+    if not args.dataset:
+        raise UserError(f"--dataset: the {strategy} strategy draws its queries from a dataset")
+    ds = load_dataset(args.dataset, args.target, table_options(args))
+    rows = domain.encode(ds.data)  # type: ignore[arg-type]
+    if rows.shape[0] == 0:
+        raise UserError(f"--dataset: no row of {args.dataset} fits model {args.model!r}'s schema")
+    return rows
+
+
 def _rebuilt_json(rebuilt: object, names: tuple[str, ...]) -> dict[str, object]:
     from mlaas_monitor.monitor.attacks import BoxRebuild, TreeRebuild
-    from mlaas_monitor.tree import from_sklearn
 
     if isinstance(rebuilt, BoxRebuild):
         def bound(v: float) -> float | None:
@@ -109,7 +133,7 @@ def _rebuilt_json(rebuilt: object, names: tuple[str, ...]) -> dict[str, object]:
             {"label": b.label, "lo": [bound(v) for v in b.lo.tolist()], "hi": [bound(v) for v in b.hi.tolist()],
              "categories": [sorted(s) for s in b.allowed]} for b in rebuilt.leaves]}  # fmt: skip
     assert isinstance(rebuilt, TreeRebuild)
-    if rebuilt.est is None:
+    if rebuilt.tree is None:
         return {"kind": "tree", "features": list(names), "tree": None}
-    return {"kind": "tree", "features": list(names), "classes": rebuilt.est.classes_.tolist(),
-            "tree": from_sklearn(rebuilt.est).to_dict()}  # fmt: skip
+    # The tree's class indices name the labels in this order.
+    return {"kind": "tree", "features": list(names), "classes": rebuilt.classes, "tree": rebuilt.tree.to_dict()}

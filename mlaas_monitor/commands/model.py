@@ -99,7 +99,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from mlaas_monitor.store import ModelUnavailable
+    from mlaas_monitor.store_records import ModelUnavailable
 
     store = _open(args.db)
     try:
@@ -123,7 +123,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from mlaas_monitor.store import ModelUnavailable
+    from mlaas_monitor.store_records import ModelUnavailable
 
     store = _open(args.db)
     try:

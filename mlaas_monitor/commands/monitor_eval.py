@@ -65,18 +65,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory")
-    try:
-        adaptive = tuple(int(x) for x in args.adaptive_accounts.split(",") if x.strip())
-    except ValueError:
-        raise UserError(f"--adaptive-accounts: expected comma-separated whole numbers, got {args.adaptive_accounts!r}") from None
-    if not adaptive or min(adaptive) < 1:
+    adaptive = _account_counts("--adaptive-accounts", args.adaptive_accounts)
+    if not adaptive:
         raise UserError("--adaptive-accounts: expected account counts of at least 1")
-    try:
-        pool_aware = tuple(int(x) for x in args.adaptive_pool_aware.split(",") if x.strip())
-    except ValueError:
-        raise UserError(f"--adaptive-pool-aware: expected comma-separated whole numbers, got {args.adaptive_pool_aware!r}") from None
-    if pool_aware and min(pool_aware) < 1:
-        raise UserError("--adaptive-pool-aware: expected account counts of at least 1")
+    pool_aware = _account_counts("--adaptive-pool-aware", args.adaptive_pool_aware)
     opts = EvalOptions(
         dataset=args.dataset, out=out, strategies=strategies, accounts=args.accounts,
         max_leaf_nodes=args.max_leaf_nodes, max_depth=args.max_depth, target=args.target, table=table_options(args),
@@ -90,3 +82,14 @@ def run(args: argparse.Namespace) -> int:
     summary = run_eval(opts, log=lambda m: print(m, file=sys.stderr, flush=True), progress=progress)
     print(format_table(summary))
     return 0
+
+
+def _account_counts(flag: str, text: str) -> tuple[int, ...]:
+    """A flag's comma-separated account counts (none: empty), each at least 1."""
+    try:
+        counts = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"{flag}: expected comma-separated whole numbers, got {text!r}") from None
+    if counts and min(counts) < 1:
+        raise UserError(f"{flag}: expected account counts of at least 1")
+    return counts

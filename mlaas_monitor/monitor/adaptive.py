@@ -39,7 +39,7 @@ class AccountOracle(Oracle):
 
     def __init__(self, clients: list[ApiClient], model_id: str, domain: Domain, budget: int | None) -> None:
         super().__init__(clients, model_id, domain, budget)
-        self.current = 0
+        self.current = 0  # the index into clients of the account the next request goes from
         self.sent = [0] * len(clients)  # rows per account
         # (query-log seq of each request, rows sent in all once it was answered): when a
         # warning (which names the seq it came at) found the attacker
@@ -62,7 +62,7 @@ class AccountOracle(Oracle):
 class Checkpoint:
     """What the monitor said when the attacker looked: after ``queries`` rows in all."""
 
-    queries: int
+    queries: int  # rows the attacker had sent in all when it looked
     max_status: float  # the highest default-method status over the attacker's subjects
     warned: bool  # any of its subjects warned by then
     enforced: bool  # any of its subjects meets the enforcement rule by then
@@ -71,9 +71,9 @@ class Checkpoint:
 
 @dataclass
 class AdaptiveResult:
-    rebuild: BoxRebuild
+    rebuild: BoxRebuild  # the leaves found so far (the path-finder's own rebuild)
     retired: list[int] = field(default_factory=list)  # account indices, in retirement order
-    checkpoints: list[Checkpoint] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # what the monitor said at each look, in order
 
 
 class AdaptivePathfinding(Pathfinding):
@@ -88,12 +88,13 @@ class AdaptivePathfinding(Pathfinding):
         # that no probe is one feature from an earlier row (rows are compared exactly);
         # with fewer than two continuous features it cannot, and probes as before.
         self.blurred = np.flatnonzero(~self.domain.integer) if pool_aware else np.empty(0, np.int64)
-        self.accounts = oracle
+        self.accounts = oracle  # the oracle again, as the account oracle it is (which account sends)
+        # the threshold each account stays under, how far below it an account retires, and how it looks the monitor up (account index -> what the monitor says)
         self.threshold, self.safety, self.look = threshold, safety, look
         self.owner: dict[int, int] = {}  # id(point) -> account that sent it
-        self.starts = starts
-        self.result = AdaptiveResult(self.rebuild)
-        self.active = list(range(len(oracle.clients)))
+        self.starts = starts  # starting points, one per account (None: random ones)
+        self.result = AdaptiveResult(self.rebuild)  # the leaves found, the accounts retired and every look
+        self.active = list(range(len(oracle.clients)))  # indices of the accounts not retired, in turn order
 
     def _discover(self, x: np.ndarray, ident: Any, label: Any) -> None:
         if ident not in self.seen:

@@ -39,11 +39,11 @@ CONTINUOUS_STEPS = 20  # binary-search steps on a continuous feature (precision 
 class Domain:
     """Per feature: kind, bounds (categories as indices 0..n-1), whether whole-valued."""
 
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # the features' names, in column order
     categorical: np.ndarray  # (d,) bool
     integer: np.ndarray  # (d,) bool (categorical features are whole-valued too)
-    lo: np.ndarray
-    hi: np.ndarray
+    lo: np.ndarray  # (d,) each feature's lower bound
+    hi: np.ndarray  # (d,) each feature's upper bound
     categories: tuple[tuple[str, ...], ...]  # empty for numeric features
 
     @classmethod
@@ -103,8 +103,10 @@ class ApiClient:
         u = urlsplit(url if "://" in url else f"http://{url}")
         if u.scheme != "http" or not u.hostname:
             raise UserError(f"--gateway: expected http://HOST:PORT, got {url!r}")
+        # the gateway's host and port, the account's API key, and seconds a request may take
         self.host, self.port, self.key, self.timeout = u.hostname, u.port or 80, key, timeout
         self.retry_for = retry_for  # seconds a GET answered 503 with Retry-After is retried
+        # the keep-alive connection (None: opened on the next call)
         self._conn: http.client.HTTPConnection | None = None
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
@@ -157,12 +159,14 @@ class Oracle:
     def __init__(self, clients: Sequence[ApiClient], model_id: str, domain: Domain, budget: int | None) -> None:
         if not clients:
             raise UserError("at least one account is needed")
+        # the accounts (one client each), the model asked, its feature domain, and the query cap (None: none)
         self.clients, self.model_id, self.domain, self.budget = list(clients), model_id, domain, budget
-        self.queries = 0
-        self._next = 0
+        self.queries = 0  # rows sent so far, over every account
+        self._next = 0  # the account of the next request (round-robin)
         self.log_X: list[np.ndarray] = []  # every row sent, encoded, in order
-        self.log_labels: list[int] = []
+        self.log_labels: list[int] = []  # the label of every answer, in order
         self.log_ident: list[Any] = []  # the leaf identity each answer revealed (None: label only)
+        # called after each answered request (truth tracking, progress)
         self.on_request: Callable[[Oracle], None] | None = None
         # How the attacker reads a leaf identity from an answer (``rounding_identity`` for
         # noisy confidences); the log's identities and path-finding's should agree.
@@ -211,6 +215,7 @@ class SybilOracle(Oracle):
     def __init__(self, first: ApiClient, model_id: str, domain: Domain, budget: int | None, per_account: int,
                  new_key: Callable[[], str | None], url: str) -> None:  # fmt: skip
         super().__init__([first], model_id, domain, budget)
+        # rows per account at most, how an account is opened (None: none left), and the gateway's URL
         self.per_account, self.new_key, self.url = per_account, new_key, url
         self._used = 0  # rows sent from the current account
 
@@ -238,7 +243,7 @@ class PacedOracle(Oracle):
     def __init__(self, clients: Sequence[ApiClient], model_id: str, domain: Domain, budget: int | None,
                  pause_s: float) -> None:  # fmt: skip
         super().__init__(clients, model_id, domain, budget)
-        self.pause_s = pause_s
+        self.pause_s = pause_s  # seconds between two requests
 
     def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -286,11 +291,12 @@ class TreeRebuild:
     def __init__(self, X: np.ndarray, labels: Sequence[Any]) -> None:
         from mlaas_monitor.monitor.infogain import fit_subject_tree
 
-        self.labels = list(labels)
+        self.labels = list(labels)  # the labels the copy was fitted on, in query order
         names = [str(v) for v in labels]
-        self.classes = sorted(set(names))
+        self.classes = sorted(set(names))  # the label names, sorted: the tree's class indices
         index = {c: i for i, c in enumerate(self.classes)}
         y = np.array([index[c] for c in names], dtype=np.int64)
+        # the tree fitted to purity (None: no answers to fit)
         self.tree = fit_subject_tree(np.asarray(X, np.float32), y) if len(labels) else None
 
     def predict(self, X: np.ndarray) -> list[str]:
@@ -302,9 +308,9 @@ class TreeRebuild:
 
 @dataclass
 class LeafBox:
-    label: Any
+    label: Any  # the label every row in the box gets
     lo: np.ndarray  # numeric bounds (inclusive; -inf/+inf when the domain edge stayed inside)
-    hi: np.ndarray
+    hi: np.ndarray  # numeric upper bounds (inclusive; +inf when the domain edge stayed inside)
     allowed: list[set[int]]  # categorical: the category indices that stay in the leaf
 
 
@@ -312,7 +318,8 @@ class LeafBox:
 class BoxRebuild:
     """Pathfinding's reconstruction: the discovered leaves as boxes with their labels."""
 
-    domain: Domain
+    domain: Domain  # the features the boxes are in
+    # the leaves found, in discovery order (the first box holding a row labels it)
     leaves: list[LeafBox] = field(default_factory=list)
 
     def predict(self, X: np.ndarray) -> list[str]:
@@ -452,14 +459,14 @@ class Pathfinding:
         self, oracle: Oracle, seed: int = 0, start: np.ndarray | None = None,
         identity: Callable[[dict[str, Any]], Any] = leaf_identity,
     ) -> None:  # fmt: skip
-        self.oracle, self.domain = oracle, oracle.domain
-        self.identity = identity
-        self.rng = np.random.default_rng(seed)
-        self.start = start
-        self.rebuild = BoxRebuild(self.domain)
-        self.seen: set[Any] = set()
+        self.oracle, self.domain = oracle, oracle.domain  # the model asked, and its feature domain
+        self.identity = identity  # how an answer is read as a leaf identity
+        self.rng = np.random.default_rng(seed)  # random starting points and line-search order
+        self.start = start  # the first point (None: a random one)
+        self.rebuild = BoxRebuild(self.domain)  # the leaves found so far, as boxes
+        self.seen: set[Any] = set()  # the leaf identities seen (found or queued)
         self.queue: list[tuple[np.ndarray, Any, Any]] = []  # (point, identity, label)
-        self.exhausted = False
+        self.exhausted = False  # the oracle's budget ran out before the queue emptied
 
     def _ask(self, X: np.ndarray) -> list[tuple[Any, Any]] | None:
         preds = self.oracle.ask(X)

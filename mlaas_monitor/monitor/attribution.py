@@ -12,21 +12,21 @@ Counted: every account the monitor's action log names with an action other than 
 split into the coalition's and the benign population's, with the reason of each benign
 account's first action; and, from the other side of the wire, the benign accounts that were
 told labels only (an answer without confidence or leaf id), which the log must include.
-The goal (issue 46): at least 90 % of the degraded accounts the attacker's, at most 2 % of
+The goal: at least 90 % of the degraded accounts the attacker's, at most 2 % of
 the benign accounts degraded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from mlaas_monitor.monitor.attacks import Oracle
-
-if TYPE_CHECKING:
-    from mlaas_monitor.monitor.evaluate import _Run
+from mlaas_monitor.monitor.eval_adaptive import run_adaptive
+from mlaas_monitor.monitor.eval_report import cell
+from mlaas_monitor.monitor.eval_run import EvalRun, benign_population, settle
 
 # Per setting of the pool response's new-account rule, the model copy it runs on.
 ATTRIBUTION_MODELS = {True: "target-attr", False: "target-attr-no-new"}
@@ -72,7 +72,7 @@ def arrival_order(rng: np.random.Generator, vols: np.ndarray) -> list[int]:
     return owner[np.argsort(at, kind="stable")].tolist()
 
 
-def run_attribution(run: _Run, seed: int, k: int) -> dict[str, Any]:
+def run_attribution(run: EvalRun, seed: int, k: int) -> dict[str, Any]:
     """The experiment twice, with the pool response's new-account rule and without it (same
     seed: the same benign rows and arrivals, the same coalition), each on a model copy of
     its own (ATTRIBUTION_MODELS): the rows of the Attribution table."""
@@ -82,9 +82,7 @@ def run_attribution(run: _Run, seed: int, k: int) -> dict[str, Any]:
             "runs": rows, "table": format_attribution(rows)}  # fmt: skip
 
 
-def _mixed(run: _Run, seed: int, k: int, new_accounts: bool, model_id: str) -> dict[str, Any]:
-    from mlaas_monitor.monitor.evaluate import _adaptive, _settle, benign_population
-
+def _mixed(run: EvalRun, seed: int, k: int, new_accounts: bool, model_id: str) -> dict[str, Any]:
     opts, admin = run.opts, run.admin
     response = "degrade"  # a benign account told labels only still gets answers (refused, it would stop)
     admin.call("PUT", f"/v1/admin/monitor/{model_id}/config",
@@ -93,10 +91,10 @@ def _mixed(run: _Run, seed: int, k: int, new_accounts: bool, model_id: str) -> d
     tag = "" if new_accounts else "n"  # account names are global: one set per run
     names, vols, oracles, picks = benign_population(run, rng, f"mixed{tag}", model_id)
     traffic = MixedTraffic(oracles, picks, arrival_order(rng, vols))
-    attack = _adaptive(run, opts.attribution_accounts, seed, k, model_id=model_id, prefix=f"coalition{tag}",
+    attack = run_adaptive(run, opts.attribution_accounts, seed, k, model_id=model_id, prefix=f"coalition{tag}",
                        between=traffic.keep_up)  # fmt: skip
     traffic.send(len(traffic.order))
-    _settle(admin, names, int(vols.sum()), model_id=model_id)
+    settle(admin, names, int(vols.sum()), model_id=model_id)
     told_labels_only = {n for n, o in zip(names, oracles, strict=True) if any(i is None for i in o.log_ident)}
     for o in oracles:
         o.close()
@@ -144,9 +142,6 @@ def goals_met(row: dict[str, Any]) -> dict[str, bool]:
 
 
 def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
-    def f(v: Any) -> str:
-        return "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-
     out = [f"Attribution (an adaptive coalition and a benign population on one model at once, pool response "
            f"{rows[0]['response']}): goals >= {GOAL_ATTACKER_SHARE:.0%} of the accounts acted on the attacker's, "
            f"<= {GOAL_BENIGN_SHARE:.0%} of the benign accounts acted on", "",
@@ -157,8 +152,8 @@ def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
         g = goals_met(r)
         reasons = ", ".join(f"{c} {n}" for c, n in sorted(r["benign_reasons"].items())) or "–"
         out.append(f"| {r['accounts']} | {'on' if r['new_accounts'] else 'off'} | {r['attacker_queries']} | {r['benign_accounts']} ({r['benign_rows']}) | "
-                   f"{f(r['pool_warned_at'])} | {f(r['extent_at_pool_warning'])} | {f(r['final_extent'])} | "
-                   f"{r['acted_on_attacker']} / {r['acted_on_benign']} | {f(r['attacker_share'])}"
-                   f"{'' if g['attacker_share_ok'] else ' (**miss**)'} | {f(r['benign_share'])}"
+                   f"{cell(r['pool_warned_at'])} | {cell(r['extent_at_pool_warning'])} | {cell(r['final_extent'])} | "
+                   f"{r['acted_on_attacker']} / {r['acted_on_benign']} | {cell(r['attacker_share'])}"
+                   f"{'' if g['attacker_share_ok'] else ' (**miss**)'} | {cell(r['benign_share'])}"
                    f"{'' if g['benign_share_ok'] else ' (**miss**)'} | {r['benign_told_labels_only']} | {reasons} |")  # fmt: skip
     return out

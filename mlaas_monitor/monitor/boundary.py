@@ -36,8 +36,8 @@ BOUNDARY_ALARM = 0.3  # the paper's blocking threshold on the mean ratio
 class BoundaryState:
     """Per leaf position: queries folded, and how many were in a security margin."""
 
-    counts: np.ndarray | None = None
-    close: np.ndarray | None = None
+    counts: np.ndarray | None = None  # (L,) queries folded per leaf position (None: none yet)
+    close: np.ndarray | None = None  # (L,) of those, queries in a security margin (None: none yet)
     done: int = 0  # queries folded so far
 
 
@@ -48,7 +48,7 @@ class Boundary:
     lo_w: np.ndarray  # (L, d) width of the margin above them
     hi_t: np.ndarray  # (L, d) upper bounds (thresholds, else the domain's maximum)
     hi_w: np.ndarray  # (L, d) width of the margin below them
-    tree: Tree = field(repr=False)
+    tree: Tree = field(repr=False)  # the owner's tree: which leaf a query reaches
 
     @classmethod
     def build(cls, tree: Tree, dom_lo: np.ndarray, dom_hi: np.ndarray, S: np.ndarray) -> Boundary:

@@ -45,13 +45,12 @@ class Identities:
     truth: np.ndarray  # (m,) the owner's labels of those rows
     span: np.ndarray  # (d,) each feature's domain range (distances outside a box are shares of it)
     dom_lo: np.ndarray  # (d,) the domain's edges: a box that reaches one is open beyond it
-    dom_hi: np.ndarray
+    dom_hi: np.ndarray  # (d,)
     categorical: np.ndarray  # (d,) bool: no distance, only the violated predicate
 
     @property
     def n_groups(self) -> int:
         return int(self.label.shape[0])
-
 
 
 def identities(
@@ -110,10 +109,10 @@ class StarState:
     the bounding box and count of its queries within one feature of that centre. A function
     of the ordered queries only; after a restart it is rebuilt from the logged queries."""
 
-    done: int = 0
+    done: int = 0  # queries folded so far
     centre: np.ndarray | None = None  # (G, d); NaN rows: identity not seen yet
     lo: np.ndarray | None = None  # (G, d), inf where unseen
-    hi: np.ndarray | None = None
+    hi: np.ndarray | None = None  # (G, d), -inf where unseen
     counts: np.ndarray | None = None  # (G,)
     # (G,) the arrival index of each identity's centre (inf: not seen). Star boxes of merged
     # identities overlap, so which box a row inside several gets decides the copy: like

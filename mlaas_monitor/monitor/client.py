@@ -69,16 +69,17 @@ class MonitorClient:
         """``child``: the monitor process this gateway started (its metrics then join the
         gateway's; a shared monitor is its own scrape target, or every replica would
         report its series once more); ``respawn`` starts it again when it has died."""
+        # The monitor's URL and admin key, the process this gateway started (None: a shared monitor), and how to start it again (None: not ours)
         self.url, self.key, self.child, self.respawn = url.rstrip("/"), key, child, respawn
-        self.auth = {"Authorization": f"Bearer {key}"}
-        self.restarts: Counter | None = None
-        self._restart_wait = RESTART_BACKOFF_S[0]
-        self.token: str | None = None
-        self.decisions: dict[str, dict[str, str]] = {}
+        self.auth = {"Authorization": f"Bearer {key}"}  # the admin key as a request header
+        self.restarts: Counter | None = None  # monitor restarts (None until metrics are registered)
+        self._restart_wait = RESTART_BACKOFF_S[0]  # seconds before the next restart (grows per failed start)
+        self.token: str | None = None  # the decisions snapshot's token last received (None: none yet)
+        self.decisions: dict[str, dict[str, str]] = {}  # model -> user -> action, as last received
         self.problem: str | None = None  # why enforcement does not follow the monitor now (/readyz says it)
-        self.up: Gauge | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.up: Gauge | None = None  # 1 while the decisions follow the monitor (None until metrics are registered)
+        self._session: aiohttp.ClientSession | None = None  # the HTTP session to the monitor (None: not started)
+        self._task: asyncio.Task[None] | None = None  # the decisions long-poll loop (None: not started)
 
     # ---- enforcement ----
 
@@ -237,7 +238,7 @@ class _MonitorMetrics(Collector):
     /metrics, read from it at scrape time (a short blocking call, every scrape interval)."""
 
     def __init__(self, client: MonitorClient) -> None:
-        self.client = client
+        self.client = client  # the gateway's client of the monitor read at scrape time
 
     def describe(self) -> list:
         return []

@@ -1,25 +1,23 @@
-"""Per-model monitor state: every subject's (user's, group's) query summary, queries, status
-and warnings, updated from query events. Pure: events in, evaluations and warnings out; the
-service persists them and the store replays them after a restart.
+"""Per-model monitor state: every subject's (user's, group's, pool's) query summary,
+queries, status and warnings, updated from query events. Pure: events in, evaluations and
+warnings out; the service persists them and the store replays them after a restart.
 
-A subject is re-evaluated (T_u refitted, coverage and fidelity recomputed) when its query
-count reaches ``next_eval``; the next one is ``max(min_refit, refit_fraction * n)`` queries
-later, so a refit costs O(n log n) every Θ(n) queries and the amortised cost per query
-stays flat. Because the schedule depends only on query counts and T_u only on the multiset
-of queries, a replay reproduces the same statuses and history.
+When a subject is evaluated is the schedule's (schedule.py): a function of query counts and
+revealed leaf identities only, and T_u a function of the multiset of queries, so a replay
+reproduces the same statuses and history. What is kept per subject is subject.py; the
+settings config.py; which rows join the pools, and the per-account ledger the pool response
+reads, pool.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from mlaas_monitor.model import Answer, Model
-from mlaas_monitor.monitor.boundary import BOUNDARY_ALARM, Boundary, BoundaryState, pooled
+from mlaas_monitor.monitor.boundary import Boundary, BoundaryState, pooled
 from mlaas_monitor.monitor.boxcopy import (
     StarState,
     box_copy_fidelity,
@@ -27,357 +25,19 @@ from mlaas_monitor.monitor.boxcopy import (
     identities,
     star_copy_fidelity,
 )
+from mlaas_monitor.monitor.config import MonitorConfig
 from mlaas_monitor.monitor.coverage import Regions, Summary, build_regions, coverage, merge_all
-from mlaas_monitor.monitor.infogain import entropy, fit_subject_tree, score_tree
+from mlaas_monitor.monitor.infogain import entropy, extent, fit_subject_tree, score_tree
 from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
-from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, flags, joins_pool
+from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, PoolLedger, flags, joins_pool
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status
+from mlaas_monitor.monitor.schedule import EvaluationSchedule
+from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 
-# How much of the model a subject holds (extent), and whether its queries look like an
-# attack (intent: PRADA's 1 - W, and the share of queries outside the data distribution).
-# ``best_copy`` is the status with a stated meaning: the extent (balanced fidelity beyond a
-# constant copy) of the best reconstruction the suite knows how to build from exactly what the
-# subject was answered; the others are its ingredients and the published signals.
-# ``boundary``: Quiring et al.'s closeness to the boundary (boundary.py), reported beside PRADA.
-EXTENT_METHODS = ("ig", "coverage_volume", "coverage_mass", "fidelity", "combined", "best_copy")
-INTENT_METHODS = ("prada", "ood", "boundary")
-METHODS = (*EXTENT_METHODS, *INTENT_METHODS)
-ACTIONS = ("none", "degrade", "refuse")
 GROUP_PREFIX = "group:"
-PRADA_DELTA = 0.78
-LINK_BATCH = 512  # rows waiting for the link index before it is brought up to date anyway
 AUTO_PREFIX = "auto:top"
-# An account whose pooled rows reach this many, and this share of its linked rows, is
-# extracting: all its rows join auto:pool. A customer's rows rarely join at all (none of
-# German credit's benign rows; Adult's near-duplicates in a margin or far from S are a few
-# per cent of its rows); a path-finder's nearly all do.
-EXTRACTING_MIN = 3
-EXTRACTING_SHARE = 0.2
-REVEAL_GAP = 5  # queries between two evaluations, at least, when a new leaf identity brings one forward
 ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
-
-
-class ConfigError(ValueError):
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field, self.problem = field, problem
-
-
-@dataclass(frozen=True)
-class Enforcement:
-    action: str = "none"  # none | degrade (drop confidence and leaf id) | refuse
-    method: str = "best_copy"  # the status with a stated meaning (docs/monitor.md)
-    threshold: float = 0.8
-    # Act only on a subject whose query stream is also attack-like (PRADA alarm): a benign
-    # customer who has learnt the model by natural use is warned about, not cut off.
-    intent: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "method": self.method, "threshold": self.threshold, "intent": self.intent}
-
-
-@dataclass(frozen=True)
-class PoolResponse:
-    """What enforcement does while auto:pool's warning stands (pool.py): ``action`` for the
-    ``top`` accounts whose rows the pool's extent falls most without (attribution), and, with
-    ``new_accounts``, for every account first seen since the warning (a coalition whose
-    contributors are cut off moves to fresh accounts)."""
-
-    action: str = "none"  # none | degrade (labels only) | refuse
-    top: int = 3  # accounts ranked by how much the pool's extent falls without their rows
-    # and every extracting account (most of its rows join the pool: EXTRACTING_*), however
-    # little its removal alone lowers the extent: a coalition spreads its leaves over many
-    extracting: bool = True
-    new_accounts: bool = True
-    # The warning stands while the pool keeps growing: it took a row within this many of the
-    # model's latest answered rows (the pool's status is a running maximum and never falls).
-    hold: int = 1000
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "top": self.top, "extracting": self.extracting, "new_accounts": self.new_accounts,
-                "hold": self.hold}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    """Per model. ``thresholds``: a warning per subject and method when its status reaches it."""
-
-    # best_copy estimates what a subject holds (docs/monitor.md, "What the status means"), so
-    # its threshold is a share of the model: at 0.5 a warning comes when the subject could
-    # copy half of what separates the model from a constant guess, well before it holds
-    # 0.9 balanced fidelity (monitor-eval's goals table, docs/monitor.md).
-    thresholds: dict[str, float] = field(default_factory=lambda: {"best_copy": 0.5})
-    default_method: str = "best_copy"
-    # A subject's first evaluation: after 10 queries, then at min_refit and on the schedule.
-    # On an easy model a customer's first rows already make a copy (breast_cancer's natural
-    # sampler held bf 0.9 after 21 queries, before the first evaluation at 25); one more
-    # small evaluation per account is the cost (docs/monitor.md, "Cost").
-    first_eval: int = 10
-    min_refit: int = 25  # evaluate (coverage, warnings) at most every this many queries...
-    refit_fraction: float = 0.05  # ... or this fraction of the subject's queries, whichever is more
-    # T_u (the costly part) is refitted every max(min_refit, this * n) queries. 0.05, as the
-    # evaluations: best_copy is then the subject's tree copy as of each evaluation, never a
-    # stale one (0.5 before: random queries on Adult were warned 49 queries after bf 0.9;
-    # 0.1 left best_copy up to 0.2 below the truth between refits).
-    ig_refit_fraction: float = 0.05
-    auto_k: int = 0  # >= 2: also pool the k users with the highest status (automatic collusion)
-    auto_link: bool = True  # pool accounts whose queries differ from each other's in one feature (linkage.py)
-    link_min: int = 3  # linking queries that join two accounts
-    # Pool rows by what they look like, from any account (pool.py): auto:pool (rows out of
-    # distribution, in a boundary margin or one feature from an earlier row), auto:young (rows
-    # of accounts before their first evaluation) and auto:model (every row: the exposure).
-    pool: bool = True
-    # Evaluate (and refit) a subject when an answer shows it a leaf identity it had not seen
-    # (at most one evaluation per identity beyond the schedule).
-    reveal_eval: bool = True
-    # auto:young (every row an account sent before its first evaluation) is warned when its
-    # default-method status reaches this: the owner's budget for what accounts too young to
-    # be evaluated hold together. None (the default): reported, not warned, because ordinary
-    # customers' first rows together copy an easy model (German credit: 50 benign users'
-    # first rows held 0.76 after 221 of them; docs/monitor.md).
-    young_budget: float | None = None
-    # auto:pool is warned when its default-method status reaches this, lower than a
-    # customer's threshold: none of the four evaluation datasets' benign rows joined the pool,
-    # and a coalition's extent jumps by a leaf at a time (0.15-0.3 on wine's 7 leaves), so a
-    # warning at 0.5 came when it held 0.77-0.93 there.
-    pool_threshold: float = 0.25
-    prada_delta: float = PRADA_DELTA  # PRADA alarm when Shapiro-Wilk W < delta (status prada >= 1 - delta)
-    prada_min_queries: int = 50  # distances before PRADA says anything
-    ood_alarm: float = 0.5  # intent alarm when the out-of-distribution status reaches this
-    ood_min_queries: int = 30  # queries before it says anything
-    boundary_alarm: float = BOUNDARY_ALARM  # Quiring et al.'s alarm on the mean in-margin ratio (reported, not acted on)
-    enforcement: Enforcement = Enforcement()
-    pool_response: PoolResponse = PoolResponse()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thresholds": dict(self.thresholds),
-            "default_method": self.default_method,
-            "first_eval": self.first_eval,
-            "min_refit": self.min_refit,
-            "refit_fraction": self.refit_fraction,
-            "ig_refit_fraction": self.ig_refit_fraction,
-            "auto_k": self.auto_k,
-            "auto_link": self.auto_link,
-            "link_min": self.link_min,
-            "pool": self.pool,
-            "reveal_eval": self.reveal_eval,
-            "young_budget": self.young_budget,
-            "pool_threshold": self.pool_threshold,
-            "prada_delta": self.prada_delta,
-            "prada_min_queries": self.prada_min_queries,
-            "ood_alarm": self.ood_alarm,
-            "ood_min_queries": self.ood_min_queries,
-            "boundary_alarm": self.boundary_alarm,
-            "enforcement": self.enforcement.to_dict(),
-            "pool_response": self.pool_response.to_dict(),
-        }
-
-    def updated(self, patch: Any) -> MonitorConfig:
-        """Apply a JSON patch; raises ConfigError naming the field."""
-        if type(patch) is not dict:
-            raise ConfigError("body", "expected a JSON object")
-        kw: dict[str, Any] = {}
-        for key, v in patch.items():
-            if key == "thresholds":
-                if type(v) is not dict:
-                    raise ConfigError("thresholds", "expected an object of method: threshold")
-                th = {}
-                for m, t in v.items():
-                    if m not in METHODS:
-                        raise ConfigError(f"thresholds.{str(m)[:40]}", f"unknown method (expected one of {', '.join(METHODS)})")
-                    if t is not None:
-                        th[m] = _unit(t, f"thresholds.{m}")
-                kw["thresholds"] = th
-            elif key == "default_method":
-                if v not in METHODS:
-                    raise ConfigError(key, f"expected one of {', '.join(METHODS)}")
-                kw[key] = v
-            elif key in ("min_refit", "first_eval"):
-                if type(v) is not int or not 1 <= v <= 1_000_000:
-                    raise ConfigError(key, "expected an integer from 1 to 1000000")
-                kw[key] = v
-            elif key in ("refit_fraction", "ig_refit_fraction"):
-                if type(v) not in (int, float) or not 0 <= v <= 10:
-                    raise ConfigError(key, "expected a number from 0 to 10")
-                kw[key] = float(v)
-            elif key == "auto_k":
-                if type(v) is not int or not (v == 0 or 2 <= v <= 1000):
-                    raise ConfigError(key, "expected 0 (off) or an integer from 2 to 1000")
-                kw[key] = v
-            elif key in ("auto_link", "pool", "reveal_eval"):
-                if type(v) is not bool:
-                    raise ConfigError(key, "expected true or false")
-                kw[key] = v
-            elif key in ("link_min", "prada_min_queries", "ood_min_queries"):
-                if type(v) is not int or not 1 <= v <= 1_000_000:
-                    raise ConfigError(key, "expected an integer from 1 to 1000000")
-                kw[key] = v
-            elif key == "young_budget":
-                kw[key] = None if v is None else _unit(v, key)
-            elif key in ("prada_delta", "ood_alarm", "boundary_alarm", "pool_threshold"):
-                kw[key] = _unit(v, key)
-            elif key == "enforcement":
-                kw[key] = _enforcement(v, self.enforcement)
-            elif key == "pool_response":
-                kw[key] = _pool_response(v, self.pool_response)
-            else:
-                raise ConfigError(str(key)[:40], "unknown field")
-        return replace(self, **kw)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MonitorConfig:
-        return cls().updated(d)
-
-
-def _unit(v: Any, where: str) -> float:
-    if type(v) not in (int, float) or not 0 <= v <= 1:
-        raise ConfigError(where, "expected a number from 0 to 1")
-    return float(v)
-
-
-def _enforcement(v: Any, old: Enforcement) -> Enforcement:
-    if type(v) is not dict:
-        raise ConfigError("enforcement", "expected an object with action, method, threshold")
-    kw: dict[str, Any] = {}
-    for key, x in v.items():
-        if key == "action":
-            if x not in ACTIONS:
-                raise ConfigError("enforcement.action", f"expected one of {', '.join(ACTIONS)}")
-            kw[key] = x
-        elif key == "method":
-            if x not in METHODS:
-                raise ConfigError("enforcement.method", f"expected one of {', '.join(METHODS)}")
-            kw[key] = x
-        elif key == "threshold":
-            kw[key] = _unit(x, "enforcement.threshold")
-        elif key == "intent":
-            if type(x) is not bool:
-                raise ConfigError("enforcement.intent", "expected true or false")
-            kw[key] = x
-        else:
-            raise ConfigError(f"enforcement.{str(key)[:40]}", "unknown field")
-    return replace(old, **kw)
-
-
-def _pool_response(v: Any, old: PoolResponse) -> PoolResponse:
-    if type(v) is not dict:
-        raise ConfigError("pool_response", "expected an object with action, top, extracting, new_accounts, hold")
-    kw: dict[str, Any] = {}
-    for key, x in v.items():
-        where = f"pool_response.{str(key)[:40]}"
-        if key == "action":
-            if x not in ACTIONS:
-                raise ConfigError(where, f"expected one of {', '.join(ACTIONS)}")
-        elif key in ("top", "hold"):
-            if type(x) is not int or not 0 <= x <= 1_000_000:
-                raise ConfigError(where, "expected an integer from 0 to 1000000")
-        elif key in ("new_accounts", "extracting"):
-            if type(x) is not bool:
-                raise ConfigError(where, "expected true or false")
-        else:
-            raise ConfigError(where, "unknown field")
-        kw[key] = x
-    return replace(old, **kw)
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    model: str
-    subject: str
-    n_queries: int
-    seq: int  # last query event folded in
-    ts: float
-    status: dict[str, float]
-    members: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ExtractionWarning:
-    model: str
-    subject: str
-    method: str
-    threshold: float
-    status: float
-    n_queries: int
-    seq: int
-    ts: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model, "subject": self.subject, "method": self.method, "threshold": self.threshold,
-            "status": self.status, "n_queries": self.n_queries, "seq": self.seq, "ts": self.ts,
-        }  # fmt: skip
-
-
-@dataclass(eq=False)
-class SubjectState:
-    """What is kept per subject. Users also keep their queries (float32: the trees compare
-    float32, so nothing is lost) in chunks, concatenated only when refitting."""
-
-    name: str
-    summary: Summary | None  # users only; a group's is the merge of its members'
-    n_queries: int = 0
-    next_eval: int = 1
-    next_refit: int = 1
-    evaluated_at: int = 0
-    status: dict[str, float] = field(default_factory=lambda: dict.fromkeys(METHODS, 0.0))
-    warned: set[str] = field(default_factory=set)
-    members: tuple[str, ...] = ()
-    prada: PradaState | None = None  # users only
-    ood: OodState | None = None  # users only
-    boundary: BoundaryState | None = None  # users only
-    star: StarState | None = None  # users only, with the summary (not persisted: rebuilt from the logged queries)
-    # (G,) the leaf identities its answers have shown (users and pools; rebuilt from the
-    # logged queries): an answer that shows a new one makes an evaluation due at once.
-    revealed: np.ndarray | None = None
-    _X: list[np.ndarray] = field(default_factory=list)
-    _y: list[np.ndarray] = field(default_factory=list)
-    _unfolded: int = 0  # trailing chunks of _X not yet in the summary
-
-    def append(self, X: np.ndarray, y: np.ndarray, fold_later: bool = True) -> None:
-        self._X.append(X)
-        self._y.append(y)
-        if fold_later:
-            self._unfolded += 1
-
-    def data(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
-        """All the subject's queries (float32) and labels, compacted into one chunk (after
-        ``ModelMonitor.fold``: compaction would lose track of the unfolded chunks)."""
-        assert not self._unfolded, "fold the summary before compacting"
-        self._compact(n_features)
-        return self._X[0], self._y[0]
-
-    def _compact(self, n_features: int) -> None:
-        if len(self._X) == 1 and self._X[0].dtype == np.float32:
-            return
-        X = np.concatenate(self._X).astype(np.float32) if self._X else np.empty((0, n_features), dtype=np.float32)
-        y = np.concatenate(self._y).astype(np.int32) if self._y else np.empty(0, dtype=np.int32)
-        self._X, self._y = [X], [y]
-
-    def unfolded_rows(self) -> np.ndarray | None:
-        """The queries added since the summary was last brought up to date (then marks
-        them folded). Queries are folded in batches: one tree walk and one scatter per
-        evaluation instead of per event."""
-        if not self._unfolded:
-            return None
-        chunks = self._X[-self._unfolded :]
-        self._unfolded = 0
-        return np.concatenate(chunks).astype(np.float64) if len(chunks) > 1 else np.asarray(chunks[0], np.float64)
-
-    def public(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"subject": self.name, "n_queries": self.n_queries, "evaluated_at": self.evaluated_at,
-                             "status": dict(self.status), "warned": sorted(self.warned)}  # fmt: skip
-        if self.members:
-            d["members"] = list(self.members)
-        return d
-
-
-def _next(n: int, min_refit: int, fraction: float) -> int:
-    """The query count of the next evaluation (or refit) after one at n: min_refit while an
-    early first evaluation (first_eval) came before it, then max(min_refit, fraction * n) later."""
-    return min_refit if n < min_refit else n + max(min_refit, math.ceil(fraction * n))
 
 
 def _leaf_answers(model: Model, nodes: np.ndarray) -> list[Any]:
@@ -395,21 +55,27 @@ def _leaf_answers(model: Model, nodes: np.ndarray) -> list[Any]:
 
 
 class ModelMonitor:
+    """One model's monitor: its subjects' states, the pools, the link index and the
+    evaluation schedule, updated from the model's answered queries in log order."""
+
     def __init__(self, model: Model, config: MonitorConfig | None = None) -> None:
-        self.model_id = model.id
-        self.config = config or MonitorConfig()
-        self.tree = model.tree
-        self.n_features = len(model.schema)
-        self.S = np.asarray(model.validation_X, dtype=np.float64)
+        self.model_id = model.id  # the model watched
+        # When each subject is evaluated and refitted; holds the model's settings (``config``).
+        self.schedule = EvaluationSchedule(config or MonitorConfig())
+        self.tree = model.tree  # the owner's tree: which leaf each query reaches
+        self.n_features = len(model.schema)  # d: columns of every query row
+        self.S = np.asarray(model.validation_X, dtype=np.float64)  # (m, d) held-out rows every copy is scored on
+        # (m,) the owner's labels of S (its own answers, so its copy scores 1)
         self.owner_labels = model.answer(self.S).labels if self.S.shape[0] else np.empty(0, dtype=np.int64)
         # The owner's leaves are pure in its own labels, so IG(S, T_owner) = H(S).
         self.ig_owner = entropy(self.owner_labels)
-        self.regions: Regions = build_regions(model.tree, model.schema, self.S)
+        self.regions: Regions = build_regions(model.tree, model.schema, self.S)  # the leaves' boxes and S's rows in each
         feats = model.schema.features
         dom_lo, dom_hi = np.array([f.min for f in feats], np.float64), np.array([f.max for f in feats], np.float64)
+        # PRADA's test on the distances between a user's queries (intent)
         self.prada = Prada(dom_lo, dom_hi, np.array([f.kind == "categorical" for f in feats], bool))
-        self.ood = Ood(self.S, self.prada.scale, self.prada.categorical)
-        self.boundary = Boundary.build(model.tree, dom_lo, dom_hi, self.S)
+        self.ood = Ood(self.S, self.prada.scale, self.prada.categorical)  # the out-of-distribution test (intent)
+        self.boundary = Boundary.build(model.tree, dom_lo, dom_hi, self.S)  # Quiring et al.'s margins (intent)
         # What the subject can tell apart, under the model's policy: leaf ids, (label,
         # confidence or top-k list) as revealed, or labels only (then no box copy: the tree
         # refit is the copy). Under noise on confidences (without leaf ids) no two answers in
@@ -418,50 +84,50 @@ class ModelMonitor:
         pol = model.policy
         leaf_nodes = self.regions.leaf_nodes
         node_labels, _ = model.node_answers
-        self.identities = None
+        self.identities = None  # the leaf identities a subject can tell apart (None: labels only, no box copy)
         if pol.reveal_leaf or (pol.reveal_confidence and not model.per_row):
             told = None if pol.reveal_leaf else _leaf_answers(model, leaf_nodes)
             self.identities = identities(self.regions, node_labels[leaf_nodes], told, self.S, self.owner_labels,
                                          dom_lo, dom_hi, self.prada.categorical)  # fmt: skip
+        # K: the owner's labels on S (at least 2: extent's constant copy scores 1/K)
         self.n_classes = max(2, int(np.unique(self.owner_labels).size)) if self.owner_labels.size else 2
-        self.linkage = Linkage(self.n_features, self.config.link_min)
-        self.users: dict[str, SubjectState] = {}
+        self.linkage = Linkage(self.n_features, self.config.link_min)  # accounts linked by near-identical queries
+        self.users: dict[str, SubjectState] = {}  # account name -> its state
         self.groups: dict[str, SubjectState] = {}  # keyed by subject name ("group:x", "auto:topk")
         # The subjects pooled by what the rows are (pool.py), and the rows each keeps raw.
         self.pools: dict[str, SubjectState] = {}
-        self.kept: dict[str, Kept] = {}
+        self.kept: dict[str, Kept] = {}  # pooled subject -> which of its rows are kept raw, and whose
         for name in POOLED:
-            first = min(self.config.first_eval, self.config.min_refit)
+            first = self.schedule.first()
             self.pools[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
                                             next_eval=first, next_refit=first)  # fmt: skip
             self.kept[name] = Kept()
         # Rows waiting for the link index, in log order, with whether their account was
         # still young (before its first evaluation) when it sent them: pooled at each link.
         self._pool_pending: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
-        self._sent: Counter[str] = Counter()  # rows per account as the pools saw them (ingested or restored)
-        self.rows_seen = 0  # answered rows of the model, in log order (ingested or restored)
-        self.first_seen: dict[str, int] = {}  # account -> rows_seen before its first row
-        self.pool_grew_at = 0  # rows_seen when auto:pool last took a row
-        self.pooled_by: Counter[str] = Counter()  # account -> its rows auto:pool took (past the cap too)
-        self._linked: Counter[str] = Counter()  # account -> its rows linked and pooled so far
-        self.extracting: set[str] = set()  # accounts whose every row joins auto:pool (EXTRACTING_*)
-        self.pool_warned_at: int | None = None  # rows_seen when auto:pool was warned (None: not since start)
+        self.ledger = PoolLedger()  # per account, how its rows reached the pools; when auto:pool grew and was warned
         # While auto:pool is warned: per account (the ATTRIBUTED with the most pooled rows), how
         # much the pool's extent falls without its rows, largest first (attribute()).
         self.attribution: list[tuple[str, float, int]] = []
-        self.total_queries = 0
-        self.next_auto = 0
-        self.last_seq = 0
+        self.last_seq = 0  # the last query event folded in (its seq in the store's log)
         self.last_restored = 0  # after a restart: the last logged query restored (restore_queries)
+
+    @property
+    def config(self) -> MonitorConfig:
+        """The model's monitor settings (the schedule's: one copy)."""
+        return self.schedule.config
+
+    @config.setter
+    def config(self, config: MonitorConfig) -> None:
+        self.schedule.config = config
+
 
     # ---- state ----
 
     def user(self, name: str) -> SubjectState:
         s = self.users.get(name)
         if s is None:
-            # First evaluation after first_eval queries, not at the first one: most accounts
-            # send few queries, and their statuses would be noise anyway.
-            first = min(self.config.first_eval, self.config.min_refit)
+            first = self.schedule.first()
             s = self.users[name] = SubjectState(name, Summary.empty(self.regions.n_leaves, self.n_features),
                                                 next_eval=first, next_refit=first, prada=PradaState(), ood=OodState(),
                                                 boundary=BoundaryState())  # fmt: skip
@@ -470,7 +136,7 @@ class ModelMonitor:
     def group(self, subject: str, members: tuple[str, ...]) -> SubjectState:
         s = self.groups.get(subject)
         if s is None:
-            first = min(self.config.first_eval, self.config.min_refit)
+            first = self.schedule.first()
             s = self.groups[subject] = SubjectState(subject, None, next_eval=first, next_refit=first)
         s.members = members
         return s
@@ -483,7 +149,7 @@ class ModelMonitor:
         self._index(user, X, labels)
         s.n_queries += X.shape[0]
         self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
-        self.total_queries += X.shape[0]
+        self.schedule.ingested(X.shape[0])
         self.last_seq = max(self.last_seq, seq)
         return s
 
@@ -524,13 +190,11 @@ class ModelMonitor:
         """Queue a query for the link index and the pools (linked and pooled together, in
         log order, at the next ``link``)."""
         c = self.config
-        self.first_seen.setdefault(user, self.rows_seen)
-        self.rows_seen += X.shape[0]
+        self.ledger.arrived(user, X.shape[0])
         if c.auto_link or c.pool:
             self.linkage.add(user, X)
         if c.pool:
-            young = self._sent[user] < c.first_eval
-            self._sent[user] += X.shape[0]
+            young = self.ledger.young(user, X.shape[0], c.first_eval)
             self._pool_pending.append((user, X, labels, young))
 
     def _seen(self, s: SubjectState, pos: np.ndarray) -> bool:
@@ -545,18 +209,11 @@ class ModelMonitor:
         return new
 
     def _reveal(self, s: SubjectState, pos: np.ndarray) -> None:
-        """Evaluation when information is revealed: an answer showing a leaf identity the
-        subject had not seen makes its evaluation due now, not only on the query-count
-        schedule (path-finding reveals leaves in bursts). After its first evaluation (before
-        it the status is noise); at most once per identity, so at most one evaluation (and
-        tree refit) per leaf identity more than the schedule's, and at least REVEAL_GAP
-        queries after the previous evaluation (a burst of new leaves costs one). The refit too: a copy scored
-        with a stale tree would sit below what the answers give (monitor-eval measured 0.41
-        below on German credit's benign users without it)."""
-        if self._seen(s, pos) and s.evaluated_at and self.config.reveal_eval:
-            at = max(s.n_queries, s.evaluated_at + REVEAL_GAP)
-            s.next_eval = min(s.next_eval, at)
-            s.next_refit = min(s.next_refit, at)
+        """An answer showing a leaf identity the subject had not seen brings its evaluation
+        forward (the schedule's rule); at most once per identity, so at most one evaluation
+        (and tree refit) per leaf identity more than the query-count schedule's."""
+        if self._seen(s, pos):
+            self.schedule.revealed(s)
 
     def link(self) -> None:
         """Link the waiting rows and pool those that look like extraction (pool.py)."""
@@ -571,26 +228,24 @@ class ModelMonitor:
         flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
         # An extracting account's every row joins, not only its flagged ones: what it holds is
         # what all its answers give (its starting points, the probes inside a leaf).
-        flagged |= np.fromiter((u in self.extracting for u in users), bool, len(users))
+        flagged |= np.fromiter((u in self.ledger.extracting for u in users), bool, len(users))
         for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
             idx = np.flatnonzero(take)
             if idx.size:
                 self._pool_add(name, [users[i] for i in idx], X[idx], y[idx], [found.hashes[i] for i in idx])
-        self._linked.update(users)
-        for u in sorted(set(users) - self.extracting):
-            if self.pooled_by[u] >= max(EXTRACTING_MIN, EXTRACTING_SHARE * self._linked[u]):
-                self._extracting(u)
+        for u in self.ledger.newly_extracting(users):
+            self._extracting(u)
 
     def _extracting(self, user: str) -> None:
         """The account's rows are mostly extraction-like: from now on all its rows join
         auto:pool, and its earlier ones (as far as they are linked) join now."""
-        self.extracting.add(user)
+        self.ledger.extracting.add(user)
         s = self.users.get(user)
         if s is None:
             return
         self.fold(s)
         X, y = s.data(self.n_features)
-        n = self._linked[user]
+        n = self.ledger.linked[user]
         X, y = np.asarray(X[:n], np.float64), y[:n]
         self._pool_add(POOL, [user] * n, X, y, Linkage.hashes(X), repeats=False)
 
@@ -602,8 +257,7 @@ class ModelMonitor:
         kept, past = self.kept[name].select(users, hashes)
         s.n_queries += X.shape[0] if repeats else int(kept.sum() + past.sum())
         if name == POOL:
-            self.pool_grew_at = self.rows_seen
-            self.pooled_by.update(u for u, k, p in zip(users, kept, past, strict=True) if repeats or k or p)
+            self.ledger.pool_took(u for u, k, p in zip(users, kept, past, strict=True) if repeats or k or p)
         self._reveal(s, self.regions.leaf_index[self.tree.apply(X)])
         if kept.any():
             s.append(X[kept], y[kept])
@@ -613,77 +267,84 @@ class ModelMonitor:
 
     # ---- evaluation ----
 
-    def _schedule(self, s: SubjectState) -> None:
-        c = self.config
-        s.evaluated_at = s.n_queries
-        s.next_eval = _next(s.n_queries, c.min_refit, c.refit_fraction)
-
     def evaluate(
         self, s: SubjectState, members: list[SubjectState] | None, ts: float, refit: bool = False
     ) -> tuple[Evaluation, list[ExtractionWarning]]:
         """Score one subject (a user, or the pool of ``members``): coverage every time (it
         costs O(leaves x features)); T_u, hence IG and fidelity, when its own geometric
         schedule is due (a fit costs O(n log n)), or when ``refit``."""
+        summary = self._folded(s, members)
+        status = dict(s.status)
+        refitting = self.schedule.refit_due(s, refit)
+        if refitting:
+            scores = score_tree(fit_subject_tree(*self._queries(s, members)), self.S, self.owner_labels, self.ig_owner)
+            status["ig"], status["fidelity"] = scores.ig, scores.fidelity
+            self.schedule.refitted(s)
+        status["coverage_volume"], status["coverage_mass"] = coverage(self.regions, summary)
+        # Coverage sees probes (path-finding) and misses natural queries, which stay inside
+        # a few leaves' dense parts; T_u's fidelity is the reverse. Each underestimates what
+        # the other sees, so the estimate of what a subject holds is the larger.
+        status["combined"] = max(status["coverage_mass"], status["fidelity"])
+        status["best_copy"] = max(status["best_copy"], status["fidelity"], self._box_copy(s, members, summary))
+        self._intent_status(s, members, refitting, status)
+        s.status = status
+        self.schedule.evaluated(s)
+        ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
+        return ev, self._warnings(s, ts)
+
+    def _folded(self, s: SubjectState, members: list[SubjectState] | None) -> Summary:
+        """The subject's summary brought up to date (a pool's: its members' merged, and its
+        query count theirs)."""
         if members is None:
             summary = self.fold(s)
         else:
             summary = merge_all([x for x in map(self.fold, members) if x is not None], self.regions.n_leaves, self.n_features)
             s.n_queries = sum(m.n_queries for m in members)
         assert summary is not None
-        status = dict(s.status)
-        refitting = refit or s.n_queries >= s.next_refit
-        if refitting:
-            if members is None:
-                X, y = s.data(self.n_features)
-            else:
-                parts = [m.data(self.n_features) for m in members]
-                X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.n_features), np.float32)
-                y = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int32)
-            scores = score_tree(fit_subject_tree(X, y), self.S, self.owner_labels, self.ig_owner)
-            status["ig"], status["fidelity"] = scores.ig, scores.fidelity
-            c = self.config
-            s.next_refit = _next(s.n_queries, c.min_refit, c.ig_refit_fraction)
-        status["coverage_volume"], status["coverage_mass"] = coverage(self.regions, summary)
-        # Coverage sees probes (path-finding) and misses natural queries, which stay inside
-        # a few leaves' dense parts; T_u's fidelity is the reverse. Each underestimates what
-        # the other sees, so the estimate of what a subject holds is the larger.
-        status["combined"] = max(status["coverage_mass"], status["fidelity"])
-        # The best copy the subject can build from its answers: the tree fitted on them (T_u,
-        # as last refitted) or the boxes of the leaf identities it was told (every
-        # evaluation: it costs O(|S| x identities x features) on at most 1,000 rows per class),
-        # or, where leaves share an identity, path-finding's own boxes (the star copy).
-        # A running maximum: a copy built once stays built. Copies are not monotone in their
-        # boxes (a newly explored box can take held-out rows from a box that labelled them
-        # better), and the subject keeps the copy it could make before (docs/monitor.md).
+        return summary
+
+    def _queries(self, s: SubjectState, members: list[SubjectState] | None) -> tuple[np.ndarray, np.ndarray]:
+        """Every query the subject (or its members together) sent, and the labels answered."""
+        if members is None:
+            return s.data(self.n_features)
+        parts = [m.data(self.n_features) for m in members]
+        X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.n_features), np.float32)
+        y = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int32)
+        return X, y
+
+    def _box_copy(self, s: SubjectState, members: list[SubjectState] | None, summary: Summary) -> float:
+        """The extent of the best box copy the subject can build from its answers: the boxes
+        of the leaf identities it was told (every evaluation: it costs O(|S| x identities x
+        features) on at most 1,000 rows per class), or, where leaves share an identity,
+        path-finding's own boxes (the star copy). best_copy keeps a running maximum of it
+        with T_u's fidelity: a copy built once stays built. Copies are not monotone in their
+        boxes (a newly explored box can take held-out rows from a box that labelled them
+        better), and the subject keeps the copy it could make before (docs/monitor.md)."""
         stars = [u.star for u in ([s] if members is None else members) if u.star is not None]
         box = self._box_extent(summary, stars)
         if self.identities is not None:
-            box = max(box, self._extent(star_copy_fidelity(self.identities, stars)))
-        status["best_copy"] = max(status["best_copy"], status["fidelity"], box)
+            box = max(box, extent(star_copy_fidelity(self.identities, stars), self.n_classes))
+        return box
+
+    def _intent_status(self, s: SubjectState, members: list[SubjectState] | None, refitting: bool,
+                       status: dict[str, float]) -> None:  # fmt: skip
+        """The intent signals into ``status``, on T_u's geometric schedule (a Shapiro-Wilk
+        test costs about 1 ms)."""
         if members is None:
-            if refitting:  # on T_u's geometric schedule: a Shapiro-Wilk test costs about 1 ms
+            if refitting:
                 status["prada"], status["ood"], status["boundary"] = self._intent(s)
         else:  # a pool's intent: PRADA's most attack-like member (as last evaluated) ...
             status["prada"] = max((m.status.get("prada", 0.0) for m in members), default=0.0)
             if refitting:  # ... and the OOD share and boundary closeness of the pooled queries,
                 # which catch sybil accounts too small to say anything alone
                 status["ood"], status["boundary"] = self._pooled_ood(members)
-        s.status = status
-        self._schedule(s)
-        ev = Evaluation(self.model_id, s.name, s.n_queries, self.last_seq, ts, dict(s.status), s.members)
-        return ev, self._warnings(s, ts)
 
     def _box_extent(self, summary: Summary, stars: list[StarState]) -> float:
         if self.identities is None:
             return 0.0
         # Overlapping boxes in the order the subject first saw their identities (kept with
         # the star boxes), as an attacker's rebuild orders them.
-        return self._extent(box_copy_fidelity(self.identities, summary, found_order(stars)))
-
-    def _extent(self, bf: float) -> float:
-        k = self.n_classes
-        return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
-
+        return extent(box_copy_fidelity(self.identities, summary, found_order(stars)), self.n_classes)
 
     def _intent(self, s: SubjectState) -> tuple[float, float, float]:
         """Fold the user's queries the intent signals have not seen yet; (prada, ood, boundary)."""
@@ -741,40 +402,54 @@ class ModelMonitor:
     def evaluate_due(
         self, touched: set[str], groups: dict[str, tuple[str, ...]], ts: float, force: bool = False
     ) -> tuple[list[Evaluation], list[ExtractionWarning]]:
-        """Evaluate the touched users whose schedule is due, the declared groups with a
-        touched member, and the automatic top-k pool. ``groups``: name -> members."""
-        # The per-event common case, kept cheap: no group, no automatic pool due, no user due.
-        users = self.users
-        linked: dict[str, tuple[str, ...]] = {}
-        c = self.config
-        if c.auto_link or c.pool:
-            # Link (and pool) the waiting rows when something is due, or when enough wait (a
-            # pool's own schedule needs its rows: a coalition of accounts too short to be
-            # due would otherwise reach the pool LINK_BATCH rows late). A function of the
-            # event sequence, so a replay links at the same points.
-            due = force or any(n in users and users[n].n_queries >= users[n].next_eval for n in touched)
-            if due or self.linkage.pending_rows >= (min(LINK_BATCH, c.min_refit) if c.pool else LINK_BATCH):
-                self.link()
-            if c.auto_link:
-                linked = self.linkage.components(flush=False)
-        pools_due = c.pool and any(p.n_queries >= p.next_eval for p in self.pools.values())
-        if (
-            not force
-            and not pools_due
-            and not groups
-            and not linked
-            and (self.config.auto_k < 2 or self.total_queries < self.next_auto)
-            and all(n not in users or users[n].n_queries < users[n].next_eval for n in touched)
-        ):
+        """Evaluate the touched users whose schedule is due, the declared and linked groups
+        with a touched member, the pooled subjects and the automatic top-k pool that are due
+        (every one of them, ``force``). ``groups``: name -> members."""
+        linked = self._link_if_due(touched, force)
+        if not force and self._nothing_due(touched, groups, linked):  # the per-event common case, kept cheap
             return [], []
-        evals: list[Evaluation] = []
-        warns: list[ExtractionWarning] = []
+        done: list[tuple[Evaluation, list[ExtractionWarning]]] = []
+        done += self._due_users(touched, ts, force)
+        done += self._due_declared(touched, groups, ts, force)
+        done += self._due_linked(touched, linked, ts, force)
+        if self.config.pool:
+            done += self._due_pools(ts, force)
+        if self.schedule.auto_due(len(self.users), force):
+            done.append(self._evaluate_auto(ts))
+        return [e for e, _ in done], [w for _, ws in done for w in ws]
+
+    def _link_if_due(self, touched: set[str], force: bool) -> dict[str, tuple[str, ...]]:
+        """Link (and pool) the waiting rows when the schedule says so; the link groups."""
+        c = self.config
+        if not (c.auto_link or c.pool):
+            return {}
+        users = self.users
+        something_due = force or any(n in users and self.schedule.due(users[n]) for n in touched)
+        if self.schedule.link_due(self.linkage.pending_rows, something_due):
+            self.link()
+        return self.linkage.components(flush=False) if c.auto_link else {}
+
+    def _nothing_due(self, touched: set[str], groups: dict[str, tuple[str, ...]], linked: dict[str, tuple[str, ...]]) -> bool:
+        """No subject can be due on this event: no group, no pool or automatic pool due, no
+        touched user due."""
+        if groups or linked or not self.schedule.auto_idle():
+            return False
+        if self.config.pool and self.schedule.any_due(self.pools.values()):
+            return False
+        return not any(n in self.users and self.schedule.due(self.users[n]) for n in touched)
+
+    def _due_users(self, touched: set[str], ts: float, force: bool) -> list[tuple[Evaluation, list[ExtractionWarning]]]:
+        out = []
         for name in sorted(touched):
             s = self.users.get(name)
-            if s is not None and (force or s.n_queries >= s.next_eval):
-                e, w = self.evaluate(s, None, ts, refit=force)
-                evals.append(e)
-                warns += w
+            if s is not None and (force or self.schedule.due(s)):
+                out.append(self.evaluate(s, None, ts, refit=force))
+        return out
+
+    def _due_declared(self, touched: set[str], groups: dict[str, tuple[str, ...]], ts: float,
+                      force: bool) -> list[tuple[Evaluation, list[ExtractionWarning]]]:  # fmt: skip
+        """The owner's declared groups with a touched member, due on their members' total."""
+        out = []
         for gname, members in sorted(groups.items()):
             if not touched.intersection(members) and not force:
                 continue
@@ -782,10 +457,15 @@ class ModelMonitor:
             if not present:
                 continue
             g = self.group(GROUP_PREFIX + gname, members)
-            if force or sum(m.n_queries for m in present) >= g.next_eval:
-                e, w = self.evaluate(g, present, ts, refit=force)
-                evals.append(e)
-                warns += w
+            if force or self.schedule.due(g, sum(m.n_queries for m in present)):
+                out.append(self.evaluate(g, present, ts, refit=force))
+        return out
+
+    def _due_linked(self, touched: set[str], linked: dict[str, tuple[str, ...]], ts: float,
+                    force: bool) -> list[tuple[Evaluation, list[ExtractionWarning]]]:  # fmt: skip
+        """The link groups with a touched member: due on their members' total, or at once
+        (and refitted) when their membership changed."""
+        out = []
         for subject, members in linked.items():
             if not touched.intersection(members) and not force:
                 continue
@@ -793,31 +473,30 @@ class ModelMonitor:
             g = self.groups.get(subject)
             grown = g is None or g.members != members
             g = self.group(subject, members)
-            if force or grown or sum(m.n_queries for m in present) >= g.next_eval:
-                e, w = self.evaluate(g, present, ts, refit=force or grown)  # new members: refit T_u
-                evals.append(e)
-                warns += w
-        if c.pool:
-            for p in self.pools.values():
-                if p.n_queries and (force or p.n_queries >= p.next_eval):
-                    e, w = self.evaluate(p, None, ts, refit=force)
-                    evals.append(e)
-                    warns += w
-                    if p.name == POOL and self.pool_warned():
-                        if self.pool_warned_at is None:
-                            self.pool_warned_at = self.rows_seen
-                        self.attribution = self.attribute()
+            if force or grown or self.schedule.due(g, sum(m.n_queries for m in present)):
+                out.append(self.evaluate(g, present, ts, refit=force or grown))  # new members: refit T_u
+        return out
+
+    def _due_pools(self, ts: float, force: bool) -> list[tuple[Evaluation, list[ExtractionWarning]]]:
+        """The pooled subjects that are due; a warned auto:pool's accounts re-attributed."""
+        out = []
+        for p in self.pools.values():
+            if p.n_queries and (force or self.schedule.due(p)):
+                out.append(self.evaluate(p, None, ts, refit=force))
+                if p.name == POOL and self.pool_warned():
+                    self.ledger.warned()
+                    self.attribution = self.attribute()
+        return out
+
+    def _evaluate_auto(self, ts: float) -> tuple[Evaluation, list[ExtractionWarning]]:
+        """The automatic pool of the auto_k users with the highest status."""
         k = self.config.auto_k
-        if k >= 2 and len(self.users) >= 2 and (force or self.total_queries >= self.next_auto):
-            method = self.config.default_method
-            top = sorted(self.users.values(), key=lambda u: (-u.status[method], u.name))[:k]
-            g = self.group(f"{AUTO_PREFIX}{k}", tuple(sorted(u.name for u in top)))
-            e, w = self.evaluate(g, top, ts, refit=True)  # the pool's members change: always refit
-            evals.append(e)
-            warns += w
-            c = self.config
-            self.next_auto = self.total_queries + max(4 * c.min_refit, math.ceil(c.refit_fraction * self.total_queries))
-        return evals, warns
+        method = self.config.default_method
+        top = sorted(self.users.values(), key=lambda u: (-u.status[method], u.name))[:k]
+        g = self.group(f"{AUTO_PREFIX}{k}", tuple(sorted(u.name for u in top)))
+        done = self.evaluate(g, top, ts, refit=True)  # the pool's members change: always refit
+        self.schedule.auto_evaluated()
+        return done
 
     def evaluate_group_now(self, gname: str, members: tuple[str, ...], ts: float) -> tuple[list[Evaluation], list[ExtractionWarning]]:
         present = [self.users[m] for m in members if m in self.users]
@@ -854,7 +533,7 @@ class ModelMonitor:
 
     def pool_standing(self) -> bool:
         """auto:pool's warning stands: it was warned and it took a row lately (``hold``)."""
-        return self.pool_warned() and self.rows_seen - self.pool_grew_at <= self.config.pool_response.hold
+        return self.pool_warned() and self.ledger.standing(self.config.pool_response.hold)
 
     def attribute(self) -> list[tuple[str, float, int]]:
         """(account, how much the pool's extent falls without its rows, its pooled rows) for
@@ -902,18 +581,14 @@ class ModelMonitor:
             if account not in out:
                 out[account] = (r.action, f"auto:pool contributor #{rank}: its {self.config.default_method} falls "
                                           f"{fall:.3f} without this account's {n} pooled rows")  # fmt: skip
+        ledger = self.ledger
         if r.extracting:
-            for user in sorted(self.extracting - set(out)):
-                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({self.pooled_by[user]} "
-                                       f"of its {self._linked[user]} rows pooled)")  # fmt: skip
-        if r.new_accounts and self.pool_warned_at is not None:
-            # An account first seen since the warning, until its first evaluation, and after it
-            # while its rows keep joining the pool: a fresh sybil stays cut off, a customer
-            # who signed up meanwhile gets labels only for its first first_eval rows.
-            for user, first in self.first_seen.items():
-                if first >= self.pool_warned_at and user not in out and (
-                        self._sent[user] < self.config.first_eval or self.pooled_by[user]):
-                    out[user] = (r.action, "new account while auto:pool's warning stands")
+            for user in sorted(ledger.extracting - set(out)):
+                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({ledger.pooled_by[user]} "
+                                       f"of its {ledger.linked[user]} rows pooled)")  # fmt: skip
+        if r.new_accounts:
+            for user in ledger.new_since_warning(self.config.first_eval):
+                out.setdefault(user, (r.action, "new account while auto:pool's warning stands"))
         return out
 
     def subject(self, name: str) -> SubjectState | None:

@@ -121,10 +121,14 @@ def score_tree(tree: Tree | None, S: np.ndarray, owner_labels: np.ndarray, ig_ow
     leaves = tree.apply(S)
     ig = ig_status(information_gain(leaves, owner_labels), ig_owner)
     predicted = tree.value[leaves].argmax(axis=1)
-    # On the status scale: 0 for a constant copy (balanced agreement 1/K), 1 for an exact one.
     k = max(2, int(np.unique(owner_labels).size))
-    bf = balanced_agreement(predicted, owner_labels)
-    return SubjectScores(ig, float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k)))))
+    return SubjectScores(ig, extent(balanced_agreement(predicted, owner_labels), k))
+
+
+def extent(bf: float, k: int) -> float:
+    """Balanced fidelity on the status scale: 0 for a constant copy (balanced agreement 1/K),
+    1 for an exact one; clipped to [0, 1]."""
+    return float(min(1.0, max(0.0, (bf - 1.0 / k) / (1.0 - 1.0 / k))))
 
 
 def balanced_agreement(predicted: np.ndarray, truth: np.ndarray) -> float:

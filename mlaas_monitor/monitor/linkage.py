@@ -49,20 +49,21 @@ class Linked(NamedTuple):
 
 class Linkage:
     def __init__(self, n_features: int, min_links: int = 3, min_fraction: float = 0.2, max_keys: int = MAX_KEYS) -> None:
-        self.d = n_features
-        self.max_keys = max_keys
+        self.d = n_features  # d: columns of every query row
+        self.max_keys = max_keys  # deletion keys kept at most (the oldest go first)
+        # Links that join two accounts: at least min_links, and that share of the smaller account's rows
         self.min_links, self.min_fraction = min_links, min_fraction
         self._rows: Counter[str] = Counter()  # rows linked so far, per user
         self._first: dict[int, tuple[str, int]] = {}  # deletion key -> (first sender, its row hash)
-        self._pairs: Counter[tuple[str, str]] = Counter()
+        self._pairs: Counter[tuple[str, str]] = Counter()  # (user, user) -> the links between them
         self._seen_links: set[tuple[int, int]] = set()  # (row hash, row hash): a repeated row links once
         self._order: dict[str, int] = {}  # user -> when first seen
-        self._parent: dict[str, str] = {}
+        self._parent: dict[str, str] = {}  # union-find: user -> its parent (a root is its own)
         self._cache: tuple[dict[str, tuple[str, ...]], dict[str, str]] | None = None  # until the next join
         # Rows wait here, in order, and are linked in batches (one numpy pass each) when a
         # component is asked for: the same result as linking each at once, for less.
         self._pending: list[tuple[str, np.ndarray]] = []
-        self.pending_rows = 0
+        self.pending_rows = 0  # rows in _pending
 
     @staticmethod
     def _keys(X: np.ndarray) -> tuple[list[int], list[list[int]]]:

@@ -34,7 +34,9 @@ class OodState:
 
 class Ood:
     def __init__(self, S: np.ndarray, scale: np.ndarray, categorical: np.ndarray, quantile: float = QUANTILE) -> None:
+        # (m, d) the reference rows of S, scaled (at most MAX_REFERENCE)
         self.S = np.asarray(S, np.float64)[:MAX_REFERENCE] * scale
+        # Per feature: the scale of its distances, whether it is categorical; and the quantile of S's nearest-neighbour distances tau is
         self.scale, self.cat, self.quantile = scale, np.asarray(categorical, bool), quantile
         n = self.S.shape[0]
         if n < 2:
@@ -42,6 +44,7 @@ class Ood:
             return
         nn = np.concatenate([self._nearest(self.S[i : i + CHUNK], exclude=np.arange(i, min(n, i + CHUNK)))
                              for i in range(0, n, CHUNK)])  # fmt: skip
+        # A query farther than this from every row of S is out of distribution
         self.tau = float(np.quantile(nn, quantile))
 
     def _nearest(self, Z: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:

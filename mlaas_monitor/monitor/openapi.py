@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from mlaas_monitor.monitor.core import ACTIONS, METHODS
+from mlaas_monitor.monitor.config import ACTIONS, METHODS
 from mlaas_monitor.openapi import admin_op, path_param, query_param, ref
 
 MODEL = path_param("model", "model id")

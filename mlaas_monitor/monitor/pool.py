@@ -31,6 +31,8 @@ Pure: arrays in, arrays out.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +43,12 @@ YOUNG = "auto:young"
 POOLED = (POOL, EXPOSURE, YOUNG)
 MAX_ROWS = 20_000  # distinct raw rows a pooled subject keeps for its tree refit
 FLAG_OOD, FLAG_MARGIN, FLAG_NEAR = 1, 2, 4
+# An account whose pooled rows reach this many, and this share of its linked rows, is
+# extracting: all its rows join auto:pool. A customer's rows rarely join at all (none of
+# German credit's benign rows; Adult's near-duplicates in a margin or far from S are a few
+# per cent of its rows); a path-finder's nearly all do.
+EXTRACTING_MIN = 3
+EXTRACTING_SHARE = 0.2
 
 
 def flags(far: np.ndarray, close: np.ndarray, near: np.ndarray) -> np.ndarray:
@@ -63,7 +71,7 @@ def joins_pool(mask: np.ndarray) -> np.ndarray:
 class Kept:
     """Which of a pooled subject's rows are kept raw: distinct rows, at most ``max_rows``."""
 
-    max_rows: int = MAX_ROWS
+    max_rows: int = MAX_ROWS  # distinct rows kept raw at most (the tree refit's input)
     hashes: set[int] = field(default_factory=set)  # the kept rows' hashes (a resent row is not kept twice)
     owners: list[str] = field(default_factory=list)  # per kept row, in order: the account that sent it
 
@@ -82,3 +90,60 @@ class Kept:
             else:
                 past[i] = True
         return kept, past
+
+
+@dataclass(eq=False)
+class PoolLedger:
+    """Per account, how its rows reached one model's pools, and when auto:pool grew and was
+    warned: what the pool response (attribution, new accounts, extracting accounts) reads.
+    Rows are counted in log order, ingested or restored, so a replay rebuilds it."""
+
+    rows_seen: int = 0  # answered rows of the model so far, in log order
+    first_seen: dict[str, int] = field(default_factory=dict)  # account -> rows_seen before its first row
+    sent: Counter[str] = field(default_factory=Counter)  # account -> its rows as the pools saw them
+    linked: Counter[str] = field(default_factory=Counter)  # account -> its rows linked and pooled so far
+    pooled_by: Counter[str] = field(default_factory=Counter)  # account -> its rows auto:pool took (past the cap too)
+    extracting: set[str] = field(default_factory=set)  # accounts whose every row joins auto:pool (EXTRACTING_*)
+    grew_at: int = 0  # rows_seen when auto:pool last took a row
+    warned_at: int | None = None  # rows_seen when auto:pool was first warned (None: not since start)
+
+    def arrived(self, user: str, rows: int) -> None:
+        """An account's rows, in log order."""
+        self.first_seen.setdefault(user, self.rows_seen)
+        self.rows_seen += rows
+
+    def young(self, user: str, rows: int, first_eval: int) -> bool:
+        """Whether the account was still young (before its first evaluation) when it sent
+        these rows; counts them."""
+        was = self.sent[user] < first_eval
+        self.sent[user] += rows
+        return was
+
+    def pool_took(self, users: Iterable[str]) -> None:
+        """auto:pool took rows of these accounts (one entry per row) now."""
+        self.grew_at = self.rows_seen
+        self.pooled_by.update(users)
+
+    def newly_extracting(self, users: list[str]) -> list[str]:
+        """These rows' accounts (one entry per row) were linked: the accounts that have
+        become extracting by it (most of their rows pooled), in name order."""
+        self.linked.update(users)
+        return [u for u in sorted(set(users) - self.extracting)
+                if self.pooled_by[u] >= max(EXTRACTING_MIN, EXTRACTING_SHARE * self.linked[u])]  # fmt: skip
+
+    def warned(self) -> None:
+        if self.warned_at is None:
+            self.warned_at = self.rows_seen
+
+    def standing(self, hold: int) -> bool:
+        """auto:pool (warned) took a row within the last ``hold`` rows of the model."""
+        return self.rows_seen - self.grew_at <= hold
+
+    def new_since_warning(self, first_eval: int) -> list[str]:
+        """Accounts first seen since the warning, until their first evaluation, and after it
+        while their rows keep joining the pool: a fresh sybil stays cut off, a customer who
+        signed up meanwhile gets labels only for its first first_eval rows."""
+        if self.warned_at is None:
+            return []
+        return [user for user, first in self.first_seen.items()
+                if first >= self.warned_at and (self.sent[user] < first_eval or self.pooled_by[user])]  # fmt: skip

@@ -31,13 +31,13 @@ class _Growing:
     """One class's growing set in a buffer that doubles (numeric and categorical parts), and
     the running mean and variance (Welford) of the distances that admitted its members."""
 
-    num: np.ndarray
-    cat: np.ndarray
-    n: int = 0
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-    threshold: float = 0.0
+    num: np.ndarray  # (capacity, numeric features) the set's rows, numeric part
+    cat: np.ndarray  # (capacity, categorical features) their categorical part
+    n: int = 0  # rows in the set (the buffers' first n)
+    count: int = 0  # distances admitted (Welford's count)
+    mean: float = 0.0  # their running mean
+    m2: float = 0.0  # their running sum of squared deviations
+    threshold: float = 0.0  # a distance above this adds the query to the set: max over time of mean - sd
 
     def add(self, num: np.ndarray, cat: np.ndarray) -> None:
         if self.n == self.num.shape[0]:
@@ -59,6 +59,7 @@ class PradaState:
     """One user's PRADA state: the growing sets and the distances."""
 
     growing: dict[int, _Growing] = field(default_factory=dict)  # by answered class
+    # Per query, its distance to its class's growing set, in order
     distances: list[float] = field(default_factory=list)
     done: int = 0  # queries folded in
 
@@ -68,8 +69,8 @@ class Prada:
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, categorical: np.ndarray) -> None:
         span = np.where(hi > lo, hi - lo, 1.0)
-        self.scale = np.where(categorical, 1.0, 1.0 / span)
-        self.categorical = np.asarray(categorical, dtype=bool)
+        self.scale = np.where(categorical, 1.0, 1.0 / span)  # (d,) per feature: 1 / its domain range (categorical: 1)
+        self.categorical = np.asarray(categorical, dtype=bool)  # (d,) bool: the feature is categorical
 
     def fold(self, st: PradaState, X: np.ndarray, labels: np.ndarray) -> None:
         """Add queries (rows of X, in order, with the class each was answered) to ``st``.

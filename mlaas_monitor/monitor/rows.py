@@ -18,14 +18,24 @@ def row_problem(mon: ModelMonitor, e: QueryEvent) -> tuple[str, str] | None:
     """(reason, what is wrong) for a row the monitor must not fold; None for a good one."""
     if e.problem is not None:
         return "undecodable", e.problem
-    X = e.features
-    n = X.shape[0]
-    if n == 0:
+    return _features_problem(mon, e.features) or _answers_problem(mon, e)
+
+
+def _features_problem(mon: ModelMonitor, X: np.ndarray) -> tuple[str, str] | None:
+    """At least one row, of the model's width, every feature finite."""
+    if X.shape[0] == 0:
         return "empty", "no rows"
     if X.ndim != 2 or X.shape[1] != mon.n_features:
         return "shape", f"{X.shape[1] if X.ndim == 2 else '?'} features per row; model {mon.model_id!r} has {mon.n_features}"
     if not np.isfinite(X).all():
         return "not_finite", "a feature is NaN or infinite"
+    return None
+
+
+def _answers_problem(mon: ModelMonitor, e: QueryEvent) -> tuple[str, str] | None:
+    """One answer per row: a label among the model's classes, a confidence in [0, 1] and a
+    leaf of its tree (where the policy revealed them)."""
+    n = e.features.shape[0]
     if e.labels.shape[0] != n:
         return "shape", f"{e.labels.shape[0]} labels for {n} rows"
     k = mon.tree.n_classes
@@ -35,13 +45,14 @@ def row_problem(mon: ModelMonitor, e: QueryEvent) -> tuple[str, str] | None:
     if c is not None and (c.shape[0] != n or not ((c >= 0) & (c <= 1)).all()):
         return "confidence", "confidences must be one per row, in [0, 1]"
     leaves = e.leaves
-    if leaves is not None:
-        if leaves.shape[0] != n:
-            return "shape", f"{leaves.shape[0]} leaves for {n} rows"
-        nodes = mon.tree.n_nodes
-        bad = (leaves < 0) | (leaves >= nodes)
-        if not bad.any():
-            bad = mon.tree.left[leaves] != -1
-        if bad.any():
-            return "leaf", f"leaf id {int(leaves[bad][0])} is not a leaf of the tree ({nodes} nodes)"
+    if leaves is None:
+        return None
+    if leaves.shape[0] != n:
+        return "shape", f"{leaves.shape[0]} leaves for {n} rows"
+    nodes = mon.tree.n_nodes
+    bad = (leaves < 0) | (leaves >= nodes)
+    if not bad.any():
+        bad = mon.tree.left[leaves] != -1
+    if bad.any():
+        return "leaf", f"leaf id {int(leaves[bad][0])} is not a leaf of the tree ({nodes} nodes)"
     return None

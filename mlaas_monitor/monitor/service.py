@@ -12,10 +12,8 @@ here runs on the service's event loop (admin views see a state between two event
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -27,22 +25,17 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import json_response, read_json
-from mlaas_monitor.monitor.core import (
-    ACTIONS,
-    GROUP_PREFIX,
-    METHODS,
-    ConfigError,
-    Evaluation,
-    ExtractionWarning,
-    ModelMonitor,
-    SubjectState,
-)
+from mlaas_monitor.monitor.config import ACTIONS, METHODS, ConfigError
+from mlaas_monitor.monitor.core import GROUP_PREFIX, ModelMonitor
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
+from mlaas_monitor.monitor.decisions import Decisions
 from mlaas_monitor.monitor.persist import MonitorDB
 from mlaas_monitor.monitor.pool import EXPOSURE
 from mlaas_monitor.monitor.rows import REASONS, row_problem
+from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 from mlaas_monitor.service import USER_NAME, ApiError, bad_field
-from mlaas_monitor.store import ModelUnavailable, Store
+from mlaas_monitor.store import Store
+from mlaas_monitor.store_records import ModelUnavailable
 from mlaas_monitor.stream import QueryEvent
 
 log = logging.getLogger(__name__)
@@ -55,75 +48,22 @@ GROUP_NAME = USER_NAME  # same alphabet: no ':' so that "group:NAME" is unambigu
 MAX_WAIT_S = 30.0  # longest long-poll of /v1/monitor/decisions
 
 
-class Decisions:
-    """What enforcement does per model and user ('degrade' | 'refuse'; absent: nothing), as
-    a versioned snapshot the gateways long-poll. The token is ``EPOCH.VERSION``: a token of
-    another epoch (this service restarted) or an older version gets the snapshot at once."""
-
-    def __init__(self) -> None:
-        self.epoch = secrets.token_hex(4)
-        self.version = 0
-        self.by_model: dict[str, dict[str, str]] = {}
-        self.problem: str | None = None  # why the monitor is not following the log, if it is not
-        self._changed = asyncio.Event()
-        self.closed = False
-
-    @property
-    def token(self) -> str:
-        return f"{self.epoch}.{self.version}"
-
-    def set(self, model_id: str, decided: dict[str, str]) -> None:
-        if self.by_model.get(model_id, {}) == decided:
-            return
-        if decided:
-            self.by_model[model_id] = decided
-        else:
-            self.by_model.pop(model_id, None)
-        self._bump()
-
-    def set_problem(self, problem: str | None) -> None:
-        """The monitor stopped following the log (why), or follows it again (None): the
-        gateways learn it with the next snapshot (their monitor_up and /readyz)."""
-        if problem != self.problem:
-            self.problem = problem
-            self._bump()
-
-    def _bump(self) -> None:
-        self.version += 1
-        self._changed.set()  # wakes every waiting long poll; later ones wait on a fresh event
-        self._changed = asyncio.Event()
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"token": self.token, "decisions": {m: dict(d) for m, d in sorted(self.by_model.items())},
-                "following": self.problem is None, **({"problem": self.problem} if self.problem else {})}
-
-    def close(self) -> None:
-        """Answer every waiting long poll now (the service is stopping) and any later one at once."""
-        self.closed = True
-        self._changed.set()
-
-    async def wait(self, after: str | None, timeout: float) -> dict[str, Any]:
-        """The snapshot once it differs from ``after``, or after ``timeout`` seconds."""
-        if after == self.token and timeout > 0 and not self.closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-        return self.snapshot()
-
-
 class MonitorBase:
     """The per-model cores, folding events in, recording evaluations and warnings,
     checkpoints (``Monitor`` adds the log, the users and the views)."""
 
     def __init__(self, db: MonitorDB, registry: CollectorRegistry, checkpoint_interval: float) -> None:
-        self.db = db
-        self.configs = self.db.configs()
-        self.groups: dict[str, tuple[str, ...]] = self.db.groups()
-        self.monitors: dict[str, ModelMonitor] = {}
-        self.checkpoint_interval = checkpoint_interval
+        self.db = db  # the monitor's tables (checkpoints, history, warnings, configs, groups)
+        self.configs = self.db.configs()  # model -> its monitor settings, as last stored
+        self.groups: dict[str, tuple[str, ...]] = self.db.groups()  # declared group name -> its member accounts
+        self.monitors: dict[str, ModelMonitor] = {}  # model -> its monitor state
+        self.checkpoint_interval = checkpoint_interval  # seconds between two checkpoints of the dirty subjects
+        # Model -> subjects changed since the last checkpoint
         self._dirty: dict[str, dict[str, SubjectState]] = defaultdict(dict)
-        self._history: list[Evaluation] = []
-        self._warnings: list[ExtractionWarning] = []
+        self._history: list[Evaluation] = []  # evaluations not yet written, in order
+        self._warnings: list[ExtractionWarning] = []  # warnings not yet written, in order
         reg = registry
+        # Per model, subject and method: the status as last evaluated
         self.m_status = Gauge(
             "analysim_extraction_status", "Extraction status per model, subject (user or group:NAME) and method.",
             ["model", "subject", "method"], registry=reg,
@@ -142,15 +82,19 @@ class MonitorBase:
             "Share of the model its answers to every account together have given away (best_copy over all rows).",
             ["model"], registry=reg,
         )  # fmt: skip
+        # Warnings raised, by model and method
         self.m_warnings = Counter(
             "analysim_extraction_warnings_total", "Extraction warnings raised, by model and method.",
             ["model", "method"], registry=reg,
         )  # fmt: skip
+        # Seconds to fold a batch of query events
         self.m_update = Histogram(
             "analysim_monitor_update_duration_seconds", "Time to fold a batch of query events into the monitor.",
             buckets=UPDATE_BUCKETS, registry=reg,
         )  # fmt: skip
+        # Subject evaluations (tree refits) per model
         self.m_refits = Counter("analysim_monitor_refits_total", "Subject evaluations (tree refits).", ["model"], registry=reg)
+        # Enforcement decisions taken or lifted, by model, action and rule
         self.m_actions = Counter(
             "analysim_monitor_actions_total",
             "Enforcement decisions taken or lifted, by model, action (none: lifted) and rule (subject, pool).",
@@ -232,20 +176,24 @@ class Monitor(MonitorBase):
     def __init__(self, store: Store, db: MonitorDB, registry: CollectorRegistry,
                  checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:  # fmt: skip
         super().__init__(db, registry, checkpoint_interval)
+        # The gateway's store (the query log, the users) and the metrics registry
         self.store, self.registry = store, registry
-        self.decisions = Decisions()
+        self.decisions = Decisions()  # what enforcement does, as the gateways long-poll it
         self.cursor = 0  # the last log seq read; each model's durable cursor is its checkpoint seq
         self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
-        self._unavailable: dict[str, str] = {}
+        self._unavailable: dict[str, str] = {}  # model -> why it cannot be loaded (its events are skipped)
         self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
         self._acted: dict[str, dict[str, tuple[str, str]]] = {}  # model -> user -> (action, why) last published
         self._attributed: dict[str, list[tuple[str, float, int]]] = {}  # model -> the attribution last exported
-        self._last_flush = time.monotonic()
+        self._last_flush = time.monotonic()  # monotonic time of the last checkpoint flush
+        # Seconds from a query's commit to the monitor folding it in
         self.m_lag = Histogram(
             "analysim_monitor_lag_seconds", "Time from a query's commit to the monitor folding it in.",
             buckets=LAG_BUCKETS, registry=registry,
         )  # fmt: skip
+        # The last query-log seq read
         self.m_cursor = Gauge("analysim_monitor_cursor", "The last query-log seq the monitor has read.", registry=registry)
+        # Query-log rows quarantined (not folded), by reason
         self.m_quarantined = Counter(
             "analysim_monitor_quarantined_rows_total",
             "Query-log rows the monitor could not fold (recorded in monitor_quarantine and skipped), by reason.",
@@ -425,7 +373,7 @@ class Monitor(MonitorBase):
             "model": model_id,
             "last_seq": mon.last_seq,
             "cursor": self.cursor,
-            "total_queries": mon.total_queries,
+            "total_queries": mon.schedule.total_queries,
             "config": mon.config.to_dict(),
             "default_method": mon.config.default_method,
             "users": [s.public() for _, s in sorted(mon.users.items())],
@@ -448,14 +396,7 @@ class Monitor(MonitorBase):
 
     def subject_view(self, model_id: str, subject: str) -> dict[str, Any]:
         mon = self.monitor(model_id)
-        s = mon.subject(subject)
-        if s is None:
-            if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
-                s = mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
-            elif self.has_user(subject):
-                s = mon.user(subject)
-            else:
-                raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
+        s = self._subject(mon, subject)
         out = s.public()
         out["model"] = model_id
         members = [mon.users[m] for m in s.members if m in mon.users]
@@ -470,15 +411,30 @@ class Monitor(MonitorBase):
             "counts": summary.counts.tolist(),
             "covered_fraction": leaf_fractions(mon.regions, summary).tolist(),
         }
-        # Durable points, then those not yet checkpointed (same shape).
-        pending = [{"n_queries": e.n_queries, "seq": e.seq, "ts": e.ts, **e.status, **({"members": list(e.members)} if e.members else {})}
-                   for e in self._history if e.model == model_id and e.subject == s.name]  # fmt: skip
-        out["history"] = self.db.history(model_id, s.name) + pending
+        out["history"] = self._history_of(model_id, s.name)
         if s.members:
             out["member_status"] = {
                 m: (mon.users[m].status if m in mon.users else dict.fromkeys(METHODS, 0.0)) for m in s.members
             }
         return out
+
+    def _subject(self, mon: ModelMonitor, subject: str) -> SubjectState:
+        """The named subject of this model (a declared group or a known user not seen yet
+        starts empty); 404 for any other name."""
+        s = mon.subject(subject)
+        if s is not None:
+            return s
+        if subject.startswith(GROUP_PREFIX) and subject[len(GROUP_PREFIX):] in self.groups:
+            return mon.group(subject, self.groups[subject[len(GROUP_PREFIX):]])
+        if self.has_user(subject):
+            return mon.user(subject)
+        raise ApiError(404, "unknown_subject", f"no such user or group {subject!r}", "subject")
+
+    def _history_of(self, model_id: str, subject: str) -> list[dict[str, Any]]:
+        """A subject's evaluations: the durable points, then those not yet checkpointed (same shape)."""
+        pending = [{"n_queries": e.n_queries, "seq": e.seq, "ts": e.ts, **e.status, **({"members": list(e.members)} if e.members else {})}
+                   for e in self._history if e.model == model_id and e.subject == subject]  # fmt: skip
+        return self.db.history(model_id, subject) + pending
 
     def set_config(self, model_id: str, patch: Any) -> dict[str, Any]:
         mon = self.monitor(model_id)
@@ -552,7 +508,7 @@ class _ThresholdCollector(Collector):
     that an alert compares a status with the threshold the monitor itself warns at."""
 
     def __init__(self, mon: MonitorBase) -> None:
-        self.mon = mon
+        self.mon = mon  # the model monitor whose thresholds are exported
 
     def describe(self) -> list:
         return []
