@@ -169,7 +169,7 @@ def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple
     pool = s.queue.pool
     now, world = s.handle.now, s.world.running
     failed_until = pool.failed_until(job, world)
-    if failed_until is not None and now < failed_until:
+    if now < failed_until:
         c.held_until(failed_until)  # failed in an earlier pass, and nothing it reads has changed
         return None
     if gang and c.only_capacity and (job.spec.num_gpus > s.handle.state.total_full_free or signed in c.failed_gangs):

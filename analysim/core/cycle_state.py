@@ -9,7 +9,6 @@ launches, and a stop (preemption, migration) clears what a stop can undo (``fail
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +50,7 @@ class CycleState:
         self.backfill_walks: dict[tuple, tuple[tuple, tuple | None]] = {}
         self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}  # what -> (asked after, first key found)
         self.wide_merges: dict[tuple[str, int], NextKeys] = {}  # (VC, GPUs) -> the merge of its lists that wide
-        self.gated = Gated((), (0, 0, 0, 0), False, None)  # what the gate found of the last job it let through
+        self.gated = Gated()  # what the gate found of the last job it let through
 
     def held_until(self, until: float) -> None:
         """The pass relied on an answer that holds until ``until``."""
@@ -109,15 +108,19 @@ def fails_as_worse(h: Handle, job: JobRun, failed: dict, quotas_matter: bool) ->
     return no_smaller_than_failed(failed, failure_sig(h, spec, quotas_matter), request_of(spec)) and not is_gang(h, spec)
 
 
-@dataclass(slots=True)
 class Gated:
     """What the gate found of the job it let through, for its attempt (one per pass, rewritten by
     each job the gate lets through: the attempt reads it before the next job is gated)."""
 
-    sig: tuple  # its failure signature, with the flavors its admission assigned
-    req: tuple[int, int, int, int]  # its request (request_of)
-    gang: bool  # whether it may span nodes (then always attempted)
-    nodes: np.ndarray | None  # the nodes its admission gave it (None: every node open to it)
+    # A plain class with its own __init__, not a dataclass: one is made per pass, and a
+    # dataclass's generated __init__ runs as interpreted Python even in the compiled core.
+    __slots__ = ("sig", "req", "gang", "nodes")
+
+    def __init__(self) -> None:
+        self.sig: tuple = ()  # its failure signature, with the flavors its admission assigned
+        self.req: tuple[int, int, int, int] = (0, 0, 0, 0)  # its request (request_of)
+        self.gang = False  # whether it may span nodes (then always attempted)
+        self.nodes: np.ndarray | None = None  # the nodes its admission gave it (None: every node open to it)
 
 
 # Per-VC FIFO: a blocking queue is one queue per VC guarantee, plus the shared pool's (None).

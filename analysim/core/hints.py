@@ -131,7 +131,7 @@ def surely_fails_until(h: Handle, pool: UnschedulablePool, world: World, job: Jo
     vc_version, node_version = world.vc_version(spec.vc), world.nodes
     now = h.now
     known = pool.none_by_vc_until(job, vc_version, node_version)
-    if known is not None and now < known:
+    if now < known:
         until = known
     else:
         until = math.inf

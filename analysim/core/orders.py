@@ -21,6 +21,7 @@ from analysim.core.cycle_state import CycleState, failure_vc, no_smaller, note_f
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.scheduling_queue import SchedulingQueue
 from analysim.core.sorted_keys import first_after, first_key, keys_from, merge_heap, push_from
+from analysim.core.unschedulable import has_answer
 
 if TYPE_CHECKING:
     from analysim.core.scheduler import Scheduler
@@ -96,12 +97,12 @@ def _shape_verdict(s: Scheduler, c: CycleState, job: JobRun, vc: str, shape: tup
     pool = s.queue.pool
     world = s.world.running
     until = pool.failed_until(job, world)
-    if c.checks is not None and until is None and (s.handle.spec.allow_borrowing or s.handle.within_quota(job)):
+    if c.checks is not None and not has_answer(until) and (s.handle.spec.allow_borrowing or s.handle.within_quota(job)):
         sure = hints.surely_fails_until(s.handle, s.queue.pool, s.world, job, c.checks)  # (a job over quota the pass passes over)
         if sure > s.handle.now:
             pool.mark_failed(job, world, sure)
             until = sure
-    if until is not None and s.handle.now < until:
+    if s.handle.now < until:
         c.held_until(until)
         if not gang:
             note_failure(c.failed, sig, (g, milli, cpu, mem))
