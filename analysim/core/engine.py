@@ -121,8 +121,7 @@ class Engine(RunView):
             if not (hold and e.reason in ("no_matching_node", "larger_than_cluster") and self.feasibility.fits_when_all_up(self, spec)):
                 raise
             held = True
-        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=spec.duration_s or 0.0)
-        self.table.next_seq += 1
+        job = self.table.new_run(spec, spec.duration_s or 0.0)
         self.table.add(job)
         if held:
             self.table.held[spec.job_id] = job
@@ -158,7 +157,7 @@ class Engine(RunView):
     @property
     def forgotten_jobs(self) -> int:
         """Ended jobs dropped from ``jobs`` (EngineConfig.keep_ended off)."""
-        return sum(self.table.forgotten_by_vc.values())
+        return self.table.forgotten
 
     @property
     def decisions(self) -> list[Decision]:
@@ -181,13 +180,12 @@ class Engine(RunView):
 
     def place_now(self, spec: JobSpec) -> bool:
         """Place a job at once if it fits, with no queue (inflate mode). False if it does not fit."""
-        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=spec.duration_s or 0.0)
+        job = self.table.new_run(spec, spec.duration_s or 0.0)
         self.table.add(job)
         pl = placement.bind(self, job, self.static_mask(spec))
         if pl is None:
             self.table.drop(spec.job_id)
             return False
-        self.table.next_seq += 1
         self.launch(job, pl)
         return True
 
@@ -223,13 +221,12 @@ class Engine(RunView):
             if not st.up[n] or any(not 0 <= g < st.gpus[n] or st.free_milli[n, g] < spec.gpu_milli for g in slots):
                 raise InfeasibleJob(f"job {spec.job_id!r}: GPUs {list(slots)} of {self.decision_log.node_names[n]} are not free",
                                     "gpus_taken")
-        job = JobRun(spec=spec, seq=self.table.next_seq, remaining_s=remaining_s, overhead_s=overhead_s)
+        job = self.table.new_run(spec, remaining_s, overhead_s)
         if self.policy.admission is not None:  # charged to its ClusterQueue as at a launch, on its flavors' nodes
             admitted = self.policy.admission.admit(job, self)
             if admitted is None or not all(admitted[1][n] for n, _ in gpus):
                 raise InfeasibleJob(f"job {spec.job_id!r}: its ClusterQueue does not admit it on these nodes now",
                                     "not_admitted")
-        self.table.next_seq += 1
         self.table.add(job)
         job.enqueued_s = started_s
         self.policy.queue.on_event("arrival", job, self)

@@ -192,7 +192,7 @@ class MetricsRecorder:
         makespan = max(0.0, self.last_end_s - start)
         total_gpus = engine.spec.total_gpus
         out = {
-            "jobs_total": len(engine.table.jobs) + sum(engine.table.forgotten_by_vc.values()),
+            "jobs_total": engine.table.submitted,
             "jobs_completed": int(done.sum()),
             "jobs_failed": int(ended.status_is(JobStatus.FAILED).sum()),
             "jobs_cancelled": int(ended.status_is(JobStatus.CANCELLED).sum()),
