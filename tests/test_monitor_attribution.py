@@ -58,6 +58,10 @@ def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> N
     assert on["late_probes_in_full"] <= on["late_probes"] <= LATE_PROBES  # how many got through: the monitor's lag
     assert on["late_queries"] == (1 + LATE_DILUTION) * on["late_probes"]
     assert off["late_acted_on_as"] is None or not off["late_acted_on_as"].startswith("new account")
+    # Acted on within the monitor's page of the log that holds its first pooled row; without
+    # the rule, if at all, once it ranks among the contributors (thousands of its rows on).
+    assert on["late_acted_on_after"] <= on["late_queries"]
+    assert off["late_acted_on_after"] is None or on["late_acted_on_after"] < off["late_acted_on_after"]
     for row in rows:
         assert "new account" not in row["benign_reasons"]
     assert "| 3 | on |" in table and "| new account |" in table

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from mlaas_monitor.monitor.attacks import Oracle, Pathfinding
+from mlaas_monitor.monitor.adaptive import AccountOracle
+from mlaas_monitor.monitor.attacks import ApiClient, Domain, Oracle, Pathfinding
 from mlaas_monitor.monitor.eval_adaptive import run_adaptive
 from mlaas_monitor.monitor.eval_report import cell
 from mlaas_monitor.monitor.eval_run import EvalRun, benign_population, draw_rows, settle
@@ -40,7 +41,7 @@ ATTRIBUTION_MODELS = {True: "target-attr", False: "target-attr-no-new"}
 REASONS = ("new account", "auto:pool contributor", "extracting account")
 GOAL_ATTACKER_SHARE = 0.9  # of the accounts acted on, at least this share the attacker's
 GOAL_BENIGN_SHARE = 0.02  # of the benign accounts, at most this share acted on
-LATE_PROBES = 100  # path-finding rows the coalition's late account sends at most
+LATE_PROBES = 1000  # path-finding rows the coalition's late account sends at most: enough to outlast the monitor's lag
 # Natural rows (of the training set) the late account sends before each probe: its pooled
 # share, 1 / (1 + LATE_DILUTION), stays under the extracting rule's (pool.py EXTRACTING_SHARE).
 LATE_DILUTION = 5
@@ -112,7 +113,10 @@ def _mixed(run: EvalRun, seed: int, k: int, new_accounts: bool, model_id: str) -
         o.close()
     actions = admin.call("GET", f"/v1/admin/monitor/{model_id}/actions")["actions"]
     row = count(actions, [*attack["account_names"], late_name], names, told_labels_only)
-    late["late_acted_on_as"] = next((a["reason"] for a in actions if a["user"] == late_name and a["action"] != "none"), None)
+    first = next((a for a in actions if a["user"] == late_name and a["action"] != "none"), None)
+    rows_by = late.pop("rows_by")
+    late["late_acted_on_as"] = None if first is None else first["reason"]
+    late["late_acted_on_after"] = None if first is None else rows_by(first["seq"])  # its rows logged by the decision
     row.update({"model": model_id, "accounts": opts.attribution_accounts, "benign_rows": int(vols.sum()),
                 "response": response, "new_accounts": new_accounts, "attacker_queries": attack["queries_used"],
                 "pool_warned_at": attack["pool_warned_at"], "extent_at_pool_warning": attack["extent_at_pool_warning"],
@@ -120,34 +124,35 @@ def _mixed(run: EvalRun, seed: int, k: int, new_accounts: bool, model_id: str) -
     return row
 
 
-class DilutedOracle(Oracle):
-    """Probes sent each after natural rows from the same account (LATE_DILUTION per probe)."""
+class DilutedOracle(AccountOracle):
+    """One account whose probes each go after natural rows (LATE_DILUTION per probe); only
+    the probes are in the oracle's log and budget, every request in ``answered``."""
 
-    def __init__(self, natural: Oracle, rows: np.ndarray, rng: np.random.Generator, budget: int) -> None:
-        super().__init__(natural.clients, natural.model_id, natural.domain, budget)
-        self.natural = natural  # the same account, unbudgeted: what the natural rows go through
+    def __init__(self, client: ApiClient, model_id: str, domain: Domain, rows: np.ndarray, rng: np.random.Generator,
+                 budget: int) -> None:  # fmt: skip
+        super().__init__([client], model_id, domain, budget)
         self.rows = rows  # (n, d) the rows the natural ones are drawn from (the training set)
         self.rng = rng  # which rows are drawn
 
     def _send(self, X: np.ndarray) -> list[dict[str, Any]]:
         for x in self.rows[draw_rows(self.rng, self.rows.shape[0], LATE_DILUTION * X.shape[0])]:
-            self.natural.ask(x[None, :])
+            super()._send(x[None, :])
         return super()._send(X)
 
 
 def _late_account(run: EvalRun, model_id: str, name: str, seed: int) -> dict[str, Any]:
     """The coalition moves to an account opened now: path-finding from a new random point,
     LATE_PROBES rows at most, diluted (DilutedOracle). Whether the pool's warning stood when
-    it signed up, its rows, and the probes answered in full (leaf id or confidence) before
-    its first labels-only answer."""
+    it signed up, its rows, the probes answered in full (leaf id or confidence) before its
+    first labels-only answer, and (``rows_by``) how many rows it had sent by a given log row."""
     standing = bool(run.admin.call("GET", f"/v1/admin/monitor/{model_id}")["pool_standing"])
-    natural = Oracle.connect(run.url, [run.new_key(name)], model_id, None)
-    probes = DilutedOracle(natural, run.train_X, np.random.default_rng(seed), LATE_PROBES)
+    first = Oracle.connect(run.url, [run.new_key(name)], model_id, None)
+    probes = DilutedOracle(first.clients[0], model_id, first.domain, run.train_X, np.random.default_rng(seed), LATE_PROBES)
     Pathfinding(probes, seed + 1).run()
-    natural.close()
+    probes.close()
     full = next((i for i, ident in enumerate(probes.log_ident) if ident is None), len(probes.log_ident))
-    return {"late_during_warning": standing, "late_queries": probes.queries + natural.queries,
-            "late_probes": probes.queries, "late_probes_in_full": full}  # fmt: skip
+    return {"late_during_warning": standing, "late_queries": sum(probes.sent), "late_probes": probes.queries,
+            "late_probes_in_full": full, "rows_by": probes.rows_by}  # fmt: skip
 
 
 def count(actions: list[dict[str, Any]], attacker: list[str], benign: list[str], told_labels_only: set[str]) -> dict[str, Any]:
@@ -196,8 +201,8 @@ def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
            f"<= {GOAL_BENIGN_SHARE:.0%} of the benign accounts acted on", "",
            "| coalition k | new-account rule | its queries | benign accounts (rows) | pool warned at | extent then | extent at the end | "
            "accounts acted on: attacker's / benign | attacker share | benign share | benign told labels only | "
-           "benign by reason | late account: probes answered in full (of sent; rows in all) | late account acted on as |",
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
+           "benign by reason | late account: probes answered in full (of sent; rows in all) | late account acted on as | "
+           "after its rows |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|"]  # fmt: skip
     for r in rows:
         g = goals_met(r)
         reasons = ", ".join(f"{c} {n}" for c, n in sorted(r["benign_reasons"].items())) or "–"
@@ -208,5 +213,6 @@ def format_attribution(rows: list[dict[str, Any]]) -> list[str]:
                    f"{'' if g['benign_share_ok'] else ' (**miss**)'} | {r['benign_told_labels_only']} | {reasons} | "
                    f"{r['late_probes_in_full']} ({r['late_probes']}; {r['late_queries']})"
                    f"{'' if r['late_during_warning'] else ', no warning standing'} | "
-                   f"{'–' if r['late_acted_on_as'] is None else rule_of(r['late_acted_on_as'])} |")  # fmt: skip
+                   f"{'–' if r['late_acted_on_as'] is None else rule_of(r['late_acted_on_as'])} | "
+                   f"{cell(r['late_acted_on_after'])} |")  # fmt: skip
     return out
