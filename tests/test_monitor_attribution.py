@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from analysim.cli import main as cli_main
-from mlaas_monitor.monitor.attribution import ATTRIBUTION_MODELS, arrival_order, count
+from mlaas_monitor.monitor.attribution import (
+    ATTRIBUTION_MODELS,
+    LATE_DILUTION,
+    LATE_PROBES,
+    arrival_order,
+    count,
+)
 
 
 def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> None:
@@ -25,13 +31,13 @@ def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> N
     table = (out / "table.md").read_text()
     assert "Attribution (an adaptive coalition" in table
     for row, tag in zip(rows, ("", "n"), strict=True):
-        assert row["attacker_accounts"] == 3 and row["benign_accounts"] == 10 and row["response"] == "degrade"
+        assert row["attacker_accounts"] == 3 + 1 and row["benign_accounts"] == 10 and row["response"] == "degrade"
         with sqlite3.connect(out / "store.db") as db:
             acted = {u for (u,) in db.execute("SELECT DISTINCT user FROM monitor_actions WHERE model=? AND action != 'none'",
                                               (row["model"],))}  # fmt: skip
             benign_rows = db.execute("SELECT SUM(n_rows) FROM query_log WHERE model=? AND \"user\" LIKE ?",
                                      (row["model"], f"mixed{tag}-%")).fetchone()[0]  # fmt: skip
-        attacker = {u for u in acted if u.startswith(f"coalition{tag}3-")}
+        attacker = {u for u in acted if u.startswith(f"coalition{tag}3-")}  # the late account's too
         benign = {u for u in acted if u.startswith(f"mixed{tag}-")}
         assert attacker | benign == acted  # nobody else sent to this model
         assert row["acted_on_attacker"] == len(attacker) >= 1  # the pool warned and the response acted on the coalition
@@ -42,8 +48,23 @@ def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> N
         assert row["benign_told_labels_only"] <= len(benign)
         assert benign_rows == row["benign_rows"]  # every benign row was sent, none lost
         assert f"| 3 | {'on' if row['new_accounts'] else 'off'} | {row['attacker_queries']} | 10 (" in table
-    # Without the new-account rule no benign account is acted on for being new.
-    assert "new account" not in rows[1]["benign_reasons"]
+    # Customers signing up while the warning stands are not acted on for being new, with the
+    # rule or without it; the coalition's late account, signed up then, is, once its rows
+    # join the pool (its probes diluted under the extracting rule's share: without the new-
+    # account rule, by another rule if at all).
+    on, off = rows
+    assert on["late_during_warning"] and on["late_queries"] > 0
+    assert on["late_acted_on_as"] is not None and on["late_acted_on_as"].startswith("new account whose rows join auto:pool")
+    assert on["late_probes_in_full"] <= on["late_probes"] <= LATE_PROBES  # how many got through: the monitor's lag
+    assert on["late_queries"] == (1 + LATE_DILUTION) * on["late_probes"]
+    assert off["late_acted_on_as"] is None or not off["late_acted_on_as"].startswith("new account")
+    # Acted on within the monitor's page of the log that holds its first pooled row; without
+    # the rule, if at all, once it ranks among the contributors (thousands of its rows on).
+    assert on["late_acted_on_after"] <= on["late_queries"]
+    assert off["late_acted_on_after"] is None or on["late_acted_on_after"] < off["late_acted_on_after"]
+    for row in rows:
+        assert "new account" not in row["benign_reasons"]
+    assert "| 3 | on |" in table and "| new account |" in table
 
 
 def test_count_splits_by_side_and_checks_what_the_clients_saw() -> None:

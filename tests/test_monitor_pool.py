@@ -205,12 +205,24 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
     assert set(ranked) == {"m0", "m1"} and all(0.0 <= fall <= 1.0 for _, fall, _ in mon.attribution)
     assert {a: n for a, _, n in mon.attribution} == {a: mon.kept[POOL].owners.count(a) for a in ("m0", "m1")}
     top = ranked[0]
-    # A fresh account that keeps probing, and a customer who signed up meanwhile (rows of S).
-    send(mon, [("fresh", X) for X in probes[30:]] + [("shopper", mon.S[i : i + 1]) for i in range(12)])
+    # A customer who signs up during the warning (rows of S): never acted on, from its first
+    # row on, for none of its rows joins the pool.
+    for i in range(12):
+        send(mon, [("shopper", mon.S[i : i + 1])])
+        mon.link()
+        assert "shopper" not in mon.decisions({})
+    assert mon.ledger.pooled_by["shopper"] == 0 and mon.pool_standing()
+    # A fresh account that keeps probing: acted on once the pool has taken one of its rows.
+    send(mon, [("fresh", probes[30][:1])])
+    assert "fresh" not in mon.decisions({})  # one row, one feature from none: not pooled
+    send(mon, [("fresh", X) for X in probes[31:]])
+    mon.link()
     decided = mon.decisions({})
     assert decided[top][0] == "degrade" and decided[top][1].startswith("auto:pool contributor #1")
-    assert decided["fresh"] == ("degrade", "new account while auto:pool's warning stands")
-    assert "shopper" not in decided  # evaluated, and none of its rows joined the pool
+    assert mon.ledger.pooled_by["fresh"] > 0
+    assert decided["fresh"] == ("degrade", "new account whose rows join auto:pool while its warning stands "
+                                           f"({mon.ledger.pooled_share('fresh')})")  # fmt: skip
+    assert "shopper" not in decided
     assert ({"m0", "m1"} - {top}).isdisjoint(decided)  # top=1, extracting accounts not acted on
     mon.config = MonitorConfig().updated({"pool_response": {"action": "degrade", "top": 1, "hold": 200}})
     other = ({"m0", "m1"} - {top}).pop()

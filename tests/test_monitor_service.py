@@ -270,8 +270,8 @@ def test_user_and_group_names_with_a_newline_are_refused(env: Env, name: str) ->
 
 def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> None:
     """Through a real gateway and its monitor: accounts that share line searches make
-    auto:pool warn; with the pool response on, its top contributor and a fresh account are
-    answered with labels only, and the admin API lists each action with its reason."""
+    auto:pool warn; with the pool response on, its top contributor and a fresh account that
+    keeps probing are answered with labels only, and the admin API lists each action with its reason."""
     from tests.test_monitor_pool import line_searches
 
     store = Store(tmp_path / "store.db")
@@ -297,7 +297,10 @@ def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> N
         assert pool["warned"] == ["best_copy"] and view["pool_standing"]
         top = view["attribution"][0]["account"]
         assert {x["account"] for x in view["attribution"]} == {a, b}
+        # Signs up during the warning and probes: two rows one feature apart, in a margin of the
+        # tree, at least one pooled (fewer than the extracting rule asks of an established account).
         fresh, cf = env.user("fresh")
+        assert cf.post("/v1/models/credit/predict", {"rows": raw(line_searches(model, 33)[32][:2])})[0] == 200
 
         def degraded(client: Client) -> bool:
             status, body = client.post("/v1/models/credit/predict", {"rows": raw(probes[0][:1])})

@@ -47,15 +47,16 @@ class Enforcement:
 class PoolResponse:
     """What enforcement does while auto:pool's warning stands (pool.py): ``action`` for the
     ``top`` accounts whose rows the pool's extent falls most without (attribution), and, with
-    ``new_accounts``, for every account first seen since the warning (a coalition whose
-    contributors are cut off moves to fresh accounts)."""
+    ``new_accounts``, for every account first seen since the warning once the pool has taken
+    one of its rows (a coalition whose contributors are cut off moves to fresh accounts; a
+    customer signing up meanwhile, whose rows do not join the pool, is left alone)."""
 
     action: str = "none"  # none | degrade (labels only) | refuse
     top: int = 3  # accounts ranked by how much the pool's extent falls without their rows
     # and every extracting account (most of its rows join the pool: EXTRACTING_*), however
     # little its removal alone lowers the extent: a coalition spreads its leaves over many
     extracting: bool = True
-    new_accounts: bool = True  # every account first seen since the warning too
+    new_accounts: bool = True  # and every account first seen since the warning with a row in the pool
     # The warning stands while the pool keeps growing: it took a row within this many of the
     # model's latest answered rows (the pool's status is a running maximum and never falls).
     hold: int = 1000

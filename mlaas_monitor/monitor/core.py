@@ -565,7 +565,8 @@ class ModelMonitor:
 
     def decisions(self, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]:
         """Per account enforcement acts on: (action, why). The per-subject rule first; then,
-        while auto:pool's warning stands, the pool response's top contributors and new accounts."""
+        while auto:pool's warning stands, the pool response's top contributors, extracting
+        accounts and new accounts whose rows join the pool."""
         out = {}
         for user in self.users:
             why = self._enforced(user, groups)
@@ -584,11 +585,11 @@ class ModelMonitor:
         ledger = self.ledger
         if r.extracting:
             for user in sorted(ledger.extracting - set(out)):
-                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({ledger.pooled_by[user]} "
-                                       f"of its {ledger.linked[user]} rows pooled)")  # fmt: skip
+                out[user] = (r.action, f"extracting account while auto:pool's warning stands ({ledger.pooled_share(user)})")
         if r.new_accounts:
-            for user in ledger.new_since_warning(self.config.first_eval):
-                out.setdefault(user, (r.action, "new account while auto:pool's warning stands"))
+            for user in ledger.new_pooled_since_warning():
+                out.setdefault(user, (r.action, f"new account whose rows join auto:pool while its warning stands "
+                                                f"({ledger.pooled_share(user)})"))  # fmt: skip
         return out
 
     def subject(self, name: str) -> SubjectState | None:

@@ -80,7 +80,8 @@ def monitor_openapi(max_group_members: int, group_name_pattern: str) -> dict[str
                                 "description": "accounts ranked by how much auto:pool's extent falls without them"},
                            extracting={"type": "boolean", "description": "also every account most of whose rows join "
                                                                           "the pool"},
-                           new_accounts={"type": "boolean", "description": "also accounts first seen since the warning"},
+                           new_accounts={"type": "boolean", "description": "also accounts first seen since the warning once "
+                                                                              "the pool has taken one of their rows"},
                            hold={"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                  "description": "the warning stands while the pool took a row within this many rows"}),
                     "additionalProperties": False,

@@ -131,6 +131,10 @@ class PoolLedger:
         return [u for u in sorted(set(users) - self.extracting)
                 if self.pooled_by[u] >= max(EXTRACTING_MIN, EXTRACTING_SHARE * self.linked[u])]  # fmt: skip
 
+    def pooled_share(self, user: str) -> str:
+        """How much of the account auto:pool holds, as the action log's reasons say it."""
+        return f"{self.pooled_by[user]} of its {self.linked[user]} rows pooled"
+
     def warned(self) -> None:
         if self.warned_at is None:
             self.warned_at = self.rows_seen
@@ -139,11 +143,12 @@ class PoolLedger:
         """auto:pool (warned) took a row within the last ``hold`` rows of the model."""
         return self.rows_seen - self.grew_at <= hold
 
-    def new_since_warning(self, first_eval: int) -> list[str]:
-        """Accounts first seen since the warning, until their first evaluation, and after it
-        while their rows keep joining the pool: a fresh sybil stays cut off, a customer who
-        signed up meanwhile gets labels only for its first first_eval rows."""
+    def new_pooled_since_warning(self) -> list[str]:
+        """Accounts first seen since the warning that auto:pool has taken a row of. Signing
+        up is not a sign: customers sign up during an attack too. A new account gets no
+        allowance the extracting rule gives an established one (EXTRACTING_MIN rows, a share
+        of its rows): its first pooled row is enough, so a coalition moving to fresh
+        accounts is cut off at its first extraction-like row that is linked."""
         if self.warned_at is None:
             return []
-        return [user for user, first in self.first_seen.items()
-                if first >= self.warned_at and (self.sent[user] < first_eval or self.pooled_by[user])]  # fmt: skip
+        return [user for user, first in self.first_seen.items() if first >= self.warned_at and self.pooled_by[user]]
