@@ -14,9 +14,9 @@ like. Each answered row of a model is tested, in log order, for three signs of e
 
 A row that is one feature from an earlier row and also out of distribution or in a margin
 (``joins_pool``: each sign alone is common in natural traffic) joins one pooled subject per
-model, ``auto:pool``, once its account has shown the signs on ``REPEATED`` rows (the
-account's first such rows wait for it: a coincidence falls on one row, extraction on
-nearly every row), scored by ``best_copy`` as one user that sent them all, and warned,
+model, ``auto:pool``, once its account has shown the signs on ``REPEATED`` rows and
+``REPEATED_SHARE`` of its rows (the account's latest such rows wait for it: a coincidence
+falls on a row now and then, extraction on nearly every row), scored by ``best_copy`` as one user that sent them all, and warned,
 metered and exported like a group. Two more
 pooled subjects take rows by another rule: ``auto:model``, every answered row (the model's
 *exposure*: what its answers together have given away; reported, never warned), and
@@ -51,15 +51,18 @@ FLAG_OOD, FLAG_MARGIN, FLAG_NEAR = 1, 2, 4
 # per cent of its rows); a path-finder's nearly all do.
 EXTRACTING_MIN = 3
 EXTRACTING_SHARE = 0.2
-# An account's rows that show the signs join auto:pool from its REPEATED-th such row on (the
-# ones before it join then). In a benign population the signs fall on rows by coincidence,
-# at a rate p per row (Adult, 500 users: 12 of 31,286 rows, p = 3.8e-4; none of German
-# credit's); an account of m rows then shows them on Poisson(p m) rows, and the expected
-# number of accounts reaching r is sum over accounts of P(Poisson(p m) >= r): 0.3-0.5 for
-# r = 2 and 0.01-0.02 for r = 3 over those populations' log-normal volumes (docs/monitor.md,
-# "Benign populations"). Path-finding shows them on 97-100 % of its probes, so each of its
-# accounts is held back by two rows. Rows waiting are at most REPEATED - 1 per account.
+# An account's rows that show the signs join auto:pool once they are REPEATED and
+# REPEATED_SHARE of its rows (those before join then). In a benign population the signs
+# fall on rows by coincidence, at 0-0.3 % of its rows (500 users on German credit: 41-101
+# of 29,000-34,000 rows; Adult: 12 of 31,286); path-finding shows them on 97-100 % of its
+# probes. Over 20 populations of 50 and 500 users no account showed them on a third row
+# (13 on a second); three rows that are also 5 % of the account's rows are a chance
+# event only for an account of at most 60 rows (P(Poisson(0.18) >= 3) < 1e-3 at 0.3 %),
+# while a path-finding account passes on its third probe and is held back by two rows; to
+# stay out, it would have to send 19 other rows per probe (docs/monitor.md, "Benign
+# populations"). Rows waiting are at most REPEATED - 1 per account (the latest).
 REPEATED = 3
+REPEATED_SHARE = 0.05
 
 
 def flags(far: np.ndarray, close: np.ndarray, near: np.ndarray) -> np.ndarray:
@@ -138,14 +141,18 @@ class PoolLedger:
         """Of these rows (in log order), those that show the signs: (which of them join
         auto:pool now, and the waiting rows of earlier batches that join with them, as
         users, rows, labels and hashes, in log order). A row joins once its account has
-        shown the signs on REPEATED rows, itself included; before that it waits."""
+        shown the signs on REPEATED rows and REPEATED_SHARE of its rows, itself included
+        (its rows counted in log order, this one's included); before that it waits."""
         joins = np.zeros(len(users), bool)
         released: list[tuple[str, np.ndarray, int, int]] = []
         here: dict[str, list[int]] = {}  # account -> its rows of this batch still waiting
-        for i in np.flatnonzero(signs).tolist():
-            u = users[i]
+        batch: Counter[str] = Counter()  # account -> its rows of this batch so far
+        for i, u in enumerate(users):
+            batch[u] += 1
+            if not signs[i]:
+                continue
             self.shown[u] += 1
-            if self.shown[u] < REPEATED:
+            if self.shown[u] < max(REPEATED, REPEATED_SHARE * (self.linked[u] + batch[u])):
                 here.setdefault(u, []).append(i)
                 continue
             released += [(u, *w) for w in self.waiting.pop(u, [])]
@@ -153,7 +160,9 @@ class PoolLedger:
                 joins[j] = True
             joins[i] = True
         for u, idx in here.items():
-            self.waiting.setdefault(u, []).extend((X[j], int(y[j]), hashes[j]) for j in idx)
+            rows = self.waiting.setdefault(u, [])
+            rows.extend((X[j], int(y[j]), hashes[j]) for j in idx)
+            del rows[: max(0, len(rows) - (REPEATED - 1))]  # the latest REPEATED - 1 wait
         rows = np.array([r for _, r, _, _ in released]).reshape(len(released), X.shape[1])
         return joins, ([u for u, _, _, _ in released], rows, np.array([lab for _, _, lab, _ in released], y.dtype),
                        [h for _, _, _, h in released])  # fmt: skip
