@@ -22,11 +22,14 @@ from mlaas_monitor.monitor.pool import (
     FLAG_NEAR,
     FLAG_OOD,
     POOL,
+    REPEATED,
+    REPEATED_SHARE,
     YOUNG,
     Kept,
     flags,
     joins_pool,
 )
+from mlaas_monitor.monitor.subject import SubjectState
 from tests.test_gateway_helpers import credit_model
 from tests.test_monitor_core import queries
 
@@ -67,7 +70,9 @@ def test_flag_bits_and_who_joins() -> None:
 
 def test_pool_takes_the_rows_that_look_like_extraction_from_any_account() -> None:
     """A row joins auto:pool when it is one feature from an earlier row (of any account)
-    and also out of distribution or in a margin; one sign alone does not make it join."""
+    and also out of distribution or in a margin, once its account has shown that on
+    REPEATED rows (its earlier ones wait and join with it); one sign alone does not count."""
+    assert REPEATED == 3
     mon = ModelMonitor(credit_model())
     S = mon.S
     link = Linkage(S.shape[1])
@@ -75,21 +80,24 @@ def test_pool_takes_the_rows_that_look_like_extraction_from_any_account() -> Non
     natural = S[~link.flush().near][:12]  # rows of S: none far, none in a margin, none one feature from another
     assert not mon.ood.far(natural).any() and not mon.boundary.close(natural)[1].any()
     edge = np.array([[100.0, 3.0, 18.0, 0.0]])  # a domain corner farther than tau from every row of S (0.81 > 0.60)
-    step = edge.copy()
-    step[0, 2] = 19.0  # one feature from the corner, still far: joins
+    steps = np.repeat(edge, 3, axis=0)
+    steps[:, 2] = [19.0, 20.0, 21.0]  # each one feature from the corner, still far: they show the signs
     inside = natural[1:2].copy()
     inside[0, 3] = natural[0, 3] if natural[0, 3] != natural[1, 3] else (natural[1, 3] + 1) % 3
     assert not mon.ood.far(inside).any() and not mon.boundary.close(inside)[1].any()
-    assert mon.ood.far(edge).all() and mon.ood.far(step).all()
-    # r: one feature from natural[1], in distribution and in no margin: stays out
-    stream = [(f"n{i}", natural[i : i + 1]) for i in range(12)] + [("p", edge), ("q", step), ("r", inside)]
+    assert mon.ood.far(edge).all() and mon.ood.far(steps).all()
+    # r: one feature from natural[1], in distribution and in no margin: never shows the signs
+    stream = [(f"n{i}", natural[i : i + 1]) for i in range(12)] + [("p", edge), ("q", steps[:1]), ("r", inside), ("q", steps[1:2])]
     send(mon, stream)
     mon.evaluate_due(set(), {}, 99.0, force=True)
     pool = mon.pools[POOL]
-    assert pool.n_queries == 1 and mon.kept[POOL].owners == ["q"]
-    assert np.array_equal(pool.data(mon.n_features)[0], step.astype(np.float32))
-    assert mon.pools[EXPOSURE].n_queries == len(stream)
-    assert mon.pools[YOUNG].n_queries == len(stream)  # every account here sent fewer than first_eval rows
+    assert pool.n_queries == 0 and [len(mon.ledger.waiting["q"])] == [2] and "r" not in mon.ledger.shown
+    send(mon, [("q", steps[2:])])
+    mon.evaluate_due(set(), {}, 100.0, force=True)
+    assert pool.n_queries == 3 and mon.kept[POOL].owners == ["q"] * 3 and "q" not in mon.ledger.waiting
+    assert np.array_equal(pool.data(mon.n_features)[0], steps.astype(np.float32))  # in the order sent
+    assert mon.pools[EXPOSURE].n_queries == len(stream) + 1
+    assert mon.pools[YOUNG].n_queries == len(stream) + 1  # every account here sent fewer than first_eval rows
 
 
 def test_exposure_is_every_account_as_one_and_raw_rows_are_capped() -> None:
@@ -138,6 +146,15 @@ def test_pool_covers_each_accounts_flagged_rows_and_exposure_never_falls(events:
         alone = coverage(mon.regions, _flagged_summary(mon, user))
         assert pooled[0] >= alone[0] - 1e-12 and pooled[1] >= alone[1] - 1e-12
     assert mon.exposure >= exposure[-1]
+    # An account's rows that show the signs wait until it has shown them on REPEATED rows
+    # (and REPEATED_SHARE of its rows), then they are in the pool; at most REPEATED - 1 wait.
+    ledger = mon.ledger
+    for user in set(mon.kept[POOL].owners):
+        assert user in ledger.extracting or ledger.shown[user] >= REPEATED
+    for user, rows in ledger.waiting.items():
+        assert 0 < len(rows) <= min(ledger.shown[user], REPEATED - 1)
+        if ledger.shown[user] < REPEATED:
+            assert user not in mon.kept[POOL].owners
 
 
 def test_a_new_leaf_identity_makes_an_evaluation_due() -> None:
@@ -230,6 +247,38 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
     # The warning lapses once the pool has taken no row for `hold` of the model's rows.
     send(mon, [(f"later{i}", mon.S[i : i + 1]) for i in range(12, 60)] * 5)
     assert not mon.pool_standing() and mon.decisions({}) == {}
+
+
+def test_coincidences_one_per_account_wait_and_a_coalition_is_warned() -> None:
+    """A benign population's coincidences (rows one feature from another account's row and
+    far from S, one per account, among ordinary rows) never reach auto:pool: each account
+    shows the signs once, and a heavy customer on under REPEATED_SHARE of its rows. The same rows from one account are pooled and warned; path-finding
+    spread over eight accounts shows them on nearly every row and is warned."""
+    model = replace(credit_model(), policy=Policy(reveal_leaf=True))
+    probes = line_searches(model, 8)  # 8 searches of 6 rows, one feature apart, far from S
+
+    def pool_after(stream: list[tuple[str, np.ndarray]]) -> tuple[ModelMonitor, SubjectState]:
+        mon = ModelMonitor(model)
+        send(mon, stream)
+        mon.evaluate_due(set(), {}, 0.0, force=True)
+        return mon, mon.pools[POOL]
+
+    S = ModelMonitor(model).S
+    customers: list[tuple[str, np.ndarray]] = []
+    for i, X in enumerate(probes):  # b_i's row is one feature from a_i's, both far from S
+        customers += [(f"c{i}", S[3 * i : 3 * i + 3]), (f"a{i}", X[:1]), (f"b{i}", X[1:2]), (f"b{i}", S[30 + i : 31 + i])]
+    # A heavy customer: 60 ordinary rows, then three that show the signs (under 5 % of its rows)
+    customers += [("heavy", S)] + [("heavy", probes[i][3:4]) for i in (2, 4, 7)]
+    mon, pool = pool_after(customers)
+    shown = mon.ledger.shown
+    assert shown["heavy"] == REPEATED and REPEATED_SHARE * (S.shape[0] + 3) > REPEATED
+    assert sum(shown.values()) >= 8 and max(n for u, n in shown.items() if u != "heavy") < REPEATED
+    assert pool.n_queries == 0 and not pool.warned
+    _, alone = pool_after([("one", X) for _, X in customers])
+    assert alone.warned == {"best_copy"}
+    mon, pool = pool_after([(f"k{i}", X) for i, X in enumerate(probes)])
+    assert pool.warned == {"best_copy"} and pool.n_queries >= 30
+    assert len(set(mon.kept[POOL].owners)) >= 6
 
 
 def test_link_index_memory_is_bounded() -> None:

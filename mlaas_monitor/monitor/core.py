@@ -225,10 +225,16 @@ class ModelMonitor:
         X = np.concatenate([np.asarray(x, np.float64) for _, x, _, _ in pending])
         y = np.concatenate([lab for _, _, lab, _ in pending])
         young = np.concatenate([np.full(x.shape[0], yg) for _, x, _, yg in pending])
-        flagged = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
+        signs = joins_pool(flags(self.ood.far(X), self.boundary.close(X)[1], found.near))
         # An extracting account's every row joins, not only its flagged ones: what it holds is
         # what all its answers give (its starting points, the probes inside a leaf).
-        flagged |= np.fromiter((u in self.ledger.extracting for u in users), bool, len(users))
+        extracting = np.fromiter((u in self.ledger.extracting for u in users), bool, len(users))
+        # Other accounts' rows that show the signs join once their account has shown them on
+        # REPEATED rows (a coincidence falls on one row); its earlier ones join first.
+        flagged, (wu, wX, wy, wh) = self.ledger.repeated(users, X, y, found.hashes, signs & ~extracting)
+        if wu:
+            self._pool_add(POOL, wu, wX, wy, wh)
+        flagged |= extracting
         for name, take in ((POOL, flagged), (YOUNG, young), (EXPOSURE, np.ones(X.shape[0], bool))):
             idx = np.flatnonzero(take)
             if idx.size:

@@ -158,12 +158,23 @@ def benign_population(run: EvalRun, rng: np.random.Generator, prefix: str,
     are distinct per user (with replacement only beyond the training set's size): people
     rarely ask the same question twice."""
     opts = run.opts
-    vols = np.clip(np.round(rng.lognormal(math.log(opts.benign_median_queries), 1.0, opts.benign_users)), 5,
-                   opts.budget).astype(int)  # fmt: skip
+    vols, picks = benign_draws(opts, run.train_X, rng)
     names = [f"{prefix}-{i + 1:03d}" for i in range(opts.benign_users)]
     oracles = [Oracle.connect(run.url, [run.new_key(n)], model_id, int(v)) for n, v in zip(names, vols, strict=True)]
-    picks = [run.train_X[draw_rows(rng, run.train_X.shape[0], int(v))] for v in vols]
     return names, vols, oracles, picks
+
+
+def benign_draws(opts: EvalOptions, train_X: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The benign population's per-user volumes (log-normal around ``benign_median_queries``,
+    sigma 1, within [5, budget]) and the rows each user will send."""
+    vols = np.clip(np.round(rng.lognormal(math.log(opts.benign_median_queries), 1.0, opts.benign_users)), 5,
+                   opts.budget).astype(int)  # fmt: skip
+    return vols, [train_X[draw_rows(rng, train_X.shape[0], int(v))] for v in vols]
+
+
+def interleaved(rng: np.random.Generator, vols: np.ndarray) -> np.ndarray:
+    """The benign users' queries in a random order: per query the index of its user."""
+    return rng.permutation(np.repeat(np.arange(vols.shape[0]), vols))
 
 
 def pool_view(admin: ApiClient, model_id: str = MODEL_ID) -> dict[str, Any]:

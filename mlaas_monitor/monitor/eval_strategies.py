@@ -38,6 +38,7 @@ from mlaas_monitor.monitor.eval_run import (
     EvalRun,
     benign_population,
     draw_rows,
+    interleaved,
     pool_view,
     reporting,
     settle,
@@ -53,7 +54,7 @@ def run_benign(run: EvalRun, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     names, vols, oracles, picks = benign_population(run, rng, "benign", MODEL_ID)
     n_users = len(names)
-    order = rng.permutation(np.repeat(np.arange(n_users), vols))
+    order = interleaved(rng, vols)
     pos = np.zeros(n_users, dtype=int)
     for u in order.tolist():
         oracles[u].ask(picks[u][pos[u] : pos[u] + 1])
