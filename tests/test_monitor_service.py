@@ -19,6 +19,7 @@ from mlaas_monitor.model import Policy
 from mlaas_monitor.monitor.client import local_monitor_extension
 from mlaas_monitor.monitor.config import EXTENT_METHODS
 from mlaas_monitor.monitor.core import ModelMonitor
+from mlaas_monitor.monitor.pool import EXTRACTING_SHARE, REPEATED
 from mlaas_monitor.server import GatewayThread
 from mlaas_monitor.service import Gateway
 from mlaas_monitor.store import Store
@@ -297,10 +298,14 @@ def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> N
         assert pool["warned"] == ["best_copy"] and view["pool_standing"]
         top = view["attribution"][0]["account"]
         assert {x["account"] for x in view["attribution"]} == {a, b}
-        # Signs up during the warning and probes: two rows one feature apart, in a margin of the
-        # tree, at least one pooled (fewer than the extracting rule asks of an established account).
+        # Signs up during the warning and probes among customer-like rows: three probes one
+        # feature apart, in a margin of the tree, the fewest that join the pool from one account
+        # (pool.REPEATED), after 13 rows of the data, so that its pooled share (3 of 16) stays
+        # under what the extracting rule asks of an established account (EXTRACTING_SHARE).
         fresh, cf = env.user("fresh")
-        assert cf.post("/v1/models/credit/predict", {"rows": raw(line_searches(model, 33)[32][:2])})[0] == 200
+        assert REPEATED / (13 + REPEATED) < EXTRACTING_SHARE
+        assert cf.post("/v1/models/credit/predict", {"rows": credit_rows()[100:113]})[0] == 200
+        assert cf.post("/v1/models/credit/predict", {"rows": raw(line_searches(model, 33)[32][:REPEATED])})[0] == 200
 
         def degraded(client: Client) -> bool:
             status, body = client.post("/v1/models/credit/predict", {"rows": raw(probes[0][:1])})
