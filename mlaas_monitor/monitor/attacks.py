@@ -600,19 +600,25 @@ def run_natural(oracle: Oracle, rows: np.ndarray, seed: int = 0, batch: int = 1)
     return rebuild_from_log(oracle)
 
 
+def fidelities(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> tuple[float, float]:
+    """(balanced fidelity, plain agreement) of a rebuilt model on X against the owner's labels,
+    from one prediction (predicting is what scoring a copy costs)."""
+    if X.shape[0] == 0:
+        return 0.0, 0.0
+    from mlaas_monitor.monitor.infogain import balanced_agreement
+
+    predicted, labels = np.array(rebuilt.predict(X)), np.array([str(t) for t in truth])
+    if predicted.shape != labels.shape:
+        raise ValueError(f"{predicted.shape[0]} predictions for {labels.shape[0]} labels")
+    return balanced_agreement(predicted, labels), float(np.mean(predicted == labels))
+
+
 def balanced_fidelity(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> float:
     """True balanced fidelity: the mean over the owner's labels of the share of rows with
     that label the rebuilt model labels alike (a constant copy scores 1/K)."""
-    if X.shape[0] == 0:
-        return 0.0
-    from mlaas_monitor.monitor.infogain import balanced_agreement
-
-    return balanced_agreement(np.array(rebuilt.predict(X)), np.array([str(t) for t in truth]))
+    return fidelities(rebuilt, X, truth)[0]
 
 
 def agreement(rebuilt: TreeRebuild | BoxRebuild, X: np.ndarray, truth: Sequence[Any]) -> float:
     """True fidelity: the share of rows where the rebuilt model agrees with the owner's labels."""
-    if X.shape[0] == 0:
-        return 0.0
-    pred = rebuilt.predict(X)
-    return float(np.mean([p == str(t) for p, t in zip(pred, truth, strict=True)]))
+    return fidelities(rebuilt, X, truth)[1]

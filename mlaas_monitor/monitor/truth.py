@@ -11,17 +11,16 @@ from mlaas_monitor.monitor.attacks import (
     BoxRebuild,
     Oracle,
     TreeRebuild,
-    agreement,
-    balanced_fidelity,
     box_copies,
     boxes_from_oracle,
+    fidelities,
     rebuild_from_log,
 )
 
 
 def best_copy(copies: list[Any], X: np.ndarray, truth: list[Any]) -> tuple[float, float]:
     """(balanced fidelity, plain agreement) of the best of these copies (None: not built)."""
-    return max((balanced_fidelity(c, X, truth), agreement(c, X, truth)) for c in copies if c is not None)
+    return max(fidelities(c, X, truth) for c in copies if c is not None)
 
 
 class FidelityTracker:
