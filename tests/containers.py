@@ -11,12 +11,15 @@ Standard library only: it runs before the project's virtualenv exists.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +37,8 @@ ENV = {"base": "ANALYSIM_TEST_BASE_IMAGE", "prometheus": "ANALYSIM_TEST_PROMETHE
 RAY_EXTRAS = "postgres,ray,plots"
 # The label on every image (and build layer) the suite makes: what it prunes is only its own.
 SUITE_LABEL = "org.analysim.test-suite=1"
+# One build or prune of the suite's images at a time on this machine (see _one_at_a_time).
+BUILD_LOCK = Path(tempfile.gettempdir()) / "analysim-test-images.lock"
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -56,6 +61,20 @@ def podman_problem() -> str | None:
 
 def exists(tag: str) -> bool:
     return podman("image", "exists", tag, check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def _one_at_a_time() -> Iterator[None]:
+    """Hold the machine's lock on the suite's image builds: podman's storage is shared by every
+    process and checkout, and a prune of the suite's dangling layers while another build reads
+    them as its cache fails that build ("checking if cached image exists from a previous build:
+    ... layer not known"), as two workers building the analysim and Ray images at once did."""
+    with BUILD_LOCK.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def digest(*parts: str | bytes) -> str:
@@ -88,6 +107,11 @@ def _rootfs_image(repo: str, packages: tuple[str, ...], hook: str = "", changes:
         return tag
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError("mmdebstrap not installed (Debian: apt-get install mmdebstrap; .ci/run does)")
+    with _one_at_a_time():
+        return tag if exists(tag) else _import_rootfs(tag, packages, hook, changes)
+
+
+def _import_rootfs(tag: str, packages: tuple[str, ...], hook: str, changes: tuple[str, ...]) -> str:
     with tempfile.TemporaryDirectory(prefix="analysim-rootfs-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         cmd = ["mmdebstrap", "--variant=minbase", f"--include={','.join(packages)}", "--quiet"]
@@ -95,7 +119,7 @@ def _rootfs_image(repo: str, packages: tuple[str, ...], hook: str = "", changes:
             cmd.append(f"--customize-hook={hook}")
         r = subprocess.run([*cmd, SUITE, str(tar)], capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
-            raise RuntimeError(f"mmdebstrap {repo}: {r.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"mmdebstrap {tag}: {r.stderr.strip()[-2000:]}")
         labelled = (*changes, f"LABEL {SUITE_LABEL}")
         podman("import", *(a for c in labelled for a in ("--change", c)), str(tar), tag, timeout=600)
     return tag
@@ -120,6 +144,11 @@ def analysim_image(extras: str = "", base: str | None = None) -> str:
     tag = f"{repo}:ctx-{h}"
     if exists(tag):
         return tag
+    with _one_at_a_time():
+        return tag if exists(tag) else _build(tag, repo, base, extras)
+
+
+def _build(tag: str, repo: str, base: str, extras: str) -> str:
     args = ["build", "--format", "docker", "--network", "host", "--build-arg", f"BASE={base}", "-f", str(DOCKERFILE),
             "-t", tag, "--label", SUITE_LABEL]
     if extras:
@@ -132,12 +161,18 @@ def analysim_image(extras: str = "", base: str | None = None) -> str:
     for line in podman("images", "--format", "{{.Repository}}:{{.Tag}}", repo).stdout.split():
         if line.startswith(f"{repo}:ctx-") and line != tag:
             podman("rmi", line, check=False)
-    prune_suite_layers()
+    _prune_suite_layers()
     return tag
 
 
 def prune_suite_layers() -> None:
-    """Remove the dangling images the suite's builds left, and only those."""
+    """Remove the dangling images the suite's builds left, and only those, between builds."""
+    with _one_at_a_time():
+        _prune_suite_layers()
+
+
+def _prune_suite_layers() -> None:
+    """(prune_suite_layers, for a caller that holds the lock)"""
     podman("image", "prune", "-f", "--filter", f"label={SUITE_LABEL}", check=False)
 
 
