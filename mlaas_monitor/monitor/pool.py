@@ -160,11 +160,11 @@ class PoolLedger:
                 joins[j] = True
             joins[i] = True
         for u, idx in here.items():
-            rows = self.waiting.setdefault(u, [])
-            rows.extend((X[j], int(y[j]), hashes[j]) for j in idx)
-            del rows[: max(0, len(rows) - (REPEATED - 1))]  # the latest REPEATED - 1 wait
-        rows = np.array([r for _, r, _, _ in released]).reshape(len(released), X.shape[1])
-        return joins, ([u for u, _, _, _ in released], rows, np.array([lab for _, _, lab, _ in released], y.dtype),
+            waits = self.waiting.setdefault(u, [])
+            waits.extend((X[j], int(y[j]), hashes[j]) for j in idx)
+            del waits[: max(0, len(waits) - (REPEATED - 1))]  # the latest REPEATED - 1 wait
+        released_X = np.array([r for _, r, _, _ in released]).reshape(len(released), X.shape[1])
+        return joins, ([u for u, _, _, _ in released], released_X, np.array([lab for _, _, lab, _ in released], y.dtype),
                        [h for _, _, _, h in released])  # fmt: skip
 
     def pool_took(self, users: Iterable[str]) -> None:
