@@ -175,3 +175,26 @@ def test_decisions_long_poll_answers_on_change_on_a_foreign_token_and_on_close()
         assert (await asyncio.wait_for(d.wait(d.token, 30), 5))["token"] == d.token
 
     asyncio.run(scenario())
+
+
+def test_the_follower_can_wait_until_the_polls_waiting_on_a_change_are_answered() -> None:
+    """``Decisions.answered``: what the monitor's fold loop waits on after its decisions
+    change, so that the next slice of the log cannot hold the change back from a gateway."""
+
+    async def scenario() -> None:
+        d = Decisions()
+        assert await d.answered(5)  # nobody waiting: at once
+        before = d.token
+        old = [asyncio.create_task(d.wait(before, 30)) for _ in range(2)]
+        await asyncio.sleep(0)  # let them start waiting
+        assert await d.answered(5)  # waiting on the current version: not the follower's business
+        d.set("m", {"ann": "degrade"})
+        assert not any(t.done() for t in old)  # they have not run since the change
+        later = asyncio.create_task(d.wait(d.token, 30))  # a poll on the new version, started after
+        assert await d.answered(5)
+        assert all(t.done() and t.result()["decisions"] == {"m": {"ann": "degrade"}} for t in old)
+        assert not later.done()  # answered() does not wait for a poll of the new version
+        d.close()
+        assert (await asyncio.wait_for(later, 5))["token"] == d.token
+
+    asyncio.run(scenario())

@@ -43,6 +43,9 @@ USERS_EVERY_S = 1.0  # and at the accounts (revocations) this often
 RETRY_S = 1.0
 LOCK_WAIT_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
+# After its decisions change, the follower folds nothing more until the long polls waiting
+# for them are answered, or this long (a gateway that stops reading must not stall it).
+ANSWER_WAIT_S = 1.0
 
 
 def hold_lock(state: str) -> IO[bytes]:
@@ -91,12 +94,14 @@ def build_app(mon: Monitor, admin_key: str) -> web.Application:
 
 
 async def follow(mon: Monitor, stop: asyncio.Event) -> None:
-    """Fold the log in as it grows, a page at a time (the loop serves requests between
-    pages), until ``stop``."""
+    """Fold the log in as it grows, a slice at a time (``Monitor.read``: the loop serves
+    requests between slices), until ``stop``. A slice that changed what enforcement does is
+    followed by the answers to the gateways' long polls before the next slice."""
     users_at = 0.0
     failing_since: float | None = None
     while not stop.is_set():
         try:
+            version = mon.decisions.version
             n = mon.read()
             if time.monotonic() - users_at >= USERS_EVERY_S:
                 mon.refresh_users()
@@ -114,6 +119,8 @@ async def follow(mon: Monitor, stop: asyncio.Event) -> None:
             log.warning("monitor: following the query log again after %.1f s", time.monotonic() - failing_since)
             failing_since = None
             mon.decisions.set_problem(None)
+        if mon.decisions.version != version:
+            await mon.decisions.answered(ANSWER_WAIT_S)
         await asyncio.sleep(POLL_S if n == 0 else 0)
 
 

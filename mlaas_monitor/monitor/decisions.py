@@ -20,6 +20,8 @@ class Decisions:
         self.by_model: dict[str, dict[str, str]] = {}  # model -> user -> action
         self.problem: str | None = None  # why the monitor is not following the log, if it is not
         self._changed = asyncio.Event()  # set at each change: wakes the long polls
+        self._polls: dict[asyncio.Event, int] = {}  # per change event, the long polls waiting on it
+        self._left = asyncio.Event()  # set when a long poll returns: wakes answered()
         self.closed = False  # set at shutdown: the long polls return
 
     @property
@@ -59,6 +61,29 @@ class Decisions:
     async def wait(self, after: str | None, timeout: float) -> dict[str, Any]:
         """The snapshot once it differs from ``after``, or after ``timeout`` seconds."""
         if after == self.token and timeout > 0 and not self.closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+            changed = self._changed
+            self._polls[changed] = self._polls.get(changed, 0) + 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await changed.wait()
+            finally:
+                self._polls[changed] -= 1
+                if not self._polls[changed]:
+                    del self._polls[changed]
+                self._left.set()
         return self.snapshot()
+
+    async def answered(self, timeout: float) -> bool:
+        """Wait until every long poll that was waiting when the decisions last changed has
+        returned its snapshot (False: not within ``timeout`` seconds). The monitor's fold
+        loop waits on this after a change, so that a page of the log folded next cannot
+        hold a decision back from the gateways."""
+        try:
+            async with asyncio.timeout(timeout):
+                while any(ev is not self._changed for ev in self._polls):
+                    self._left = asyncio.Event()
+                    await self._left.wait()
+        except TimeoutError:
+            return False
+        return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL_S = 1.0
 MAX_GROUP_MEMBERS = 1000
 REPLAY_PAGE = 2000
+# The longest the monitor folds the log before it decides, publishes what enforcement does
+# and serves the gateways' long polls again: a decision reaches them within about this
+# much more than the evaluation that made it (a page of the log can take seconds).
+SLICE_S = 0.02
 UPDATE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 GROUP_NAME = USER_NAME  # same alphabet: no ':' so that "group:NAME" is unambiguous
@@ -179,7 +183,8 @@ class Monitor(MonitorBase):
         # The gateway's store (the query log, the users) and the metrics registry
         self.store, self.registry = store, registry
         self.decisions = Decisions()  # what enforcement does, as the gateways long-poll it
-        self.cursor = 0  # the last log seq read; each model's durable cursor is its checkpoint seq
+        self.cursor = 0  # the last log seq folded; each model's durable cursor is its checkpoint seq
+        self._ahead: deque[QueryEvent] = deque()  # the page read past the cursor, not folded yet (seq order)
         self._restore_upto: dict[str, int] = {}  # model -> its checkpoint seq at start
         self._unavailable: dict[str, str] = {}  # model -> why it cannot be loaded (its events are skipped)
         self._revoked: dict[str, bool] = {}  # user -> revoked, as of the last refresh_users
@@ -299,26 +304,24 @@ class Monitor(MonitorBase):
             return True
         return False
 
-    def read(self, limit: int = REPLAY_PAGE) -> int:
-        """Read and fold the next page of the log after the cursor; the number of events."""
-        page = self.store.events_after(self.cursor, None, limit)
-        if not page:
+    def read(self, limit: int = REPLAY_PAGE, budget: float = SLICE_S) -> int:
+        """Fold the log after the cursor for about ``budget`` seconds (at least one event; a
+        page of ``limit`` is read ahead), then decide for the models touched; the number of
+        events folded (0: the log has nothing new)."""
+        if not self._ahead:
+            self._ahead.extend(self.store.events_after(self.cursor, None, limit))
+        if not self._ahead:
             return 0
         start = time.perf_counter()
         touched: dict[str, ModelMonitor] = {}
         now = time.time()
-        for e in page:
+        n = 0
+        while self._ahead and (n == 0 or time.perf_counter() - start < budget):
+            e = self._ahead.popleft()
+            n += 1
             self.cursor = e.seq
-            if e.problem is not None:  # (its model may not even be text: no monitor to ask)
-                self._quarantine(e, "undecodable", e.problem)
-                continue
-            try:
-                mon = self.monitor(e.model_id)
-            except ApiError as err:
-                if err.status == 404:  # the gateway logs queries of its models only
-                    self._quarantine(e, "unknown_model", f"no model {e.model_id!r} in the store")
-                continue  # unavailable (a broken model row): caught up once it loads again
-            if self._take(mon, e):
+            mon = self._fold_logged(e)
+            if mon is not None:
                 touched[mon.model_id] = mon
                 self.m_lag.observe(max(0.0, now - e.timestamp))
         for mon in touched.values():
@@ -327,7 +330,21 @@ class Monitor(MonitorBase):
         if touched:
             self.m_update.observe(time.perf_counter() - start)
         self.maybe_flush()
-        return len(page)
+        return n
+
+    def _fold_logged(self, e: QueryEvent) -> ModelMonitor | None:
+        """One row of the log: its model's monitor when it was folded in; None when it was
+        quarantined, is replayed only, or its model is unavailable (caught up once it loads)."""
+        if e.problem is not None:  # (its model may not even be text: no monitor to ask)
+            self._quarantine(e, "undecodable", e.problem)
+            return None
+        try:
+            mon = self.monitor(e.model_id)
+        except ApiError as err:
+            if err.status == 404:  # the gateway logs queries of its models only
+                self._quarantine(e, "unknown_model", f"no model {e.model_id!r} in the store")
+            return None
+        return mon if self._take(mon, e) else None
 
     def maybe_flush(self) -> None:
         """Checkpoint at most every interval, at once on a warning (a warning is an event)."""
