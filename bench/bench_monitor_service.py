@@ -56,6 +56,21 @@ def samples(url: str, admin: str) -> dict[str, list]:
     return out
 
 
+def caught_up(gurl: str, murl: str, admin: str, when: str) -> int:
+    """Wait until the monitor has folded every row the gateway answered; that count."""
+    t0 = time.perf_counter()
+    while True:
+        # Read again each time: a gateway's rows_used follows the store (other replicas
+        # charge too) at its next refresh, within a second.
+        answered = sum(int(u["rows_used"]) for u in admin_call(gurl, admin, "GET", "/v1/admin/users")["users"])  # type: ignore[index]
+        folded = sum(u["n_queries"] for u in admin_call(murl, admin, "GET", "/v1/admin/monitor/bench")["users"])  # type: ignore[index]
+        if folded == answered:
+            return answered
+        if time.perf_counter() - t0 > 60:
+            raise SystemExit(f"the monitor folded {folded} of {answered} rows in 60 s {when}")
+        time.sleep(0.01)  # a poll interval while waiting on a condition
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=10.0)
@@ -85,20 +100,14 @@ def main() -> int:
             keys = [admin_call(gurl, admin, "POST", "/v1/admin/users", {"name": f"u{i}"})["api_key"]  # type: ignore[index]
                     for i in range(args.users)]  # fmt: skip
             asyncio.run(drive(gurl, keys, "bench", rows, 1.0, args.concurrency))  # warm-up
+            # The monitor loads the model at its first row, while the rows keep coming: the
+            # lag is measured from when it has caught up with the warm-up (steady load).
+            caught_up(gurl, murl, admin, "after the warm-up")
             cpu0 = cpu_seconds(mproc.pid)
             lag0 = {float(s.labels["le"]): s.value for s in samples(murl, admin)["analysim_monitor_lag_seconds_bucket"]}
             lat, elapsed, errors = asyncio.run(drive(gurl, keys, "bench", rows, args.duration, args.concurrency))
             stopped = time.perf_counter()
-            while True:  # catch-up once the load stops
-                # Read again each time: a gateway's rows_used follows the store (other replicas
-                # charge too) at its next refresh, within a second.
-                answered = sum(int(u["rows_used"]) for u in admin_call(gurl, admin, "GET", "/v1/admin/users")["users"])  # type: ignore[index]
-                folded = sum(u["n_queries"] for u in admin_call(murl, admin, "GET", "/v1/admin/monitor/bench")["users"])  # type: ignore[index]
-                if folded == answered:
-                    break
-                if time.perf_counter() - stopped > 60:
-                    raise SystemExit(f"the monitor folded {folded} of {answered} rows in 60 s after the load")
-                time.sleep(0.01)
+            answered = caught_up(gurl, murl, admin, "after the load")
             catch_up = time.perf_counter() - stopped
             cpu = cpu_seconds(mproc.pid) - cpu0
             s = samples(murl, admin)

@@ -314,7 +314,6 @@ class Monitor(MonitorBase):
             return 0
         start = time.perf_counter()
         touched: dict[str, ModelMonitor] = {}
-        now = time.time()
         n = 0
         while self._ahead and (n == 0 or time.perf_counter() - start < budget):
             e = self._ahead.popleft()
@@ -323,7 +322,7 @@ class Monitor(MonitorBase):
             mon = self._fold_logged(e)
             if mon is not None:
                 touched[mon.model_id] = mon
-                self.m_lag.observe(max(0.0, now - e.timestamp))
+                self.m_lag.observe(max(0.0, time.time() - e.timestamp))
         for mon in touched.values():
             self._decide(mon)
         self.m_cursor.set(self.cursor)
