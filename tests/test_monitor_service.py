@@ -328,3 +328,25 @@ def test_pool_response_degrades_the_coalition_and_lists_why(tmp_path: Path) -> N
         falls = {s.labels["account"] for s in fams["analysim_extraction_attribution_ratio"].samples}
         assert falls == {a, b}
     store.close()
+
+
+def test_the_gateways_monitor_runs_the_gateways_code_whatever_the_directory(tmp_path: Path, monkeypatch) -> None:
+    """The monitor child is ``python -m mlaas_monitor.monitor``: started from a directory that
+    holds another mlaas_monitor (another checkout, an old copy), it still runs this one, on the
+    store given by a path relative to that directory."""
+    decoy = tmp_path / "mlaas_monitor" / "monitor"
+    decoy.mkdir(parents=True)
+    (tmp_path / "mlaas_monitor" / "__init__.py").write_text("")
+    (decoy / "__init__.py").write_text("")
+    (decoy / "__main__.py").write_text("raise SystemExit(3)  # not the monitor\n")
+    store = Store(tmp_path / "store.db")
+    store.add_model(credit_model())
+    monkeypatch.chdir(tmp_path)
+    relative = Store("store.db")  # the gateway's store, named relative to its directory
+    with GatewayThread(Gateway(relative, ADMIN_KEY), extensions=[local_monitor_extension()]) as t:
+        env = Env(t, relative)
+        (name, client) = env.user("cwd")
+        assert client.post("/v1/models/credit/predict", {"rows": credit_rows()[:12]})[0] == 200
+        env.settle(name, 12)
+    relative.close()
+    store.close()

@@ -43,6 +43,7 @@ from mlaas_monitor.http_app import add_openapi, read_body
 from mlaas_monitor.monitor.openapi import monitor_openapi
 from mlaas_monitor.monitor.service import ADMIN_ROUTES, DECISIONS_PATH, GROUP_NAME, MAX_GROUP_MEMBERS
 from mlaas_monitor.service import ApiError, Gateway
+from mlaas_monitor.store_backends import is_postgres_url
 
 log = logging.getLogger(__name__)
 POLL_WAIT_S = 20.0  # how long one long poll may be held by the monitor
@@ -57,6 +58,10 @@ FORWARD_TIMEOUT_S = 10.0
 # product, folding them in can wait a few milliseconds (it follows the log and catches up).
 # Without it, the scheduler lets the monitor's wake-ups take the core the gateway runs on.
 LOCAL_MONITOR_NICENESS = 10
+# The checkout (or site-packages) our mlaas_monitor was imported from: the monitor child runs
+# the same code, whatever directory the gateway was started in (``python -m`` would otherwise
+# import the package from the current directory first).
+CODE_ROOT = Path(__file__).resolve().parents[2]
 Extension = Callable[[Gateway, web.Application, grpc.aio.Server], None]
 
 
@@ -270,13 +275,16 @@ def _spawn_local_monitor(db: str, checkpoint_interval: float, log_format: str) -
     # Our settings are not its settings (ANALYSIM_PORT, ANALYSIM_ADMIN_KEY_FILE, ...).
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANALYSIM_")}
     env[ENV_VAR] = key
+    env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    if not is_postgres_url(db):
+        db = str(Path(db).resolve())  # (the child runs in CODE_ROOT)
     with tempfile.TemporaryDirectory(prefix="analysim-monitor-") as tmp:
         port_file = Path(tmp) / "monitor.port"
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlaas_monitor.monitor", "serve", "--db", db, "--port", "0", "--port-file",
              str(port_file), "--checkpoint-interval", str(checkpoint_interval), "--exit-with-stdin",
              "--log-level", "WARNING", "--log-format", log_format],  # its warnings join the gateway's output
-            stdin=subprocess.PIPE, env=env,
+            stdin=subprocess.PIPE, env=env, cwd=CODE_ROOT,
         )  # fmt: skip
         with contextlib.suppress(OSError):  # not permitted somewhere: it runs, at our priority
             os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + LOCAL_MONITOR_NICENESS)
