@@ -29,7 +29,7 @@ def run_loop(main: Coroutine[object, object, None]) -> None:
     """Run ``main`` on uvloop where it exists (Linux, macOS), else on asyncio's own loop.
 
     The gateway is bound by per-request event-loop overhead on one core; uvloop takes a
-    quarter to a third off it (BENCHMARKS.md, "MLaaS gateway"). Only the gateway and the
+    quarter to a third off it (BENCHMARKS-HISTORY.md, "MLaaS gateway"). Only the gateway and the
     monitor use it: uvloop's clock has millisecond resolution, which the scheduler
     service's paced trace clock should not inherit.
     """
