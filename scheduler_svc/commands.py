@@ -13,7 +13,7 @@ from analysim._protos.v1 import agent_pb2 as apb
 from analysim.core.engine import Engine
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.records import Decision
-from scheduler_svc.accounts import ENDING, DecisionAccounts
+from scheduler_svc.accounts import DecisionAccounts
 from scheduler_svc.sessions import Placed, Placements, Session
 
 log = logging.getLogger("scheduler_svc")
@@ -77,15 +77,14 @@ class CommandTranslator:
         migrated: set[str] = set()
         for i, d in enumerate(new):
             self.accounts.account(d)
-            if d.kind in ENDING:
-                self.placements.drop(d.job_id)
             last[d.job_id] = (i, d.kind, d.time)
             if d.kind == "migrate":
                 migrated.add(d.job_id)
         return last, migrated
 
     def _stop(self, job: JobRun, told: Placed, kind: str, t: float, out: dict[Session, list]) -> None:
-        """The agents running a job the engine stopped are told to (a completed one stopped itself)."""
+        """The agents running a job the engine stopped are told to (a completed one stopped itself;
+        a cancelled one is killed, and a failed one too: its other agents still run their part)."""
         if job.status is JobStatus.COMPLETED:
             return
         if job.status is JobStatus.PENDING and kind == "preempt":

@@ -54,11 +54,18 @@ def test_injection_events_cancel_and_clock_control(tmp_path: Path, capsys: pytes
         client.set_speed(1.0)
         long = client.submit(num_gpus=1, duration_s=10.0**6).job_id
         wait_until(lambda: client.get_job(long).status == spb.JOB_STATUS_RUNNING, 30, "long job running")
+
+        def on_a_gpu(job_id: str) -> bool:  # the agent's dcgm-exporter series name the job as the GPU's pod
+            agent = scrape(run.agents[0].info["host"], run.agents[0].info["metrics"])
+            return any(s.labels.get("pod") == job_id for s in agent["DCGM_FI_DEV_GPU_UTIL"])
+
+        wait_until(lambda: on_a_gpu(long), 30, "the agent to run the long job")
         paused = client.pause()
         assert paused.paused and not paused.lockstep
         assert client.cancel(long).job_id == long
         client.resume()
         wait_until(lambda: client.get_job(long).status == spb.JOB_STATUS_CANCELLED, 30, "long job cancelled")
+        wait_until(lambda: not on_a_gpu(long), 30, "the agent to stop the cancelled job (a Kill)")
         assert client.set_speed(None).lockstep
         with pytest.raises(grpc.RpcError) as e:
             client.cancel("no-such-job")
