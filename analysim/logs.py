@@ -58,14 +58,16 @@ class CancelledRpc(logging.Filter):
     """gRPC's asyncio server logs an RPC whose task is cancelled as it ends (its peer gone, or
     the server stopping, while gRPC itself sends the last status) as "Exception not handled ...
     in servicer method" with a traceback, raised inside gRPC, past where the servicer could
-    catch it. It is neither unhandled nor an error of ours: one line, at INFO, no traceback."""
+    catch it. It is neither unhandled nor an error of ours: one line, at INFO, no traceback (and
+    none at all where the service logs from WARNING up: its level was checked at ERROR)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, asyncio.CancelledError) and record.name.startswith("grpc"):
             record.msg = f"{record.getMessage()}: cancelled as it ended (its peer gone, or the server stopping)"
-            record.args, record.exc_info, record.exc_text = None, None, None
+            record.args, record.exc_info, record.exc_text, record.stack_info = None, None, None, None
             record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
         return True
 
 

@@ -33,3 +33,16 @@ def test_a_grpc_call_cancelled_as_it_ends_is_one_line_without_a_traceback(capsys
         assert " scheduler ERROR " in out and "Traceback" in out and "CancelledError" in out
     finally:
         logging.basicConfig(handlers=[logging.NullHandler()], force=True)
+
+
+def test_a_grpc_call_cancelled_as_it_ends_is_not_logged_from_warning_up(capsys: pytest.CaptureFixture[str]) -> None:
+    """The line is INFO: a service started with --log-level WARNING does not show it (gRPC logged
+    it at ERROR, so the level was passed before it was known for what it is)."""
+    try:
+        setup_logging("scheduler", "WARNING")
+        _log_cancelled("grpc._cython.cygrpc")
+        assert capsys.readouterr().out == ""
+        _log_cancelled("scheduler_svc")
+        assert " scheduler ERROR " in capsys.readouterr().out
+    finally:
+        logging.basicConfig(handlers=[logging.NullHandler()], force=True)
