@@ -30,6 +30,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Measure BENCHMARKS.md's current tables again on this machine (every area, about 15 minutes;
+# needs ../shared; one area: .venv/bin/python bench/current.py --area NAME). Run it quiet.
+bench: $(STAMP)
+	$(BIN)/python bench/current.py
+
 # Rewrite tests/golden/digests.json (golden schedules) after an intended schedule change; say
 # in the commit message why the schedule changed.
 .PHONY: golden

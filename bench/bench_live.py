@@ -124,7 +124,11 @@ def main() -> int:
         print(f"bench_live: {args.trace} not found; skipped")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-live-"))
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:  # the runs' work files, removed at the end
+        return measure(args, Path(tmp))
+
+
+def measure(args: argparse.Namespace, work: Path) -> int:
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
                      "trace": str(args.trace), "cluster": args.cluster, "policy": args.policy}
     trace = load_trace(args.trace)
