@@ -23,9 +23,11 @@ WITHIN_S = (60.0, 600.0)
 OVERALL = "(all)"
 
 
-def read_waits(run: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def read_waits(run: Path, left_out: dict[str, int] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per ClusterQueue (the run's VC where it has no partition), then OVERALL: the simulated and
-    the recorded admission waits of the jobs admitted in both, in the same job order."""
+    the recorded admission waits of the jobs admitted in both, in the same job order. ``left_out``
+    (filled when given): per group, the jobs with a recorded admission that ended in the replay
+    without one (cancelled or failed while waiting)."""
     jobs = run / "jobs.csv"
     if not jobs.is_file():
         raise UserError(f"{run}: no jobs.csv: not the output folder of a replay (analysim simulate --out)")
@@ -48,6 +50,10 @@ def read_waits(run: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             if len(row) != len(header):
                 raise InputFileError(str(jobs), reader.line_num, None, "expected as many fields as the header")
             if not row[at["first_start_s"]] or not row[at[RECORDED_ADMISSION]]:
+                if row[at[RECORDED_ADMISSION]] and left_out is not None:
+                    vc = row[at["vc"]]
+                    for g in (cq_of.get(vc, vc), OVERALL):
+                        left_out[g] = left_out.get(g, 0) + 1
                 continue  # (not admitted in the replay, or no admission recorded)
             try:
                 submit = float(row[at["submit_s"]])
@@ -79,11 +85,39 @@ def _side(waits: np.ndarray) -> dict[str, float | None]:
 
 
 def score(run: Path) -> dict:
-    """fidelity.json's content: per group, the jobs compared, both sides' figures and the KS distance."""
-    waits = read_waits(run)
+    """fidelity.json's content: per group, the jobs compared, both sides' figures and the KS
+    distance; and what could not be compared: per group the jobs recorded as admitted that ended in
+    the replay without an admission (``not_admitted``), and, from summary.json (jobs.csv has no row
+    for them), the trace's jobs the replay refused by reason (``filtered_in_replay``) and its jobs
+    that never ended (``unfinished_in_replay``)."""
+    left_out: dict[str, int] = {}
+    waits = read_waits(run, left_out)
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+        unfinished = int(summary.get("jobs_unfinished") or 0)
+        filtered = {str(k): int(v) for k, v in (summary.get("jobs_filtered") or {}).items() if v}
+    except (OSError, ValueError, AttributeError, TypeError):
+        unfinished, filtered = 0, {}  # (no summary: nothing known of them)
     return {"run": str(run), "groups": {
-        g: {"jobs": int(len(s)), "simulated": _side(s), "recorded": _side(r), "ks_distance": ks_distance(s, r)}
-        for g, (s, r) in waits.items()}}
+        g: {"jobs": int(len(s)), "not_admitted": left_out.get(g, 0), "simulated": _side(s), "recorded": _side(r),
+            "ks_distance": ks_distance(s, r)}
+        for g, (s, r) in waits.items()}, "filtered_in_replay": filtered, "unfinished_in_replay": unfinished}
+
+
+def not_compared(report: dict) -> list[str]:
+    """The lines saying which jobs the table leaves out, when any are."""
+    out = []
+    total = report["groups"].get(OVERALL, {}).get("not_admitted", 0)
+    if total:
+        out.append(f"{total:,} job(s) recorded as admitted ended in the replay without an admission (not compared)")
+    filtered = report.get("filtered_in_replay") or {}
+    if filtered:
+        why = ", ".join(f"{reason} {n:,}" for reason, n in sorted(filtered.items()))
+        out.append(f"{sum(filtered.values()):,} job(s) of the trace refused by the replay ({why}): not compared")
+    if report.get("unfinished_in_replay"):
+        out.append(f"{report['unfinished_in_replay']:,} job(s) of the replay never ended (still waiting or running "
+                   "at its end): not in jobs.csv, not compared")
+    return out
 
 
 def table(report: dict) -> str:

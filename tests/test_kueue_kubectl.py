@@ -262,3 +262,24 @@ def test_file_level_errors_of_a_workload_list(tmp_path):
     (tmp_path / "bad.json").write_text('{"kind": "List",\n "items": [}')
     with pytest.raises(UserError, match=r"bad.json, line 2: bad YAML or JSON"):
         load_trace(tmp_path / "bad.json", "kueue-workloads")
+
+
+def test_fidelity_says_which_recorded_admissions_it_could_not_compare(tmp_path, cli):
+    """A workload recorded as admitted that the replay refuses (or never admits) has no jobs.csv
+    row: the report counts it instead of dropping it silently."""
+    partition = tmp_path / "partition.yaml"
+    partition.write_text(yaml.safe_dump(_kubectl_list(_objects())))
+    trace, run = tmp_path / "trace.csv", tmp_path / "run"
+    assert cli("trace", "convert", "--format", "kueue-workloads", str(WORKLOADS), "--out", str(trace))[0] == 0
+    # A fifth workload asking for more CPU than the ClusterQueue's whole quota (9): refused here.
+    with trace.open("a") as f:
+        f.write("default/too-wide,0.0,600.0,0,1000,12000,600,default/user-queue,,,,60.0\n")
+    code, _, err = cli("simulate", "--trace", str(trace), "--cluster", "tiny", "--partition", str(partition),
+                       "--out", str(run), "--no-plots")
+    assert code == 0, err
+    code, out, err = cli("fidelity", str(run), "--no-plot")
+    assert code == 0, err
+    report = json.loads((run / "fidelity.json").read_text())
+    assert report["filtered_in_replay"] == {"larger_than_queue_quota": 1} and report["unfinished_in_replay"] == 0
+    assert report["groups"]["(all)"]["jobs"] == 4
+    assert "1 job(s) of the trace refused by the replay (larger_than_queue_quota 1): not compared" in out

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from analysim.errors import UserError
-from analysim.fidelity import plot, score, table
+from analysim.fidelity import not_compared, plot, score, table
 from analysim.report import have_matplotlib, write_json
 
 HELP = "a replay's admission waits against those the traced cluster recorded"
@@ -30,6 +30,8 @@ def main(args: argparse.Namespace) -> int:
     report = score(args.run)
     out = args.out if args.out is not None else args.run / "fidelity.json"
     print(table(report))
+    for line in not_compared(report):
+        print(line)
     partial = out.with_name(out.name + ".partial")  # (replaced whole: a reader never sees half of it)
     try:
         write_json(report, partial)
