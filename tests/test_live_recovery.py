@@ -65,7 +65,9 @@ def test_scheduler_sigkill_resumes_running_jobs_where_they_were(case: str, tmp_p
                              "--cluster", cluster, "--log-level", "WARNING"])
         summary = client.wait_done(120)
         after = {j.job_id: client.get_job(j.job_id) for j in running}
-    assert summary["live"]["jobs_resumed"] == len(running)
+    # Resumed from the agents' reports: all of them, but for a job whose end its agent reported
+    # (and the journal made durable) between the listing and the kill, which needs no resuming.
+    assert 0 < summary["live"]["jobs_resumed"] <= len(running)
     for j in running:  # each ends exactly when it would have without the kill, never restarted
         a, o = after[j.job_id], offline[j.job_id]
         assert (a.status, a.restarts) == (spb.JOB_STATUS_COMPLETED, 0)
