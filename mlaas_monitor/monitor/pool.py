@@ -199,4 +199,9 @@ class PoolLedger:
         accounts is cut off at its first extraction-like row that is linked."""
         if self.warned_at is None:
             return []
-        return [user for user, first in self.first_seen.items() if first >= self.warned_at and self.pooled_by[user]]
+        # Among the pooled accounts only (asked at each decision: every account ever seen would
+        # be a scan of all customers), in the order they were first seen (first_seen's values
+        # are distinct: rows_seen grows with each row).
+        since = self.warned_at
+        first = self.first_seen
+        return sorted((u for u, n in self.pooled_by.items() if n and first.get(u, -1) >= since), key=first.__getitem__)
