@@ -574,10 +574,11 @@ class ModelMonitor:
         while auto:pool's warning stands, the pool response's top contributors, extracting
         accounts and new accounts whose rows join the pool."""
         out = {}
-        for user in self.users:
-            why = self._enforced(user, groups)
-            if why is not None:
-                out[user] = why
+        if self.config.enforcement.action != "none":  # (asked at each decision: no scan of every user for nothing)
+            for user in self.users:
+                why = self._enforced(user, groups)
+                if why is not None:
+                    out[user] = why
         r = self.config.pool_response
         if r.action == "none" or not self.pool_standing():
             return out
