@@ -32,12 +32,17 @@ from mlaas_monitor.monitor.linkage import Linkage
 from mlaas_monitor.monitor.ood import Ood, OodState
 from mlaas_monitor.monitor.pool import EXPOSURE, POOL, POOLED, YOUNG, Kept, PoolLedger, flags, joins_pool
 from mlaas_monitor.monitor.prada import Prada, PradaState, prada_status
-from mlaas_monitor.monitor.schedule import EvaluationSchedule
+from mlaas_monitor.monitor.schedule import EvaluationSchedule, next_point
 from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, SubjectState
 
 GROUP_PREFIX = "group:"
 AUTO_PREFIX = "auto:top"
 ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
+# Attribution costs ATTRIBUTED + 1 evaluations of the pool's rows (a tree refit each): it is
+# taken again once auto:pool has grown by this fraction (at least min_refit rows) since, not at
+# each of the pool's evaluations (every 5 %, and at each leaf identity revealed), so that it
+# costs about as much as the pool's own evaluations (17 x 5 % / 25 %: 3.4 of them).
+ATTRIBUTION_FRACTION = 0.25
 
 
 def _leaf_answers(model: Model, nodes: np.ndarray) -> list[Any]:
@@ -109,6 +114,7 @@ class ModelMonitor:
         # While auto:pool is warned: per account (the ATTRIBUTED with the most pooled rows), how
         # much the pool's extent falls without its rows, largest first (attribute()).
         self.attribution: list[tuple[str, float, int]] = []
+        self.next_attribution = 0  # auto:pool's query count at which attribute() is taken again (while warned)
         self.last_seq = 0  # the last query event folded in (its seq in the store's log)
         self.last_restored = 0  # after a restart: the last logged query restored (restore_queries)
 
@@ -491,7 +497,9 @@ class ModelMonitor:
                 out.append(self.evaluate(p, None, ts, refit=force))
                 if p.name == POOL and self.pool_warned():
                     self.ledger.warned()
-                    self.attribution = self.attribute()
+                    if force or p.n_queries >= self.next_attribution:
+                        self.attribution = self.attribute()
+                        self.next_attribution = next_point(p.n_queries, self.config.min_refit, ATTRIBUTION_FRACTION)
         return out
 
     def _evaluate_auto(self, ts: float) -> tuple[Evaluation, list[ExtractionWarning]]:
