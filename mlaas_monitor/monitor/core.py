@@ -38,10 +38,13 @@ from mlaas_monitor.monitor.subject import Evaluation, ExtractionWarning, Subject
 GROUP_PREFIX = "group:"
 AUTO_PREFIX = "auto:top"
 ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of auto:pool is measured
-# Attribution costs ATTRIBUTED + 1 evaluations of the pool's rows (a tree refit each): it is
-# taken again once auto:pool has grown by this fraction (at least min_refit rows) since, not at
-# each of the pool's evaluations (every 5 %, and at each leaf identity revealed), so that it
-# costs about as much as the pool's own evaluations (17 x 5 % / 25 %: 3.4 of them).
+# Attribution costs ATTRIBUTED + 1 evaluations of the pool's rows (a tree refit each). Where
+# the pool response acts on it, it is taken at each of the pool's evaluations while warned (the
+# ranking decides whom enforcement degrades: a stale one lets a new contributor run, measured
+# on Adult's 64-account coalition). Where it only informs (the response's action 'none', the
+# default), it is taken again once auto:pool has grown by this fraction (at least min_refit
+# rows), so that it costs about as much as the pool's own evaluations (17 x 5 % / 25 %: 3.4 of
+# them) instead of 17 times as much.
 ATTRIBUTION_FRACTION = 0.25
 
 
@@ -497,7 +500,8 @@ class ModelMonitor:
                 out.append(self.evaluate(p, None, ts, refit=force))
                 if p.name == POOL and self.pool_warned():
                     self.ledger.warned()
-                    if force or p.n_queries >= self.next_attribution:
+                    acts = self.config.pool_response.action != "none"
+                    if force or acts or p.n_queries >= self.next_attribution:
                         self.attribution = self.attribute()
                         self.next_attribution = next_point(p.n_queries, self.config.min_refit, ATTRIBUTION_FRACTION)
         return out
