@@ -1,9 +1,9 @@
-"""The issue's acceptance checks as integration tests: ``monitor-eval`` trains a tree,
-serves it on loopback with the monitor, sends a benign population and the attackers over
-HTTP, and measures each status method against the truth (balanced fidelity). On a small
-tree (scikit-learn's wine) always; on German credit and Adult when ../shared is there,
-with few benign users and a small tree so that the tests stay cheap (the full evaluation
-is in docs/monitor.md)."""
+"""The monitor's evaluation goals (docs/monitor.md, "Evaluation") as integration tests:
+``monitor-eval`` trains a tree, serves it on loopback with the monitor, sends a benign
+population and the attackers over HTTP, and measures each status method against the truth
+(balanced fidelity). On a small tree (scikit-learn's wine) always; on German credit and
+Adult when ../shared is there, with few benign users and a small tree so that the tests
+stay cheap (the full evaluation is in docs/monitor.md)."""
 
 from __future__ import annotations
 

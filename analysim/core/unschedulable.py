@@ -45,7 +45,9 @@ class FailureMemo:
 
     def __init__(self) -> None:
         self.world = -1  # World.running when its last attempt failed (-1: none failed)
-        self.until = -math.inf  # that attempt fails again until this time, at that version
+        # That attempt fails again until this time, at that version. (-inf before any failure is
+        # never read: world -1 matches no version, and the pool's getters answer NO_ANSWER then.)
+        self.until = -math.inf
         self.vc_version = -1  # World.vc_version of its VC when the by-VC plugins found nothing
         self.node_version = -1  # World.nodes then
         self.none_until = -math.inf  # they find nothing until this time, at those versions
