@@ -31,13 +31,12 @@ def read_waits(run: Path, left_out: dict[str, int] | None = None) -> dict[str, t
     jobs = run / "jobs.csv"
     if not jobs.is_file():
         raise UserError(f"{run}: no jobs.csv: not the output folder of a replay (analysim simulate --out)")
-    cq_of: dict[str, str] = {}
+    cq_of: dict[str, str] = {}  # (no summary, or one without ClusterQueues: the jobs are grouped by their VC)
     try:
-        summary = json.loads((run / "summary.json").read_text())
-        for cq, figures in (summary.get("per_cluster_queue") or {}).items():
+        for cq, figures in (_summary(run).get("per_cluster_queue") or {}).items():
             cq_of.update(dict.fromkeys(figures.get("local_queues") or (), cq))
-    except (OSError, ValueError, AttributeError):
-        pass  # (no summary, or one without ClusterQueues: the jobs are grouped by their VC)
+    except AttributeError:
+        pass
     groups: dict[str, tuple[list[float], list[float]]] = {}
     with jobs.open(newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
@@ -49,10 +48,11 @@ def read_waits(run: Path, left_out: dict[str, int] | None = None) -> dict[str, t
         for row in reader:
             if len(row) != len(header):
                 raise InputFileError(str(jobs), reader.line_num, None, "expected as many fields as the header")
+            vc = row[at["vc"]]
+            its = (cq_of.get(vc, vc), OVERALL)  # the groups the job counts in
             if not row[at["first_start_s"]] or not row[at[RECORDED_ADMISSION]]:
                 if row[at[RECORDED_ADMISSION]] and left_out is not None:
-                    vc = row[at["vc"]]
-                    for g in (cq_of.get(vc, vc), OVERALL):
+                    for g in its:
                         left_out[g] = left_out.get(g, 0) + 1
                 continue  # (not admitted in the replay, or no admission recorded)
             try:
@@ -61,14 +61,23 @@ def read_waits(run: Path, left_out: dict[str, int] | None = None) -> dict[str, t
                 real = float(row[at[RECORDED_ADMISSION]]) - submit
             except ValueError as e:
                 raise InputFileError(str(jobs), reader.line_num, None, str(e)) from None
-            vc = row[at["vc"]]
-            for g in (cq_of.get(vc, vc), OVERALL):
+            for g in its:
                 s, r = groups.setdefault(g, ([], []))
                 s.append(sim)
                 r.append(real)
     if not groups:
         raise UserError(f"{jobs}: no job has both a simulated and a recorded admission")
     return {g: (np.array(s), np.array(r)) for g, (s, r) in sorted(groups.items(), key=lambda kv: kv[0] == OVERALL)}
+
+
+def _summary(run: Path) -> dict:
+    """The run's summary.json, or {} where there is none readable (the report then goes without
+    what only it says)."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -92,12 +101,12 @@ def score(run: Path) -> dict:
     that never ended (``unfinished_in_replay``)."""
     left_out: dict[str, int] = {}
     waits = read_waits(run, left_out)
+    summary = _summary(run)
     try:
-        summary = json.loads((run / "summary.json").read_text())
         unfinished = int(summary.get("jobs_unfinished") or 0)
         filtered = {str(k): int(v) for k, v in (summary.get("jobs_filtered") or {}).items() if v}
-    except (OSError, ValueError, AttributeError, TypeError):
-        unfinished, filtered = 0, {}  # (no summary: nothing known of them)
+    except (ValueError, AttributeError, TypeError):
+        unfinished, filtered = 0, {}  # (a summary of another shape: nothing known of them)
     return {"run": str(run), "groups": {
         g: {"jobs": int(len(s)), "not_admitted": left_out.get(g, 0), "simulated": _side(s), "recorded": _side(r),
             "ks_distance": ks_distance(s, r)}
