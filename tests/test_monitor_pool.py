@@ -252,8 +252,9 @@ def test_attribution_and_response_while_the_pool_is_warned() -> None:
 def test_coincidences_one_per_account_wait_and_a_coalition_is_warned() -> None:
     """A benign population's coincidences (rows one feature from another account's row and
     far from S, one per account, among ordinary rows) never reach auto:pool: each account
-    shows the signs once, and a heavy customer on under REPEATED_SHARE of its rows. The same rows from one account are pooled and warned; path-finding
-    spread over eight accounts shows them on nearly every row and is warned."""
+    shows the signs once, and a heavy customer on under REPEATED_SHARE of its rows. The same
+    rows from one account are pooled and warned; path-finding spread over eight accounts shows
+    them on nearly every row and is warned."""
     model = replace(credit_model(), policy=Policy(reveal_leaf=True))
     probes = line_searches(model, 8)  # 8 searches of 6 rows, one feature apart, far from S
 

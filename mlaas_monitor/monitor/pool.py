@@ -16,8 +16,8 @@ A row that is one feature from an earlier row and also out of distribution or in
 (``joins_pool``: each sign alone is common in natural traffic) joins one pooled subject per
 model, ``auto:pool``, once its account has shown the signs on ``REPEATED`` rows and
 ``REPEATED_SHARE`` of its rows (the account's latest such rows wait for it: a coincidence
-falls on a row now and then, extraction on nearly every row), scored by ``best_copy`` as one user that sent them all, and warned,
-metered and exported like a group. Two more
+falls on a row now and then, extraction on nearly every row), scored by ``best_copy`` as one
+user that sent them all, and warned, metered and exported like a group. Two more
 pooled subjects take rows by another rule: ``auto:model``, every answered row (the model's
 *exposure*: what its answers together have given away; reported, never warned), and
 ``auto:young``, every row an account sent before its first evaluation (``first_eval``), so
