@@ -30,15 +30,13 @@ import numpy as np
 
 from mlaas_monitor.monitor.adaptive import AccountOracle
 from mlaas_monitor.monitor.attacks import ApiClient, Domain, Oracle, Pathfinding
+from mlaas_monitor.monitor.core import POOL_REASONS
 from mlaas_monitor.monitor.eval_adaptive import run_adaptive
 from mlaas_monitor.monitor.eval_report import cell
 from mlaas_monitor.monitor.eval_run import EvalRun, benign_population, draw_rows, settle
 
 # Per setting of the pool response's new-account rule, the model copy it runs on.
 ATTRIBUTION_MODELS = {True: "target-attr", False: "target-attr-no-new"}
-# The pool response's reasons (core.py ModelMonitor.decisions), by how each begins; any other
-# is the per-subject enforcement rule's.
-REASONS = ("new account", "auto:pool contributor", "extracting account")
 GOAL_ATTACKER_SHARE = 0.9  # of the accounts acted on, at least this share the attacker's
 GOAL_BENIGN_SHARE = 0.02  # of the benign accounts, at most this share acted on
 LATE_PROBES = 1000  # path-finding rows the coalition's late account sends at most: enough to outlast the monitor's lag
@@ -184,9 +182,9 @@ def count(actions: list[dict[str, Any]], attacker: list[str], benign: list[str],
 
 
 def rule_of(reason: str) -> str:
-    """Which rule an action's reason names: one of REASONS (the pool response's), else the
+    """Which rule an action's reason names: one of POOL_REASONS (the pool response's), else the
     per-subject enforcement rule."""
-    return next((c for c in REASONS if reason.startswith(c)), "per-subject rule")
+    return next((c for c in POOL_REASONS if reason.startswith(c)), "per-subject rule")
 
 
 def goals_met(row: dict[str, Any]) -> dict[str, bool]:

@@ -46,6 +46,9 @@ ATTRIBUTED = 16  # accounts (those with the most pooled rows) whose share of aut
 # rows), so that it costs about as much as the pool's own evaluations (17 x 5 % / 25 %: 3.4 of
 # them) instead of 17 times as much.
 ATTRIBUTION_FRACTION = 0.25
+# How the reasons of the pool response's decisions begin (decisions()), one per rule: new
+# accounts, ranked contributors, extracting accounts. Any other reason is the per-subject rule's.
+POOL_REASONS = ("new account", "auto:pool contributor", "extracting account")
 
 
 def _leaf_answers(model: Model, nodes: np.ndarray) -> list[Any]:

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from mlaas_monitor.http_app import json_response, read_json
 from mlaas_monitor.monitor.config import ACTIONS, METHODS, ConfigError
-from mlaas_monitor.monitor.core import GROUP_PREFIX, ModelMonitor
+from mlaas_monitor.monitor.core import GROUP_PREFIX, POOL_REASONS, ModelMonitor
 from mlaas_monitor.monitor.coverage import leaf_fractions, merge_all
 from mlaas_monitor.monitor.decisions import Decisions
 from mlaas_monitor.monitor.persist import MonitorDB
@@ -369,7 +369,7 @@ class Monitor(MonitorBase):
             now = time.time()
             self.db.record_actions([(mon.model_id, u, a, why, mon.last_seq, now) for u, a, why in changed])
             for u, a, why in changed:
-                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(("auto:pool", "new account", "extracting account")) else "subject").inc()
+                self.m_actions.labels(mon.model_id, a, "pool" if why.startswith(POOL_REASONS) else "subject").inc()
                 log.warning("enforcement: model %s user %s -> %s (%s)", mon.model_id, u, a, why)
         self._acted[mon.model_id] = decided
         self.decisions.set(mon.model_id, {u: a for u, (a, _) in decided.items()})
