@@ -5,6 +5,7 @@ recounted here from the monitor's own action log in the run's SQLite store."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -62,10 +63,13 @@ def test_attribution_on_a_small_tree_matches_the_action_log(tmp_path: Path) -> N
     assert on["late_probes_in_full"] <= on["late_probes"] <= LATE_PROBES  # how many got through: the monitor's lag
     assert on["late_queries"] == (1 + LATE_DILUTION) * on["late_probes"]
     assert off["late_acted_on_as"] is None or not off["late_acted_on_as"].startswith("new account")
-    # Acted on within the monitor's page of the log that holds its first pooled row; without
-    # the rule, if at all, once it ranks among the contributors (thousands of its rows on).
-    assert on["late_acted_on_after"] <= on["late_queries"]
-    assert off["late_acted_on_after"] is None or on["late_acted_on_after"] < off["late_acted_on_after"]
+    # Acted on by the decision that first sees its rows pooled, the reason counting them (all
+    # logged by then). Without the rule, if at all, once it ranks among the contributors: that
+    # can be the same decision, and where the monitor's decisions fall in the log depends on
+    # its pace against the sender's, so the two runs are not compared in rows.
+    assert 0 < on["late_acted_on_after"] <= on["late_queries"]
+    if share := re.search(r"\((\d+) of its (\d+) rows pooled\)", on["late_acted_on_as"]):
+        assert 1 <= int(share[1]) <= int(share[2]) <= on["late_acted_on_after"]
     for row in rows:
         assert "new account" not in row["benign_reasons"]
     assert "| 3 | on |" in table and f"| {rule_of(on['late_acted_on_as'])} |" in table
