@@ -122,7 +122,7 @@ def surely_fails_until(h: Handle, pool: UnschedulablePool, world: World, job: Jo
             return -math.inf
     else:
         # A gang over k nodes gets at most the k largest counts of whole free GPUs (any number of
-        # them, with relaxed locality): see placement._gang_fits.
+        # them, with relaxed locality): see placement.gang_fits.
         k = h.gang_size(spec)
         most = st.total_full_free if h.config.relaxed_locality else min(st.total_full_free,
                                                                            k * st.max_full_free())

@@ -106,7 +106,108 @@ def can_place(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: ClusterS
         return False
     if k_min == 1:
         return bool((static_ok & single_node_fit(state, spec)).any())
-    return _gang_fits(gang_capacity(state, spec, static_ok), spec.num_gpus, k_min, ctx.config.relaxed_locality)
+    return gang_fits(gang_capacity(state, spec, static_ok), spec.num_gpus, k_min, ctx.config.relaxed_locality)
+
+
+def can_place_on(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: ClusterState, changed: set[int]) -> bool:
+    """``can_place`` on a ``state`` that differs only at the nodes ``changed``, by capacity freed,
+    from one the job could not be placed on (a trial copy as evictions are added to it). A job
+    that fits on one node can then fit only on one of those, so only they are looked at (most
+    trials release a few jobs on a cluster of hundreds of nodes); a gang is asked of the whole
+    state."""
+    k_min = gang_size(state, spec, static_ok)
+    if k_min != 1:
+        return can_place(ctx, spec, static_ok, state)
+    for n in changed:
+        if static_ok[n] and _fits_node(spec, state.free_milli[n].tolist(), int(state.cpu_free[n]), int(state.mem_free[n])):
+            return True
+    return False
+
+
+def can_place_released(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: ClusterState,
+                       released: list[JobRun]) -> bool:
+    """``can_place`` on ``state`` with the running jobs ``released`` given back, for a job that
+    cannot be placed on ``state`` as it is, without copying the cluster: only the nodes they
+    hold have changed, so those alone are rebuilt, each by the releases ClusterState.release
+    makes (a job that fits on one node could fit only on one of them; a gang reads the other
+    nodes as they are)."""
+    k_min = gang_size(state, spec, static_ok)
+    if k_min == 0:
+        return False
+    relaxed = ctx.config.relaxed_locality
+    if not spec.is_fractional and spec.num_gpus and not spec.cpu_milli and not spec.memory_mib:
+        got = _whole_gpus_released(spec, static_ok, state, released, k_min, relaxed)
+        if got is not None:
+            return got
+    rows: dict[int, tuple[list[int], list[int]]] = {}  # node -> (free milli per GPU slot, [CPU, memory] free)
+    for v in released:
+        vs, pl = v.spec, v.placed
+        for n, slots in pl.gpus:
+            if not static_ok[n]:
+                continue  # (a node the job may not use: what is freed there does not matter)
+            row = rows.get(n)
+            if row is None:
+                row = rows[n] = (state.free_milli[n].tolist(), [int(state.cpu_free[n]), int(state.mem_free[n])])
+            cpu, mem = cpu_mem_on(vs, slots, len(pl.gpus))
+            milli = row[0]
+            for g in slots:
+                milli[g] += vs.gpu_milli
+            row[1][0] += cpu
+            row[1][1] += mem
+    if k_min == 1:
+        return any(_fits_node(spec, milli, cpu, mem) for milli, (cpu, mem) in rows.values())
+    cap = gang_capacity(state, spec, static_ok)
+    for n, (milli, (cpu, mem)) in rows.items():
+        cap[n] = _gang_capacity_of(spec, milli, cpu, mem)
+    return gang_fits(cap, spec.num_gpus, k_min, relaxed)
+
+
+def _whole_gpus_released(spec: JobSpec, static_ok: np.ndarray, state: ClusterState, released: list[JobRun],
+                         k_min: int, relaxed: bool) -> bool | None:
+    """can_place_released for a job of whole GPUs that asks for no CPU or memory (the usual
+    trace job), when no GPU-sharing job is released (None otherwise): a GPU a whole-GPU job
+    holds is whole again once it is released, nothing else sharing it, so the GPUs freed per
+    node are counted; on one node, the first that would have enough answers."""
+    full_free, g = state.full_free, spec.num_gpus
+    whole: dict[int, int] = {}
+    for v in released:
+        if v.spec.gpu_milli != GPU_MILLI:
+            return None
+        for n, slots in v.placed.gpus:
+            if static_ok[n]:
+                k = whole[n] = whole.get(n, 0) + len(slots)
+                if k_min == 1 and int(full_free[n]) + k >= g:
+                    return True  # (what the rest would free only adds to it)
+    if k_min == 1:
+        return False
+    cap = np.where(static_ok, full_free, 0).astype(np.int64)
+    for n, k in whole.items():
+        cap[n] += k
+    return gang_fits(cap, g, k_min, relaxed)
+
+
+def _gang_capacity_of(spec: JobSpec, milli: list[int], cpu: int, mem: int) -> int:
+    """gang_capacity for one node, given its free thousandths per GPU slot, CPU and memory."""
+    g = spec.num_gpus
+    cap = sum(1 for m in milli if m == GPU_MILLI)
+    per_gpu_cpu = spec.cpu_milli / g
+    if per_gpu_cpu:
+        cap = min(cap, int(cpu // per_gpu_cpu))
+    per_gpu_mem = spec.memory_mib / g
+    if per_gpu_mem:
+        cap = min(cap, int(mem // per_gpu_mem))
+    return cap
+
+
+def _fits_node(spec: JobSpec, milli: list[int], cpu: int, mem: int) -> bool:
+    """single_node_fit for one node, given its free thousandths per GPU slot, CPU and memory."""
+    if spec.is_fractional:
+        ok = any(m >= spec.gpu_milli for m in milli)
+    elif spec.num_gpus:
+        ok = sum(1 for m in milli if m == GPU_MILLI) >= spec.num_gpus
+    else:
+        ok = True
+    return ok and (not spec.cpu_milli or cpu >= spec.cpu_milli) and (not spec.memory_mib or mem >= spec.memory_mib)
 
 
 def gang_capacity(state: ClusterState, spec: JobSpec, static_ok: np.ndarray) -> np.ndarray:
@@ -123,7 +224,7 @@ def gang_capacity(state: ClusterState, spec: JobSpec, static_ok: np.ndarray) -> 
     return np.where(static_ok, cap, 0)
 
 
-def _gang_fits(cap: np.ndarray, g: int, k_min: int, relaxed: bool) -> bool:
+def gang_fits(cap: np.ndarray, g: int, k_min: int, relaxed: bool) -> bool:
     """Whether ``_bind_gang`` finds a placement, without finding it. It succeeds exactly when
     filling the nodes with the most capacity first, over the whole cluster, reaches ``g`` GPUs
     within ``k_min`` nodes (any number, relaxed): a rack that takes the gang alone does so with
@@ -142,7 +243,7 @@ def _bind_gang(ctx: Handle, spec: JobSpec, static_ok: np.ndarray, state: Cluster
         return None  # (the nodes it may use have no more whole GPUs free than all up nodes)
     cap = gang_capacity(state, spec, static_ok)
     relaxed = ctx.config.relaxed_locality
-    if not _gang_fits(cap, g, k_min, relaxed):
+    if not gang_fits(cap, g, k_min, relaxed):
         return None  # (most attempts on a busy cluster fail: the racks are not walked for them)
     rack_cap = np.bincount(state.rack_id, weights=cap)
 

@@ -282,7 +282,7 @@ def _shortest_gang_prefix(g: int, allowed: list[bool], k: int, candidates: list[
     raised in place). What can_place reads of a trial allocation is then each allowed
     node's count of wholly free GPUs, which an eviction raises by its slots there. So the counts
     are kept sorted and the gang fits once the ``k`` largest (all of them, with relaxed locality)
-    hold ``g`` (see placement._gang_fits)."""
+    hold ``g`` (see placement.gang_fits)."""
     counts = sorted(cap)
     total = sum(cap)
     for i, v in enumerate(candidates):

@@ -52,9 +52,11 @@ bound that holds whatever the usage (the reference engine, shortcuts off, makes 
   is a few reads per level, without the flavor choice.
 - *Quota*: when the quota the candidates could free at most (all of the queue's own candidates,
   what other borrowing queues could give up) and what is available cannot cover the request.
-- *Room* (per attempt): when the job cannot be placed even with every workload the attempt might
-  take released (whole free GPUs counted first, then the nodes), every walk would fail on the nodes
-  after trying each candidate; on a busy cluster most searches that get this far end so.
+- *Room*: when the job cannot be placed even with every workload the search might take released
+  (whole free GPUs counted first, then the nodes those workloads hold), every walk would fail on
+  the nodes after trying each candidate; on a busy cluster most searches that get this far end so,
+  and this bound is asked before the quota's. An attempt that borrows, which may take fewer of the
+  other queues' workloads, asks it again with those.
 
 A search that failed on the quota is remembered with what it read (the versions of every queue's
 usage it looked at) and not repeated until one changes.
@@ -326,12 +328,16 @@ class KueuePreemption:
         others = self._others(q, plan)
         if not own and not others:
             return None
-        if self._hopeless(q, plan, others, True):
-            return None
-        self.searches += 1
         fit = Trial(st, job, q, choice.charges, mask, need, ctx)
         try:
             fairness = st.partition.fair_sharing
+            # The room bound before the quota bound: on a busy cluster it ends most searches, and
+            # with every source's candidates taken (no attempt takes more) it holds for each attempt.
+            if fairness is None and not self._nodes_could_fit(fit, plan, [c for c, _, _ in plan.sources], [], math.inf):
+                return None
+            if self._hopeless(q, plan, others, True):
+                return None
+            self.searches += 1
             if fairness is None:
                 return self._classic(fit, job, plan)
             by_queue = {q: own} if own else {}
@@ -446,8 +452,8 @@ class KueuePreemption:
         for borrow in attempts:
             if self._hopeless(q, plan, borrowing_others if borrow else every_other, borrow):
                 continue
-            if not self._nodes_could_fit(fit, plan, ahead, behind, while_borrowing if borrow else math.inf):
-                continue
+            if borrow and while_borrowing < math.inf and not self._nodes_could_fit(fit, plan, ahead, behind, while_borrowing):
+                continue  # (the search's room bound took every candidate: one that borrows may take fewer)
             dead: set[int] = set()
             walk = _chain(self._walk(ahead, job, plan, reclaim, True, lca, dead),
                           self._walk(behind, job, plan, reclaim, False, lca, dead,
@@ -468,6 +474,8 @@ class KueuePreemption:
         trying each of its candidates (on a busy cluster most searches end so)."""
         if fit.mask is None or fit.ctx is None or not fit.ctx.shortcuts:
             return True
+        if whole_gpus_may_fit(fit, {}) and fit.fits_as_is():
+            return True  # (the nodes have room now: short of quota only, the usual case on an idle cluster)
         st = self.state
         limit = plan.prio if st.partition.nodes[fit.q].preemption.reclaim_within_cohort == LOWER_PRIORITY else math.inf
         released = list(plan.own)

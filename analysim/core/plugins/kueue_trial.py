@@ -52,9 +52,9 @@ def gpus_by_node(jobs: list[JobRun]) -> dict[int, int]:
 
 def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
     """Whether a job of whole GPUs might fit once the GPUs ``freed`` (per node) are free, counting
-    whole free GPUs alone (an upper bound: CPU and memory taken as enough, every node as one the
-    job may use): a few additions that settle most searches on a busy cluster before the exact
-    check copies the cluster. Fractional jobs: always True."""
+    whole free GPUs alone (an upper bound: CPU and memory taken as enough; for a job on one node,
+    every node as one it may use): a few additions, and for a gang one pass over the nodes, that
+    settle most searches on a busy cluster before the exact check. Fractional jobs: always True."""
     spec = fit.job.spec
     g = spec.num_gpus
     if spec.is_fractional or g == 0 or fit.ctx is None:
@@ -67,7 +67,16 @@ def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
     k_min = placement.gang_size(state, spec, fit.mask) if fit.mask is not None else 1
     if k_min <= 1:
         return best >= g
-    return min(k_min * best, state.total_full_free + sum(freed.values())) >= g
+    if min(k_min * best, state.total_full_free + sum(freed.values())) < g:
+        return False
+    # A gang: the nodes it may use, each with its whole free GPUs and those freed there (CPU and
+    # memory taken as enough), as placement.gang_fits asks of them.
+    assert fit.mask is not None
+    cap = state.full_free.astype(np.int64)
+    if freed:
+        cap[np.fromiter(freed, np.int64, len(freed))] += np.fromiter(freed.values(), np.int64, len(freed))
+    cap[~fit.mask] = 0
+    return placement.gang_fits(cap, g, k_min, fit.ctx.config.relaxed_locality)
 
 
 def reclaimable(tree: QuotaTree, c: int, lca: int, need: frozenset) -> bool:
@@ -131,10 +140,7 @@ class Trial:
     def nodes_fit(self, evicted: list[JobRun]) -> bool:
         if self.mask is None or self.ctx is None or self.fits_as_is():
             return True
-        trial = self.ctx.state.clone()
-        for v in evicted:
-            placement.release_on(trial, v)
-        return placement.can_place(self.ctx, self.job.spec, self.mask, trial)
+        return placement.can_place_released(self.ctx, self.job.spec, self.mask, self.ctx.state, evicted)
 
     def fits_now(self, evicted: list[JobRun], allow_borrowing: bool = True) -> bool:
         """With ``evicted`` released on the tree already: whether the quota and the nodes fit."""
@@ -185,13 +191,17 @@ class Trial:
                 if self.mask is None or self.ctx is None or self.fits_as_is():
                     found = True
                     break
+                # (The job did not fit as is, nor before v was released: only the nodes released
+                # since can take it.)
                 if trial is None:
                     trial = self.ctx.state.clone()
                     for t, _ in targets:
                         placement.release_on(trial, t)
+                    changed = {n for t, _ in targets for n, _ in t.placed.gpus}
                 else:
                     placement.release_on(trial, v)
-                if placement.can_place(self.ctx, self.job.spec, self.mask, trial):
+                    changed = {n for n, _ in v.placed.gpus}
+                if placement.can_place_on(self.ctx, self.job.spec, self.mask, trial, changed):
                     found = True
                     break
             if not found:
