@@ -27,6 +27,7 @@ from tests.test_kueue import (
     _cpu_job,
     _cq,
     _gpu_job,
+    _nodes,
     _partitions,
     _read,
     _started,
@@ -322,6 +323,23 @@ def test_with_one_flavor_per_group_preemption_decisions_are_those_of_the_referen
     fast = _run_preempting(tmp_path, drawn)
     reference = _run_preempting(tmp_path, drawn, shortcuts=False)
     assert fast.decisions == reference.decisions
+
+
+def test_a_gang_reclaims_the_loans_on_both_nodes_it_needs(tmp_path):
+    # Two 8-GPU nodes. b (no quota of its own) borrows all 16 GPUs, a's nominal quota, with four
+    # jobs of 4 GPUs, two on each node. At t=10 a's gang of 16 GPUs arrives: within a's nominal
+    # quota, and it needs both nodes whole, so every one of b's jobs goes, the most recent first.
+    # (The room bound's count for a gang: the two nodes with the most whole GPUs once b's are
+    # freed, 8 + 8, exactly the gang's 16.)
+    two = _nodes((2, "V100", 8, 16))
+    part = _read(tmp_path, FLAVOR + _cq("a", "ab", {"nvidia.com/gpu": {"nominalQuota": 16}},
+                                        extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("b", "ab", {"nvidia.com/gpu": {"nominalQuota": 0}}), two)[0]
+    jobs = [_gpu_job(f"b{i}", "b", 4, submit=float(i), duration=1000) for i in range(4)]
+    jobs.append(_gpu_job("gang", "a", 16, submit=10))
+    e = _run(part, jobs, until=20, cluster=two)
+    assert sorted(_preempted(e)) == [(10.0, f"b{i}", "InCohortReclamation", "a") for i in range(4)]
+    assert _started(e)["gang"] == 10.0
 
 
 # --- a search with nothing to find is not repeated ------------------------------------------------

@@ -228,6 +228,10 @@ class ClusterState:
         """The most whole free GPUs on one node that is up (0 when none is)."""
         return self._max_full_free
 
+    def nodes_with_full_free(self, k: int) -> int:
+        """How many up nodes have exactly ``k`` whole GPUs free."""
+        return self._full_free_count[k] if 0 <= k < len(self._full_free_count) else 0
+
     def free_gpus_total(self) -> float:
         """Free GPU capacity on nodes that are up, fractional shares included."""
         return self._free_up_milli / GPU_MILLI

@@ -69,14 +69,27 @@ def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
         return best >= g
     if min(k_min * best, state.total_full_free + sum(freed.values())) < g:
         return False
-    # A gang: the nodes it may use, each with its whole free GPUs and those freed there (CPU and
-    # memory taken as enough), as placement.gang_fits asks of them.
+    if fit.ctx.config.relaxed_locality:
+        return True  # (any number of nodes: the total above is the bound)
+    # A gang spans its k_min nodes with the most (placement.gang_fits): the most whole GPUs any
+    # k_min nodes could give, the nodes where GPUs are freed counted with them.
     assert fit.mask is not None
-    cap = state.full_free.astype(np.int64)
-    if freed:
-        cap[np.fromiter(freed, np.int64, len(freed))] += np.fromiter(freed.values(), np.int64, len(freed))
-    cap[~fit.mask] = 0
-    return placement.gang_fits(cap, g, k_min, fit.ctx.config.relaxed_locality)
+    full_free, up, mask = state.full_free, state.up, fit.mask
+    counted: dict[int, int] = {}  # whole GPUs free -> nodes with that many counted with their freed GPUs
+    most: list[int] = []
+    for n, k in freed.items():
+        if mask[n] and up[n]:
+            v = int(full_free[n])
+            counted[v] = counted.get(v, 0) + 1
+            most.append(v + k)
+    taken, level = 0, state.max_full_free()  # (the other nodes, the most first)
+    while level > 0 and taken < k_min:
+        more = min(state.nodes_with_full_free(level) - counted.get(level, 0), k_min - taken)
+        most += [level] * more
+        taken += more
+        level -= 1
+    most.sort(reverse=True)
+    return sum(most[:k_min]) >= g
 
 
 def reclaimable(tree: QuotaTree, c: int, lca: int, need: frozenset) -> bool:
