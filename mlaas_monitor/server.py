@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 from aiohttp import web
 
+from analysim.aio_shutdown import settle
 from analysim.ops_http import start_ops_server
 from analysim.tls import TlsFiles
 from mlaas_monitor.grpc_service import build_grpc_server
@@ -110,6 +111,7 @@ async def serve(
     assert runner.server is not None
     app[CONNECTION_CAP].install(runner.server)
     ops: web.AppRunner | None = None
+    refresher: asyncio.Task | None = None
     started = False
     try:
         metrics_port = None
@@ -132,8 +134,9 @@ async def serve(
             on_ready(Bound(host, bound_http, bound_grpc, metrics_port))
         refresher = asyncio.create_task(_refresh_loop(gw))
         await stop.wait()
-        refresher.cancel()
     finally:
+        if refresher is not None:
+            refresher.cancel()
         if started:
             await grpc_srv.set_serving(False)
         grpc_srv.predictions.close_streams()
@@ -141,6 +144,7 @@ async def serve(
         await runner.cleanup()  # stops listening, lets in-flight handlers finish
         if ops is not None:
             await ops.cleanup()
+        await settle(SHUTDOWN_GRACE_S)
         gw.shutdown()
 
 

@@ -204,3 +204,4 @@ class LiveScheduler:
         self.pace.stop()
         for s in list(self.agents.sessions.values()):
             s.outbox.put_nowait(None)
+        self.feed.close()

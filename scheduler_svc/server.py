@@ -11,6 +11,7 @@ import signal
 
 import grpc
 
+from analysim.aio_shutdown import settle
 from analysim.errors import UserError
 from analysim.ops_http import start_ops_server
 from analysim.portfile import write_port_file
@@ -69,6 +70,7 @@ async def serve(live: LiveScheduler, host: str, grpc_port: int, metrics_port: in
         await server.stop(GRACE_S)
         await runner.cleanup()
         waiter.cancel()
+        await settle(GRACE_S)
         live.commit()
         live.journal.close()
     return live.end.out_error is None

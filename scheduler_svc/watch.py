@@ -18,6 +18,13 @@ class EventFeed:
         # One queue per open WatchEvents call (its handler adds and removes it); None ends it.
         self.watchers: list[asyncio.Queue] = []
 
+    def close(self) -> None:
+        """The scheduler is stopping: every stream ends now, with status OK, rather than being
+        held open until the server's grace period runs out and cut off with an error."""
+        for q in self.watchers:
+            q.put_nowait(None)  # (a full queue has one place kept for it: see publish)
+        self.watchers.clear()
+
     def publish(self, kind: str, job_id: str, nodes: Sequence[str], message: str, t: float | None = None) -> None:
         if not self.watchers:
             return
