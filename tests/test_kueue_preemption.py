@@ -18,6 +18,7 @@ from analysim.core.plugins.kueue_preemption import KueuePreemption
 from analysim.core.policies import partition_policy
 from analysim.errors import InputFileError
 from analysim.partitions import assign_queues
+from tests.kueue_yaml import cohort_doc as _cohort_doc
 from tests.kueue_yaml import fair_sharing_config as _config
 from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
@@ -343,6 +344,30 @@ def test_a_gang_reclaims_the_loans_on_both_nodes_it_needs(tmp_path):
 
 
 # --- a search with nothing to find is not repeated ------------------------------------------------
+
+
+def test_a_cohort_gives_back_only_what_it_borrows_and_the_room_bound_takes_exactly_that(tmp_path):
+    # Two nodes of 4 GPUs; cohorts c0 and c1 under root, without quota of their own. a (in c0)
+    # has 6 GPUs nominal; b0 (in c1) 2 and b1 (in c1) none, so c1's subtree quota is 2. a runs
+    # 2 GPUs (t=0); b1 runs four 1-GPU jobs (t=1..4), the last two on n1: b1 borrows 4, and c1
+    # borrows 2 of root's. At t=10 a's job of 4 GPUs (within a's nominal quota) finds 2 GPUs left
+    # in the root, so it reclaims from b1, the most recent first, while b1 and every cohort up to
+    # the common ancestor (root) are over nominal: b1-4 (c1 then holds 3, over its 2) and b1-3
+    # (c1 then holds 2: within), then no more. Those two free n1 whole, where the job goes.
+    # The room bound asks first whether the job could be placed with every workload a walk may
+    # take released: of c1, those two (one fewer, and it would refuse the search).
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("c0", "\n  parent: root") + _cohort_doc("c1", "\n  parent: root")
+                 + _cq("a", "c0", {gpu: {"nominalQuota": 6}}, extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("b0", "c1", {gpu: {"nominalQuota": 2}}) + _cq("b1", "c1", {gpu: {"nominalQuota": 0}}), two)[0]
+    jobs = [_gpu_job("a-1", "a", 2, submit=0.0, duration=1000)]
+    jobs += [_gpu_job(f"b1-{i}", "b1", 1, submit=float(i), duration=1000) for i in range(1, 5)]
+    jobs.append(_gpu_job("a-2", "a", 4, submit=10.0, duration=100))
+    e = _run(part, jobs, until=20, cluster=two)
+    assert sorted(_preempted(e)) == [(10.0, "b1-3", "InCohortReclamation", "a"), (10.0, "b1-4", "InCohortReclamation", "a")]
+    assert _started(e)["a-2"] == 10.0
+    assert e.running["a-2"].placement.nodes == (1,)
 
 
 @pytest.mark.parametrize("within, looked, asked", [

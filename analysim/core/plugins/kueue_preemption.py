@@ -56,7 +56,10 @@ bound that holds whatever the usage (the reference engine, shortcuts off, makes 
   (whole free GPUs counted first, then the nodes those workloads hold), every walk would fail on
   the nodes after trying each candidate; on a busy cluster most searches that get this far end so,
   and this bound is asked before the quota's. An attempt that borrows, which may take fewer of the
-  other queues' workloads, asks it again with those.
+  other queues' workloads, asks it again with those. What a walk may take of another queue stops
+  where the queue, or a cohort between it and the common ancestor, is back within its nominal
+  quota: each queue's candidates in order up to there, and of a cohort's queues, merged in the
+  walk's order, up to where the cohort is (_capped_by_cohorts).
 
 A search that failed on the quota is remembered with what it read (the versions of every queue's
 usage it looked at) and not repeated until one changes.
@@ -113,8 +116,9 @@ class KueuePreemption:
     """The post-filter (module docstring). Its answers read only the running jobs, their usage and
     the nodes, so the engine's failure memo holds for them (``holds_until``: inf).
 
-    Invariant: each memo entry (``_failed``, ``_reclaimed``, ``_released``, ``_tree_refusal``) is
-    kept with the usage versions it read and trusted only while they are the state's; ``_why``
+    Invariant: each memo entry (``_failed``, ``_reclaimed``, ``_capped``, ``_released``,
+    ``_tree_refusal``) is kept with the usage versions it read (``_capped``: in its key) and trusted
+    only while they are the state's; ``_why``
     holds the victims of the last searches until the engine evicts them (reason_of)."""
 
     name: ClassVar[str] = "kueue-preemption"
@@ -145,7 +149,12 @@ class KueuePreemption:
 
         # Other queues' candidates a walk may take at most (_reclaimed_by_walk): (queue, need,
         # priority limit) -> (the queue's usage version, the workloads, their GPUs per node)
-        self._reclaimed: dict[tuple[int, frozenset, float], tuple[int, list[JobRun], dict[int, int]]] = {}
+        self._reclaimed: dict[tuple[int, frozenset, float],
+                              tuple[int, list[tuple[tuple, JobRun]], list[JobRun], dict[int, int]]] = {}
+        # _capped_by_cohorts' lists, by what each was made from: a cohort, what the job needs, its
+        # children's (a queue's: its id, priority limit and version; a cohort's: this same key)
+        # and its usage of what the job needs.
+        self._capped: dict[tuple, list[tuple[tuple, JobRun]]] = {}
         # _released_by's answers: (queue, flavor-resource, priority limit) -> (the queue's usage
         # version, what a walk takes from it at most)
         self._released: dict[tuple[int, tuple[str, str], float], tuple[int, int]] = {}
@@ -480,17 +489,84 @@ class KueuePreemption:
         limit = plan.prio if st.partition.nodes[fit.q].preemption.reclaim_within_cohort == LOWER_PRIORITY else math.inf
         released = list(plan.own)
         freed = gpus_by_node(plan.own)
+        lca = {c: a for c, a, _ in plan.sources}
+        parent = st.tree.parent
+        # Per cohort between a source and its common ancestor with the job's queue: the capped
+        # lists of its sources, to be merged there (_capped_by_cohorts).
+        under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]] = {}
+        stop: dict[int, int] = {}
         for c, below_c in [(c, limit) for c in ahead] + [(c, min(limit, below)) for c in behind]:
-            jobs, theirs = self._reclaimed_by_walk(c, plan.need, below_c)
+            keyed, jobs, theirs = self._reclaimed_by_walk(c, plan.need, below_c)
+            if parent[c] != lca[c]:
+                under.setdefault(parent[c], []).append(((c, below_c, st.queue_versions[c]), keyed))
+                stop[parent[c]] = lca[c]
+                continue
             released += jobs
             for n, k in theirs.items():
                 freed[n] = freed.get(n, 0) + k
+        if under:
+            for v in self._capped_by_cohorts(under, stop, plan.need):
+                released.append(v)
+                for n, slots in v.placed.gpus:
+                    freed[n] = freed.get(n, 0) + len(slots)
         if whole_gpus_may_fit(fit, freed) and fit.nodes_fit(released):
             return True
         fit.nodes_mattered = True
         return False
 
-    def _reclaimed_by_walk(self, c: int, need: frozenset, limit: float) -> tuple[list[JobRun], dict[int, int]]:
+    def _capped_by_cohorts(self, under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]],
+                           stop: dict[int, int], need: frozenset) -> list[JobRun]:
+        """What the walks may take of the sources below cohorts that are themselves below their
+        common ancestor with the job's queue (``under``: such a cohort -> its sources' capped
+        lists, each with what it was made from; ``stop``: the cohort -> that ancestor). A walk
+        takes a candidate only while its queue and every cohort up to the common ancestor are over
+        nominal quota in what the job needs (kueue_trial.reclaimable), so of a cohort's sources,
+        merged in candidate order (the walk's: a cohort's sources all share one common ancestor,
+        so one walk), it takes at most those up to the one that brings the cohort back within its
+        nominal quota. Until the cohort stops them, each source gives its candidates in that order
+        up to its own cap, so this prefix holds every candidate a walk may take. Deepest cohorts
+        first, each over its children's capped lists; a cohort's list is kept while what it was
+        made from (its children's, and its usage of what the job needs) is the same."""
+        st = self.state
+        tree, parent = st.tree, st.tree.parent
+        out: list[JobRun] = []
+        pending = {k: list(lists) for k, lists in under.items()}
+
+        def depth(a: int) -> int:
+            d = 0
+            while parent[a] >= 0:
+                a, d = parent[a], d + 1
+            return d
+
+        while pending:
+            k = max(pending, key=lambda a: (depth(a), a))  # (its children below are done)
+            children = pending.pop(k)
+            usage = tree.usage[k]
+            made_from = (k, need, tuple(sig for sig, _ in children), tuple(usage.get(fr, 0) for fr in sorted(need)))
+            known = self._capped.get(made_from)
+            if known is None:
+                borrowed = {fr: usage.get(fr, 0) - tree.subtree[k].get(fr, 0) for fr in need}
+                known = []
+                for key, v in heapq.merge(*(keyed for _, keyed in children), key=_first):
+                    if all(b <= 0 for b in borrowed.values()):
+                        break
+                    known.append((key, v))
+                    for fr, amount in st.held[v.job_id][1]:
+                        if fr in borrowed:
+                            borrowed[fr] -= amount
+                if len(self._capped) > 2_000:
+                    self._capped.clear()  # (a bound on the memory, not on correctness: most are stale)
+                self._capped[made_from] = known
+            up = parent[k]
+            if up == stop[k]:
+                out += [v for _, v in known]
+            else:
+                stop[up] = stop[k]
+                pending.setdefault(up, []).append((made_from, known))
+        return out
+
+    def _reclaimed_by_walk(self, c: int, need: frozenset, limit: float) -> tuple[list[tuple[tuple, JobRun]], list[JobRun],
+                                                                                dict[int, int]]:
         """Another queue's candidates a walk may take at most, in its order: those below
         ``limit`` that use what the job needs, until the queue no longer borrows any of it; with
         the GPUs they hold per node. Kept while the queue's usage stays the same (its version):
@@ -500,25 +576,26 @@ class KueuePreemption:
         key = (c, need, limit)
         known = self._reclaimed.get(key)
         if known is not None and known[0] == version:
-            return known[1], known[2]
+            return known[1], known[2], known[3]
         tree = st.tree
         running, held = st.running.jobs, st.held
         borrowed = {fr: tree.usage[c].get(fr, 0) - tree.subtree[c].get(fr, 0) for fr in need}
-        jobs: list[JobRun] = []
+        keyed: list[tuple[tuple, JobRun]] = []
         for k in st.running.by_queue[c]:
             if k[0] >= limit or all(b <= 0 for b in borrowed.values()):
                 break
             charges = held[k[3]][1]
             if not _uses(charges, need):
                 continue
-            jobs.append(running[k[3]])
+            keyed.append((k, running[k[3]]))
             for fr, a in charges:
                 if fr in borrowed:
                     borrowed[fr] -= a
         if len(self._reclaimed) > 10_000:
             self._reclaimed.clear()  # (a bound on the memory: keys are queues x needs x limits)
-        self._reclaimed[key] = (version, jobs, gpus_by_node(jobs))
-        return jobs, self._reclaimed[key][2]
+        jobs = [v for _, v in keyed]
+        entry = self._reclaimed[key] = (version, keyed, jobs, gpus_by_node(jobs))
+        return entry[1], entry[2], entry[3]
 
     def _attempts(self, job: JobRun, plan: _Plan, ahead: list[int], behind: list[int]) -> tuple[bool, ...]:
         """Whether each attempt, in order, may borrow (module docstring, "Attempts")."""
@@ -657,6 +734,11 @@ class _Plan:
     under: bool  # (above)
     own: list[JobRun]  # (above)
     sources: list[tuple[int, int, bool]]  # (queue, lowest common ancestor, advantage), above
+
+
+def _first(entry: tuple[tuple, JobRun]) -> tuple:
+    """A keyed candidate's key (the walk's merge order)."""
+    return entry[0]
 
 
 def _uses(held: Charges, short: frozenset) -> bool:
