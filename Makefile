@@ -25,7 +25,7 @@ stack: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
