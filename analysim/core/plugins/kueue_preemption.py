@@ -118,8 +118,8 @@ class KueuePreemption:
 
     Invariant: each memo entry (``_failed``, ``_reclaimed``, ``_capped``, ``_released``,
     ``_tree_refusal``) is kept with the usage versions it read (``_capped``: in its key) and trusted
-    only while they are the state's; ``_why``
-    holds the victims of the last searches until the engine evicts them (reason_of)."""
+    only while they are the state's; ``_why`` holds the victims of the last searches until the
+    engine evicts them (reason_of)."""
 
     name: ClassVar[str] = "kueue-preemption"
 
