@@ -55,6 +55,7 @@ COMPILED = [
     "analysim/core/victims.py",
     "analysim/core/plugins/__init__.py",
     "analysim/core/plugins/kueue.py",
+    "analysim/core/plugins/kueue_bounds.py",
     "analysim/core/plugins/kueue_fair.py",
     "analysim/core/plugins/kueue_flavors.py",
     "analysim/core/plugins/kueue_preemption.py",

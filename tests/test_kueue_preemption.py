@@ -319,7 +319,7 @@ def test_with_preemption_decisions_are_those_of_the_reference_engine(tmp_path, d
 @given(_preempting_partitions(flavors=("f0",)))
 def test_with_one_flavor_per_group_preemption_decisions_are_those_of_the_reference_engine(tmp_path, drawn):
     # One flavor per resource group: the searches the refusal answers from its path counts
-    # (_no_candidate) and those the room bound ends before their walks (_nodes_could_fit), which
+    # (_no_candidate) and those the room bound ends before their walks (SearchBounds.room), which
     # the reference engine (shortcuts off) makes in full.
     fast = _run_preempting(tmp_path, drawn)
     reference = _run_preempting(tmp_path, drawn, shortcuts=False)

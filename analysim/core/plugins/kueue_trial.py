@@ -5,6 +5,7 @@ the few quota-tree tests the walks share."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -247,3 +248,23 @@ class Trial:
                 self.release(v)
         reason_of = {t.job_id: r for t, r in targets}
         return [(t, reason_of[t.job_id]) for t in kept]
+
+
+def uses(held: Charges, short: frozenset) -> bool:
+    """Whether a workload's charges touch any of the flavor-resources ``short``."""
+    return any(fr in short for fr, _ in held)
+
+
+@dataclass(slots=True)
+class Plan:
+    """One search: what the job charges, the flavor-resources needing preemption, the job's
+    priority, whether its queue is under nominal quota (strictly) in all of them, its own
+    candidates (in candidate order) and the other queues that may give candidates (with their
+    lowest common ancestor and whether the job has the advantage over them)."""
+
+    charges: Charges  # ((flavor, resource), amount) on the flavors chosen
+    need: frozenset  # the (flavor, resource) pairs needing preemption
+    prio: int  # the job's priority
+    under: bool  # (above)
+    own: list[JobRun]  # (above)
+    sources: list[tuple[int, int, bool]]  # (queue, lowest common ancestor, advantage), above
