@@ -370,6 +370,29 @@ def test_a_cohort_gives_back_only_what_it_borrows_and_the_room_bound_takes_exact
     assert e.running["a-2"].placement.nodes == (1,)
 
 
+def test_a_cohort_s_usage_falls_by_what_its_queue_held_above_its_guarantee(tmp_path):
+    # Two nodes of 4 GPUs. a (in c0) has 7 GPUs nominal. In c1 (no quota of its own), b has 2
+    # with lendingLimit 0, so it keeps both (its guarantee) and only what it uses past them counts
+    # in c1; d has none. a runs 3 GPUs and b 1 on n0 (t=0, 1); d runs 1 and b 3 more on n1
+    # (t=2, 3): b uses 4, 2 past its guarantee, so c1 holds 2 + 1 = 3 of root's 7. At t=10 a's job
+    # of 4 GPUs (within a's nominal quota) finds 1 left, so it reclaims from c1, the most recent
+    # first: b's 3-GPU job (b is over nominal, c1 over its 0), which takes c1 down by 2, not 3
+    # (b drops under its guarantee), then d's (c1 still over), which frees n1 whole. A room bound
+    # that took c1 down by each job's whole charge would stop after b's job and refuse.
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("c0", "\n  parent: root") + _cohort_doc("c1", "\n  parent: root")
+                 + _cq("a", "c0", {gpu: {"nominalQuota": 7}}, extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("b", "c1", {gpu: {"nominalQuota": 2, "lendingLimit": 0}})
+                 + _cq("d", "c1", {gpu: {"nominalQuota": 0}}), two)[0]
+    jobs = [_gpu_job("a-1", "a", 3, submit=0.0, duration=1000), _gpu_job("b-1", "b", 1, submit=1.0, duration=1000),
+            _gpu_job("d-1", "d", 1, submit=2.0, duration=1000), _gpu_job("b-2", "b", 3, submit=3.0, duration=1000),
+            _gpu_job("a-2", "a", 4, submit=10.0, duration=100)]
+    e = _run(part, jobs, until=20, cluster=two)
+    assert sorted(_preempted(e)) == [(10.0, "b-2", "InCohortReclamation", "a"), (10.0, "d-1", "InCohortReclamation", "a")]
+    assert _started(e)["a-2"] == 10.0
+
+
 @pytest.mark.parametrize("within, looked, asked", [
     # LowerOrNewerEqualPriority: q's equal-priority jobs might be candidates (they are not: older
     # than big), so the search is made once, finds none, and is answered from the memo after.

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 
 from analysim.core.job import JobRun
 from analysim.core.partition import LOWER_PRIORITY
-from analysim.core.plugins.kueue_trial import Plan, Trial, gpus_by_node, uses, whole_gpus_may_fit
+from analysim.core.plugins.kueue_trial import (
+    Plan,
+    Trial,
+    charge,
+    gpus_by_node,
+    uses,
+    whole_gpus_may_fit,
+    within_nominal,
+)
 
 if TYPE_CHECKING:
     from analysim.core.plugins.kueue_state import KueueState
@@ -118,15 +126,22 @@ class SearchBounds:
             made_from = (k, need, tuple(sig for sig, _ in children), tuple(usage.get(fr, 0) for fr in sorted(need)))
             known = self._capped.get(made_from)
             if known is None:
-                borrowed = {fr: usage.get(fr, 0) - tree.subtree[k].get(fr, 0) for fr in need}
-                known = []
-                for key, v in heapq.merge(*(keyed for _, keyed in children), key=_first):
-                    if all(b <= 0 for b in borrowed.values()):
-                        break
-                    known.append((key, v))
-                    for fr, amount in st.held[v.job_id][1]:
-                        if fr in borrowed:
-                            borrowed[fr] -= amount
+                # On the tree itself, undone before this returns: a release takes from the cohort
+                # only what its queue held past its guarantee (partition.QuotaTree.remove), which a
+                # subtraction of the charges would overcount.
+                capped: list[tuple[tuple, JobRun]] = []
+                taken: list[JobRun] = []
+                try:
+                    for key, v in heapq.merge(*(keyed for _, keyed in children), key=_first):
+                        if within_nominal(tree, k, need):
+                            break
+                        capped.append((key, v))
+                        charge(st, v, -1)
+                        taken.append(v)
+                finally:
+                    for v in reversed(taken):
+                        charge(st, v, 1)
+                known = capped
                 if len(self._capped) > 2_000:
                     self._capped.clear()  # (a bound on the memory, not on correctness: most are stale)
                 self._capped[made_from] = known
