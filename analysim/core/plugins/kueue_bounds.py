@@ -86,10 +86,10 @@ class SearchBounds:
             for n, k in theirs.items():
                 freed[n] = freed.get(n, 0) + k
         if under:
-            for v in self._capped_by_cohorts(under, stop, plan.need):
-                released.append(v)
-                for n, slots in v.placed.gpus:
-                    freed[n] = freed.get(n, 0) + len(slots)
+            capped = self._capped_by_cohorts(under, stop, plan.need)
+            released += capped
+            for n, k in gpus_by_node(capped).items():
+                freed[n] = freed.get(n, 0) + k
         if whole_gpus_may_fit(fit, freed) and fit.nodes_fit(released):
             return True
         fit.nodes_mattered = True
