@@ -92,6 +92,64 @@ def test_what_a_victim_keeps_is_the_preemption_cost(tmp_path, cost, low_end):
     assert float(rows["low"]["end_s"]) == pytest.approx(low_end)
 
 
+def _two_queues(tmp_path, jobs: list[tuple], control: str) -> tuple[dict[str, dict[str, str]], dict, list[dict]]:
+    """Queue a (quota 2, evicts lower priority) and queue b (quota 3) on one 8-GPU node, each job
+    (id, submit, duration, queue, priority class) asking 1 GPU; jobs.csv's rows, the summary and
+    the events file's rows."""
+    import json
+
+    rg = resource_groups([([GPU], [("f", {GPU: {"nominalQuota": 2}})])])
+    part = (flavor_doc("f") + priority_doc("low", 50) + priority_doc("high", 200)
+            + queue_docs("a", None, rg + preemption(withinClusterQueue="LowerPriority"))
+            + queue_docs("b", None, resource_groups([([GPU], [("f", {GPU: {"nominalQuota": 3}})])])))
+    (tmp_path / "p.yaml").write_text(part)
+    with open(tmp_path / "t.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job_id", "submit_s", "duration_s", "num_gpus", "vc", "qos"])
+        w.writerows([(job_id, submit, duration, 1, queue, qos) for job_id, submit, duration, queue, qos in jobs])
+    out = tmp_path / "out"
+    assert main(["simulate", "--trace", str(tmp_path / "t.csv"), "--cluster", "1x8", "--partition",
+                 str(tmp_path / "p.yaml"), "--no-plots", "--no-progress", "--preemption-cost", "restart",
+                 "--control-plane", control, "--events", str(tmp_path / "events.csv"), "--out", str(out)]) == 0
+    with open(out / "jobs.csv") as f:
+        rows = {r["job_id"]: r for r in csv.DictReader(f)}
+    with open(tmp_path / "events.csv") as f:
+        events = list(csv.DictReader(f))
+    return rows, json.loads((out / "summary.json").read_text())["control_plane"], events
+
+
+# One write a second, no burst, cycles 1 s apart, five heads a cycle: the five admissions of the
+# cycle at 0 are written at 0, 1, 2, 3 and 4. "high" arrives at 0.5; the cycle at 1 evicts a low
+# workload of a for it, whose write waits its turn behind them, to 5.
+BUSY = "kueue,cycle_s=1,heads_per_queue=5,api_qps=1,api_burst=1,requeue_batch_s=0"
+BEHIND = [("l0", 0, 10, "a", "low"), ("l1", 0, 10, "a", "low"), ("b0", 0, 10, "b", "low"),
+          ("b1", 0, 10, "b", "low"), ("b2", 0, 10, "b", "low")]
+
+
+def test_an_eviction_takes_its_write_s_time_and_the_preemptor_waits_for_it(tmp_path):
+    rows, control, events = _two_queues(tmp_path, [*BEHIND, ("high", 0.5, 10, "a", "high")], BUSY)
+    evicted = [e for e in events if e["event"] == "evict"]
+    assert len(evicted) == 1 and evicted[0]["preemptor"] == "high"
+    # The victim keeps its quota until its eviction is written at 5; no cycle runs in between
+    # (Kueue writes a cycle's evictions from the cycle), and the one at 5 admits the preemptor.
+    assert float(evicted[0]["time_s"]) == pytest.approx(5)
+    assert float(rows["high"]["first_start_s"]) == pytest.approx(5)
+    assert rows[evicted[0]["job_id"]]["preemptions"] == "1"
+    assert control["api_writes"]["eviction"] == 1
+
+
+def test_a_victim_that_ends_before_its_eviction_is_written_ends_as_it_would_have(tmp_path):
+    # l0 and l1 run 3 s from their writes at 0 and 1: both end before the eviction goes at 5.
+    short = [(j, t, 3 if q == "a" else d, q, c) for j, t, d, q, c in BEHIND]
+    rows, control, events = _two_queues(tmp_path, [*short, ("high", 0.5, 10, "a", "high")], BUSY)
+    assert not [e for e in events if e["event"] == "evict"]
+    assert rows["l0"]["preemptions"] == rows["l1"]["preemptions"] == "0"
+    assert rows["l0"]["status"] == rows["l1"]["status"] == "completed"
+    # the write still went, and the cycles waited for it: the preemptor is admitted at 5, not at 3
+    assert control["api_writes"]["eviction"] == 1
+    assert float(rows["high"]["first_start_s"]) == pytest.approx(5)
+
+
 @pytest.mark.parametrize(("flag", "message"), [
     ("foo", "expected 'kueue'"),
     ("kueue,api_qps=-1", "api_qps must be"),

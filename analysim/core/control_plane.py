@@ -23,6 +23,13 @@ fits at once. Real Kueue is slower in three ways, each taken from its code (docs
   and the first ``Pending`` status of a workload that could not be admitted. The quota is taken
   when the cycle decides; the job starts running when its admission is written (the job
   controller sees it then), so a queue of writes holds quota without work.
+- **Evictions take their write's time.** Kueue writes a cycle's evictions from the cycle itself
+  (``IssuePreemptions`` waits for its patches), so no cycle begins before they are sent; the
+  victims keep their quota and nodes until then, and their evictions complete then (the perf
+  runner's controller clears an evicted workload's quota reservation at once, through a client of
+  1,000 writes a second). The preemptor is not admitted in the cycle that chose its victims: it is
+  requeued at once (``RequeueReasonPendingPreemption``) and tried again in the next cycle, against
+  the quota they gave back. (A victim that ends before its eviction is sent ends as it would have.)
 
 What a victim loses is ``preemption_cost`` (records.EngineConfig), not part of this model.
 """
@@ -32,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from analysim.core.events import TIMER, EventQueue
+from analysim.core.events import COMPLETION, TIMER, EventQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +94,8 @@ class ControlPlane:
     """The model's state in one run: when the last cycle began, whether one is due, the API client.
 
     Invariant: ``due`` is True exactly while the cycle event it pushed is in the engine's queue (so
-    there is at most one); no cycle begins less than ``config.cycle_s`` after the one before;
-    ``cycles`` and ``offered`` only rise."""
+    there is at most one); no cycle begins less than ``config.cycle_s`` after the one before, nor
+    before ``writing_until``; ``cycles``, ``offered`` and ``writing_until`` only rise."""
 
     def __init__(self, config: ControlPlaneConfig) -> None:
         self.config = config  # the cycle period, heads per queue, API rate and requeue batch
@@ -97,13 +104,14 @@ class ControlPlane:
         self.due = False  # a cycle event is in the engine's queue
         self.cycles = 0  # cycles run (for the summary)
         self.offered = 0  # heads the queues offered to cycles (kueue.KueueQueue counts them)
+        self.writing_until = -math.inf  # when the last eviction a cycle issued is sent (cycles wait for it)
 
     def want_cycle(self, now: float, events: EventQueue) -> None:
         """Something changed: a cycle is due, at once or when the last one is ``cycle_s`` old
         (nothing to do if one is due already)."""
         if not self.due:
             self.due = True
-            events.push(max(now, self.last_cycle + self.config.cycle_s), TIMER, "cycle")
+            events.push(max(now, self.last_cycle + self.config.cycle_s, self.writing_until), TIMER, "cycle")
 
     def begin_cycle(self, now: float) -> int:
         """A cycle begins: the count of heads offered so far (another cycle follows this one if
@@ -116,3 +124,12 @@ class ControlPlane:
     def admission_lag(self, now: float) -> float:
         """An admission decided at ``now``: how long until its write is sent and the job starts."""
         return self.api.write(now, "admission") - now
+
+    def evict(self, now: float, events: EventQueue, payload: object) -> None:
+        """A cycle evicts a workload at ``now``: its write waits its turn, cycles wait for the
+        write, and the eviction completes when it is sent (the ``evicted`` event, carrying
+        ``payload``; of the completions' class, so that a cycle at that instant sees the quota it
+        gives back)."""
+        sent = self.api.write(now, "eviction")
+        self.writing_until = max(self.writing_until, sent)
+        events.push(sent, COMPLETION, "evicted", payload)

@@ -56,6 +56,8 @@ def run_pass(s: Scheduler) -> None:
     if c.only_capacity and s.queue.hopeless(s.handle.state, s.gmax, s.handle.config.relaxed_locality):
         return
     given = _visit_all(s, c, source)
+    if c.over:
+        return  # (it did not walk every job: it leaves no hint)
     if c.by_shape and not given and s.world.running == world:
         pool.leave_idle(IdleHint(world, s.queue.version, c.hold))
     if s.plugins.queue.blocking and s.shortcuts and s.world.running == world:
@@ -117,6 +119,8 @@ def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str,
             if held and not backfilling:
                 continue  # behind a blocked head of its own queue
         done = _visit(s, c, job, held, scopes)
+        if c.over:
+            break
         if done == _LAUNCHED:
             c.ffmax = st.max_full_free()
             if c.only_capacity and not blocking and s.queue.hopeless(st, s.gmax, s.handle.config.relaxed_locality):
@@ -187,6 +191,8 @@ def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple
             pl = s.actuator.preempt_for(job)
             if pl is not None:
                 c.failed.clear()
+            elif s.actuator.evicting:
+                c.over = True  # (the cycle waits for the evictions it issued: the control plane)
     if pl is None and s.shortcuts:
         until = sure if sure > now else hints.answers_hold_until(s.handle, job, c.can_migrate, c.can_preempt)
         pool.mark_failed(job, s.world.running, until)

@@ -51,6 +51,7 @@ class CycleState:
         self.next_answers: dict[tuple, tuple[tuple, tuple | None]] = {}  # what -> (asked after, first key found)
         self.wide_merges: dict[tuple[str, int], NextKeys] = {}  # (VC, GPUs) -> the merge of its lists that wide
         self.gated = Gated()  # what the gate found of the last job it let through
+        self.over = False  # the pass ends at the job it is visiting (its evictions are being written)
 
     def held_until(self, until: float) -> None:
         """The pass relied on an answer that holds until ``until``."""

@@ -15,7 +15,7 @@ the ranked running jobs (ranked.py) and the victim search (victims.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -403,6 +403,12 @@ class Engine(RunView):
         self._schedule()
         self._dirty = self._dirty or control.offered != offered
 
+    def _on_evicted(self, payload: tuple[JobRun, int, tuple[str, str, str]]) -> None:
+        """Under the control plane, an eviction a cycle issued is sent: the victim goes now."""
+        job, token, why = payload
+        if job.status is JobStatus.RUNNING and token == job.completion_token:
+            self.preempt(job, why)  # (else it ended, or was cancelled, before the write went)
+
     def set_timer(self, at: float, job: JobRun | None = None, tag: str = "") -> None:
         """For plugins: re-examine ``job`` (re-key it if pending) and run a pass at ``at``."""
         self.events.push(max(at, self.now), TIMER, "timer", (tag, job))
@@ -598,8 +604,6 @@ class Engine(RunView):
         nodes = self._stop(job)
         self.squeue.pool.evicted(job, self.now)
         interruptions.after_preemption(job, self.table.books[job.job_id], self.config)
-        if self.policy.control is not None:
-            self.policy.control.api.write(self.now, "eviction")
         job.preemptions += 1
         job.placement = None
         self.decision_log.record(self.now, "preempt", job.job_id, nodes, why)
@@ -621,15 +625,20 @@ class Engine(RunView):
 
 # Each event kind's handler.
 _HANDLERS: Final = {k: getattr(Engine, "_on_" + k) for k in
-                    ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance", "cycle")}
+                    ("arrival", "cancel", "fail", "complete", "node_down", "node_up", "timer", "rebalance", "cycle",
+                     "evicted")}
 
 
 class EngineActuator(Actuator):
     """The pass's actuator: the engine's own state changes, asked for by a pass."""
 
     def __init__(self, engine: Engine) -> None:
+        super().__init__()
         self.engine = engine  # the one owner of every state change
         self.reasons = engine.policy.eviction_reasons()  # the post-filters that say why they evict, found once
+        admission = engine.policy.admission
+        # (the admission's optional hint that a preemption's flavors go unused, found once)
+        self.forget: Callable[[JobRun], None] | None = getattr(admission, "forget", None)
 
     def launch(self, job: JobRun, pl: Placement) -> None:
         self.engine.launch(job, pl)
@@ -639,14 +648,24 @@ class EngineActuator(Actuator):
 
     def preempt_for(self, job: JobRun) -> Placement | None:
         eng = self.engine
+        self.evicting = False  # (Actuator.evicting: set below when the evictions are only under way)
         admission = eng.policy.admission
         for pf in eng.policy.post_filters:
             victims = pf.victims(job, eng)
             if not victims:
                 continue
+            control = eng.policy.control
             for v in victims:
                 reason, by = self.reasons[pf.name](v) if pf.name in self.reasons else (pf.name, job.spec.vc)
-                eng.preempt(v, (reason, by, job.job_id))
+                if control is None:
+                    eng.preempt(v, (reason, by, job.job_id))
+                else:  # (the control plane: the victim goes when its eviction is written)
+                    control.evict(eng.now, eng.events, (v, v.completion_token, (reason, by, job.job_id)))
+            if control is not None:
+                if self.forget is not None:
+                    self.forget(job)
+                self.evicting = True
+                return None
             admitted = admission.admit(job, eng) if admission is not None else None  # (its flavors' nodes)
             pl = placement.bind(eng, job, eng.static_mask(job.spec) if admitted is None else admitted[1])
             if pl is None:

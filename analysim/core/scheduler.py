@@ -33,6 +33,11 @@ class Actuator:
     """What a pass may do to the cluster; the engine is the one implementation (it owns every
     state change: the quota, the free GPUs, the decisions, the events)."""
 
+    def __init__(self) -> None:
+        # Set by preempt_for when it issued evictions the job waits for instead of being placed
+        # (the control-plane model: they complete when written, and the pass ends there).
+        self.evicting = False
+
     def launch(self, job: JobRun, pl: Placement) -> None:
         """Start a pending job on ``pl`` (it has been taken out of the queue)."""
         raise NotImplementedError
@@ -43,7 +48,7 @@ class Actuator:
 
     def preempt_for(self, job: JobRun) -> Placement | None:
         """Evict what the post-filters name for ``job``; where it then fits (None: they named no
-        victims, and nothing changed)."""
+        victims, and nothing changed; or, with ``evicting`` set, their evictions are under way)."""
         raise NotImplementedError
 
     def migrate_for(self, job: JobRun) -> Placement | None:

@@ -72,6 +72,11 @@ class KueueAdmission:
             mask = mask & st.flavor_mask[f]
         return flavors, mask
 
+    def forget(self, job: JobRun) -> None:
+        """The flavors a preemption chose for the job go unused: it waits for its victims'
+        evictions to be written (the control plane), and is assigned afresh when next tried."""
+        self.state.after_preemption.pop(job.job_id, None)
+
     def on_launch(self, job: JobRun, ctx: Handle) -> None:
         chosen = self.state.chosen.pop(job.job_id, None)
         if chosen is None:
