@@ -6,8 +6,13 @@ set ``count`` cohorts ``<class>-<i>``; in each, per queue set ``count`` ClusterQ
 ``<class>-<set>-<i>-<cohort>`` with one resource, its nominal quota and borrowing limit and the
 set's two preemption policies, each with a LocalQueue of its name; and per workloads set of a
 queue, ``count`` rounds of its workloads, every one created after sleeping the set's creation
-interval (the sets of a queue run concurrently: the k-th workload of a set, counting from 0, is
-created at (k + 1) × interval). The runner (``runner/controller``) finishes a workload its
+interval, each set in a goroutine of its own. Every create goes through the runner's client, whose
+Workload requests are rate-limited (client-go's token bucket; Kueue's ``hack/make/test.mk`` runs
+the runner with ``--qps=1000 --burst=2000``): the k-th workload of a set, counting from 0, is
+created at (k + 1) × interval when the creates stay within that rate (the baseline, about 390 a
+second), and later when they do not (large-scale asks about 21,000 a second: its 50,000 workloads
+are created over 48 s, not 3.3 s). A workload's time to admission runs from its creation, as the
+recorder's does. The runner (``runner/controller``) finishes a workload its
 ``runtimeMs`` after it saw it admitted; an evicted workload starts again from zero when admitted
 again (``--preemption-cost restart``).
 
@@ -25,6 +30,7 @@ time with ``rangespec.yaml``, whose comments carry the averages real Kueue recor
 from __future__ import annotations
 
 import csv
+import heapq
 import math
 import re
 from dataclasses import dataclass
@@ -32,10 +38,13 @@ from pathlib import Path
 
 import yaml
 
+from analysim.core.control_plane import ApiClient
 from analysim.errors import UserError
 
 RESOURCE = "nvidia.com/gpu"  # (the scenario's cpu: see the module docstring)
 NODE_GPUS = 128
+# The runner's client (hack/make/test.mk: --qps=1000 --burst=2000), through which each Workload is created.
+RUNNER_QPS, RUNNER_BURST = 1000.0, 2000
 
 
 @dataclass(frozen=True)
@@ -113,10 +122,10 @@ def read_generator(path: str | Path) -> Scenario:
     if data.get("resourceFlavor") is not None:
         raise UserError(f"{src}: resourceFlavor: not supported (a scenario's own flavor comes with topology)")
     docs = ["apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: rf}"]
-    workloads: list[Workload] = []
     queue_class: dict[str, str] = {}
     nominal: dict[str, int] = {}
     priorities: set[int] = set()
+    sets: list[tuple[int, list[tuple]]] = []  # per workloads set: its interval (ms), its workloads' fields in order
     for ci, cset in enumerate(_list(f"{src}: cohorts", data.get("cohorts"))):
         at = f"{src}: cohorts[{ci}]"
         cset = _fields(at, cset, _COHORT_KEYS)
@@ -138,10 +147,11 @@ def read_generator(path: str | Path) -> Scenario:
                     name = f"{qset.get('className', '')}-{qi}-{q}-{cohort}"
                     queue_class[name], nominal[name] = str(qset.get("className", "")), quota
                     docs.append(_queue_yaml(name, cohort, quota, limit, policies))
-                    workloads += _workloads(qat, qset, name, priorities)
+                    sets += _workload_sets(qat, qset, name, priorities)
     for p in sorted(priorities):
         docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {{name: p{p}}}\n"
                     f"value: {p}")
+    workloads = _created(sets)
     workloads.sort(key=lambda w: (w.created_s, w.queue, w.name))
     return Scenario("---\n".join(d + "\n" for d in docs), workloads, queue_class, nominal)
 
@@ -157,7 +167,9 @@ def _queue_yaml(name: str, cohort: str, quota: int, limit: int, policies: dict[s
             f"spec: {{clusterQueue: {name}}}")
 
 
-def _workloads(qat: str, qset: dict, queue: str, priorities: set[int]) -> list[Workload]:
+def _workload_sets(qat: str, qset: dict, queue: str, priorities: set[int]) -> list[tuple[int, list[tuple]]]:
+    """A queue's workloads sets: each one's creation interval (ms) and its workloads' fields but
+    the creation time, in the order its goroutine creates them."""
     out = []
     for si, wset in enumerate(_list(f"{qat}.workloadsSets", qset.get("workloadsSets"))):
         sat = f"{qat}.workloadsSets[{si}]"
@@ -173,14 +185,39 @@ def _workloads(qat: str, qset: dict, queue: str, priorities: set[int]) -> list[W
                 raise UserError(f"{tat}.podCount: only one pod per workload is supported, got {t.get('podCount')!r}")
             _count(f"{tat}.runtimeMs", t.get("runtimeMs"))
             _count(f"{tat}.priority", t.get("priority", 0))
-        k = 0
+        fields = []
         for r in range(_count(f"{sat}.count", wset.get("count"))):
             for i, t in enumerate(templates):
-                k += 1  # (a sleep of the interval before each creation)
                 priorities.add(t.get("priority", 0))
-                out.append(Workload(f"{t.get('className', '')}-{si}-{r}-{i}", queue, str(t.get("className", "")),
-                                    k * interval / 1000, t["runtimeMs"] / 1000, t.get("priority", 0),
-                                    _cores(f"{sat}.workloads[{i}].request", t.get("request"))))
+                fields.append((f"{t.get('className', '')}-{si}-{r}-{i}", queue, str(t.get("className", "")),
+                               t["runtimeMs"] / 1000, t.get("priority", 0),
+                               _cores(f"{sat}.workloads[{i}].request", t.get("request"))))
+        out.append((interval, fields))
+    return out
+
+
+def _created(sets: list[tuple[int, list[tuple]]]) -> list[Workload]:
+    """Every set's workloads with their creation times: each set sleeps its interval, then asks
+    the runner's client to create its next workload, which is created when the client's rate
+    limit lets it (the asks taken in time order; of one time, in the generator's order of sets).
+    A set's j-th ask after its last delayed creation (at ``since``) is at since + j × interval,
+    so that an undelayed set's times are exactly (k + 1) × interval."""
+    client = ApiClient(RUNNER_QPS, RUNNER_BURST)
+    out: list[Workload] = []
+    asks = [(interval / 1000, n, 0, 0.0, 1) for n, (interval, fields) in enumerate(sets) if fields]
+    heapq.heapify(asks)  # (ask time, set, its next workload, since, j)
+    while asks:
+        at, n, k, since, j = asks[0]
+        interval, fields = sets[n]
+        name, queue, klass, runtime, priority, request = fields[k]
+        created = client.write(at, "create")
+        out.append(Workload(name, queue, klass, created, runtime, priority, request))
+        if k + 1 < len(fields):
+            if created > at:
+                since, j = created, 0
+            heapq.heapreplace(asks, (since + (j + 1) * interval / 1000, n, k + 1, since, j + 1))
+        else:
+            heapq.heappop(asks)
     return out
 
 

@@ -52,6 +52,41 @@ def test_the_generator_s_objects_and_creation_times(tmp_path):
     assert {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "WorkloadPriorityClass"} == {"p5": 5, "p10": 10}
 
 
+# 30 queues, each creating 100 workloads a millisecond apart: 30,000 creates a second asked for,
+# where the runner's client allows 1,000 a second after a burst of 2,000.
+CROWD = """
+cohorts:
+  - className: co
+    count: 1
+    queuesSets:
+    - className: cq
+      count: 30
+      nominalQuota: 100
+      workloadsSets:
+      - count: 100
+        creationIntervalMs: 1
+        workloads:
+        - {className: w, runtimeMs: 10, priority: 1, request: 1}
+"""
+
+
+def test_creates_past_the_runner_s_rate_are_created_later(tmp_path):
+    (tmp_path / "g.yaml").write_text(CROWD)
+    s = read_generator(tmp_path / "g.yaml")
+    times = sorted(w.created_s for w in s.workloads)
+    # Until about 0.069 s every ask goes at once (30 a millisecond from 0.001, against the burst's
+    # 2,000 and 1,000 a second: 2,068 by then); the rest follow one a millisecond, the last at
+    # about 1.0 s, where unpaced it would be at 0.1 s.
+    assert times[-1] == pytest.approx(1.0, abs=0.005)
+    assert sum(t <= 0.069 for t in times) == pytest.approx(2068, abs=3)
+    for i in range(0, len(times), 97):  # never more than the burst plus the rate over any span
+        for j in range(i + 1, len(times), 89):
+            assert j - i + 1 <= 2000 + 1000 * (times[j] - times[i]) + 1e-6
+    for q in {w.queue for w in s.workloads}:  # each queue's goroutine: in order, an interval apart at least
+        mine = sorted((int(w.name.split("-")[2]), w.created_s) for w in s.workloads if w.queue == q)
+        assert all(b[1] - a[1] >= 0.001 - 1e-9 for a, b in zip(mine, mine[1:]))
+
+
 def test_the_recorder_s_figures_of_a_tiny_replay(tmp_path, capsys):
     (tmp_path / "g.yaml").write_text(TINY)
     assert main(["kueue-perf", str(tmp_path / "g.yaml"), "--out", str(tmp_path / "out")]) == 0
