@@ -15,7 +15,7 @@ Fragmentation, two figures:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,9 @@ class MetricsRecorder:
     capacity_gpu_s: float = 0.0  # GPU-seconds of nodes that were up
     pending_job_s: float = 0.0  # job-seconds spent pending
     vc_alloc_gpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # the same per VC
+    # Per VC, the GPUs it has held since when: vc_alloc_gpu_s is brought up to a time from there
+    # (_integrate_vcs) when the VC's usage changes, and for every VC at the summary.
+    _vc_held: dict[str, tuple[float, float]] = field(default_factory=dict)
     start_s: float | None = None  # the time of the run's first event (None: before it)
     last_end_s: float = 0.0  # when the last job ended (the makespan's end)
     _next_sample: float | None = None  # when the next time-series sample is due
@@ -94,11 +97,9 @@ class MetricsRecorder:
         self.capacity_gpu_s += engine.tally.up_gpus * dt
         self.pending_job_s += len(engine.squeue) * dt
         if self.queue_meter is not None:
-            self.queue_meter.advance(dt)
-        acc = self.vc_alloc_gpu_s
-        for vc, used in engine.state.vc_used.items():
-            if used:
-                acc[vc] = acc.get(vc, 0.0) + used * dt  # (a defaultdict's += is a generic lookup and add)
+            self.queue_meter.advance(engine.now)
+        if engine.tally.touched:
+            self._integrate_vcs(engine, engine.tally.take_touched())
         while self._next_sample is not None and self._next_sample < t:
             self.samples.append(self._sample(engine, self._next_sample))
             self._next_sample += self.sample_interval_s
@@ -117,6 +118,22 @@ class MetricsRecorder:
         self.start_s = t
         self._next_sample = t
         self.queue_meter = queue_meter(engine)
+        engine.tally.take_touched()
+        self._vc_held = {vc: (used, t) for vc, used in engine.state.vc_used.items() if used}
+
+    def _integrate_vcs(self, engine: RunView, vcs: Iterable[str]) -> None:
+        """Each of ``vcs``'s GPU-seconds up to now, at what it held since its last change; from
+        now, what it holds now."""
+        now, acc, held, used_now = engine.now, self.vc_alloc_gpu_s, self._vc_held, engine.state.vc_used
+        for vc in vcs:
+            was = held.get(vc)
+            if was is not None and was[0]:
+                acc[vc] = acc.get(vc, 0.0) + was[0] * (now - was[1])  # (a defaultdict's += is a generic lookup and add)
+            used = used_now.get(vc, 0.0)
+            if used:
+                held[vc] = (used, now)
+            else:
+                held.pop(vc, None)
 
     def job_ended(self, engine: RunView, job: JobRun) -> None:
         s = job.spec
@@ -183,6 +200,10 @@ class MetricsRecorder:
         return [{c: r.get(c, 0.0) for c in cols} for r in self.samples]
 
     def summary(self, engine: RunView) -> dict:
+        if self.start_s is not None:  # (the integrals, brought up to now)
+            self._integrate_vcs(engine, sorted(set(engine.tally.take_touched()) | set(self._vc_held)))
+            if self.queue_meter is not None:
+                self.queue_meter.bring_up_to(engine.now)
         ended = self.ended
         done = ended.status_is(JobStatus.COMPLETED)
         vc = ended.column("vc")

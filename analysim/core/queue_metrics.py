@@ -84,7 +84,8 @@ def resource_figures(nominal: float, usage_time_s: float, peak: float, borrowed_
 
 class QueueMeter:
     """Integrates each ClusterQueue's usage and borrowing of every resource it has quota for over
-    the run (``advance``, between events) and counts its jobs' evictions by reason (``job_ended``).
+    the run (from one change of a slot to the next: ``advance``, before the clock moves, and
+    ``bring_up_to``, before the integrals are read) and counts its jobs' evictions by reason (``job_ended``).
 
     A *slot* is one queue's one resource, summed over the flavors it has quota of it in: the unit
     that usage is integrated in (Kueue's ``kueue_cluster_queue_resource_usage``, summed over its
@@ -128,42 +129,56 @@ class QueueMeter:
         self.peak: list[float] = [0.0] * n  # per slot: the most it held at once
         self.evictions: list[dict[str, int]] = [{} for _ in self.queues]  # per queue: evictions by Kueue reason
         self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}  # tree node -> position in queues
-        # The slots held now: slot -> (usage, borrowing), read again for a queue only when its
-        # usage changed (the state's version, then the queue's own).
+        # The slots held now: slot -> (usage, borrowing, since when), read again for a queue only
+        # when its usage changed (the state's version, then the queue's own); the integrals hold
+        # each slot's time up to its ``since``.
         self._version = -1  # the state's version when last read
         self._queue_version: list[int] = [-1] * len(self.queues)  # per queue: its version when last read
-        self._held: dict[int, tuple[float, float]] = {}  # (see above)
+        self._held: dict[int, tuple[float, float, float]] = {}  # (see above)
 
-    def advance(self, dt: float) -> None:
+    def advance(self, now: float) -> None:
+        """The clock is about to move on from ``now``: the slots whose usage changed since the
+        last read are integrated up to now, and held from now at what they hold now."""
         st = self.state
         if st.version != self._version:
-            self._read()
+            self._read(now)
             self._version = st.version
-        used_s, borrowed_s = self.usage_time_s, self.borrowed_time_s
-        for s, (used, borrowed) in self._held.items():
-            used_s[s] += used * dt
-            if borrowed:
-                borrowed_s[s] += borrowed * dt
 
-    def _read(self) -> None:
+    def bring_up_to(self, now: float) -> None:
+        """Every slot's integrals, up to ``now`` (what it holds is held from then on)."""
+        self.advance(now)
+        for s, (used, borrowed, since) in list(self._held.items()):
+            self._integrate(s, now)
+            self._held[s] = (used, borrowed, now)
+
+    def _integrate(self, s: int, now: float) -> None:
+        used, borrowed, since = self._held[s]
+        self.usage_time_s[s] += used * (now - since)
+        if borrowed:
+            self.borrowed_time_s[s] += borrowed * (now - since)
+
+    def _read(self, now: float) -> None:
         """The usage and borrowing of every slot of a queue whose usage changed since last read;
         read only before a stretch of time it is held for (so a peak is held for some time)."""
         st = self.state
         tree, versions = st.tree, st.queue_versions
+        held = self._held
         for k, i in enumerate(self.queues):
             if versions[i] == self._queue_version[k]:
                 continue
             self._queue_version[k] = versions[i]
             usage = tree.usage[i]
             for s in self.slots_of[k]:
+                if s in held:
+                    self._integrate(s, now)
                 r, keys = self.slot_resource[s], self.slot_keys[s]
                 used = in_kubernetes_units(r, sum(usage.get(fr, 0) for fr in keys))
                 if used:
-                    self._held[s] = (used, in_kubernetes_units(r, sum(tree.borrowing(i, fr) for fr in keys)))
+                    held[s] = (used, in_kubernetes_units(r, sum(tree.borrowing(i, fr) for fr in keys)), now)
                     if used > self.peak[s]:
                         self.peak[s] = used
                 else:
-                    self._held.pop(s, None)
+                    held.pop(s, None)
 
     def job_ended(self, job: JobRun) -> None:
         reasons = eviction_reasons(job, self.state)

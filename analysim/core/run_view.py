@@ -21,7 +21,7 @@ from analysim.core.tally import Tally
 @mypyc_attr(allow_interpreted_subclasses=True)
 class RunView(Handle):
     table: JobTable  # every job submitted and not forgotten (read only)
-    tally: Tally  # what the running jobs hold (read only)
+    tally: Tally  # what the running jobs hold (read only, but for the recorder's take_touched)
     squeue: SchedulingQueue  # the pending jobs (read only)
 
     def guaranteed_gpus(self, vc: str) -> float | None:

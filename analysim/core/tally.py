@@ -27,6 +27,9 @@ class Tally:
         # tripled its cost); quota reclaim's bound reads it (Handle.gpus_of_vc)
         self.gpus_of_vc: dict[str, np.ndarray] = {}
         self.stopped_by_vc: dict[str, float] = {}  # VC -> GPUs of every stop so far (ended, evicted, moved)
+        # VCs whose GPUs held changed since the recorder last took them (take_touched): it
+        # integrates each VC's usage from one change to the next, not at every tick of the clock
+        self.touched: set[str] = set()
 
     def charge(self, job: JobRun, pl: Placement) -> None:
         """A job starts on ``pl``."""
@@ -41,6 +44,7 @@ class Tally:
             held[n] += len(slots)
         st.vc_used[spec.vc] = st.vc_used.get(spec.vc, 0.0) + spec.gpu_demand
         self.allocated_gpus += spec.gpu_demand
+        self.touched.add(spec.vc)
 
     def release(self, job: JobRun, pl: Placement) -> None:
         """A running job on ``pl`` stops (ends, is evicted or moves)."""
@@ -53,3 +57,10 @@ class Tally:
         st.vc_used[spec.vc] -= spec.gpu_demand
         self.stopped_by_vc[spec.vc] = self.stopped_by_vc.get(spec.vc, 0.0) + spec.gpu_demand
         self.allocated_gpus -= spec.gpu_demand
+        self.touched.add(spec.vc)
+
+    def take_touched(self) -> list[str]:
+        """The VCs whose GPUs held changed since the last call (and none from now on)."""
+        touched = sorted(self.touched)  # (sorted: the integrals' sums are made in one order, run after run)
+        self.touched.clear()
+        return touched
