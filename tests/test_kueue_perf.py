@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_creates_past_the_runner_s_rate_are_created_later(tmp_path):
             assert j - i + 1 <= 2000 + 1000 * (times[j] - times[i]) + 1e-6
     for q in {w.queue for w in s.workloads}:  # each queue's goroutine: in order, an interval apart at least
         mine = sorted((int(w.name.split("-")[2]), w.created_s) for w in s.workloads if w.queue == q)
-        assert all(b[1] - a[1] >= 0.001 - 1e-9 for a, b in zip(mine, mine[1:]))
+        assert all(b[1] - a[1] >= 0.001 - 1e-9 for a, b in pairwise(mine))
 
 
 def test_the_recorder_s_figures_of_a_tiny_replay(tmp_path, capsys):

@@ -147,8 +147,9 @@ class QueueMeter:
     def bring_up_to(self, now: float) -> None:
         """Every slot's integrals, up to ``now`` (what it holds is held from then on)."""
         self.advance(now)
-        for s, (used, borrowed, since) in list(self._held.items()):
+        for s in list(self._held):
             self._integrate(s, now)
+            used, borrowed, _ = self._held[s]
             self._held[s] = (used, borrowed, now)
 
     def _integrate(self, s: int, now: float) -> None:
