@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import http.client
 import json
@@ -44,8 +45,12 @@ CREDIT_CSV = "amount,purpose,age,housing,risk\n" + "\n".join(
 
 @functools.cache
 def credit_csv(tmp_root: str = "/tmp") -> Path:
-    path = Path(tmp_root) / f"analysim-credit-{os.getpid()}.csv"
+    """The dataset as a file, one per test process, removed when that process exits (not when
+    a forked child of it does)."""
+    pid = os.getpid()
+    path = Path(tmp_root) / f"analysim-credit-{pid}.csv"
     path.write_text(CREDIT_CSV + "\n")
+    atexit.register(lambda: os.getpid() == pid and path.unlink(missing_ok=True))
     return path
 
 
