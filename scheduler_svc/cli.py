@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -116,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     auth = authenticator(args, [n.name for n in cluster.nodes])
     tls = tls_from_args(args)
     tls.server_credentials()  # unreadable or half-given TLS files: an error now, not after the replay starts
-    journal_path = args.journal or Path(tempfile.mkdtemp(prefix="analysim-journal-")) / "journal.db"
+    # Without --journal, a fresh one in a folder of its own that no later start can name: removed
+    # when this process ends, however it ends but killed (left behind, it is a file per start).
+    own_folder = None if args.journal else Path(tempfile.mkdtemp(prefix="analysim-journal-"))
+    journal_path = args.journal or own_folder / "journal.db"
 
     async def main() -> bool:
         # The scheduler's asyncio objects must be made on the loop that runs them.
@@ -138,7 +142,11 @@ def run(args: argparse.Namespace) -> int:
         return await serve(live, args.host, args.port, args.metrics_port, args.port_file, args.exit_when_done,
                            auth=auth, tls=tls)
 
-    return 0 if asyncio.run(main()) else 1  # 1: the run's end could not be written to --out (logged)
+    try:
+        return 0 if asyncio.run(main()) else 1  # 1: the run's end could not be written to --out (logged)
+    finally:
+        if own_folder is not None:
+            shutil.rmtree(own_folder, ignore_errors=True)
 
 
 def write_tokens(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """A scheduler stopped by SIGTERM while clients are attached: open WatchEvents streams end with
-status OK (not cut off when the grace period runs out), the process exits 0, and its log holds no
-traceback; and the shutdown's last step, ``settle``, against a real gRPC server with a call still
+status OK (not cut off when the grace period runs out), the process exits 0, its log holds no
+traceback and its own temporary journal is gone; and the shutdown's last step, ``settle``, against a real gRPC server with a call still
 running when ``stop`` returns."""
 
 from __future__ import annotations
@@ -20,8 +20,13 @@ from tests.test_live_helpers import live, wait_until
 from tests.threads import CheckedThread
 
 
-def test_sigterm_ends_open_watches_with_ok_and_exits_cleanly(tmp_path: Path) -> None:
+def test_sigterm_ends_open_watches_with_ok_and_exits_cleanly(tmp_path: Path, monkeypatch) -> None:
+    # (the scheduler's temporary folder, where a scheduler without --journal makes its journal)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     with live(tmp_path, ["--jobs", "0"], "4x8", 4, agents=1) as (run, client):
+        assert list(tmp.glob("analysim-journal-*/journal.db")), "the scheduler made no journal of its own"
         events: list = []
         ended: list = []
         stream = client.watch()
@@ -45,6 +50,8 @@ def test_sigterm_ends_open_watches_with_ok_and_exits_cleanly(tmp_path: Path) -> 
         assert ended == ["ok"], ended
     log = run.scheduler.log.read_text()
     assert "Traceback" not in log and "ERROR" not in log, run.scheduler.tail(40)
+    # a journal no later start could name is not left behind
+    assert not list(tmp.glob("analysim-journal-*")), list(tmp.iterdir())
 
 
 SERVER_STOPPED_MID_CALL = """
