@@ -149,14 +149,14 @@ class QueueMeter:
         self.advance(now)
         for s in list(self._held):
             self._integrate(s, now)
-            used, borrowed, _ = self._held[s]
-            self._held[s] = (used, borrowed, now)
 
     def _integrate(self, s: int, now: float) -> None:
+        """A held slot's integrals, up to ``now``; held from now on at what it held."""
         used, borrowed, since = self._held[s]
         self.usage_time_s[s] += used * (now - since)
         if borrowed:
             self.borrowed_time_s[s] += borrowed * (now - since)
+        self._held[s] = (used, borrowed, now)
 
     def _read(self, now: float) -> None:
         """The usage and borrowing of every slot of a queue whose usage changed since last read;
