@@ -54,11 +54,11 @@ value: 200
 """
 
 
-def _run(part, jobs, until: float | None = None, cluster=CPU_NODES) -> Engine:
+def _run(part, jobs, until: float | None = None, cluster=CPU_NODES, shortcuts: bool = True) -> Engine:
     spec = dataclasses.replace(cluster, vcs=(), partition=part)
     kept, filtered = assign_queues(jobs, part)
     assert not filtered, filtered
-    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True))
+    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True), shortcuts=shortcuts)
     for j in kept:
         engine.submit(j)
     engine.run(until if until is not None else float("inf"))
@@ -341,6 +341,35 @@ def test_a_gang_reclaims_the_loans_on_both_nodes_it_needs(tmp_path):
     e = _run(part, jobs, until=20, cluster=two)
     assert sorted(_preempted(e)) == [(10.0, f"b{i}", "InCohortReclamation", "a") for i in range(4)]
     assert _started(e)["gang"] == 10.0
+
+
+def test_a_launch_that_puts_a_cohort_over_nominal_opens_a_search_that_failed_in_the_pass(tmp_path):
+    # Three nodes of 4 GPUs. Cohort X (under root) holds x1 (nominal 2) and x2 (3); y (nominal 6,
+    # reclaims) and w (1) hang from root: 12 GPUs of quota. One after another from t=0, x1 runs A
+    # (4 GPUs, n0: it borrows x2's unused quota, X holds 5 of its 5), y runs Y (2, n1), w runs W
+    # (2, n1: it borrows 1) and x2 runs D (1, n2). At t=1 come, in this order, J1 (y, 4), L (x2, 1) and J2
+    # (y, 4). J1 needs 1 GPU of quota back: its only candidate is W (X is within its nominal
+    # quota, so A is not one), and W's GPUs leave no node with 4 free: J1 fails. L fits (X now
+    # borrows 1 of root's) and starts on n2, which puts X over its nominal quota: A becomes a
+    # candidate. J2, the same request in the same queue as J1, reclaims W, then A (n0 free), and
+    # W is spared: J2 starts at 1 on n0, A goes. A pass that took J2 for failed with J1 would
+    # leave that to the next pass, where J1 would take A instead; the reference engine, which
+    # makes every attempt, is the judge.
+    three = _nodes((3, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "") + _cohort_doc("X", "\n  parent: root")
+                 + _cq("x1", "X", {gpu: {"nominalQuota": 2}}) + _cq("x2", "X", {gpu: {"nominalQuota": 3}})
+                 + _cq("y", "root", {gpu: {"nominalQuota": 6}}, extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("w", "root", {gpu: {"nominalQuota": 1}}), three)[0]
+    jobs = [_gpu_job("A", "x1", 4, duration=1000), _gpu_job("Y", "y", 2, submit=0.1, duration=1000),
+            _gpu_job("W", "w", 2, submit=0.2, duration=1000), _gpu_job("D", "x2", 1, submit=0.3, duration=1000),
+            _gpu_job("J1", "y", 4, submit=1.0), _gpu_job("L", "x2", 1, submit=1.0), _gpu_job("J2", "y", 4, submit=1.0)]
+    fast = _run(part, jobs, until=2, cluster=three)
+    reference = _run(part, jobs, until=2, cluster=three, shortcuts=False)
+    assert fast.decisions == reference.decisions
+    assert _preempted(fast) == [(1.0, "A", "InCohortReclamation", "y")]
+    assert _started(fast)["J2"] == 1.0 and _started(fast)["J1"] is None
+    assert fast.running["J2"].placement.nodes == (0,)
 
 
 # --- a search with nothing to find is not repeated ------------------------------------------------

@@ -123,6 +123,10 @@ def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str,
             break
         if done == _LAUNCHED:
             c.ffmax = st.max_full_free()
+            if c.can_preempt and s.admission is not None:
+                # (Under a partition a launch can open a search for victims that failed: it can
+                # put a cohort over its nominal quota, whose borrowers then become candidates.)
+                c.failed_exact.clear()
             if c.only_capacity and not blocking and s.queue.hopeless(st, s.gmax, s.handle.config.relaxed_locality):
                 break
         elif done == _FAILED and blocking:
@@ -147,8 +151,8 @@ def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[s
             return _PASSED
         backfill.note_backfill_hold(c, job, reservations)
     gated = c.gated
-    sig, req, gang = gated.sig, gated.req, gated.gang
-    pl = _attempt(s, c, job, gang, (sig, req), gated.nodes)
+    sig, req, gang, exact = gated.sig, gated.req, gated.gang, gated.exact
+    pl = _attempt(s, c, job, gang, gated.nodes)
     if pl is not None:
         if held:
             for sc in scopes:
@@ -158,15 +162,14 @@ def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[s
         s.actuator.dequeue(job)
         s.actuator.launch(job, pl)
         return _LAUNCHED
-    if gang:
-        c.failed_gangs.add((sig, req))
+    if exact:
+        c.failed_exact.add((sig, req))
     else:
         note_failure(c.failed, sig, req)
     return _FAILED
 
 
-def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple,
-             nodes: np.ndarray | None) -> Placement | None:
+def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, nodes: np.ndarray | None) -> Placement | None:
     """Try to place a job the pass does not already know to fail: bind (on ``nodes``, those its
     admission gave it, else every node open to it), then migration, then the post-filters. A
     failure is remembered with the job (hints: failure memo)."""
@@ -176,8 +179,8 @@ def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple
     if now < failed_until:
         c.held_until(failed_until)  # failed in an earlier pass, and nothing it reads has changed
         return None
-    if gang and c.only_capacity and (job.spec.num_gpus > s.handle.state.total_full_free or signed in c.failed_gangs):
-        return None  # more whole GPUs than are free, or the same gang failed with more free
+    if gang and c.only_capacity and job.spec.num_gpus > s.handle.state.total_full_free:
+        return None  # more whole GPUs than are free
     # An attempt known to fail without being made is recorded as made.
     sure = -math.inf if c.checks is None else hints.surely_fails_until(s.handle, s.queue.pool, s.world, job, c.checks)
     pl = None
@@ -186,11 +189,11 @@ def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple
         if pl is None and c.can_migrate:
             pl = s.actuator.migrate_for(job)
             if pl is not None:
-                c.failed.clear()
+                c.forget_failures()
         if pl is None and c.can_preempt:
             pl = s.actuator.preempt_for(job)
             if pl is not None:
-                c.failed.clear()
+                c.forget_failures()
             elif s.actuator.evicting:
                 c.over = True  # (the cycle waits for the evictions it issued: the control plane)
     if pl is None and s.shortcuts:

@@ -3,7 +3,7 @@
 A pass creates a CycleState, its orders and visits read and add to it, and it is dropped at the
 pass's end (the hints a pass leaves for the next are analysim.core.hints'). Nothing here outlives
 a pass, so nothing here needs an invalidation rule: free GPUs only shrink during a pass that only
-launches, and a stop (preemption, migration) clears what a stop can undo (``failed``).
+launches, and a stop (preemption, migration) clears what a stop can undo (``forget_failures``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 class CycleState:
     """One pass's state. Invariants: ``failed[sig]`` is a request of that signature that failed
-    in this pass, with no smaller one failed (cleared by a successful eviction or move);
+    in this pass, with no smaller one failed, and ``failed_exact`` the (signature, request) of
+    every gang and job waiting for quota that failed in it (both cleared by a successful eviction
+    or move; ``failed_exact`` also by a launch under a preempting partition);
     ``blocked`` holds every queue scope whose head failed in this pass, with its reservation
     under EASY backfilling; ``hold`` is no later than any failure memo or backfill answer the
     pass relied on."""
@@ -41,7 +43,9 @@ class CycleState:
         # scope -> (shadow time, spare GPUs then) under EASY, else None: the queues blocked so far.
         self.blocked: dict[str | None, tuple[float, float] | None] = {}
         self.failed: dict[tuple, tuple[int, int, int, int]] = {}  # signature -> smallest failed request
-        self.failed_gangs: set[tuple] = set()  # (signature, request) of gangs that failed (launches only)
+        # (signature, request) of the gangs and jobs waiting for quota that failed: only the same
+        # request of the same signature fails with them (gate.py)
+        self.failed_exact: set[tuple] = set()
         self.hold = math.inf  # until when this pass's answers hold (see unschedulable.QuietPass)
         self.by_shape = False  # the pass reads the per-shape order (see unschedulable.IdleHint)
         self.ffmax = 0  # the most whole GPUs free on one node, as of the last launch
@@ -52,6 +56,11 @@ class CycleState:
         self.wide_merges: dict[tuple[str, int], NextKeys] = {}  # (VC, GPUs) -> the merge of its lists that wide
         self.gated = Gated()  # what the gate found of the last job it let through
         self.over = False  # the pass ends at the job it is visiting (its evictions are being written)
+
+    def forget_failures(self) -> None:
+        """A stop (an eviction or a move) in the pass: what failed before it may fit now."""
+        self.failed.clear()
+        self.failed_exact.clear()
 
     def held_until(self, until: float) -> None:
         """The pass relied on an answer that holds until ``until``."""
@@ -115,12 +124,13 @@ class Gated:
 
     # A plain class with its own __init__, not a dataclass: one is made per pass, and a
     # dataclass's generated __init__ runs as interpreted Python even in the compiled core.
-    __slots__ = ("sig", "req", "gang", "nodes")
+    __slots__ = ("sig", "req", "gang", "exact", "nodes")
 
     def __init__(self) -> None:
         self.sig: tuple = ()  # its failure signature, with the flavors its admission assigned
         self.req: tuple[int, int, int, int] = (0, 0, 0, 0)  # its request (request_of)
-        self.gang = False  # whether it may span nodes (then always attempted)
+        self.gang = False  # whether it may span nodes
+        self.exact = False  # whether its failure fails only the same request (a gang, or waiting for quota)
         self.nodes: np.ndarray | None = None  # the nodes its admission gave it (None: every node open to it)
 
 

@@ -8,7 +8,7 @@ codes, after the Kubernetes framework's status codes:
 |---|---|---|---|
 | ``PROCEED`` | Success | may fit | attempts it (after EASY's reservations, under backfilling) |
 | ``WAIT`` | Wait | was evicted at this instant | passes over it, blocking its queues as a failure would, and holds its answers to now (Engine.preempt) |
-| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller, with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
+| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller (a gang's, or a job's waiting for quota: the same request), with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
 | ``REFUSED`` | UnschedulableAndUnresolvable | is refused by quota: its VC's, with borrowing off, or the partition's admission | passes over it without blocking other tenants |
 
 For ``PROCEED`` the gate leaves in the cycle state what the attempt reads (``CycleState.gated``):
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller_than_failed, request_of
+from analysim.core.framework import QUOTA_WAIT
 from analysim.core.job import JobRun
 
 if TYPE_CHECKING:
@@ -46,20 +47,28 @@ def gate(s: Scheduler, c: CycleState, job: JobRun) -> int:
         return REFUSED  # over its VC's quota
     sig = failure_sig(h, spec, c.quotas_matter)
     nodes = None
+    waits_for_quota = False
     if s.admission is not None:
         admitted = s.admission.admit(job, h)
         if admitted is None:
             return REFUSED  # not admitted by the partition's quotas now
         sig = (*sig, admitted[0])  # (the flavors assigned: which nodes the job may use)
         nodes = admitted[1]
+        waits_for_quota = admitted[0][:1] == QUOTA_WAIT
     # A request at least as big as one that failed, with the same signature, fails too: passing
-    # over it keeps a pass over a long queue cheap when the cluster is full. Only for jobs that must
-    # fit on one node: a gang over k nodes may fit where a smaller request failed (9 GPUs over two
-    # 8-GPU nodes with 7 free each, where 8 on one node did not), so gangs are always tried.
+    # over it keeps a pass over a long queue cheap when the cluster is full. Only the same request
+    # for a gang, which over k nodes may fit where a smaller request failed (9 GPUs over two 8-GPU
+    # nodes with 7 free each, where 8 on one node did not), and for a job waiting for quota, whose
+    # search for victims is not monotone in its request (a larger one may be given another flavor).
     req = request_of(spec)
     gang = is_gang(h, spec)
-    if not gang and no_smaller_than_failed(c.failed, sig, req):
+    # (Under a partition the reference engine makes the attempt instead, and so checks this rule.
+    # Elsewhere it applies the rule too: for a blocking queue the failure's blocking of the job's
+    # queues, before any backfill check, is the policy's.)
+    exact = gang or waits_for_quota
+    if ((s.shortcuts or s.admission is None)
+            and ((sig, req) in c.failed_exact if exact else no_smaller_than_failed(c.failed, sig, req))):
         return UNFIT
     gated = c.gated
-    gated.sig, gated.req, gated.gang, gated.nodes = sig, req, gang, nodes
+    gated.sig, gated.req, gated.gang, gated.exact, gated.nodes = sig, req, gang, exact, nodes
     return PROCEED

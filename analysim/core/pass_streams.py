@@ -15,14 +15,18 @@ order.
 A visit changes nothing (``no_op``) when the job is no longer pending, or when the gate (gate.py)
 fails it or passes over it without an attempt (``UNFIT``, ``REFUSED``): its queue's quota does not
 admit it (a ClusterQueue that does not preempt), or a request no smaller than it failed in this
-pass with the same signature (a one-node job). A job evicted at this instant is never one (its
-visit holds the pass's answers to now). Everything but that and being pending is the same for
-every job of one (VC, request): a run is found a shape at a time, with one bisection per shape.
+pass with the same signature. A job evicted at this instant is never one (its visit holds the
+pass's answers to now). Everything but that and being pending is the same for every job of one
+(VC, request) and priority (what a search for victims reads of a job waiting for quota, with its
+creation where that matters, which only such a job's own failure can make a no-op): a run is found
+a shape at a time, with a bisection or two per shape. (A key begins with the job's priority:
+KueueQueue's, the one queue whose heads are ranked by state.)
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -126,6 +130,10 @@ class ShapeStream(PassStream):
             rep = by_seq[k[1]]
             if not (self.no_op(rep) and also(rep)):
                 stop = k  # this shape's next job is visited
+            else:
+                lower = first_after(keys, _past_priority(k))
+                if lower is not None and (stop is None or lower < stop):
+                    stop = lower  # (a job of lower priority may be no no-op)
         last = self.last
         for k in self.evicted:
             if last is None or k > last:
@@ -140,6 +148,11 @@ class ShapeStream(PassStream):
 
     def __repr__(self) -> str:
         return f"ShapeStream({self.vcs!r})"
+
+
+def _past_priority(k: tuple) -> tuple:
+    """A key above every key of ``k``'s priority (keys are ((-priority, creation), seq))."""
+    return ((k[0][0], math.inf), math.inf)
 
 
 def _before(k: tuple) -> tuple:

@@ -28,7 +28,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped, import-n
 
 from analysim.core.framework import QUOTA_WAIT, PassStream
 from analysim.core.job import JobRun, JobStatus
-from analysim.core.partition import STRICT_FIFO
+from analysim.core.partition import LOWER_OR_NEWER_EQUAL, STRICT_FIFO
 from analysim.core.plugins.kueue_state import KueueState
 from analysim.core.plugins.queue import _QueueSort
 
@@ -49,6 +49,9 @@ class KueueAdmission:
         # Queues that may preempt: a job of one whose quota does not fit now is still attempted
         # (on no nodes, so that it fails and the post-filter may find victims); others wait.
         self.preempting = [n.is_queue and n.preemption.enabled for n in state.partition.nodes]
+        # Queues whose preemption reads a job's creation (its own candidates are newer than it).
+        self.by_creation = [n.is_queue and n.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL
+                            for n in state.partition.nodes]
         self.nowhere: np.ndarray | None = None  # a mask of no node (made on first use), for those attempts
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
@@ -63,8 +66,14 @@ class KueueAdmission:
                 return None  # (nothing could be evicted for it now: a visit that changes nothing)
             if self.nowhere is None:
                 self.nowhere = np.zeros(ctx.state.num_nodes, dtype=bool)
-            # (the failure signature, per VC under a preempting partition, then ends with QUOTA_WAIT)
-            return QUOTA_WAIT, self.nowhere
+            # The failure signature (per VC under a preempting partition) then ends with QUOTA_WAIT
+            # and what the search reads of the job besides its queue and request: its priority,
+            # and itself where its creation matters. The pass fails a later job for this one's
+            # failure only at that same signature and request (gate.py), for a search is not
+            # monotone in the job: a higher priority can make the flavor choice pick a flavor
+            # whose search then fails on the nodes, where a lower one's succeeds on another.
+            prio = st.priority_of(job)
+            return (QUOTA_WAIT + ((prio, job.seq) if self.by_creation[q] else (prio,))), self.nowhere
         flavors, charges, _ = got
         st.chosen[job.job_id] = (st.queue(job), charges, flavors)
         mask = ctx.static_mask(job.spec)
