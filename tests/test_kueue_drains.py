@@ -31,15 +31,16 @@ PREEMPTING = "{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any, borr
 
 
 @st.composite
-def _crowded(draw):
+def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8)):
     """test_kueue_preemption's random trees and policies, with 120-300 jobs arriving over a span
-    short enough that most of them wait: 1-8 GPUs, priorities low/normal/high. The jobs come from
-    a drawn seed (Hypothesis then shrinks the tree and the count, not each job)."""
+    short enough that most of them wait: ``sizes`` GPUs (on 8-GPU nodes), priorities
+    low/normal/high. The jobs come from a drawn seed (Hypothesis then shrinks the tree and the
+    count, not each job)."""
     text, _ = draw(_preempting_partitions())
     n = draw(st.integers(120, 300))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     span = draw(st.sampled_from([300.0, 1000.0, 3000.0]))
-    jobs = [(rng.choice(QUEUES), rng.choice([1, 1, 2, 2, 3, 4, 6, 8]), round(rng.uniform(0, span), 1),
+    jobs = [(rng.choice(QUEUES), rng.choice(sizes), round(rng.uniform(0, span), 1),
              round(rng.uniform(20, 600), 1), rng.choice(["low", "normal", "normal", "high"])) for _ in range(n)]
     return text, jobs
 
@@ -73,6 +74,19 @@ def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
     event(f"drains: {'some' if _queue(fast).drains else 'none'}")
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
     assert _queue(reference).drains == 0  # (the reference walks every job)
+    assert fast.decisions == reference.decisions
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(_crowded(sizes=(2, 4, 8, 12, 16, 16)))
+def test_passes_over_gangs_make_the_reference_engine_s_decisions(tmp_path, drawn):
+    # Gangs (wider than a node) that fail are passed over for the same request and signature
+    # until a launch or stop in the pass (CycleState.failed_exact); the reference makes each attempt.
+    fast = _run(tmp_path, drawn, shortcuts=True)
+    reference = _run(tmp_path, drawn, shortcuts=False)
+    event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
+    event(f"gangs run: {'some' if any(d.kind == 'launch' and len(d.nodes) > 1 for d in fast.decisions) else 'none'}")
     assert fast.decisions == reference.decisions
 
 
