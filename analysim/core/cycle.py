@@ -152,7 +152,7 @@ def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[s
         backfill.note_backfill_hold(c, job, reservations)
     gated = c.gated
     sig, req, gang, exact = gated.sig, gated.req, gated.gang, gated.exact
-    pl = _attempt(s, c, job, gang, gated.nodes)
+    pl = _attempt(s, c, job, gang, (sig, req), gated.nodes)
     if pl is not None:
         if held:
             for sc in scopes:
@@ -169,7 +169,8 @@ def _visit(s: Scheduler, c: CycleState, job: JobRun, held: list, scopes: tuple[s
     return _FAILED
 
 
-def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, nodes: np.ndarray | None) -> Placement | None:
+def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, signed: tuple,
+             nodes: np.ndarray | None) -> Placement | None:
     """Try to place a job the pass does not already know to fail: bind (on ``nodes``, those its
     admission gave it, else every node open to it), then migration, then the post-filters. A
     failure is remembered with the job (hints: failure memo)."""
@@ -179,8 +180,8 @@ def _attempt(s: Scheduler, c: CycleState, job: JobRun, gang: bool, nodes: np.nda
     if now < failed_until:
         c.held_until(failed_until)  # failed in an earlier pass, and nothing it reads has changed
         return None
-    if gang and c.only_capacity and job.spec.num_gpus > s.handle.state.total_full_free:
-        return None  # more whole GPUs than are free
+    if gang and c.only_capacity and (job.spec.num_gpus > s.handle.state.total_full_free or signed in c.failed_exact):
+        return None  # more whole GPUs than are free, or the same gang failed with more free
     # An attempt known to fail without being made is recorded as made.
     sure = -math.inf if c.checks is None else hints.surely_fails_until(s.handle, s.queue.pool, s.world, job, c.checks)
     pl = None

@@ -8,7 +8,7 @@ codes, after the Kubernetes framework's status codes:
 |---|---|---|---|
 | ``PROCEED`` | Success | may fit | attempts it (after EASY's reservations, under backfilling) |
 | ``WAIT`` | Wait | was evicted at this instant | passes over it, blocking its queues as a failure would, and holds its answers to now (Engine.preempt) |
-| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller (a gang's, or a job's waiting for quota: the same request), with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
+| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller (under a partition, a gang's or a job's waiting for quota: the same request), with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
 | ``REFUSED`` | UnschedulableAndUnresolvable | is refused by quota: its VC's, with borrowing off, or the partition's admission | passes over it without blocking other tenants |
 
 For ``PROCEED`` the gate leaves in the cycle state what the attempt reads (``CycleState.gated``):
@@ -62,12 +62,15 @@ def gate(s: Scheduler, c: CycleState, job: JobRun) -> int:
     # search for victims is not monotone in its request (a larger one may be given another flavor).
     req = request_of(spec)
     gang = is_gang(h, spec)
-    # (Under a partition the reference engine makes the attempt instead, and so checks this rule.
-    # Elsewhere it applies the rule too: for a blocking queue the failure's blocking of the job's
-    # queues, before any backfill check, is the policy's.)
     exact = gang or waits_for_quota
-    if ((s.shortcuts or s.admission is None)
-            and ((sig, req) in c.failed_exact if exact else no_smaller_than_failed(c.failed, sig, req))):
+    if s.admission is not None:
+        # (The reference engine makes the attempt instead, and so checks this rule.)
+        if s.shortcuts and ((sig, req) in c.failed_exact if exact else no_smaller_than_failed(c.failed, sig, req)):
+            return UNFIT
+    elif not gang and no_smaller_than_failed(c.failed, sig, req):
+        # (Without a partition the reference engine applies it too: for a blocking queue the
+        # failure's blocking of the job's queues, before any backfill check, is the policy's. A
+        # gang's failure is read by the attempt, in a pass that only launches: cycle._attempt.)
         return UNFIT
     gated = c.gated
     gated.sig, gated.req, gated.gang, gated.exact, gated.nodes = sig, req, gang, exact, nodes
