@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -15,12 +16,16 @@ from analysim.core.engine import Engine, EngineConfig
 from analysim.core.plugins.kueue import KueueQueue
 from analysim.core.policies import partition_policy
 from analysim.partitions import assign_queues
+from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
+    FLAVOR,
     RANDOM_NODES,
     TWO_RACKS_AND_ROOT,
     _cohort_doc,
+    _cq,
     _gpu_groups,
     _gpu_job,
+    _nodes,
     _queue_docs,
     _read,
 )
@@ -31,12 +36,18 @@ PREEMPTING = "{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any, borr
 
 
 @st.composite
-def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8)):
+def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bool = False):
     """test_kueue_preemption's random trees and policies, with 120-300 jobs arriving over a span
     short enough that most of them wait: ``sizes`` GPUs (on 8-GPU nodes), priorities
     low/normal/high. The jobs come from a drawn seed (Hypothesis then shrinks the tree and the
-    count, not each job)."""
+    count, not each job). ``forest``: the two cohorts are the roots of two trees (no root cohort
+    over them), so that a change in one leaves the other's usage as it was, and every queue is
+    BestEffortFIFO (a StrictFIFO queue's head holds the rest, which no pass leaves out)."""
     text, _ = draw(_preempting_partitions())
+    if forest:
+        text = text.replace("\n  parent: root", "").replace("StrictFIFO", "BestEffortFIFO")
+        if draw(st.booleans()):
+            text = re.sub(r"\n  preemption: [^\n]*", "", text)  # (no queue preempts: a refusal is its quota's)
     n = draw(st.integers(120, 300))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     span = draw(st.sampled_from([300.0, 1000.0, 3000.0]))
@@ -72,6 +83,7 @@ def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
     reference = _run(tmp_path, drawn, shortcuts=False)
     event(f"preempting: {fast.scheduler.can_preempt}")
     event(f"drains: {'some' if _queue(fast).drains else 'none'}")
+    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
     assert _queue(reference).drains == 0  # (the reference walks every job)
     assert fast.decisions == reference.decisions
@@ -87,6 +99,23 @@ def test_passes_over_gangs_make_the_reference_engine_s_decisions(tmp_path, drawn
     reference = _run(tmp_path, drawn, shortcuts=False)
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
     event(f"gangs run: {'some' if any(d.kind == 'launch' and len(d.nodes) > 1 for d in fast.decisions) else 'none'}")
+    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
+    assert fast.decisions == reference.decisions
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(_crowded(forest=True))
+def test_passes_that_leave_refused_queues_out_make_the_reference_engine_s_decisions(tmp_path, drawn):
+    # Two cohort trees: a queue all of whose jobs its quota refused stays out of the passes while
+    # its tree's usage does not change (KueueQueue's inadmissible pool), and comes back in the pass
+    # where it does (a launch in its tree can make a borrower there a candidate for its jobs).
+    fast = _run(tmp_path, drawn, shortcuts=True)
+    reference = _run(tmp_path, drawn, shortcuts=False)
+    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
+    event(f"preempting: {fast.scheduler.can_preempt}")
+    event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
+    assert _queue(reference).left_out == 0
     assert fast.decisions == reference.decisions
 
 
@@ -112,3 +141,40 @@ def _fixed_crowd(preemption: str) -> tuple[str, list]:
     jobs = [(rng.choice(QUEUES), rng.choice([1, 2, 4, 8]), round(rng.uniform(0, 300), 1),
              round(rng.uniform(20, 600), 1), rng.choice(["low", "normal", "high"])) for _ in range(300)]
     return "".join(docs) + PRIORITIES, jobs
+
+
+def test_a_refused_queue_left_out_comes_back_in_the_pass_that_frees_its_quota(tmp_path):
+    # Two nodes of 4 GPUs; a root cohort over q1 (nominal 2, preempts lower priorities of its
+    # own) and q2 (nominal 4, does not preempt). At t=0 V (q1, low, 4 GPUs: it borrows 2 of q2's)
+    # and Q (q2, 2) start: the root's 6 GPUs are all held. At t=1 J (q2, 2), within q2's nominal
+    # quota, finds none of it free: refused, and q2 goes into the inadmissible pool. At t=1.5 R
+    # (q1, low, 1) is refused too (V, of its own priority, is no candidate). At t=2 P (q1, high,
+    # 1) arrives: the pass leaves q2 out (its tree has not changed since t=1.5) and takes P first,
+    # which evicts V and starts. That gives q2's quota back, so the same pass takes J again, before
+    # R (J ranks first by priority): J then R start at 2. A pass that kept q2 out would start R
+    # first, and J in a pass after it.
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "")
+                 + _cq("q1", "root", {gpu: {"nominalQuota": 2}}, extra=_preemption(withinClusterQueue="LowerPriority"))
+                 + _cq("q2", "root", {gpu: {"nominalQuota": 4}}) + PRIORITIES, two)[0]
+    jobs = [_gpu_job("V", "q1", 4, duration=1000, qos="low"), _gpu_job("Q", "q2", 2, duration=1000, qos="normal"),
+            _gpu_job("J", "q2", 2, submit=1.0, duration=100, qos="normal"), _gpu_job("R", "q1", 1, submit=1.5, duration=100, qos="low"),
+            _gpu_job("P", "q1", 1, submit=2.0, duration=100, qos="high")]
+    fast = _run_partition(part, jobs, two, shortcuts=True)
+    reference = _run_partition(part, jobs, two, shortcuts=False)
+    assert fast.decisions == reference.decisions
+    assert _queue(fast).left_out == 2  # (q2, in the passes at 1.5 and 2)
+    assert [(d.time, d.kind, d.job_id) for d in fast.decisions if d.time == 2.0] == [
+        (2.0, "preempt", "V"), (2.0, "launch", "P"), (2.0, "launch", "J"), (2.0, "launch", "R")]
+
+
+def _run_partition(part, jobs, cluster, shortcuts: bool) -> Engine:
+    spec = dataclasses.replace(cluster, vcs=(), partition=part)
+    kept, filtered = assign_queues(jobs, part)
+    assert not filtered, filtered
+    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True), shortcuts=shortcuts)
+    for j in kept:
+        engine.submit(j)
+    engine.run(10.0)
+    return engine

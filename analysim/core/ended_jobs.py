@@ -27,6 +27,8 @@ class EndedJobs:
         self.preemptions = array("q")  # times evicted
         self.migrations = array("q")  # times moved
         self.restarts = array("q")  # times restarted after a node failure
+        self._rows: list[np.ndarray] = []  # per VC (by index), its rows, as of ``_rows_count`` (rows_of)
+        self._rows_count = -1  # the jobs ended when ``_rows`` was made (-1: not made yet)
 
     def add(self, row: dict) -> None:
         self.status.append(_STATUSES.index(row["status"]))
@@ -52,3 +54,15 @@ class EndedJobs:
 
     def status_is(self, status: JobStatus) -> np.ndarray:
         return self.column("status") == _STATUSES.index(status.value)
+
+    def rows_of(self, vc: str) -> np.ndarray:
+        """The rows of a VC's jobs, in the order they ended (none for a VC none of whose jobs
+        ended). Grouped once for every VC: a summary asks for each of thousands of queues."""
+        if self._rows_count != len(self.vc):
+            codes = self.column("vc")
+            order = np.argsort(codes, kind="stable")  # (rows ascending within each VC)
+            cuts = np.searchsorted(codes[order], np.arange(len(self.vc_names) + 1))
+            self._rows = [order[cuts[v]:cuts[v + 1]] for v in range(len(self.vc_names))]
+            self._rows_count = len(self.vc)
+        v = self._vc_index.get(vc)
+        return self._rows[v] if v is not None else np.zeros(0, dtype=np.intp)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -15,14 +15,19 @@ if TYPE_CHECKING:
     from analysim.core.framework import Handle
 
 
+_FITS: Final = 1  # a shape fits the empty cluster
+_NO_NODE: Final = -1  # no node is open to a shape (its GPU models, its dedicated VC's nodes)
+
+
 class Feasibility:
-    """Invariant: ``_fits_empty[shape]`` is whether a job of that shape fits the empty cluster with
-    the nodes up now (forget() on every node event); traces repeat a few shapes."""
+    """Invariant: ``_fits_empty[shape]`` is _FITS when a job of that shape fits the empty cluster
+    with the nodes up now, _NO_NODE when no node is open to it, else 0 (forget() on every node
+    event); traces repeat a few shapes."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec  # the cluster the checks are against
         self._vc_names = frozenset(v.name for v in spec.vcs)  # the VCs the cluster names
-        self._fits_empty: dict[tuple, bool] = {}  # shape -> whether it fits the empty cluster (see above)
+        self._fits_empty: dict[tuple, int] = {}  # shape -> whether it fits the empty cluster (see above)
         self._empty_state: ClusterState | None = None  # every node free (made when first needed)
 
     def forget(self) -> None:
@@ -44,18 +49,22 @@ class Feasibility:
         if not h.spec.allow_borrowing and quota is not None and spec.gpu_demand > quota + 1e-9:
             raise InfeasibleJob(f"job {spec.job_id!r}: asks for {spec.gpu_demand:g} GPUs, more than VC {spec.vc!r}'s "
                                 f"quota of {quota:g}, and borrowing is off", "larger_than_vc_quota")
-        static = h.static_mask(spec)
-        if not static.any():
-            models = "|".join(spec.gpu_models) or "any"
-            raise InfeasibleJob(f"job {spec.job_id!r}: no node of GPU model {models} is open to VC {spec.vc!r}",
-                                "no_matching_node")
+        # (The shape names what the nodes open to the job depend on: its GPU models and dedicated VC.)
         shape = (spec.num_gpus, spec.gpu_milli, spec.cpu_milli, spec.memory_mib, spec.gpu_models,
                  spec.vc if spec.vc in h.dedicated else None)  # fmt: skip
         fits = self._fits_empty.get(shape)
         if fits is None:
-            if self._empty_state is None:
-                self._empty_state = ClusterState(self.spec)
-            fits = self._fits_empty[shape] = placement.can_place(h, spec, static, self._empty_state)
+            static = h.static_mask(spec)
+            if not static.any():
+                fits = self._fits_empty[shape] = _NO_NODE
+            else:
+                if self._empty_state is None:
+                    self._empty_state = ClusterState(self.spec)
+                fits = self._fits_empty[shape] = _FITS if placement.can_place(h, spec, static, self._empty_state) else 0
+        if fits == _NO_NODE:
+            models = "|".join(spec.gpu_models) or "any"
+            raise InfeasibleJob(f"job {spec.job_id!r}: no node of GPU model {models} is open to VC {spec.vc!r}",
+                                "no_matching_node")
         if not fits:
             raise InfeasibleJob(
                 f"job {spec.job_id!r}: asks for {spec.num_gpus} GPU(s) x {spec.gpu_milli}/1000, "

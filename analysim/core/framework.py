@@ -324,6 +324,11 @@ class PassStream:
 
     A class, not a Protocol, for the compiled core (see Handle)."""
 
+    # Whether every job ``no_op`` found a no-op was refused by the gate (its quota's answer, which
+    # stands until the quota's usage changes) or no longer pending, none failed for what this pass
+    # learned (a request that failed before it in the pass).
+    only_refused: bool = True
+
     def __iter__(self) -> PassStream:
         return self
 

@@ -206,7 +206,6 @@ class MetricsRecorder:
                 self.queue_meter.bring_up_to(engine.now)
         ended = self.ended
         done = ended.status_is(JobStatus.COMPLETED)
-        vc = ended.column("vc")
         jct, queue, slowdown = ended.column("jct"), ended.column("queue"), ended.column("slowdown")
         preemptions, migrations = ended.column("preemptions"), ended.column("migrations")
         start = self.start_s or 0.0
@@ -235,19 +234,19 @@ class MetricsRecorder:
         for j in engine.table.jobs.values():
             live_by_vc[j.spec.vc] += 1
         for name in sorted(set(ended.vc_names) | set(live_by_vc)):
-            ours = vc == ended.vc_names.index(name) if name in ended.vc_names else np.zeros(len(vc), dtype=bool)
-            vdone = ours & done
+            rows = ended.rows_of(name)  # (in the order the jobs ended, as the figures' rounding reads them)
+            done_rows = rows[done[rows]]
             q = engine.guaranteed_gpus(name)
             per_vc[name] = {
                 "jobs_total": live_by_vc[name] + engine.table.forgotten_by_vc.get(name, 0),
-                "jobs_completed": int(vdone.sum()),
-                **jct_stats(jct[vdone], queue[vdone]),
+                "jobs_completed": int(done_rows.size),
+                **jct_stats(jct[done_rows], queue[done_rows]),
                 "quota_gpus": q,
                 "gpu_time_s": self.vc_alloc_gpu_s.get(name, 0.0),
                 "gpu_share": self.vc_alloc_gpu_s.get(name, 0.0) / self.alloc_gpu_s if self.alloc_gpu_s else 0.0,
-                "avg_slowdown": float(np.mean(slowdown[vdone])) if vdone.any() else None,
-                "preemptions": int(preemptions[ours].sum()),
-                "migrations": int(migrations[ours].sum()),
+                "avg_slowdown": float(np.mean(slowdown[done_rows])) if done_rows.size else None,
+                "preemptions": int(preemptions[rows].sum()),
+                "migrations": int(migrations[rows].sum()),
             }
         out["per_vc"] = per_vc
         slows = [v["avg_slowdown"] for v in per_vc.values() if v["avg_slowdown"] is not None]

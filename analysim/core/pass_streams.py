@@ -42,16 +42,6 @@ if TYPE_CHECKING:
     from analysim.core.scheduler import Scheduler
 
 
-def no_op(s: Scheduler, c: CycleState, job: JobRun) -> bool:
-    """Whether cycle._visit would change nothing for this job now (module docstring): it is no
-    longer pending, or the gate fails it or passes over it without an attempt (for a queue that
-    does not block, the same)."""
-    if job.status is not JobStatus.PENDING:
-        return True
-    code = gate(s, c, job)
-    return code in (UNFIT, REFUSED)
-
-
 class ShapeStream(PassStream):
     """The pending jobs of some VCs in key order, from their per-(VC, request) lists
     (``SchedulingQueue.of_vc_shape``, which do not change during a pass): a heap of each shape's
@@ -60,18 +50,30 @@ class ShapeStream(PassStream):
     def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
         self.s = s  # the pass's scheduler: its queue, handle and gate
         self.c = c  # the pass's cycle state
-        lists = s.queue.of_vc_shape
-        assert lists is not None
-        self.lists: list[SortedList] = [keys for vc in vcs for keys in lists[vc].values()]  # each shape's keys
-        self.shapes: list[tuple] = [shape for vc in vcs for shape in lists[vc]]  # each list's request
-        self.heap: list[tuple[tuple, int]] = [(keys[0], i) for i, keys in enumerate(self.lists)]  # (next key, list)
-        heapq.heapify(self.heap)
         self.vcs = vcs  # the VCs (ClusterQueues) it merges
+        # Built on first use (``_build``): a queue may leave a stream out of its merge unread
+        # (KueueQueue's inadmissible pool), and a pass makes one per VC with pending jobs.
+        self.built = False
+        self.lists: list[SortedList] = []  # each shape's keys
+        self.shapes: list[tuple] = []  # each list's request
+        self.heap: list[tuple[tuple, int]] = []  # (next key, list)
         # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
         # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
         # ClusterQueue.)
-        self.evicted: list[tuple] = sorted(k for keys in s.queue.held_out(vcs, s.handle.now).values() for k in keys)
+        self.evicted: list[tuple] = []
         self.last: tuple | None = None  # the key of the last job given
+        self.only_refused = True  # (PassStream's)
+
+    def _build(self) -> None:
+        s, vcs = self.s, self.vcs
+        lists = s.queue.of_vc_shape
+        assert lists is not None
+        self.lists = [keys for vc in vcs for keys in lists[vc].values()]
+        self.shapes = [shape for vc in vcs for shape in lists[vc]]
+        self.heap = [(keys[0], i) for i, keys in enumerate(self.lists)]
+        heapq.heapify(self.heap)
+        self.evicted = sorted(k for keys in s.queue.held_out(vcs, s.handle.now).values() for k in keys)
+        self.built = True
 
     def join(self, others: list[PassStream]) -> PassStream:
         vcs = list(self.vcs)
@@ -84,6 +86,8 @@ class ShapeStream(PassStream):
         return self
 
     def __next__(self) -> JobRun:
+        if not self.built:
+            self._build()
         heap, by_seq = self.heap, self.s.queue.by_seq
         while heap:
             key, i = heap[0]
@@ -99,9 +103,19 @@ class ShapeStream(PassStream):
         raise StopIteration
 
     def no_op(self, job: JobRun) -> bool:
-        return no_op(self.s, self.c, job)
+        """Whether cycle._visit would change nothing for this job now (module docstring): it is no
+        longer pending, or the gate fails it or passes over it without an attempt (for a queue that
+        does not block, the same)."""
+        if job.status is not JobStatus.PENDING:
+            return True
+        code = gate(self.s, self.c, job)
+        if code == UNFIT:
+            self.only_refused = False
+        return code in (UNFIT, REFUSED)
 
     def seek_after(self, key: tuple) -> None:
+        if not self.built:
+            self._build()
         self.last = key
         heap: list[tuple[tuple, int]] = []
         for i, keys in enumerate(self.lists):
@@ -112,12 +126,16 @@ class ShapeStream(PassStream):
         self.heap = heap
 
     def leave_out(self, requests: set[tuple]) -> None:
+        if not self.built:
+            self._build()
         self.heap = [entry for entry in self.heap if self.shapes[entry[1]] not in requests]
         heapq.heapify(self.heap)
 
     def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
         """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job
         that is not (None: none is left), which the stream has then given."""
+        if not self.built:
+            self._build()
         by_seq = self.s.queue.by_seq
         stop: tuple | None = None  # the first key not left out
         for key, i in self.heap:

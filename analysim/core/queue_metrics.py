@@ -130,10 +130,9 @@ class QueueMeter:
         self.evictions: list[dict[str, int]] = [{} for _ in self.queues]  # per queue: evictions by Kueue reason
         self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}  # tree node -> position in queues
         # The slots held now: slot -> (usage, borrowing, since when), read again for a queue only
-        # when its usage changed (the state's version, then the queue's own); the integrals hold
-        # each slot's time up to its ``since``.
+        # when its usage changed (the state's version, then the queues it names as changed); the
+        # integrals hold each slot's time up to its ``since``.
         self._version = -1  # the state's version when last read
-        self._queue_version: list[int] = [-1] * len(self.queues)  # per queue: its version when last read
         self._held: dict[int, tuple[float, float, float]] = {}  # (see above)
 
     def advance(self, now: float) -> None:
@@ -162,12 +161,10 @@ class QueueMeter:
         """The usage and borrowing of every slot of a queue whose usage changed since last read;
         read only before a stretch of time it is held for (so a peak is held for some time)."""
         st = self.state
-        tree, versions = st.tree, st.queue_versions
+        tree, position = st.tree, self._position
         held = self._held
-        for k, i in enumerate(self.queues):
-            if versions[i] == self._queue_version[k]:
-                continue
-            self._queue_version[k] = versions[i]
+        for i in st.changed:
+            k = position[i]
             usage = tree.usage[i]
             for s in self.slots_of[k]:
                 if s in held:
@@ -180,6 +177,7 @@ class QueueMeter:
                         self.peak[s] = used
                 else:
                     held.pop(s, None)
+        st.changed.clear()
 
     def job_ended(self, job: JobRun) -> None:
         reasons = eviction_reasons(job, self.state)
@@ -194,16 +192,20 @@ class QueueMeter:
         partition's order. Averages over time are over ``makespan_s``, as the run's utilization."""
 
         partition = self.state.partition
-        cq_of = dict(partition.queue_of)  # LocalQueue (the jobs' VC) -> ClusterQueue
-        vc = ended.column("vc")
+        local_queues: dict[str, list[str]] = {}  # ClusterQueue -> its LocalQueues (the jobs' VCs), sorted
+        for lq, cq in sorted(partition.queue_of):
+            local_queues.setdefault(cq, []).append(lq)
         done = ended.status_is(JobStatus.COMPLETED)
         jct, queue, wait = ended.column("jct"), ended.column("queue"), ended.column("wait")
         out: dict[str, dict] = {}
         for k, i in enumerate(self.queues):
             name = self.names[k]
-            lqs = [v for v, local in enumerate(ended.vc_names) if cq_of.get(local) == name]
-            ours = np.isin(vc, lqs) & done
-            mean, median, p95, p99 = distribution(wait[ours])
+            lqs = local_queues.get(name, [])
+            of_lqs = [ended.rows_of(lq) for lq in lqs]
+            # (its jobs' rows in the order they ended, as the figures' rounding reads them)
+            rows = of_lqs[0] if len(of_lqs) == 1 else np.sort(np.concatenate(of_lqs)) if of_lqs else np.zeros(0, dtype=np.intp)
+            rows = rows[done[rows]]
+            mean, median, p95, p99 = distribution(wait[rows])
             resources = {self.slot_resource[s]: self._resource(s, makespan_s) for s in self.slots_of[k]}
             gpu = resources.get(GPU) or resource_figures(0.0, 0.0, 0.0, 0.0, makespan_s)
             evictions = dict.fromkeys(EVICTION_REASONS, 0)
@@ -211,11 +213,11 @@ class QueueMeter:
                 evictions[reason] = evictions.get(reason, 0) + n
             out[name] = {
                 "cohort": partition.nodes[i].parent,
-                "local_queues": sorted(lq for lq, cq in partition.queue_of if cq == name),
-                "jobs_completed": int(ours.sum()),
+                "local_queues": lqs,
+                "jobs_completed": int(rows.size),
                 "avg_admission_wait_s": mean, "median_admission_wait_s": median,
                 "p95_admission_wait_s": p95, "p99_admission_wait_s": p99,
-                **jct_stats(jct[ours], queue[ours]),
+                **jct_stats(jct[rows], queue[rows]),
                 **{key: gpu[figure] for key, figure in GPU_FIGURES.items()},
                 "evictions": evictions,
                 "evictions_total": sum(evictions.values()),

@@ -19,6 +19,7 @@ What they do, after Kueue's documentation (docs/kueue.md has the details and wha
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, ClassVar
@@ -137,9 +138,16 @@ class KueueQueue(_QueueSort):
         self.keyed: dict[str, tuple] = {}  # job id -> its (key, seq) in ``waiting``, while it is there
         self.pass_now = 0.0  # the time of the pass under way (order)
         self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
+        # Without the control plane, the inadmissible pool: a ClusterQueue -> its cohort tree's
+        # version and its ``queued`` count when a pass found every pending job of it refused by
+        # the quota (the gate's REFUSED, read from its tree's usage alone) and gave none. While
+        # both stand, each is refused still, and a pass leaves the queue out of its merge (order).
+        self.inadmissible: dict[int, tuple[int, int]] = {}
+        self.queued = [0] * len(nodes)  # per ClusterQueue: its jobs queued so far (arrivals and stops)
         # Jobs the orders gave the passes, and runs drained (order): counts for tests and profiles.
         self.given = 0
         self.drains = 0  # (above)
+        self.left_out = 0  # (above: queues the inadmissible pool left out of a pass, per pass)
 
     def key(self, job: JobRun, ctx: Handle) -> tuple:
         return self._key(job)
@@ -149,6 +157,8 @@ class KueueQueue(_QueueSort):
 
     def on_event(self, kind: str, job: JobRun, ctx: Handle) -> None:
         q = self.state.queue(job)
+        if kind in ("arrival", "stop"):
+            self.queued[q] += 1
         if not self.strict[q]:
             return
         if kind in ("arrival", "stop"):
@@ -197,15 +207,26 @@ class KueueQueue(_QueueSort):
         st = self.state
         self.pass_now = ctx.now
         streams, drainable = self._streams(pending)
+        # The queues of the inadmissible pool (queue -> its tree's version), left out of the merge
+        # as runs drained from before their first job: where their tree does not change, the
+        # merge would take each of their jobs, refused still, changing nothing.
+        refused = self._inadmissible(drainable, ctx)
+        self.left_out += len(refused)
         heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
         for q in streams:
-            self._push(heap, q, streams[q], 0)
+            if q not in refused:
+                self._push(heap, q, streams[q], 0)
         gen = dict.fromkeys(streams, 0)  # a queue's entries from before an undrain are stale
         # queue -> its run (past this key, before that one: None, to the end), the least entry when
         # the drain began, and where in ``taken`` the drain began (its front: _undrain)
         drained: dict[int, list] = {}
+        if refused and heap and heap[0][0] == 0.0:  # (else the merge takes them all before any entry)
+            for q in refused:
+                drained[q] = [_FIRST, None, heap[0][:3], 0]
         taken = _Taken()  # what the merge took while a run was drained
         offered = dict.fromkeys(streams, 0)  # (under the control plane: heads offered this cycle)
+        checked: dict[int, int] = {}  # queue -> its tree's version when the first no-op of it was asked
+        gave: set[int] = set()  # the queues of the jobs given
         while heap:
             rank, key, seq, g, q, job = heapq.heappop(heap)
             if g != gen[q]:
@@ -222,25 +243,67 @@ class KueueQueue(_QueueSort):
                 continue  # behind its StrictFIFO queue's head, which was not admitted: the stream ends
             drained.pop(q, None)  # (its run, if any, ranked before this entry: all taken)
             stream = drainable.get(q)
-            if stream is not None and stream.no_op(job):
-                nxt = stream.drain(self._lowest)
-                self.drains += 1
-                while heap and heap[0][3] != gen[heap[0][4]]:
-                    heapq.heappop(heap)  # (stale: the least entry the merge has is the next valid one)
-                if heap and heap[0][0] == 0.0:  # (else nothing else comes before the run ends)
-                    drained[q] = [(key, seq), None if nxt is None else (self._key(nxt), nxt.seq), heap[0][:3],
-                                  taken.count]
-                if nxt is not None:
-                    heapq.heappush(heap, (self._rank(q, nxt), self._key(nxt), nxt.seq, g, q, nxt))
-                continue
+            if stream is not None:
+                if q not in checked:
+                    checked[q] = st.tree_versions[st.root[q]]
+                if stream.no_op(job):
+                    self._drain(heap, q, stream, (key, seq), g, gen, drained, taken.count)
+                    continue
             version = st.version
             self.given += 1
+            gave.add(q)
             yield job
             if drained and st.version != version:
-                self._undrain(heap, drained, drainable, gen, taken)
+                self._undrain(heap, drained, drainable, gen, taken, refused, checked)
             if self.control is not None and not self._offered(q, job, offered, ctx.now):
                 continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
+        self._to_pool(drainable, refused, checked, gave)
+
+    def _drain(self, heap: list, q: int, stream: PassStream, start: tuple, g: int, gen: dict[int, int],
+               drained: dict[int, list], since: int) -> None:
+        """Leave out the run of no-ops that begins with the entry just taken (its ``start``), and
+        put the stream's next job in; the run is drained (order) unless nothing else can come
+        before its end."""
+        nxt = stream.drain(self._lowest)
+        self.drains += 1
+        while heap and heap[0][3] != gen[heap[0][4]]:
+            heapq.heappop(heap)  # (stale: the least entry the merge has is the next valid one)
+        if heap and heap[0][0] == 0.0:  # (else nothing else comes before the run ends)
+            drained[q] = [start, None if nxt is None else (self._key(nxt), nxt.seq), heap[0][:3], since]
+        if nxt is not None:
+            heapq.heappush(heap, (self._rank(q, nxt), self._key(nxt), nxt.seq, g, q, nxt))
+
+    def _inadmissible(self, drainable: dict[int, PassStream], ctx: Handle) -> dict[int, int]:
+        """The queues of the inadmissible pool whose place there stands (their tree's version and
+        their queued count as when they were put there), each with its tree's version."""
+        st = self.state
+        out: dict[int, int] = {}
+        if not self.inadmissible or not ctx.spec.allow_borrowing:  # (without, a VC's own quota refuses too)
+            return out
+        for q in drainable:
+            stamp = self.inadmissible.get(q)
+            if stamp is not None:
+                version = st.tree_versions[st.root[q]]
+                if stamp[0] == version and stamp[1] == self.queued[q]:
+                    out[q] = version
+        return out
+
+    def _to_pool(self, drainable: dict[int, PassStream], refused: dict[int, int], checked: dict[int, int],
+                 gave: set[int]) -> None:
+        """After a whole pass: a drainable queue none of whose jobs was given, and all of whose jobs
+        the pass found refused at its tree's version of now (the version at the first of them, so
+        none changed since), goes into the inadmissible pool; another leaves it. A queue the pass
+        left out keeps its place, which stands while its tree does not change."""
+        st = self.state
+        for q, stream in drainable.items():
+            if q in refused:
+                continue
+            version = st.tree_versions[st.root[q]]
+            if q not in gave and stream.only_refused and checked.get(q) == version:
+                self.inadmissible[q] = (version, self.queued[q])
+            else:
+                self.inadmissible.pop(q, None)
 
     def _streams(self, pending: Mapping[str, Iterator[JobRun]]) -> tuple[dict[int, Iterator[JobRun]],
                                                                        dict[int, PassStream]]:
@@ -330,12 +393,16 @@ class KueueQueue(_QueueSort):
         return self._rank(self.state.queue(job), job) == 0.0
 
     def _undrain(self, heap: list, drained: dict[int, list], drainable: dict[int, PassStream],
-                 gen: dict[int, int], taken: _Taken) -> None:
+                 gen: dict[int, int], taken: _Taken, refused: dict[int, int], checked: dict[int, int]) -> None:
         """After a launch or stop: each drained run's jobs past its front were not taken yet; the
         first becomes its queue's entry again, with the rank 0 it had when its turn came (before
         the change). The front is the most of the least entry when the drain began and of every
         entry the merge took since; one taken of rank above 0 is above the whole run, taken
-        whole."""
+        whole. A queue of the inadmissible pool whose tree did not change stays drained: its jobs
+        are refused still. One whose tree changed is the pass's own from then on, never put back
+        in the pool by this pass (its jobs before the front were found refused before the change)."""
+        st = self.state
+        kept: dict[int, list] = {}
         for q, (start, stop, least, since) in drained.items():
             front = least
             most = taken.most_since(since)
@@ -343,6 +410,12 @@ class KueueQueue(_QueueSort):
                 if most[0] > 0.0:
                     continue  # (taken whole)
                 front = most
+            if q in refused:
+                if refused[q] == st.tree_versions[st.root[q]]:
+                    kept[q] = [start, stop, front, 0]  # (``taken`` starts again below)
+                    continue
+                del refused[q]
+                checked[q] = -1  # (a version no tree has)
             after = max(start, (front[1], front[2]))
             if stop is not None and after >= stop:
                 continue
@@ -355,6 +428,7 @@ class KueueQueue(_QueueSort):
             heapq.heappush(heap, (0.0, self._key(job), job.seq, gen[q], q, job))
         drained.clear()
         taken.clear()
+        drained.update(kept)
 
     def _merge_key(self, job: JobRun) -> tuple:
         return (self._key(job), job.seq)
@@ -377,6 +451,10 @@ class KueueQueue(_QueueSort):
                 job = next(stream, None)
         if job is not None:
             heapq.heappush(heap, (self._rank(q, job), self._key(job), job.seq, g, q, job))
+
+
+# A key below every key ((-priority, creation), seq): where a run drained from a stream's start begins.
+_FIRST: tuple = ((-math.inf, -math.inf), -math.inf)
 
 
 class _Taken:

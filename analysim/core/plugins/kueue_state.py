@@ -159,6 +159,10 @@ class KueueState:
         # The flavors a preemption chose for a job, until the job is admitted on them right after.
         self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
+        # The queues charged or released since the usage meter (queue_metrics.QueueMeter, its one
+        # reader, which empties it) last read them: a read costs the queues that changed, not all
+        # of them (Kueue's large-scale scenario has a thousand).
+        self.changed: set[int] = set()
         self.running = Running(len(partition.nodes))  # each queue's running workloads, in candidate order
         # Evictions by reason: per evicted job (reason -> count; read and dropped when it ends),
         # and per (preempting queue's name, reason) -> count.
@@ -214,6 +218,7 @@ class KueueState:
         self.version += 1
         self.queue_versions[q] += 1
         self.tree_versions[self.root[q]] += 1
+        self.changed.add(q)
         self.running.add(job, q, self.priority_of(job), now, charges)
 
     def release(self, job: JobRun) -> None:
@@ -227,6 +232,7 @@ class KueueState:
         self.version += 1
         self.queue_versions[q] += 1
         self.tree_versions[self.root[q]] += 1
+        self.changed.add(q)
         self.running.remove(job, q, charges)
 
 
