@@ -256,12 +256,15 @@ def recorded(s: Scenario, events_csv: Path) -> dict:
     used: dict[str, float] = {}
     end = 0.0
     with open(events_csv, newline="") as f:
-        for r in csv.DictReader(f):
-            t, kind, job = float(r["time_s"]), r["event"], r["job_id"]
+        rows = csv.reader(f)
+        header = next(rows)
+        at_time, at_event, at_job, at_queue = (header.index(c) for c in ("time_s", "event", "job_id", "queue"))
+        for r in rows:
+            t, kind, job = float(r[at_time]), r[at_event], r[at_job]
             end = max(end, t)
             if kind == "admit":
                 last_admit[job] = t
-                held[job] = (r["queue"], t)
+                held[job] = (r[at_queue], t)
             elif kind in ("evict", "complete") and job in held:
                 queue, since = held.pop(job)
                 used[queue] = used.get(queue, 0.0) + request[job] * (t - since)
