@@ -27,7 +27,7 @@ class Feasibility:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec  # the cluster the checks are against
         self._vc_names = frozenset(v.name for v in spec.vcs)  # the VCs the cluster names
-        self._fits_empty: dict[tuple, int] = {}  # shape -> whether it fits the empty cluster (see above)
+        self._fits_empty: dict[tuple, int] = {}  # shape -> _FITS, _NO_NODE or 0 (see above)
         self._empty_state: ClusterState | None = None  # every node free (made when first needed)
 
     def forget(self) -> None:

@@ -57,9 +57,9 @@ class ShapeStream(PassStream):
         self.lists: list[SortedList] = []  # each shape's keys
         self.shapes: list[tuple] = []  # each list's request
         self.heap: list[tuple[tuple, int]] = []  # (next key, list)
-        # Jobs of these VCs evicted at this instant (waiting for the next one): never left out.
-        # (Read per VC: an instant's evictions can be thousands, and a pass builds a stream per
-        # ClusterQueue.)
+        # Jobs of these VCs evicted at this instant (waiting for the next one), as of its build:
+        # never left out. (Read per VC: an instant's evictions can be thousands, and a pass builds
+        # a stream per ClusterQueue.)
         self.evicted: list[tuple] = []
         self.last: tuple | None = None  # the key of the last job given
         self.only_refused = True  # (PassStream's)

@@ -130,18 +130,15 @@ class QueueMeter:
         self.evictions: list[dict[str, int]] = [{} for _ in self.queues]  # per queue: evictions by Kueue reason
         self._position: dict[int, int] = {q: k for k, q in enumerate(self.queues)}  # tree node -> position in queues
         # The slots held now: slot -> (usage, borrowing, since when), read again for a queue only
-        # when its usage changed (the state's version, then the queues it names as changed); the
+        # when its usage changed (the queues the state names as changed since the last read); the
         # integrals hold each slot's time up to its ``since``.
-        self._version = -1  # the state's version when last read
         self._held: dict[int, tuple[float, float, float]] = {}  # (see above)
 
     def advance(self, now: float) -> None:
         """The clock is about to move on from ``now``: the slots whose usage changed since the
         last read are integrated up to now, and held from now at what they hold now."""
-        st = self.state
-        if st.version != self._version:
+        if self.state.changed:
             self._read(now)
-            self._version = st.version
 
     def bring_up_to(self, now: float) -> None:
         """Every slot's integrals, up to ``now`` (what it holds is held from then on)."""
