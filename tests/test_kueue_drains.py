@@ -4,7 +4,6 @@ decisions, on crowded queues of a few hundred jobs where most of them wait for q
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import re
 
@@ -12,14 +11,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from analysim.core.engine import Engine, EngineConfig
+from analysim.core.engine import Engine
 from analysim.core.plugins.kueue import KueueQueue
-from analysim.core.policies import partition_policy
-from analysim.partitions import assign_queues
 from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
     FLAVOR,
-    RANDOM_NODES,
     TWO_RACKS_AND_ROOT,
     _cohort_doc,
     _cq,
@@ -29,7 +25,7 @@ from tests.test_kueue import (
     _queue_docs,
     _read,
 )
-from tests.test_kueue_preemption import PRIORITIES, _preempting_partitions
+from tests.test_kueue_preemption import PRIORITIES, _preempting_partitions, _run, _run_preempting
 
 QUEUES = ["c0q0", "c0q1", "c1q0", "c1q1"]
 PREEMPTING = "{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any, borrowWithinCohort: {policy: Never}}"
@@ -56,37 +52,31 @@ def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bo
     return text, jobs
 
 
-def _run(tmp_path, drawn, shortcuts: bool) -> Engine:
-    text, raw = drawn
-    part, _ = _read(tmp_path, text, RANDOM_NODES)
-    jobs = [_gpu_job(f"j{i}", vc, g, submit=s, duration=d, qos=q) for i, (vc, g, s, d, q) in enumerate(raw)]
-    kept, _ = assign_queues(jobs, part)
-    spec = dataclasses.replace(RANDOM_NODES, partition=part)
-    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True), shortcuts=shortcuts)
-    for j in kept:
-        engine.submit(j)
-    engine.run()
-    return engine
-
-
 def _queue(engine: Engine) -> KueueQueue:
     q = engine.policy.queue
     assert isinstance(q, KueueQueue)
     return q
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
-@given(_crowded())
-def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
-    fast = _run(tmp_path, drawn, shortcuts=True)
-    reference = _run(tmp_path, drawn, shortcuts=False)
+def _against_reference(tmp_path, drawn) -> Engine:
+    """The drawn run with the pass's shortcuts on, checked against the reference engine's (which
+    walks every job: it drains no run and leaves no queue out): the same decisions."""
+    fast = _run_preempting(tmp_path, drawn)
+    reference = _run_preempting(tmp_path, drawn, shortcuts=False)
     event(f"preempting: {fast.scheduler.can_preempt}")
     event(f"drains: {'some' if _queue(fast).drains else 'none'}")
     event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
-    assert _queue(reference).drains == 0  # (the reference walks every job)
+    assert _queue(reference).drains == 0 and _queue(reference).left_out == 0
     assert fast.decisions == reference.decisions
+    return fast
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(_crowded())
+def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
+    _against_reference(tmp_path, drawn)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -95,12 +85,8 @@ def test_drained_passes_make_the_reference_engine_s_decisions(tmp_path, drawn):
 def test_passes_over_gangs_make_the_reference_engine_s_decisions(tmp_path, drawn):
     # Gangs (wider than a node) that fail are passed over for the same request and signature
     # until a launch or stop in the pass (CycleState.failed_exact); the reference makes each attempt.
-    fast = _run(tmp_path, drawn, shortcuts=True)
-    reference = _run(tmp_path, drawn, shortcuts=False)
-    event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
+    fast = _against_reference(tmp_path, drawn)
     event(f"gangs run: {'some' if any(d.kind == 'launch' and len(d.nodes) > 1 for d in fast.decisions) else 'none'}")
-    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
-    assert fast.decisions == reference.decisions
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -110,21 +96,15 @@ def test_passes_that_leave_refused_queues_out_make_the_reference_engine_s_decisi
     # Two cohort trees: a queue all of whose jobs its quota refused stays out of the passes while
     # its tree's usage does not change (KueueQueue's inadmissible pool), and comes back in the pass
     # where it does (a launch in its tree can make a borrower there a candidate for its jobs).
-    fast = _run(tmp_path, drawn, shortcuts=True)
-    reference = _run(tmp_path, drawn, shortcuts=False)
-    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
-    event(f"preempting: {fast.scheduler.can_preempt}")
-    event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
-    assert _queue(reference).left_out == 0
-    assert fast.decisions == reference.decisions
+    _against_reference(tmp_path, drawn)
 
 
 @pytest.mark.parametrize("preemption", [PREEMPTING, "{}"], ids=["preempting", "not preempting"])
 def test_a_crowded_partition_drains_and_leaves_out_most_visits(tmp_path, preemption):
     # Every queue BestEffortFIFO, 300 jobs in 300 s on 32 GPUs: most wait for quota or room.
     drawn = _fixed_crowd(preemption)
-    fast = _run(tmp_path, drawn, shortcuts=True)
-    reference = _run(tmp_path, drawn, shortcuts=False)
+    fast = _run_preempting(tmp_path, drawn)
+    reference = _run_preempting(tmp_path, drawn, shortcuts=False)
     assert fast.decisions == reference.decisions
     assert _queue(fast).drains > 0
     assert _queue(fast).given < _queue(reference).given / 2  # (the visits a drain leaves out)
@@ -161,20 +141,9 @@ def test_a_refused_queue_left_out_comes_back_in_the_pass_that_frees_its_quota(tm
     jobs = [_gpu_job("V", "q1", 4, duration=1000, qos="low"), _gpu_job("Q", "q2", 2, duration=1000, qos="normal"),
             _gpu_job("J", "q2", 2, submit=1.0, duration=100, qos="normal"), _gpu_job("R", "q1", 1, submit=1.5, duration=100, qos="low"),
             _gpu_job("P", "q1", 1, submit=2.0, duration=100, qos="high")]
-    fast = _run_partition(part, jobs, two, shortcuts=True)
-    reference = _run_partition(part, jobs, two, shortcuts=False)
+    fast = _run(part, jobs, until=10, cluster=two)
+    reference = _run(part, jobs, until=10, cluster=two, shortcuts=False)
     assert fast.decisions == reference.decisions
     assert _queue(fast).left_out == 2  # (q2, in the passes at 1.5 and 2)
     assert [(d.time, d.kind, d.job_id) for d in fast.decisions if d.time == 2.0] == [
         (2.0, "preempt", "V"), (2.0, "launch", "P"), (2.0, "launch", "J"), (2.0, "launch", "R")]
-
-
-def _run_partition(part, jobs, cluster, shortcuts: bool) -> Engine:
-    spec = dataclasses.replace(cluster, vcs=(), partition=part)
-    kept, filtered = assign_queues(jobs, part)
-    assert not filtered, filtered
-    engine = Engine(spec, partition_policy(spec), EngineConfig(keep_decisions=True), shortcuts=shortcuts)
-    for j in kept:
-        engine.submit(j)
-    engine.run(10.0)
-    return engine
