@@ -65,7 +65,7 @@ def _against_reference(tmp_path, drawn) -> Engine:
     reference = _run_preempting(tmp_path, drawn, shortcuts=False)
     event(f"preempting: {fast.scheduler.can_preempt}")
     event(f"drains: {'some' if _queue(fast).drains else 'none'}")
-    event(f"queues left out as refused: {'some' if _queue(fast).left_out else 'none'}")
+    event(f"queues left out: {'some' if _queue(fast).left_out else 'none'}")
     event(f"preemptions: {'some' if any(d.kind == 'preempt' for d in fast.decisions) else 'none'}")
     assert _queue(reference).drains == 0 and _queue(reference).left_out == 0
     assert fast.decisions == reference.decisions
@@ -147,3 +147,36 @@ def test_a_refused_queue_left_out_comes_back_in_the_pass_that_frees_its_quota(tm
     assert _queue(fast).left_out == 2  # (q2, in the passes at 1.5 and 2)
     assert [(d.time, d.kind, d.job_id) for d in fast.decisions if d.time == 2.0] == [
         (2.0, "preempt", "V"), (2.0, "launch", "P"), (2.0, "launch", "J"), (2.0, "launch", "R")]
+
+
+def test_a_queue_left_out_as_failing_on_nodes_comes_back_in_the_pass_that_frees_a_node(tmp_path):
+    # Two nodes of 4 GPUs; a root cohort over q1 (nominal 6, no borrowing, preempts lower
+    # priorities of its own) and q2 (nominal 8, does not preempt). At t=0 V and W (q1, low, 3
+    # each) start, one on each node. At t=1 J (q2, 4) fits q2's quota within nominal, but no node
+    # has 4 GPUs free: its attempt fails on the nodes (no search: its quota fits), nothing changes
+    # after it, and q2 goes into the inadmissible pool on the running jobs and the nodes. At t=2 P
+    # (q1, high, 1) arrives: the pass leaves q2 out (nothing has launched or stopped since) and
+    # takes P first (its priority), which is over q1's quota and evicts the most recently started
+    # of V and W, freeing that node; P starts on the other node's free GPU. That launch brings q2
+    # back in the same pass: J starts on the freed node at 2, before R (q3, 4 GPUs, arriving at 2
+    # within its own quota), which J's earlier creation puts after it. A pass that kept q2 out
+    # would start R there instead, and leave J waiting.
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "")
+                 + _cq("q1", "root", {gpu: {"nominalQuota": 6, "borrowingLimit": 0}},
+                       extra=_preemption(withinClusterQueue="LowerPriority"))
+                 + _cq("q2", "root", {gpu: {"nominalQuota": 8}})
+                 + _cq("q3", "root", {gpu: {"nominalQuota": 4}}) + PRIORITIES, two)[0]
+    jobs = [_gpu_job("V", "q1", 3, duration=1000, qos="low"), _gpu_job("W", "q1", 3, duration=1000, qos="low"),
+            _gpu_job("J", "q2", 4, submit=1.0, duration=100, qos="normal"),
+            _gpu_job("P", "q1", 1, submit=2.0, duration=100, qos="high"),
+            _gpu_job("R", "q3", 4, submit=2.0, duration=100, qos="normal")]
+    fast = _run(part, jobs, until=10, cluster=two)
+    reference = _run(part, jobs, until=10, cluster=two, shortcuts=False)
+    assert fast.decisions == reference.decisions
+    # (q2 in the first pass at 2; q3 in the second, after R failed on the nodes in the first:
+    # the evicted W queued again at 2 brings that one)
+    assert _queue(fast).left_out == 2
+    at_two = [(d.kind, d.job_id) for d in fast.decisions if d.time == 2.0]
+    assert at_two == [("preempt", "W"), ("launch", "P"), ("launch", "J")]

@@ -356,6 +356,17 @@ class PassStream:
         """Give no job whose request (JobSpec.request) is one of these from now on."""
         raise NotImplementedError
 
+    def world(self) -> int:
+        """The version of what a visit's failure reads, now: the running jobs and the nodes
+        (memos.World.running). A job found failing at one fails again while it stands, until
+        ``holds()``, and while the job is not queued again."""
+        raise NotImplementedError
+
+    def holds(self) -> float:
+        """Until when the failures the pass has found so far hold at their version (a failure
+        that outlives no instant, like a job evicted now, holds until now)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class QueueTraits:

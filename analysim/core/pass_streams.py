@@ -131,6 +131,12 @@ class ShapeStream(PassStream):
         self.heap = [entry for entry in self.heap if self.shapes[entry[1]] not in requests]
         heapq.heapify(self.heap)
 
+    def world(self) -> int:
+        return self.s.world.running
+
+    def holds(self) -> float:
+        return self.c.hold
+
     def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
         """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job
         that is not (None: none is left), which the stream has then given."""

@@ -22,7 +22,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
@@ -138,11 +138,11 @@ class KueueQueue(_QueueSort):
         self.keyed: dict[str, tuple] = {}  # job id -> its (key, seq) in ``waiting``, while it is there
         self.pass_now = 0.0  # the time of the pass under way (order)
         self.pending_written: set[str] = set()  # workloads whose Pending status was written (control plane)
-        # Without the control plane, the inadmissible pool: a ClusterQueue -> its cohort tree's
-        # version and its ``queued`` count when a pass found every pending job of it refused by
-        # the quota (the gate's REFUSED, read from its tree's usage alone) and gave none. While
-        # both stand, each is refused still, and a pass leaves the queue out of its merge (order).
-        self.inadmissible: dict[int, tuple[int, int]] = {}
+        # Without the control plane, the inadmissible pool: a ClusterQueue a pass found all of
+        # whose pending jobs fail, none launching, each ranked 0 -> what their failures stand on
+        # (``_Failing``). While it stands each fails still, and a pass leaves the queue out of its
+        # merge (order).
+        self.inadmissible: dict[int, _Failing] = {}
         self.queued = [0] * len(nodes)  # per ClusterQueue: its jobs queued so far (arrivals and stops)
         # Jobs the orders gave the passes, and runs drained (order): counts for tests and profiles.
         self.given = 0
@@ -207,11 +207,13 @@ class KueueQueue(_QueueSort):
         st = self.state
         self.pass_now = ctx.now
         streams, drainable = self._streams(pending)
-        # The queues of the inadmissible pool (queue -> its tree's version), left out of the merge
-        # as runs drained from before their first job: where their tree does not change, the
-        # merge would take each of their jobs, refused still, changing nothing.
+        # The queues of the inadmissible pool (queue -> its tree's version, or _ANY_CHANGE), left
+        # out of the merge as runs drained from before their first job: while what their jobs'
+        # failures read does not change, the merge would take each of them, failing still,
+        # changing nothing.
         refused = self._inadmissible(drainable, ctx)
         self.left_out += len(refused)
+        book = _Book(self.queued)  # what the pass found of each queue, for the pool (_to_pool)
         heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
         for q in streams:
             if q not in refused:
@@ -225,8 +227,6 @@ class KueueQueue(_QueueSort):
                 drained[q] = [_FIRST, None, heap[0][:3], 0]
         taken = _Taken()  # what the merge took while a run was drained
         offered = dict.fromkeys(streams, 0)  # (under the control plane: heads offered this cycle)
-        checked: dict[int, int] = {}  # queue -> its tree's version when the first no-op of it was asked
-        gave: set[int] = set()  # the queues of the jobs given
         while heap:
             rank, key, seq, g, q, job = heapq.heappop(heap)
             if g != gen[q]:
@@ -244,21 +244,20 @@ class KueueQueue(_QueueSort):
             drained.pop(q, None)  # (its run, if any, ranked before this entry: all taken)
             stream = drainable.get(q)
             if stream is not None:
-                if q not in checked:
-                    checked[q] = st.tree_versions[st.root[q]]
+                book.take(q, now, st.tree_versions[st.root[q]], st.version)
                 if stream.no_op(job):
                     self._drain(heap, q, stream, (key, seq), g, gen, drained, taken.count)
                     continue
             version = st.version
             self.given += 1
-            gave.add(q)
+            book.gave.add(q)
             yield job
             if drained and st.version != version:
-                self._undrain(heap, drained, drainable, gen, taken, refused, checked)
+                self._undrain(heap, drained, drainable, gen, taken, refused, book)
             if self.control is not None and not self._offered(q, job, offered, ctx.now):
                 continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
-        self._to_pool(drainable, refused, checked, gave)
+        self._to_pool(drainable, refused, book)
 
     def _drain(self, heap: list, q: int, stream: PassStream, start: tuple, g: int, gen: dict[int, int],
                drained: dict[int, list], since: int) -> None:
@@ -275,35 +274,56 @@ class KueueQueue(_QueueSort):
             heapq.heappush(heap, (self._rank(q, nxt), self._key(nxt), nxt.seq, g, q, nxt))
 
     def _inadmissible(self, drainable: dict[int, PassStream], ctx: Handle) -> dict[int, int]:
-        """The queues of the inadmissible pool whose place there stands (their tree's version and
-        their queued count as when they were put there), each with its tree's version."""
+        """The queues of the inadmissible pool whose place there stands (``_Failing``), each with
+        its tree's version if that is what it stands on, else ``_ANY_CHANGE``."""
         st = self.state
         out: dict[int, int] = {}
         if not self.inadmissible or not ctx.spec.allow_borrowing:  # (without, a VC's own quota refuses too)
             return out
-        for q in drainable:
+        world = -1  # (read once, when a queue's place stands on it)
+        for q, stream in drainable.items():
             stamp = self.inadmissible.get(q)
-            if stamp is not None:
-                version = st.tree_versions[st.root[q]]
-                if stamp[0] == version and stamp[1] == self.queued[q]:
-                    out[q] = version
+            if stamp is None or stamp.queued != self.queued[q]:
+                continue
+            if stamp.on_world:
+                if world < 0:
+                    world = stream.world()
+                if stamp.version == world:
+                    out[q] = _ANY_CHANGE
+            elif stamp.version == st.tree_versions[st.root[q]]:
+                out[q] = stamp.version
         return out
 
-    def _to_pool(self, drainable: dict[int, PassStream], refused: dict[int, int], checked: dict[int, int],
-                 gave: set[int]) -> None:
-        """After a whole pass: a drainable queue none of whose jobs was given, and all of whose jobs
-        the pass found refused at its tree's version of now (the version at the first of them, so
-        none changed since), goes into the inadmissible pool; another leaves it. A queue the pass
-        left out keeps its place, which stands while its tree does not change."""
+    def _to_pool(self, drainable: dict[int, PassStream], refused: dict[int, int], book: _Book) -> None:
+        """After a whole pass, which queues go into the inadmissible pool, and on what their place
+        stands (``_Failing``); the others leave it. A queue the pass left out keeps its place, which
+        stood through the pass.
+
+        A queue goes in when none of its jobs launched and the pass found each of them failing at
+        the state of now (its first was taken at the last version, so none changed since), each
+        ranked 0 (a queue left out is one drained run from before its first job, which rank 0
+        keys alone order: order). Its place stands on its tree's version when all of them were
+        refused by the quota (the gate's REFUSED, read from its tree's usage alone) and none was
+        given; else on the running jobs and the nodes, if every failure the pass found holds while
+        those stand (not one that outlives no instant, like a job's evicted now: it would have to
+        bound the passes' hints, cycle.run_pass)."""
         st = self.state
+        world, forever = -1, False
         for q, stream in drainable.items():
             if q in refused:
                 continue
-            version = st.tree_versions[st.root[q]]
-            if q not in gave and stream.only_refused and checked.get(q) == version:
-                self.inadmissible[q] = (version, self.queued[q])
-            else:
-                self.inadmissible.pop(q, None)
+            tree = st.tree_versions[st.root[q]]
+            on = book.failing_on(q, tree, st.version, stream.only_refused)
+            if on == _ON_TREE:
+                self.inadmissible[q] = _Failing(False, tree, book.queued[q])
+                continue
+            if on == _ON_WORLD:
+                if world < 0:
+                    world, forever = stream.world(), stream.holds() == math.inf
+                if forever:
+                    self.inadmissible[q] = _Failing(True, world, book.queued[q])
+                    continue
+            self.inadmissible.pop(q, None)
 
     def _streams(self, pending: Mapping[str, Iterator[JobRun]]) -> tuple[dict[int, Iterator[JobRun]],
                                                                        dict[int, PassStream]]:
@@ -393,14 +413,15 @@ class KueueQueue(_QueueSort):
         return self._rank(self.state.queue(job), job) == 0.0
 
     def _undrain(self, heap: list, drained: dict[int, list], drainable: dict[int, PassStream],
-                 gen: dict[int, int], taken: _Taken, refused: dict[int, int], checked: dict[int, int]) -> None:
+                 gen: dict[int, int], taken: _Taken, refused: dict[int, int], book: _Book) -> None:
         """After a launch or stop: each drained run's jobs past its front were not taken yet; the
         first becomes its queue's entry again, with the rank 0 it had when its turn came (before
         the change). The front is the most of the least entry when the drain began and of every
         entry the merge took since; one taken of rank above 0 is above the whole run, taken
-        whole. A queue of the inadmissible pool whose tree did not change stays drained: its jobs
-        are refused still. One whose tree changed is the pass's own from then on, never put back
-        in the pool by this pass (its jobs before the front were found refused before the change)."""
+        whole. A queue of the inadmissible pool whose tree did not change, and whose place stood on
+        that alone, stays drained: its jobs are refused still. Another is the pass's own from then
+        on, never put back in the pool by this pass (its jobs before the front were found failing
+        before the change)."""
         st = self.state
         kept: dict[int, list] = {}
         for q, (start, stop, least, since) in drained.items():
@@ -415,7 +436,7 @@ class KueueQueue(_QueueSort):
                     kept[q] = [start, stop, front, 0]  # (``taken`` starts again below)
                     continue
                 del refused[q]
-                checked[q] = -1  # (a version no tree has)
+                book.left_stale(q)
             after = max(start, (front[1], front[2]))
             if stop is not None and after >= stop:
                 continue
@@ -455,6 +476,69 @@ class KueueQueue(_QueueSort):
 
 # A key below every key ((-priority, creation), seq): where a run drained from a stream's start begins.
 _FIRST: tuple = ((-math.inf, -math.inf), -math.inf)
+# The version a left-out queue is given when its place in the pool stands on the running jobs and
+# the nodes (KueueQueue._inadmissible): none a tree has, so that any launch or stop brings it back.
+_ANY_CHANGE: Final = -1
+# What _Book.failing_on finds a queue's jobs failing on: nothing known, the tree's usage, the world.
+_NOT_FAILING: Final = 0
+_ON_TREE: Final = 1
+_ON_WORLD: Final = 2
+
+
+class _Failing:
+    """What a queue's place in the inadmissible pool stands on (KueueQueue.inadmissible): while it
+    does, and the queue's queued count is the same, each of its pending jobs fails still."""
+
+    __slots__ = ("on_world", "version", "queued")  # (not a dataclass: one per queue and pass)
+
+    def __init__(self, on_world: bool, version: int, queued: int) -> None:
+        # False: its cohort tree's usage (every job refused by the quota, which reads that alone);
+        # True: the running jobs and the nodes (some failed on nodes or in a search for victims).
+        self.on_world = on_world
+        self.version = version  # that one's version when the pass found them failing (PassStream.world)
+        self.queued = queued  # the queue's KueueQueue.queued then (an arrival or a stop brings a job unseen)
+
+
+class _Book:
+    """What one pass found of each drainable queue, for the inadmissible pool (KueueQueue._to_pool).
+
+    Invariant: a queue is in ``first`` once the merge took one of its jobs, and in ``gave`` only then."""
+
+    __slots__ = ("queued", "first", "high", "gave")  # (not a dataclass: one per pass)
+
+    def __init__(self, queued: list[int]) -> None:
+        # KueueQueue.queued as the pass began: the jobs its lists hold. (A job evicted in the pass
+        # is queued again at once, but the pass does not see it: its queue's place in the pool
+        # must not stand on a count that includes it.)
+        self.queued = queued.copy()
+        # Queue -> its tree's version and the usage's (KueueState.version) when the merge took its
+        # first job; (-1, -1), versions nothing has, for one it left out until a change brought
+        # its jobs back (the jobs before the change were found failing before it).
+        self.first: dict[int, tuple[int, int]] = {}
+        self.high: set[int] = set()  # the queues of which a job was taken ranked above 0
+        self.gave: set[int] = set()  # the queues of the jobs given (the pass visited them)
+
+    def take(self, q: int, rank: float, tree: int, version: int) -> None:
+        """The merge took a job of ``q`` ranked ``rank`` at these versions."""
+        if q not in self.first:
+            self.first[q] = (tree, version)
+        if rank > 0.0:
+            self.high.add(q)
+
+    def left_stale(self, q: int) -> None:
+        self.first[q] = (-1, -1)
+
+    def failing_on(self, q: int, tree: int, version: int, only_refused: bool) -> int:
+        """On what the pass found every job of ``q`` failing at the versions of now: the tree's
+        usage when it gave none and the stream found each refused, the world when it found each
+        failing with nothing changed since its first (so none of its visits launched), ranked 0;
+        else ``_NOT_FAILING``."""
+        first = self.first.get(q)
+        if first is None or q in self.high:
+            return _NOT_FAILING
+        if only_refused and q not in self.gave and first[0] == tree:
+            return _ON_TREE
+        return _ON_WORLD if first[1] == version else _NOT_FAILING
 
 
 class _Taken:
