@@ -305,8 +305,8 @@ class KueueQueue(_QueueSort):
         keys alone order: order). Its place stands on its tree's version when all of them were
         refused by the quota (the gate's REFUSED, read from its tree's usage alone) and none was
         given; else on the running jobs and the nodes, if every failure the pass found holds while
-        those stand (not one that outlives no instant, like a job's evicted now: it would have to
-        bound the passes' hints, cycle.run_pass)."""
+        those stand (not one that holds for an instant only, like a job's evicted at it: the pool
+        would then have to bound the hints the pass leaves, cycle.run_pass)."""
         st = self.state
         world, forever = -1, False
         for q, stream in drainable.items():
@@ -495,7 +495,7 @@ class _Failing:
         # False: its cohort tree's usage (every job refused by the quota, which reads that alone);
         # True: the running jobs and the nodes (some failed on nodes or in a search for victims).
         self.on_world = on_world
-        self.version = version  # that one's version when the pass found them failing (PassStream.world)
+        self.version = version  # that one's version then: the tree's, or World.running (PassStream.world)
         self.queued = queued  # the queue's KueueQueue.queued then (an arrival or a stop brings a job unseen)
 
 
