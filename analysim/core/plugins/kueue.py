@@ -244,7 +244,7 @@ class KueueQueue(_QueueSort):
             drained.pop(q, None)  # (its run, if any, ranked before this entry: all taken)
             stream = drainable.get(q)
             if stream is not None:
-                book.take(q, now, st.tree_versions[st.root[q]], st.version)
+                book.take(q, now, st)
                 if stream.no_op(job):
                     self._drain(heap, q, stream, (key, seq), g, gen, drained, taken.count)
                     continue
@@ -518,10 +518,10 @@ class _Book:
         self.high: set[int] = set()  # the queues of which a job was taken ranked above 0
         self.gave: set[int] = set()  # the queues of the jobs given (the pass visited them)
 
-    def take(self, q: int, rank: float, tree: int, version: int) -> None:
-        """The merge took a job of ``q`` ranked ``rank`` at these versions."""
+    def take(self, q: int, rank: float, st: KueueState) -> None:
+        """The merge took a job of ``q`` ranked ``rank`` (its versions are read at the first)."""
         if q not in self.first:
-            self.first[q] = (tree, version)
+            self.first[q] = (st.tree_versions[st.root[q]], st.version)
         if rank > 0.0:
             self.high.add(q)
 
