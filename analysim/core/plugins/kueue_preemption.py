@@ -280,7 +280,7 @@ class KueuePreemption:
         the request does not fit within the queue's nominal quota (so an attempt that does not
         borrow cannot succeed either: only the queue's own workloads could make room there)."""
         st = self.state
-        if not st.assignments.one_flavor[q] or st.partition.fair_sharing is not None or self._own_possible(job, q):
+        if not st.one_flavor[q] or st.partition.fair_sharing is not None or self._own_possible(job, q):
             return False
         if not self._may_reclaim(job, q):
             return True

@@ -107,71 +107,6 @@ class Requeues:
         return self.count[root] + (1 if due is not None and due <= now else 0)
 
 
-# What assign gives of a flavor assignment that fits: the flavors, the charges, the borrowing level.
-Admissible = tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]
-
-
-class Assignments:
-    """Kueue's flavor assignment of a partition's jobs now (kueue_flavors.choose), with a memo per
-    queue and request: most waiting jobs share a few shapes, asked again and again while their
-    cohort tree stands (a change in one tree leaves the others' answers standing: Kueue's
-    large-scale scenario has ten).
-
-    Invariant: an entry holds its tree's version when it was made, and stands while it does. Never
-    asked while a search has taken charges off the tree (kueue_trial), which leaves the versions as
-    they were."""
-
-    def __init__(self, partition: Partition, tree: QuotaTree, heights: Heights, root: list[int],
-                 tree_versions: list[int]) -> None:
-        self.partition = partition  # the ClusterQueues and their groups
-        self.tree = tree  # the quota tree whose usage a choice reads (KueueState's)
-        self.heights = heights  # its heights, for the borrowing level
-        self.root = root  # per tree node: its cohort tree's root (KueueState's)
-        self.tree_versions = tree_versions  # per cohort tree: its changes so far (KueueState's, read only)
-        # Per tree node: a ClusterQueue whose every resource group has one flavor (its choice has
-        # nothing to ask the oracle: kueue_flavors.choose asks it to rank flavors).
-        self.one_flavor: list[bool] = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in partition.nodes]
-        # Per tree node: whether its choice asks the preemption oracle even when a flavor fits: a
-        # flavor that needs preemption may then win (whenCanPreempt: MayStopSearch stops at it;
-        # PreemptionOverBorrowing may rank it above a borrowing fit). False for cohorts.
-        self.asks_oracle: list[bool] = [
-            n.is_queue and n.preemption.enabled and not self.one_flavor[i]
-            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
-            for i, n in enumerate(partition.nodes)]
-        # (queue, request) -> (its tree's version, the choice without the oracle, what assign makes
-        # of it); the choice is what a one-flavor queue's search reads too.
-        self._answers: dict[tuple, tuple[int, Choice | None, Admissible | None]] = {}
-
-    def assign(self, job: JobRun, q: int, oracle: Oracle | None) -> Admissible | None:
-        """KueueState.assign for a job of queue ``q``."""
-        if self.asks_oracle[q]:
-            return _admissible(self._choose(job, q, oracle))
-        return self._answer(job, q)[1]
-
-    def choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
-        """KueueState.choose for a job of queue ``q``: from the memo where the oracle is never asked."""
-        if self.one_flavor[q]:
-            return self._answer(job, q)[0]
-        return self._choose(job, q, oracle)
-
-    def _answer(self, job: JobRun, q: int) -> tuple[Choice | None, Admissible | None]:
-        """The choice without the oracle and what assign makes of it, made afresh unless the memo
-        has them at the tree's version."""
-        key = (q, job.spec.request)
-        version = self.tree_versions[self.root[q]]
-        got = self._answers.get(key)
-        if got is not None and got[0] == version:
-            return got[1], got[2]
-        choice = self._choose(job, q, None)
-        answer = _admissible(choice)
-        self._answers[key] = (version, choice, answer)
-        return choice, answer
-
-    def _choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
-        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
-                                    self.partition.fair_sharing is not None, job, oracle)
-
-
 class KueueState:
     """What the plugins read: the partition, its quota tree, each queue's flavors as node masks,
     which flavors each running job holds (``held``), each queue's running workloads in candidate
@@ -204,16 +139,30 @@ class KueueState:
         # Per cohort tree (by its root's index): a version bumped by every charge and release in
         # it. A flavor choice reads the usage of its queue's tree only.
         self.tree_versions: list[int] = [0] * len(partition.nodes)
-        # Kueue's flavor assignment of a job now, with its memo (it reads the versions above)
-        self.assignments = Assignments(partition, self.tree, self.heights, self.root, self.tree_versions)
+        # assign's answers per queue and request, each with its tree's version when made: most
+        # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
+        # the others standing (Kueue's large-scale scenario has ten).
+        # (The choice itself is kept beside it: where a queue's groups have one flavor each, the
+        # oracle is never asked, and the preemption's search reads the same choice.)
+        self._answers: dict[tuple, tuple[int, Choice | None,
+                                         tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
         # Job id -> (queue, charges, flavors) of its admission, from admit to its launch right after.
         self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
-        # The preemption oracle (kueue_preemption sets it), which a flavor choice may ask how a
-        # flavor would preempt (Assignments.asks_oracle)
+        # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
+        # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
+        # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
         self.oracle: Oracle | None = None
         # Whether a preemption search for a job surely finds nothing now, from counts on the quota
         # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
         self.no_candidate: Callable[[JobRun], bool] | None = None
+        # Per tree node: a ClusterQueue whose every resource group has one flavor (its flavor
+        # choice has nothing to ask the oracle: kueue_flavors.choose asks it to rank flavors).
+        self.one_flavor: list[bool] = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in partition.nodes]
+        # Per tree node: whether its flavor choice asks the oracle (above; False for cohorts).
+        self.asks_oracle: list[bool] = [
+            n.is_queue and n.preemption.enabled and not self.one_flavor[i]
+            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
+            for i, n in enumerate(partition.nodes)]
         # The flavors a preemption chose for a job, until the job is admitted on them right after.
         self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
@@ -252,15 +201,39 @@ class KueueState:
     def queue(self, job: JobRun) -> int:
         return self.queue_of[job.spec.vc]
 
-    def assign(self, job: JobRun) -> Admissible | None:
+    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
         """The flavors Kueue would admit the job on now (one per resource group its requests touch),
         what it would charge, and its borrowing level (0: within nominal quota); None when its
         flavor assignment does not fit now (kueue_flavors)."""
-        return self.assignments.assign(job, self.queue(job), self.oracle)
+        q = self.queue(job)
+        if self.asks_oracle[q]:
+            return _admissible(self.choose(job, self.oracle))
+        return self._answer(job, q)[1]
+
+    def _answer(self, job: JobRun, q: int) -> tuple[Choice | None, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]:
+        """The flavor choice without the oracle, and what assign makes of it, from the memo while
+        the job's cohort tree stands."""
+        key = (q, job.spec.request)
+        version = self.tree_versions[self.root[q]]
+        got = self._answers.get(key)
+        if got is not None and got[0] == version:
+            return got[1], got[2]
+        choice = self._choose(job, q, None)
+        answer = _admissible(choice)
+        self._answers[key] = (version, choice, answer)
+        return choice, answer
 
     def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
-        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
-        return self.assignments.choose(job, self.queue(job), oracle)
+        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose); where
+        its queue's groups have one flavor each, which never asks the oracle, from assign's memo."""
+        q = self.queue(job)
+        if self.one_flavor[q]:
+            return self._answer(job, q)[0]
+        return self._choose(job, q, oracle)
+
+    def _choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
+        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
+                                    self.partition.fair_sharing is not None, job, oracle)
 
     def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
         for fr, amount in charges:
@@ -308,6 +281,6 @@ class KueueState:
             self.changes.stopped(job)
 
 
-def _admissible(choice: Choice | None) -> Admissible | None:
+def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
     """A flavor assignment that fits now, as assign gives it (flavors, charges, level); else None."""
     return None if choice is None or choice.mode != FIT else (choice.flavors, choice.charges, choice.level)
