@@ -455,49 +455,6 @@ def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path
     assert plugin.searches == 0
 
 
-def _room_refuted(tmp_path, *, stop_on_n1: bool):
-    # Two nodes of 4 GPUs; a root cohort over q1 (nominal 4, reclaims Any), q2 (nominal 0: all it
-    # runs is borrowed) and q3 (nominal 4, does not preempt); no priority classes (all 0). At 0, C1
-    # (q3, 2) and B1 (q2, 2) fill n0; at 0.1 C2 (q3, 2) starts on n1. At 1 J (q1, 4) has 2 GPUs of
-    # quota left: its one candidate is B1, and with B1 released no node has 4 free: the room bound
-    # refuses the search. At 2 D (q2, 1) starts on n1: q2 borrows all it charged and D is first in
-    # candidate order, so the refutation stands. At 2.5 E (q1, 4, behind J) brings a pass that
-    # searches for J again: answered by the refutation, replayed. Then C2 ends (at 3, or at 5000):
-    # not a candidate, its 2 GPUs freed on n1 reach 4 with D's released, which ends the refutation:
-    # J reclaims D and starts on n1 in the pass of that stop.
-    two = _nodes((2, "V100", 4, 16))
-    gpu = "nvidia.com/gpu"
-    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "")
-                 + _cq("q1", "root", {gpu: {"nominalQuota": 4}}, extra=_preemption(reclaimWithinCohort="Any"))
-                 + _cq("q2", "root", {gpu: {"nominalQuota": 0}})
-                 + _cq("q3", "root", {gpu: {"nominalQuota": 4}}), two)[0]
-    jobs = [_gpu_job("C1", "q3", 2, duration=5000), _gpu_job("B1", "q2", 2, duration=5000),
-            _gpu_job("C2", "q3", 2, submit=0.1, duration=2.9 if stop_on_n1 else 5000),
-            _gpu_job("J", "q1", 4, submit=1.0), _gpu_job("D", "q2", 1, submit=2.0, duration=5000),
-            _gpu_job("E", "q1", 4, submit=2.5)]
-    fast = _run(part, jobs, until=10, cluster=two)
-    reference = _run(part, jobs, until=10, cluster=two, shortcuts=False)
-    assert fast.decisions == reference.decisions
-    return fast
-
-
-def test_a_room_refutation_outlives_a_launch_first_in_candidate_order_and_ends_at_a_stop_that_frees_enough(tmp_path):
-    fast = _room_refuted(tmp_path, stop_on_n1=True)
-    plugin = fast.policy.post_filters[0]
-    assert isinstance(plugin, KueuePreemption)
-    assert plugin.replayed == 1  # (at 2.5)
-    assert _preempted(fast) == [(3.0, "D", "InCohortReclamation", "q1")]
-    assert _started(fast)["J"] == 3.0 and fast.running["J"].placement.nodes == (1,)
-
-
-def test_without_the_stop_the_replayed_refutation_keeps_the_job_waiting(tmp_path):
-    fast = _room_refuted(tmp_path, stop_on_n1=False)
-    plugin = fast.policy.post_filters[0]
-    assert isinstance(plugin, KueuePreemption)
-    assert plugin.replayed >= 1
-    assert _preempted(fast) == [] and _started(fast)["J"] is None
-
-
 # --- fair sharing ------------------------------------------------------------------------------------
 
 

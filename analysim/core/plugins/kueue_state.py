@@ -16,7 +16,6 @@ from analysim.core.job import JobRun
 from analysim.core.partition import PREEMPTION_OVER_BORROWING, Partition, QuotaTree, requests_of
 from analysim.core.plugins import kueue_flavors
 from analysim.core.plugins.kueue_flavors import FIT, Heights
-from analysim.core.plugins.kueue_room import Changes
 
 if TYPE_CHECKING:
     from analysim.core.plugins.kueue_flavors import Choice, Oracle
@@ -142,10 +141,7 @@ class KueueState:
         # assign's answers per queue and request, each with its tree's version when made: most
         # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
         # the others standing (Kueue's large-scale scenario has ten).
-        # (The choice itself is kept beside it: where a queue's groups have one flavor each, the
-        # oracle is never asked, and the preemption's search reads the same choice.)
-        self._answers: dict[tuple, tuple[int, Choice | None,
-                                         tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
+        self._answers: dict[tuple, tuple[int, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
         # Job id -> (queue, charges, flavors) of its admission, from admit to its launch right after.
         self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
         # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
@@ -155,14 +151,11 @@ class KueueState:
         # Whether a preemption search for a job surely finds nothing now, from counts on the quota
         # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
         self.no_candidate: Callable[[JobRun], bool] | None = None
-        # Per tree node: a ClusterQueue whose every resource group has one flavor (its flavor
-        # choice has nothing to ask the oracle: kueue_flavors.choose asks it to rank flavors).
-        self.one_flavor: list[bool] = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in partition.nodes]
         # Per tree node: whether its flavor choice asks the oracle (above; False for cohorts).
         self.asks_oracle: list[bool] = [
-            n.is_queue and n.preemption.enabled and not self.one_flavor[i]
+            n.is_queue and n.preemption.enabled
             and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
-            for i, n in enumerate(partition.nodes)]
+            for n in partition.nodes]
         # The flavors a preemption chose for a job, until the job is admitted on them right after.
         self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
@@ -177,11 +170,6 @@ class KueueState:
         self.preempted: dict[tuple[str, str], int] = {}  # (above)
         self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
         self.requeues = Requeues(len(partition.nodes))  # the control plane's requeues, per cohort tree
-        # The launches and stops in the order ``version`` counts them, which the room refutations of
-        # preemption searches are replayed against (kueue_room); kept only where a queue may preempt.
-        self.changes: Changes | None = None
-        if any(n.is_queue and n.preemption.enabled for n in partition.nodes):
-            self.changes = Changes(min([0, *self.priority.values()]))
 
     def _root(self, i: int) -> int:
         while self.tree.parent[i] >= 0:
@@ -208,30 +196,18 @@ class KueueState:
         q = self.queue(job)
         if self.asks_oracle[q]:
             return _admissible(self.choose(job, self.oracle))
-        return self._answer(job, q)[1]
-
-    def _answer(self, job: JobRun, q: int) -> tuple[Choice | None, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]:
-        """The flavor choice without the oracle, and what assign makes of it, from the memo while
-        the job's cohort tree stands."""
         key = (q, job.spec.request)
         version = self.tree_versions[self.root[q]]
         got = self._answers.get(key)
         if got is not None and got[0] == version:
-            return got[1], got[2]
-        choice = self._choose(job, q, None)
-        answer = _admissible(choice)
-        self._answers[key] = (version, choice, answer)
-        return choice, answer
+            return got[1]
+        answer = _admissible(self.choose(job, None))
+        self._answers[key] = (version, answer)
+        return answer
 
     def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
-        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose); where
-        its queue's groups have one flavor each, which never asks the oracle, from assign's memo."""
+        """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
         q = self.queue(job)
-        if self.one_flavor[q]:
-            return self._answer(job, q)[0]
-        return self._choose(job, q, oracle)
-
-    def _choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
         return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
                                     self.partition.fair_sharing is not None, job, oracle)
 
@@ -243,26 +219,7 @@ class KueueState:
         self.queue_versions[q] += 1
         self.tree_versions[self.root[q]] += 1
         self.changed.add(q)
-        priority = self.priority_of(job)
-        self.running.add(job, q, priority, now, charges)
-        if self.changes is not None:
-            self.changes.launched(job, q, priority, now, self.version, self._contained(q, charges))
-
-    def _contained(self, q: int, charges: tuple[tuple[tuple[str, str], int], ...]) -> bool:
-        """After a launch that charged ``charges`` to queue ``q``: whether the queue borrows each of
-        them (a walk that reclaims from it takes the launched workload first, if it is first in
-        candidate order), or no cohort on its path below its root is over its subtree quota in any
-        (none is a source of candidates for a walk: kueue_room)."""
-        tree = self.tree
-        frs = [fr for fr, a in charges if a > 0]
-        if all(tree.usage[q].get(fr, 0) > tree.subtree[q].get(fr, 0) for fr in frs):
-            return True
-        a = tree.parent[q]
-        while a >= 0 and tree.parent[a] >= 0:
-            if any(tree.usage[a].get(fr, 0) > tree.subtree[a].get(fr, 0) for fr in frs):
-                return False
-            a = tree.parent[a]
-        return True
+        self.running.add(job, q, self.priority_of(job), now, charges)
 
     def release(self, job: JobRun) -> None:
         held = self.held.pop(job.job_id, None)
@@ -277,8 +234,6 @@ class KueueState:
         self.tree_versions[self.root[q]] += 1
         self.changed.add(q)
         self.running.remove(job, q, charges)
-        if self.changes is not None:
-            self.changes.stopped(job)
 
 
 def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
