@@ -60,6 +60,7 @@ COMPILED = [
     "analysim/core/plugins/kueue_flavors.py",
     "analysim/core/plugins/kueue_preemption.py",
     "analysim/core/plugins/kueue_reasons.py",
+    "analysim/core/plugins/kueue_room.py",
     "analysim/core/plugins/kueue_share.py",
     "analysim/core/plugins/kueue_state.py",
     "analysim/core/plugins/kueue_trial.py",

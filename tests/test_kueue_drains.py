@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from analysim.core.engine import Engine
 from analysim.core.plugins.kueue import KueueQueue
+from analysim.core.plugins.kueue_preemption import KueuePreemption
 from tests.kueue_yaml import preemption as _preemption
 from tests.test_kueue import (
     FLAVOR,
@@ -32,13 +33,15 @@ PREEMPTING = "{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any, borr
 
 
 @st.composite
-def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bool = False):
+def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bool = False,
+             classes: tuple[str, ...] = ("low", "normal", "normal", "high")):
     """test_kueue_preemption's random trees and policies, with 120-300 jobs arriving over a span
     short enough that most of them wait: ``sizes`` GPUs (on 8-GPU nodes), priorities
     low/normal/high. The jobs come from a drawn seed (Hypothesis then shrinks the tree and the
     count, not each job). ``forest``: the two cohorts are the roots of two trees (no root cohort
     over them), so that a change in one leaves the other's usage as it was, and every queue is
-    BestEffortFIFO (a StrictFIFO queue's head holds the rest, which no pass leaves out)."""
+    BestEffortFIFO (a StrictFIFO queue's head holds the rest, which no pass leaves out).
+    ``classes``: the priority classes drawn from ("": none, priority 0)."""
     text, _ = draw(_preempting_partitions())
     if forest:
         text = text.replace("\n  parent: root", "").replace("StrictFIFO", "BestEffortFIFO")
@@ -48,7 +51,7 @@ def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bo
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     span = draw(st.sampled_from([300.0, 1000.0, 3000.0]))
     jobs = [(rng.choice(QUEUES), rng.choice(sizes), round(rng.uniform(0, span), 1),
-             round(rng.uniform(20, 600), 1), rng.choice(["low", "normal", "normal", "high"])) for _ in range(n)]
+             round(rng.uniform(20, 600), 1), rng.choice(classes)) for _ in range(n)]
     return text, jobs
 
 
@@ -97,6 +100,17 @@ def test_passes_that_leave_refused_queues_out_make_the_reference_engine_s_decisi
     # its tree's usage does not change (KueueQueue's inadmissible pool), and comes back in the pass
     # where it does (a launch in its tree can make a borrower there a candidate for its jobs).
     _against_reference(tmp_path, drawn)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_crowded(sizes=(1, 2, 4, 6, 8, 8, 12, 16), classes=("", "", "", "normal")))
+def test_searches_answered_by_a_replayed_room_refutation_make_the_reference_engine_s_decisions(tmp_path, drawn):
+    # Most jobs of the lowest priority (no class: 0), as in Philly's trace: a launch of one is
+    # first in candidate order, and a room refutation may outlive it (kueue_room).
+    fast = _against_reference(tmp_path, drawn)
+    replayed = sum(p.replayed for p in fast.policy.post_filters if isinstance(p, KueuePreemption))
+    event(f"searches answered by a replayed refutation: {'some' if replayed else 'none'}")
 
 
 @pytest.mark.parametrize("preemption", [PREEMPTING, "{}"], ids=["preempting", "not preempting"])

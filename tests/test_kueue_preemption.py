@@ -21,6 +21,7 @@ from analysim.partitions import assign_queues
 from tests.kueue_yaml import cohort_doc as _cohort_doc
 from tests.kueue_yaml import fair_sharing_config as _config
 from tests.kueue_yaml import preemption as _preemption
+from tests.kueue_yaml import resource_groups
 from tests.test_kueue import (
     CPU_NODES,
     FLAVOR,
@@ -453,6 +454,79 @@ def test_a_failed_search_is_not_repeated_while_the_usage_it_read_stands(tmp_path
         assert plugin.calls == 0
     assert plugin.looked == looked
     assert plugin.searches == 0
+
+
+def _room_refuted(tmp_path, *, stop_on_n1: bool):
+    # Two nodes of 4 GPUs; a root cohort over q1 (nominal 4, reclaims Any), q2 (nominal 0: all it
+    # runs is borrowed) and q3 (nominal 4, does not preempt); no priority classes (all 0). At 0, C1
+    # (q3, 2) and B1 (q2, 2) fill n0; at 0.1 C2 (q3, 2) starts on n1. At 1 J (q1, 4) has 2 GPUs of
+    # quota left: its one candidate is B1, and with B1 released no node has 4 free: the room bound
+    # refuses the search. At 2 D (q2, 1) starts on n1: D is first in candidate order and no cohort
+    # below the root comes to borrow, so the refutation stands. At 2.5 E (q1, 4, behind J) brings a pass that
+    # searches for J again: answered by the refutation, replayed. Then C2 ends (at 3, or at 5000):
+    # not a candidate, its 2 GPUs freed on n1 reach 4 with D's released, which ends the refutation:
+    # J reclaims D and starts on n1 in the pass of that stop.
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "")
+                 + _cq("q1", "root", {gpu: {"nominalQuota": 4}}, extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("q2", "root", {gpu: {"nominalQuota": 0}})
+                 + _cq("q3", "root", {gpu: {"nominalQuota": 4}}), two)[0]
+    jobs = [_gpu_job("C1", "q3", 2, duration=5000), _gpu_job("B1", "q2", 2, duration=5000),
+            _gpu_job("C2", "q3", 2, submit=0.1, duration=2.9 if stop_on_n1 else 5000),
+            _gpu_job("J", "q1", 4, submit=1.0), _gpu_job("D", "q2", 1, submit=2.0, duration=5000),
+            _gpu_job("E", "q1", 4, submit=2.5)]
+    fast = _run(part, jobs, until=10, cluster=two)
+    reference = _run(part, jobs, until=10, cluster=two, shortcuts=False)
+    assert fast.decisions == reference.decisions
+    return fast
+
+
+def test_a_room_refutation_outlives_a_launch_first_in_candidate_order_and_ends_at_a_stop_that_frees_enough(tmp_path):
+    fast = _room_refuted(tmp_path, stop_on_n1=True)
+    plugin = fast.policy.post_filters[0]
+    assert isinstance(plugin, KueuePreemption)
+    assert plugin.replayed == 1  # (at 2.5)
+    assert _preempted(fast) == [(3.0, "D", "InCohortReclamation", "q1")]
+    assert _started(fast)["J"] == 3.0 and fast.running["J"].placement.nodes == (1,)
+
+
+def test_without_the_stop_the_replayed_refutation_keeps_the_job_waiting(tmp_path):
+    fast = _room_refuted(tmp_path, stop_on_n1=False)
+    plugin = fast.policy.post_filters[0]
+    assert isinstance(plugin, KueuePreemption)
+    assert plugin.replayed >= 1
+    assert _preempted(fast) == [] and _started(fast)["J"] is None
+
+
+def test_a_stop_that_takes_a_source_out_of_its_cohort_s_share_lets_another_source_s_candidate_in(tmp_path):
+    # A root cohort over qa (nominal 4, reclaims Any), qc (nominal 1, does not preempt) and cohort
+    # B (nominal 1) over b1 (nominal 0) and b2 (nominal 2); two nodes of 4 GPUs, priorities all 0
+    # (candidate order: newest first). n0 runs Z (b1, 2, at 0) and Z2 (b1, 2, at 0.1); n1 runs T
+    # (b2, 1, at 0.15), C (qc, 1) and S (b2, 2, at 0.2). B borrows 4: a walk for J (qa, 4 on one
+    # node, at 1) may take S, then Z2, and then B is back within its quota: with both released, no
+    # node has 4 free, and the search fails. At 3 T ends: b2 is back within its quota, no longer a
+    # source, and B borrows 3: the walk takes Z2, then Z (B still over), and J starts on n0. T was
+    # not counted and frees 1 GPU on n1 only; a refutation that counted S and Z2 alone (the
+    # cohort's share) would say n0 reaches 2 still, and keep J waiting.
+    two = _nodes((2, "V100", 4, 16))
+    gpu = "nvidia.com/gpu"
+    part = _read(tmp_path, FLAVOR + _cohort_doc("root", "")
+                 + _cohort_doc("B", "\n  parent: root" + resource_groups([([gpu], [("default-flavor", {gpu: {"nominalQuota": 1}})])]))
+                 + _cq("qa", "root", {gpu: {"nominalQuota": 4}}, extra=_preemption(reclaimWithinCohort="Any"))
+                 + _cq("qc", "root", {gpu: {"nominalQuota": 1}})
+                 + _cq("b1", "B", {gpu: {"nominalQuota": 0}})
+                 + _cq("b2", "B", {gpu: {"nominalQuota": 2}}), two)[0]
+    jobs = [_gpu_job("Z", "b1", 2, duration=5000), _gpu_job("Z2", "b1", 2, submit=0.1, duration=5000),
+            _gpu_job("T", "b2", 1, submit=0.15, duration=2.85), _gpu_job("C", "qc", 1, submit=0.16, duration=5000),
+            _gpu_job("S", "b2", 2, submit=0.2, duration=5000), _gpu_job("J", "qa", 4, submit=1.0)]
+    fast = _run(part, jobs, until=10, cluster=two)
+    reference = _run(part, jobs, until=10, cluster=two, shortcuts=False)
+    assert [(d.job_id, d.nodes) for d in reference.decisions if d.kind == "launch"][:5] == [
+        ("Z", ("n0",)), ("Z2", ("n0",)), ("T", ("n1",)), ("C", ("n1",)), ("S", ("n1",))]
+    assert fast.decisions == reference.decisions
+    assert sorted(_preempted(fast)) == [(3.0, "Z", "InCohortReclamation", "qa"), (3.0, "Z2", "InCohortReclamation", "qa")]
+    assert _started(fast)["J"] == 3.0
 
 
 # --- fair sharing ------------------------------------------------------------------------------------

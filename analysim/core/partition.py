@@ -210,6 +210,12 @@ class Partition:
         orders admission; its preemption reclaims through reclaimWithinCohort, as Kueue's does."""
         return any(n.preemption.enabled for n in self.nodes if n.is_queue)
 
+    @property
+    def lowest_priority(self) -> int:
+        """The lowest priority any workload can have: of the priority classes, and 0 (a workload
+        without one)."""
+        return min([0, *(v for _, v in self.priorities)])
+
     def node(self, name: str) -> PartitionNode:
         for n in self.nodes:
             if n.name == name:

@@ -25,6 +25,7 @@ from analysim.core.plugins.kueue_trial import (
     gpus_by_node,
     uses,
     whole_gpus_may_fit,
+    whole_gpus_reach,
     within_nominal,
 )
 
@@ -52,6 +53,10 @@ class SearchBounds:
         # _released_by's answers: (queue, flavor-resource, priority limit) -> (the queue's usage
         # version, what a walk takes from it at most)
         self._released: dict[tuple[int, tuple[str, str], float], tuple[int, int]] = {}
+        # What the last refusal of ``room`` by whole GPUs alone read: the fewest nodes the job spans,
+        # the workloads counted as released and their GPUs per node; None after a pass, or after a
+        # refusal by the exact check (kueue_room keeps the first kind).
+        self.refuted: tuple[int, list[JobRun], dict[int, int]] | None = None
 
     def room(self, fit: Trial, plan: Plan, ahead: list[int], behind: list[int], below: float) -> bool:
         """Whether the job could be placed with every workload an attempt may take released (a
@@ -62,6 +67,7 @@ class SearchBounds:
         its own (the walk passes over the rest: Trial.minimal, _capped_by_cohorts). Releasing only adds free room and ``can_place`` asks for room,
         so when even that does not place the job, the attempt's walk would fail on the nodes after
         trying each of its candidates (on a busy cluster most searches end so)."""
+        self.refuted = None
         if fit.mask is None or fit.ctx is None or not fit.ctx.shortcuts:
             return True
         if whole_gpus_may_fit(fit, {}) and fit.fits_as_is():
@@ -90,10 +96,34 @@ class SearchBounds:
             released += capped
             for n, k in gpus_by_node(capped).items():
                 freed[n] = freed.get(n, 0) + k
-        if whole_gpus_may_fit(fit, freed) and fit.nodes_fit(released):
+        reach, gang = whole_gpus_reach(fit, freed)
+        if reach >= fit.job.spec.num_gpus and fit.nodes_fit(released):
             return True
         fit.nodes_mattered = True
+        if reach < fit.job.spec.num_gpus:
+            self.refuted = self._refuted_per_queue(fit, under, released, freed) if under else (gang, released, freed)
         return False
+
+    def _refuted_per_queue(self, fit: Trial, under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]],
+                           released: list[JobRun], freed: dict[int, int]) -> tuple[int, list[JobRun], dict[int, int]] | None:
+        """A refusal that cohorts' caps made, as a refutation may keep it (None: none): with every
+        source's candidates up to its own cap released, not only those its cohort lets a walk take.
+        A cohort's cap does not only shrink when workloads stop: a source that leaves its cohort's
+        merge (back within its quota) lets another source's later candidates into the cohort's
+        share, which no replay of the changes since would count (kueue_room)."""
+        released = list(released)
+        freed = dict(freed)
+        counted = {v.job_id for v in released}
+        for lists in under.values():
+            for _, keyed in lists:
+                for _, v in keyed:
+                    if v.job_id not in counted:
+                        counted.add(v.job_id)
+                        released.append(v)
+                        for n, slots in v.placed.gpus:
+                            freed[n] = freed.get(n, 0) + len(slots)
+        reach, gang = whole_gpus_reach(fit, freed)
+        return (gang, released, freed) if reach < fit.job.spec.num_gpus else None
 
     def _capped_by_cohorts(self, under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]],
                            stop: dict[int, int], need: frozenset) -> list[JobRun]:

@@ -62,7 +62,9 @@ bound that holds whatever the usage (the reference engine, shortcuts off, makes 
   walk's order, up to where the cohort is (kueue_bounds).
 
 A search that failed on the quota is remembered with what it read (the versions of every queue's
-usage it looked at) and not repeated until one changes.
+usage it looked at) and not repeated until one changes. One that the room bound refused by whole
+GPUs alone is kept as a refutation (kueue_room) and replayed against the launches and stops since:
+while they leave the job's reach short, the same search is answered without being made.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ from analysim.core.plugins.kueue_flavors import (
     borrowing_level,
     local_available,
 )
+from analysim.core.plugins.kueue_room import Refutation, still_refutes
 from analysim.core.plugins.kueue_share import Shares
 from analysim.core.plugins.kueue_state import (
     IN_CLUSTER_QUEUE,
@@ -110,6 +113,9 @@ if TYPE_CHECKING:
 
 
 NO_ANCESTOR: Final = -1
+# A gang's room refutation keeps this many nodes beyond its own count, the most GPUs first: a check
+# reads past the nodes stops touched (kueue_room).
+TOPS_SPARE: Final = 32
 
 
 class KueuePreemption:
@@ -132,18 +138,18 @@ class KueuePreemption:
         for i, n in enumerate(nodes):
             if n.is_queue:
                 self.tree_queues.setdefault(self.root[i], []).append(i)
-        # Queues whose every resource group has one flavor: a job's charges there are known
-        # without the flavor choice (_no_candidate).
-        self.one_flavor = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in nodes]
+        # Queues whose own candidates depend on the preemptor's creation (newer ones of its priority)
+        self.by_creation = [n.is_queue and n.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL for n in nodes]
         # The lowest priority any workload can have (priority classes, and 0 without one): a
         # LowerPriority reclaim by a job at or below it has no other queue's candidate, ever.
-        self.lowest_priority = min([0, *(v for _, v in state.partition.priorities)])
+        self.lowest_priority = state.partition.lowest_priority
         # Failed searches: job id -> what they read (the queues' usage versions, the job), while
         # that stands nothing is found.
         self._failed: dict[str, tuple] = {}
         self.looked = 0  # searches begun (bounded or made), for tests and profiles
         self.searches = 0  # searches made past the bound
         self.calls = 0  # victims() asked
+        self.replayed = 0  # searches answered by an earlier one's room refutation, replayed (kueue_room)
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
         self.bounds = SearchBounds(state)  # the room and quota bounds asked before a walk, with their memos
 
@@ -217,6 +223,43 @@ class KueuePreemption:
         mine = any(st.held[v.job_id][0] == q for v, _ in got)
         return (PREEMPT if mine else RECLAIM, level)
 
+    def _rooms(self, job: JobRun, q: int, prio: int, flavors: tuple[str, ...], mask: np.ndarray | None,
+               ctx: Handle | None) -> tuple[dict[tuple, Refutation] | None, tuple]:
+        """The room refutations of searches on the nodes (kueue_room), kept in the engine's lasting
+        memo (a node going down or up ends them; the reference engine's keeps nothing), and the
+        job's key there: what its search reads of it (its creation where its own candidates do).
+        None without the shortcuts, with fair sharing (no room bound) or for the quota alone."""
+        if mask is None or ctx is None or not ctx.shortcuts or self.state.partition.fair_sharing is not None:
+            return None, ()
+        memo = ctx.lasting_memo()
+        got = memo.get(self.name)
+        if got is None or len(got) > 10_000:
+            got = memo[self.name] = {}  # (a bound on the memory: keys are queues x requests x priorities)
+        return got, (q, job.spec.vc, job.spec.request, prio, job.seq if self.by_creation[q] else -1, flavors)
+
+    def _refuted_again(self, known: Refutation | None, need: frozenset, q: int) -> bool:
+        """Whether an earlier refutation of the same key still refutes the search (kueue_room)."""
+        st = self.state
+        return known is not None and st.changes is not None and still_refutes(known, need, st.changes, st.version,
+                                                                                q, st.root)
+
+    def _refutation(self, job: JobRun, need: frozenset, ctx: Handle | None) -> Refutation:
+        """The room bound's last refusal, by whole GPUs alone, as a refutation to replay (kueue_room)."""
+        assert self.bounds.refuted is not None and ctx is not None
+        gang, released, freed = self.bounds.refuted
+        state = ctx.state
+        within = state.full_free.astype(np.int64)
+        for n, k in freed.items():
+            within[n] += k
+        tops = None
+        if gang > 1 and not ctx.config.relaxed_locality:
+            many = min(len(within), gang + TOPS_SPARE)
+            best = np.argpartition(-within, many - 1)[:many]
+            tops = best[np.argsort(-within[best], kind="stable")].tolist()
+        total = state.total_full_free + sum(freed.values())
+        return Refutation(gang, job.spec.num_gpus, need, {v.job_id for v in released}, within.tolist(), tops,
+                          total, self.state.version)
+
     def _mask(self, job: JobRun, flavors: tuple[str, ...], ctx: Handle) -> np.ndarray:
         mask = ctx.static_mask(job.spec)
         for f in flavors:
@@ -237,7 +280,7 @@ class KueuePreemption:
         the request does not fit within the queue's nominal quota (so an attempt that does not
         borrow cannot succeed either: only the queue's own workloads could make room there)."""
         st = self.state
-        if not self.one_flavor[q] or st.partition.fair_sharing is not None or self._own_possible(job, q):
+        if not st.assignments.one_flavor[q] or st.partition.fair_sharing is not None or self._own_possible(job, q):
             return False
         if not self._may_reclaim(job, q):
             return True
@@ -319,6 +362,11 @@ class KueuePreemption:
         policy = st.partition.nodes[q].preemption
         need = choice.need
         prio = st.priority_of(job)
+        rooms, room_key = self._rooms(job, q, prio, choice.flavors, mask, ctx)
+        if rooms is not None and self._refuted_again(rooms.get(room_key), need, q):
+            self.replayed += 1
+            self.nodes_mattered = True
+            return None
         own = self._own_candidates(job, q, prio, policy.within_cluster_queue, need)
         sources = self._sources(job, q, choice.charges, need) if self._may_reclaim(job, q) else []
         under = all(tree.usage[q].get(fr, 0) < tree.nominal(q, fr) for fr in need)
@@ -332,6 +380,8 @@ class KueuePreemption:
             # The room bound before the quota bound: on a busy cluster it ends most searches, and
             # with every source's candidates taken (no attempt takes more) it holds for each attempt.
             if fairness is None and not self.bounds.room(fit, plan, [c for c, _, _ in plan.sources], [], math.inf):
+                if rooms is not None and self.bounds.refuted is not None:
+                    rooms[room_key] = self._refutation(job, need, ctx)  # (refused by whole GPUs alone)
                 return None
             if self.bounds.quota_hopeless(q, plan, others, True):
                 return None

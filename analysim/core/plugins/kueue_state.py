@@ -16,6 +16,7 @@ from analysim.core.job import JobRun
 from analysim.core.partition import PREEMPTION_OVER_BORROWING, Partition, QuotaTree, requests_of
 from analysim.core.plugins import kueue_flavors
 from analysim.core.plugins.kueue_flavors import FIT, Heights
+from analysim.core.plugins.kueue_room import Changes
 
 if TYPE_CHECKING:
     from analysim.core.plugins.kueue_flavors import Choice, Oracle
@@ -106,6 +107,71 @@ class Requeues:
         return self.count[root] + (1 if due is not None and due <= now else 0)
 
 
+# What assign gives of a flavor assignment that fits: the flavors, the charges, the borrowing level.
+Admissible = tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]
+
+
+class Assignments:
+    """Kueue's flavor assignment of a partition's jobs now (kueue_flavors.choose), with a memo per
+    queue and request: most waiting jobs share a few shapes, asked again and again while their
+    cohort tree stands (a change in one tree leaves the others' answers standing: Kueue's
+    large-scale scenario has ten).
+
+    Invariant: an entry holds its tree's version when it was made, and stands while it does. Never
+    asked while a search has taken charges off the tree (kueue_trial), which leaves the versions as
+    they were."""
+
+    def __init__(self, partition: Partition, tree: QuotaTree, heights: Heights, root: list[int],
+                 tree_versions: list[int]) -> None:
+        self.partition = partition  # the ClusterQueues and their groups
+        self.tree = tree  # the quota tree whose usage a choice reads (KueueState's)
+        self.heights = heights  # its heights, for the borrowing level
+        self.root = root  # per tree node: its cohort tree's root (KueueState's)
+        self.tree_versions = tree_versions  # per cohort tree: its changes so far (KueueState's, read only)
+        # Per tree node: a ClusterQueue whose every resource group has one flavor (its choice has
+        # nothing to ask the oracle: kueue_flavors.choose asks it to rank flavors).
+        self.one_flavor: list[bool] = [n.is_queue and all(len(g.flavors) == 1 for g in n.groups) for n in partition.nodes]
+        # Per tree node: whether its choice asks the preemption oracle even when a flavor fits: a
+        # flavor that needs preemption may then win (whenCanPreempt: MayStopSearch stops at it;
+        # PreemptionOverBorrowing may rank it above a borrowing fit). False for cohorts.
+        self.asks_oracle: list[bool] = [
+            n.is_queue and n.preemption.enabled and not self.one_flavor[i]
+            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
+            for i, n in enumerate(partition.nodes)]
+        # (queue, request) -> (its tree's version, the choice without the oracle, what assign makes
+        # of it); the choice is what a one-flavor queue's search reads too.
+        self._answers: dict[tuple, tuple[int, Choice | None, Admissible | None]] = {}
+
+    def assign(self, job: JobRun, q: int, oracle: Oracle | None) -> Admissible | None:
+        """KueueState.assign for a job of queue ``q``."""
+        if self.asks_oracle[q]:
+            return _admissible(self._choose(job, q, oracle))
+        return self._answer(job, q)[1]
+
+    def choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
+        """KueueState.choose for a job of queue ``q``: from the memo where the oracle is never asked."""
+        if self.one_flavor[q]:
+            return self._answer(job, q)[0]
+        return self._choose(job, q, oracle)
+
+    def _answer(self, job: JobRun, q: int) -> tuple[Choice | None, Admissible | None]:
+        """The choice without the oracle and what assign makes of it, made afresh unless the memo
+        has them at the tree's version."""
+        key = (q, job.spec.request)
+        version = self.tree_versions[self.root[q]]
+        got = self._answers.get(key)
+        if got is not None and got[0] == version:
+            return got[1], got[2]
+        choice = self._choose(job, q, None)
+        answer = _admissible(choice)
+        self._answers[key] = (version, choice, answer)
+        return choice, answer
+
+    def _choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
+        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
+                                    self.partition.fair_sharing is not None, job, oracle)
+
+
 class KueueState:
     """What the plugins read: the partition, its quota tree, each queue's flavors as node masks,
     which flavors each running job holds (``held``), each queue's running workloads in candidate
@@ -138,24 +204,16 @@ class KueueState:
         # Per cohort tree (by its root's index): a version bumped by every charge and release in
         # it. A flavor choice reads the usage of its queue's tree only.
         self.tree_versions: list[int] = [0] * len(partition.nodes)
-        # assign's answers per queue and request, each with its tree's version when made: most
-        # waiting jobs share a few shapes, and a change in one cohort tree leaves the answers of
-        # the others standing (Kueue's large-scale scenario has ten).
-        self._answers: dict[tuple, tuple[int, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None]] = {}
+        # Kueue's flavor assignment of a job now, with its memo (it reads the versions above)
+        self.assignments = Assignments(partition, self.tree, self.heights, self.root, self.tree_versions)
         # Job id -> (queue, charges, flavors) of its admission, from admit to its launch right after.
         self.chosen: dict[str, tuple[int, tuple[tuple[tuple[str, str], int], ...], tuple[str, ...]]] = {}
-        # The preemption oracle (kueue_preemption sets it), and the queues whose flavor choice needs
-        # it even when a flavor fits: a flavor that needs preemption may then win (whenCanPreempt:
-        # MayStopSearch stops at it; PreemptionOverBorrowing may rank it above a borrowing fit).
+        # The preemption oracle (kueue_preemption sets it), which a flavor choice may ask how a
+        # flavor would preempt (Assignments.asks_oracle)
         self.oracle: Oracle | None = None
         # Whether a preemption search for a job surely finds nothing now, from counts on the quota
         # tree (kueue_preemption sets it): such a job waits as in a queue that does not preempt.
         self.no_candidate: Callable[[JobRun], bool] | None = None
-        # Per tree node: whether its flavor choice asks the oracle (above; False for cohorts).
-        self.asks_oracle: list[bool] = [
-            n.is_queue and n.preemption.enabled
-            and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
-            for n in partition.nodes]
         # The flavors a preemption chose for a job, until the job is admitted on them right after.
         self.after_preemption: dict[str, tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self.queue_versions: list[int] = [0] * len(partition.nodes)  # per queue: bumped by its charges and releases
@@ -170,6 +228,11 @@ class KueueState:
         self.preempted: dict[tuple[str, str], int] = {}  # (above)
         self.shares: Shares | None = None  # fair sharing's, when the partition turns it on (policies)
         self.requeues = Requeues(len(partition.nodes))  # the control plane's requeues, per cohort tree
+        # The launches and stops in the order ``version`` counts them, which the room refutations of
+        # preemption searches are replayed against (kueue_room); kept only where a queue may preempt.
+        self.changes: Changes | None = None
+        if partition.preempts:
+            self.changes = Changes(partition.lowest_priority)
 
     def _root(self, i: int) -> int:
         while self.tree.parent[i] >= 0:
@@ -189,29 +252,18 @@ class KueueState:
     def queue(self, job: JobRun) -> int:
         return self.queue_of[job.spec.vc]
 
-    def assign(self, job: JobRun) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+    def assign(self, job: JobRun) -> Admissible | None:
         """The flavors Kueue would admit the job on now (one per resource group its requests touch),
         what it would charge, and its borrowing level (0: within nominal quota); None when its
         flavor assignment does not fit now (kueue_flavors)."""
-        q = self.queue(job)
-        if self.asks_oracle[q]:
-            return _admissible(self.choose(job, self.oracle))
-        key = (q, job.spec.request)
-        version = self.tree_versions[self.root[q]]
-        got = self._answers.get(key)
-        if got is not None and got[0] == version:
-            return got[1]
-        answer = _admissible(self.choose(job, None))
-        self._answers[key] = (version, answer)
-        return answer
+        return self.assignments.assign(job, self.queue(job), self.oracle)
 
     def choose(self, job: JobRun, oracle: Oracle | None) -> Choice | None:
         """Kueue's flavor assignment for the job now, fitting or not (kueue_flavors.choose)."""
-        q = self.queue(job)
-        return kueue_flavors.choose(self.tree, self.heights, self.partition.nodes[q], q, requests_of(job.spec),
-                                    self.partition.fair_sharing is not None, job, oracle)
+        return self.assignments.choose(job, self.queue(job), oracle)
 
     def charge(self, job: JobRun, q: int, charges: tuple[tuple[tuple[str, str], int], ...], now: float = 0.0) -> None:
+        over_before = self._cohorts_over(q, charges) if self.changes is not None else 0
         for fr, amount in charges:
             self.tree.add(q, fr, amount)
         self.held[job.job_id] = (q, charges)
@@ -219,7 +271,26 @@ class KueueState:
         self.queue_versions[q] += 1
         self.tree_versions[self.root[q]] += 1
         self.changed.add(q)
-        self.running.add(job, q, self.priority_of(job), now, charges)
+        priority = self.priority_of(job)
+        self.running.add(job, q, priority, now, charges)
+        if self.changes is not None:
+            contained = self._cohorts_over(q, charges) == over_before
+            self.changes.launched(job, q, priority, now, self.version, contained)
+
+    def _cohorts_over(self, q: int, charges: tuple[tuple[tuple[str, str], int], ...]) -> int:
+        """How many (cohort, flavor-resource) pairs, of the cohorts on queue ``q``'s path below its
+        root and the flavor-resources of ``charges``, are over the cohort's subtree quota. A launch
+        that leaves the count as it was (usage only grows, so no cohort crossed into borrowing)
+        makes no other queue's workloads candidates of a walk that were not (kueue_room)."""
+        tree = self.tree
+        frs = [fr for fr, a in charges if a > 0]
+        over = 0
+        a = tree.parent[q]
+        while a >= 0 and tree.parent[a] >= 0:
+            usage, subtree = tree.usage[a], tree.subtree[a]
+            over += sum(1 for fr in frs if usage.get(fr, 0) > subtree.get(fr, 0))
+            a = tree.parent[a]
+        return over
 
     def release(self, job: JobRun) -> None:
         held = self.held.pop(job.job_id, None)
@@ -234,8 +305,10 @@ class KueueState:
         self.tree_versions[self.root[q]] += 1
         self.changed.add(q)
         self.running.remove(job, q, charges)
+        if self.changes is not None:
+            self.changes.stopped(job)
 
 
-def _admissible(choice: Choice | None) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, str], int], ...], int] | None:
+def _admissible(choice: Choice | None) -> Admissible | None:
     """A flavor assignment that fits now, as assign gives it (flavors, charges, level); else None."""
     return None if choice is None or choice.mode != FIT else (choice.flavors, choice.charges, choice.level)

@@ -4,6 +4,7 @@ the few quota-tree tests the walks share."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,10 +57,17 @@ def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
     whole free GPUs alone (an upper bound: CPU and memory taken as enough; for a job on one node,
     every node as one it may use): a few additions, and for a gang one pass over the nodes, that
     settle most searches on a busy cluster before the exact check. Fractional jobs: always True."""
+    return whole_gpus_reach(fit, freed)[0] >= fit.job.spec.num_gpus
+
+
+def whole_gpus_reach(fit: Trial, freed: dict[int, int]) -> tuple[float, int]:
+    """What whole_gpus_may_fit compares with the request: the most whole GPUs the job could reach
+    once ``freed`` is free (inf for a fractional job, or one of no GPUs), with the fewest nodes
+    it spans (1: one node)."""
     spec = fit.job.spec
     g = spec.num_gpus
     if spec.is_fractional or g == 0 or fit.ctx is None:
-        return True
+        return math.inf, 1
     state = fit.ctx.state
     full_free = state.full_free
     best = state.max_full_free()
@@ -67,11 +75,10 @@ def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
         best = max(best, int(full_free[n]) + k)
     k_min = placement.gang_size(state, spec, fit.mask) if fit.mask is not None else 1
     if k_min <= 1:
-        return best >= g
-    if min(k_min * best, state.total_full_free + sum(freed.values())) < g:
-        return False
-    if fit.ctx.config.relaxed_locality:
-        return True  # (any number of nodes: the total above is the bound)
+        return best, 1
+    reach = min(k_min * best, state.total_full_free + sum(freed.values()))
+    if reach < g or fit.ctx.config.relaxed_locality:
+        return reach, k_min  # (any number of nodes: the total above is the bound)
     # A gang spans its k_min nodes with the most (placement.gang_fits): the most whole GPUs any
     # k_min nodes could give, the nodes where GPUs are freed counted with them.
     assert fit.mask is not None
@@ -90,7 +97,7 @@ def whole_gpus_may_fit(fit: Trial, freed: dict[int, int]) -> bool:
         taken += more
         level -= 1
     most.sort(reverse=True)
-    return sum(most[:k_min]) >= g
+    return min(reach, sum(most[:k_min])), k_min
 
 
 def reclaimable(tree: QuotaTree, c: int, lca: int, need: frozenset) -> bool:
