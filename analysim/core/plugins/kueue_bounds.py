@@ -82,46 +82,43 @@ class SearchBounds:
         # lists of its sources, to be merged there (_capped_by_cohorts).
         under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]] = {}
         stop: dict[int, int] = {}
+        # Those same sources, each up to its own cap: its workloads and their GPUs per node (what
+        # a refutation counts: _refuted_per_queue).
+        beyond: list[tuple[list[JobRun], dict[int, int]]] = []
         for c, below_c in [(c, limit) for c in ahead] + [(c, min(limit, below)) for c in behind]:
             keyed, jobs, theirs = self._reclaimed_by_walk(c, plan.need, below_c)
             if parent[c] != lca[c]:
                 under.setdefault(parent[c], []).append(((c, below_c, st.queue_versions[c]), keyed))
                 stop[parent[c]] = lca[c]
+                beyond.append((jobs, theirs))
                 continue
             released += jobs
-            for n, k in theirs.items():
-                freed[n] = freed.get(n, 0) + k
+            _add(freed, theirs)
+        direct: tuple[list[JobRun], dict[int, int]] | None = None  # (the above before the cohorts' caps)
         if under:
+            direct = (list(released), dict(freed))
             capped = self._capped_by_cohorts(under, stop, plan.need)
             released += capped
-            for n, k in gpus_by_node(capped).items():
-                freed[n] = freed.get(n, 0) + k
+            _add(freed, gpus_by_node(capped))
         reach, gang = whole_gpus_reach(fit, freed)
         if reach >= fit.job.spec.num_gpus and fit.nodes_fit(released):
             return True
         fit.nodes_mattered = True
         if reach < fit.job.spec.num_gpus:
-            self.refuted = self._refuted_per_queue(fit, under, released, freed) if under else (gang, released, freed)
+            self.refuted = (gang, released, freed) if direct is None else self._refuted_per_queue(fit, *direct, beyond)
         return False
 
-    def _refuted_per_queue(self, fit: Trial, under: dict[int, list[tuple[tuple, list[tuple[tuple, JobRun]]]]],
-                           released: list[JobRun], freed: dict[int, int]) -> tuple[int, list[JobRun], dict[int, int]] | None:
-        """A refusal that cohorts' caps made, as a refutation may keep it (None: none): with every
-        source's candidates up to its own cap released, not only those its cohort lets a walk take.
-        A cohort's cap does not only shrink when workloads stop: a source that leaves its cohort's
-        merge (back within its quota) lets another source's later candidates into the cohort's
-        share, which no replay of the changes since would count (kueue_room)."""
-        released = list(released)
-        freed = dict(freed)
-        counted = {v.job_id for v in released}
-        for lists in under.values():
-            for _, keyed in lists:
-                for _, v in keyed:
-                    if v.job_id not in counted:
-                        counted.add(v.job_id)
-                        released.append(v)
-                        for n, slots in v.placed.gpus:
-                            freed[n] = freed.get(n, 0) + len(slots)
+    def _refuted_per_queue(self, fit: Trial, released: list[JobRun], freed: dict[int, int],
+                           beyond: list[tuple[list[JobRun], dict[int, int]]]) -> tuple[int, list[JobRun], dict[int, int]] | None:
+        """A refusal that cohorts' caps made, as a refutation may keep it (None: none): with the
+        sources below those cohorts released up to their own caps (``beyond``), not only as far as
+        their cohort lets a walk take them. A cohort's cap does not only shrink when workloads
+        stop: a source that leaves its cohort's merge (back within its quota) lets another
+        source's later candidates into the cohort's share, which no replay of the changes since
+        would count (kueue_room). ``released`` and ``freed``: the rest, which it extends."""
+        for jobs, theirs in beyond:
+            released += jobs
+            _add(freed, theirs)
         reach, gang = whole_gpus_reach(fit, freed)
         return (gang, released, freed) if reach < fit.job.spec.num_gpus else None
 
@@ -295,3 +292,9 @@ class SearchBounds:
 def _first(entry: tuple[tuple, JobRun]) -> tuple:
     """A keyed candidate's key (the walk's merge order)."""
     return entry[0]
+
+
+def _add(freed: dict[int, int], more: dict[int, int]) -> None:
+    """Add GPUs per node to ``freed``."""
+    for n, k in more.items():
+        freed[n] = freed.get(n, 0) + k

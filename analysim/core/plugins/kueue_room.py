@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from analysim.core.job import JobRun
 
 # A change: a launch (LAUNCH, queue, whether it leaves every refutation's count as it was: it is
-# first in candidate order and no cohort crossed into borrowing, whether fractional) or a stop (STOP, job id, the version its
-# launch made, its GPUs per node as (node, count) pairs).
+# first in candidate order and no cohort crossed into borrowing, whether fractional) or a stop
+# (STOP, job id, the version its launch made, its GPUs per node as (node, count) pairs).
 LAUNCH: Final = 0
 STOP: Final = 1
 # The log keeps at least this many changes; it drops the older half past twice as many.
