@@ -206,3 +206,16 @@ def test_a_paced_run_with_an_events_file_is_explained_by_replaying_it(tmp_path, 
     out = capsys.readouterr().out
     assert "at 0.5 s: pending" in out  # (unpaced, it would run from 0)
     assert "waiting for a scheduling cycle" in out and "cycles at least 1 s apart" in out, out
+
+
+def test_a_pending_status_is_written_from_the_cycle_and_the_next_cycle_waits_for_it(tmp_path):
+    # One write a second, no burst, cycles 0.1 s apart, one head a cycle: a0's admission is written
+    # at 0, a1's at 1; a2 does not fit a's quota of 2 in the cycle at 0.2, and its Pending status
+    # takes the next slot, 2. Kueue writes it from the cycle (requeueAndUpdate waits for its
+    # patch), so b0, arriving at 0.5 with b's quota free, is admitted by the cycle at 2, not at 0.5.
+    jobs = [("a0", 0, 10, "a", "low"), ("a1", 0, 10, "a", "low"), ("a2", 0, 10, "a", "low"),
+            ("b0", 0.5, 10, "b", "low")]
+    rows, control, _ = _two_queues(tmp_path, jobs, "kueue,cycle_s=0.1,api_qps=1,api_burst=1,requeue_batch_s=0")
+    assert control["api_writes"] == {"admission": 4, "pending": 1}
+    assert float(rows["a1"]["first_start_s"]) == pytest.approx(0.1)
+    assert float(rows["b0"]["first_start_s"]) == pytest.approx(2)

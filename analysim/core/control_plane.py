@@ -22,7 +22,9 @@ fits at once. Real Kueue is slower in three ways, each taken from its code (docs
   (the workload's status patch, sent by a goroutine after the cycle took the quota), an eviction,
   and the first ``Pending`` status of a workload that could not be admitted. The quota is taken
   when the cycle decides; the job starts running when its admission is written (the job
-  controller sees it then), so a queue of writes holds quota without work.
+  controller sees it then), so a queue of writes holds quota without work. The ``Pending``
+  status is written from the cycle itself (``requeueAndUpdate`` waits for its patch): no cycle
+  begins before it is sent.
 - **Evictions take their write's time.** Kueue writes a cycle's evictions from the cycle itself
   (``IssuePreemptions`` waits for its patches), so no cycle begins before they are sent; the
   victims keep their quota and nodes until then, and their evictions complete then (the perf
@@ -104,7 +106,8 @@ class ControlPlane:
         self.due = False  # a cycle event is in the engine's queue
         self.cycles = 0  # cycles run (for the summary)
         self.offered = 0  # heads the queues offered to cycles (kueue.KueueQueue counts them)
-        self.writing_until = -math.inf  # when the last eviction a cycle issued is sent (cycles wait for it)
+        # when the last write a cycle sends itself (an eviction, a Pending status) goes (cycles wait for it)
+        self.writing_until = -math.inf
 
     def want_cycle(self, now: float, events: EventQueue) -> None:
         """Something changed: a cycle is due, at once or when the last one is ``cycle_s`` old
@@ -124,6 +127,12 @@ class ControlPlane:
     def admission_lag(self, now: float) -> float:
         """An admission decided at ``now``: how long until its write is sent and the job starts."""
         return self.api.write(now, "admission") - now
+
+    def write_pending(self, now: float) -> None:
+        """A head a cycle did not admit at ``now``: its ``Pending`` status is written from the cycle
+        itself (Kueue's ``requeueAndUpdate``, which waits for its patch), so no cycle begins before
+        it is sent."""
+        self.writing_until = max(self.writing_until, self.api.write(now, "pending"))
 
     def evict(self, now: float, events: EventQueue, payload: object) -> None:
         """A cycle evicts a workload at ``now``: its write waits its turn, cycles wait for the

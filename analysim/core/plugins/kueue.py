@@ -404,7 +404,7 @@ class KueueQueue(_QueueSort):
         parked[1].add(job.spec.request)
         if job.job_id not in self.pending_written:
             self.pending_written.add(job.job_id)
-            control.api.write(now, "pending")
+            control.write_pending(now)
         return more
 
     def _lowest(self, job: JobRun) -> bool:
