@@ -302,8 +302,7 @@ def _inflate(jobs: list[JobSpec], cluster: ClusterSpec, policy, opts: RunOptions
     curve = _InflateCurve(engine, total, opts.fgd_metric)
     for i, spec in enumerate(stream):
         # Sampling with replacement draws the same task more than once: give each draw its own id.
-        task = JobSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__},
-                          "job_id": f"{spec.job_id}#{i}", "submit_s": 0.0, "duration_s": None})
+        task = dataclasses.replace(spec, job_id=f"{spec.job_id}#{i}", submit_s=0.0, duration_s=None)
         ok = engine.place_now(task)
         curve.arrived(task, ok)
         if (not ok and opts.stop_at_first_failure) or curve.arrived_gpus >= bound - 1e-9:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysim.core.job import JobSpec
+from analysim.core.job import SPEC_FIELDS, JobSpec
 from analysim.errors import UserError
 from scheduler_svc.wal import wal_dropped
 
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 
 _SET_META = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
-_FIELDS = tuple(JobSpec.__dataclass_fields__)
+_FIELDS = SPEC_FIELDS
 
 
 def spec_to_json(spec: JobSpec) -> str:

@@ -16,10 +16,16 @@ MAX_COUNT: Final = 10**12
 
 
 def by_fields(record: object) -> tuple:
-    """``__reduce__`` of a frozen record: rebuilt by its constructor from its fields. (Compiled by
-    mypyc, a frozen dataclass cannot be unpickled attribute by attribute, which Ray and process
-    pools do to the traces and specs they send.)"""
-    return type(record), tuple(getattr(record, f.name) for f in fields(record))  # type: ignore[arg-type]
+    """``__reduce__`` of a frozen record: rebuilt by its constructor from its fields (those it
+    takes; the others it derives again). (Compiled by mypyc, a frozen dataclass cannot be
+    unpickled attribute by attribute, which Ray and process pools do to the traces and specs they
+    send.)"""
+    return type(record), tuple(getattr(record, f.name) for f in fields(record) if f.init)  # type: ignore[arg-type]
+
+
+# Every request a JobSpec has made, each as one tuple object (JobSpec.request): the jobs of one
+# shape share it, so that a memo keyed by it finds its key by identity, not item by item.
+_REQUESTS: dict[tuple, tuple] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,9 @@ class JobSpec:
     user: str = ""  # who submitted it ("": unknown; per-user policies then use its VC)
     gpu_models: tuple[str, ...] = ()  # (above)
     qos: str = ""  # its priority class under a partition (partition.Partition.priorities); "": none
+    # ``request``, made when first asked for (derived: not a constructor argument, not compared;
+    # (): not yet. A trace's every spec is made before a run takes the ones it runs.)
+    _request: tuple = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def is_fractional(self) -> bool:
@@ -57,11 +66,20 @@ class JobSpec:
     def request(self) -> tuple:
         """Everything of the job that placement reads, besides its VC: jobs with the same request
         and VC fit, or fail to, in the same places (a key for the engine's per-shape lists and
-        the plugins' memos)."""
-        return (self.gpu_models, self.is_fractional, self.num_gpus, self.gpu_milli, self.cpu_milli, self.memory_mib)
+        the plugins' memos); one object per request (above)."""
+        r = self._request
+        if not r:
+            r = (self.gpu_models, self.is_fractional, self.num_gpus, self.gpu_milli, self.cpu_milli, self.memory_mib)
+            r = _REQUESTS.setdefault(r, r)
+            object.__setattr__(self, "_request", r)
+        return r
 
     def __reduce__(self) -> tuple:
         return by_fields(self)
+
+
+# JobSpec's fields as its constructor takes them (a trace's columns, a journal's keys).
+SPEC_FIELDS: Final = tuple(f.name for f in fields(JobSpec) if f.init)
 
 
 class JobStatus(enum.Enum):

@@ -34,6 +34,7 @@ cohort is its own root: it gets its nominal quota and nothing more.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from analysim.core.job import GPU_MILLI, JobSpec, by_fields
@@ -258,7 +259,15 @@ class QuotaTree:
             if p >= 0:
                 self.children[p].append(i)
         self._check_acyclic()
-        self.quota: list[dict[tuple[str, str], Quota]] = [dict(n.quotas) for n in partition.nodes]  # per node: its own
+        # Each (flavor, resource) the partition names, as one tuple object: every dict here and
+        # every charge is keyed by these, so that a lookup finds its key by identity (a tuple
+        # key equal but not identical is compared item by item, on every lookup).
+        self.keys: dict[tuple[str, str], tuple[str, str]] = {}
+        self.quota: list[dict[tuple[str, str], Quota]] = [  # per node: its own
+            {self.keys.setdefault(fr, fr): q for fr, q in n.quotas} for n in partition.nodes]
+        # Per node, resource group and flavor (in the group's order): the keys of the group's
+        # resources in that flavor, in the group's order (kueue_flavors.choose charges these).
+        self.group_keys: list[list[list[tuple[tuple[str, str], ...]]]] = [self._group_keys(n) for n in partition.nodes]
         # Per node: its subtree quota (its nominal plus what its children lend up: their subtree
         # quota past what they keep), fixed after __init__.
         self.subtree: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
@@ -270,6 +279,20 @@ class QuotaTree:
         self.over_children: list[dict[tuple[str, str], int]] = [{} for _ in partition.nodes]
         for root in (i for i, p in enumerate(self.parent) if p < 0):
             self._sum_subtree(root)
+        # Per node, flavor-resource -> what it keeps from its parent (``guaranteed``; absent: 0).
+        # It reads the quotas and subtree quotas alone, fixed by now; every charge asks for it.
+        self.kept: list[dict[tuple[str, str], int]] = self._table(self._guaranteed)
+        # Per node, flavor-resource -> the most it could ever hold (``potential``; absent: 0), likewise.
+        self.most: list[dict[tuple[str, str], int]] = self._table(self._potential)
+
+    def _group_keys(self, node: PartitionNode) -> list[list[tuple[tuple[str, str], ...]]]:
+        return [[tuple(self.keys.setdefault((f, r), (f, r)) for r in g.resources) for f in g.flavors]
+                for g in node.groups]
+
+    def _table(self, of: Callable[[int, tuple[str, str]], int]) -> list[dict[tuple[str, str], int]]:
+        """Per node, ``of`` each flavor-resource of the tree, where it is not 0."""
+        frs = [fr for fr in self.keys.values() if any(fr in sub for sub in self.subtree)]
+        return [{fr: v for fr in frs if (v := of(i, fr))} for i in range(len(self.parent))]
 
     def _check_acyclic(self) -> None:
         for start in range(len(self.parent)):
@@ -288,10 +311,13 @@ class QuotaTree:
         for c in self.children[i]:
             self._sum_subtree(c)
             for fr, v in self.subtree[c].items():
-                sub[fr] = sub.get(fr, 0) + v - self.guaranteed(c, fr)
+                sub[fr] = sub.get(fr, 0) + v - self._guaranteed(c, fr)
 
     def guaranteed(self, i: int, fr: tuple[str, str]) -> int:
         """What node ``i`` keeps from its parent: its subtree quota past its lending limit."""
+        return self.kept[i].get(fr, 0)
+
+    def _guaranteed(self, i: int, fr: tuple[str, str]) -> int:
         q = self.quota[i].get(fr)
         if q is None or q.lending_limit is None:
             return 0
@@ -316,11 +342,14 @@ class QuotaTree:
 
     def potential(self, i: int, fr: tuple[str, str]) -> int:
         """The most of ``fr`` node ``i`` could ever hold (nothing else in use)."""
+        return self.most[i].get(fr, 0)
+
+    def _potential(self, i: int, fr: tuple[str, str]) -> int:
         p = self.parent[i]
         sub = self.subtree[i].get(fr, 0)
         if p < 0:
             return sub
-        most = self.guaranteed(i, fr) + self.potential(p, fr)
+        most = self._guaranteed(i, fr) + self._potential(p, fr)
         q = self.quota[i].get(fr)
         if q is not None and q.borrowing_limit is not None:
             most = min(most, sub + q.borrowing_limit)

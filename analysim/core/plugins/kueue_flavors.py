@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from analysim.core.partition import NEVER, PREEMPTION_OVER_BORROWING, QuotaTree
@@ -134,18 +133,22 @@ def may_preempt_while_borrowing(node: PartitionNode, fair_sharing: bool) -> bool
     return pre.borrow_within_cohort != NEVER or fair_sharing and pre.reclaim_within_cohort != NEVER
 
 
-@dataclass(frozen=True, slots=True)
 class Choice:
     """A workload's flavor assignment: one flavor per resource group its requests touch
     (``flavors``, in group order), what it charges, its borrowing level (the largest of its
     resources'), its mode (the worst of its flavors'), and the flavor-resources that need
-    preemption (every one whose own mode is not FIT)."""
+    preemption (every one whose own mode is not FIT). Never changed once made. (A plain class, not
+    a frozen dataclass, whose generated constructor runs as Python even in the compiled core: one
+    is made at every flavor choice the memo does not answer.)"""
 
-    flavors: tuple[str, ...]  # one per resource group touched, in group order
-    charges: Charges  # ((flavor, resource), amount in base units) per resource asked for
-    level: int  # its borrowing level (0: within nominal quota)
-    mode: int  # NO_FIT .. FIT (above)
-    need: frozenset  # the (flavor, resource) pairs needing preemption
+    __slots__ = ("flavors", "charges", "level", "mode", "need")
+
+    def __init__(self, flavors: tuple[str, ...], charges: Charges, level: int, mode: int, need: frozenset) -> None:
+        self.flavors: Final = flavors  # one per resource group touched, in group order
+        self.charges: Final = charges  # ((flavor, resource), amount in base units) per resource asked for
+        self.level: Final = level  # its borrowing level (0: within nominal quota)
+        self.mode: Final = mode  # NO_FIT .. FIT (above)
+        self.need: Final = need  # the (flavor, resource) pairs needing preemption
 
 
 def resource_mode(tree: QuotaTree, heights: Heights, node: PartitionNode, q: int, fr: tuple[str, str], amount: int,
@@ -171,8 +174,8 @@ def choose(tree: QuotaTree, heights: Heights, node: PartitionNode, q: int, reque
     need: list[tuple[str, str]] = []
     level, mode = 0, FIT
     covered = 0
-    for group in node.groups:
-        wanted = [(r, requests[r]) for r in group.resources if r in requests]
+    for group, keys in zip(node.groups, tree.group_keys[q], strict=True):
+        wanted = [(k, requests[r]) for k, r in enumerate(group.resources) if r in requests]
         if not wanted:
             continue
         covered += len(wanted)
@@ -181,16 +184,16 @@ def choose(tree: QuotaTree, heights: Heights, node: PartitionNode, q: int, reque
         ask = oracle if len(group.flavors) > 1 else None
         best: tuple[str, list[tuple[tuple[str, str], int, Mode]]] | None = None
         best_mode = WORST
-        for f in group.flavors:
+        for f, frs in zip(group.flavors, keys, strict=True):
             m: Mode = BEST
             per: list[tuple[tuple[str, str], int, Mode]] = []
-            for r, amount in wanted:
-                got = resource_mode(tree, heights, node, q, (f, r), amount, fair_sharing, job, ask)
+            for k, amount in wanted:
+                got = resource_mode(tree, heights, node, q, frs[k], amount, fair_sharing, job, ask)
                 if preferred(m, got, node.preference):
                     m = got
                 if m[0] == NO_FIT:
                     break
-                per.append(((f, r), amount, got))
+                per.append((frs[k], amount, got))
             if stops_search(m, node):
                 best, best_mode = (f, per), m
                 break

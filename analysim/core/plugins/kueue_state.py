@@ -138,9 +138,9 @@ class Assignments:
             n.is_queue and n.preemption.enabled and not self.one_flavor[i]
             and (not n.try_next_when_preempting or n.preference == PREEMPTION_OVER_BORROWING)
             for i, n in enumerate(partition.nodes)]
-        # (queue, request) -> (its tree's version, the choice without the oracle, what assign makes
-        # of it); the choice is what a one-flavor queue's search reads too.
-        self._answers: dict[tuple, tuple[int, Choice | None, Admissible | None]] = {}
+        # Per queue: request -> (its tree's version, the choice without the oracle, what assign
+        # makes of it); the choice is what a one-flavor queue's search reads too.
+        self._answers: list[dict[tuple, tuple[int, Choice | None, Admissible | None]]] = [{} for _ in partition.nodes]
 
     def assign(self, job: JobRun, q: int, oracle: Oracle | None) -> Admissible | None:
         """KueueState.assign for a job of queue ``q``."""
@@ -157,14 +157,15 @@ class Assignments:
     def _answer(self, job: JobRun, q: int) -> tuple[Choice | None, Admissible | None]:
         """The choice without the oracle and what assign makes of it, made afresh unless the memo
         has them at the tree's version."""
-        key = (q, job.spec.request)
+        request = job.spec.request
         version = self.tree_versions[self.root[q]]
-        got = self._answers.get(key)
+        memo = self._answers[q]
+        got = memo.get(request)
         if got is not None and got[0] == version:
             return got[1], got[2]
         choice = self._choose(job, q, None)
         answer = _admissible(choice)
-        self._answers[key] = (version, choice, answer)
+        memo[request] = (version, choice, answer)
         return choice, answer
 
     def _choose(self, job: JobRun, q: int, oracle: Oracle | None) -> Choice | None:
