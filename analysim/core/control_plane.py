@@ -128,17 +128,21 @@ class ControlPlane:
         """An admission decided at ``now``: how long until its write is sent and the job starts."""
         return self.api.write(now, "admission") - now
 
+    def _write_from_cycle(self, now: float, kind: str) -> float:
+        """A write the cycle at ``now`` sends itself and waits for: when it is sent (no cycle
+        begins before)."""
+        sent = self.api.write(now, kind)
+        self.writing_until = max(self.writing_until, sent)
+        return sent
+
     def write_pending(self, now: float) -> None:
         """A head a cycle did not admit at ``now``: its ``Pending`` status is written from the cycle
-        itself (Kueue's ``requeueAndUpdate``, which waits for its patch), so no cycle begins before
-        it is sent."""
-        self.writing_until = max(self.writing_until, self.api.write(now, "pending"))
+        itself (Kueue's ``requeueAndUpdate``, which waits for its patch)."""
+        self._write_from_cycle(now, "pending")
 
     def evict(self, now: float, events: EventQueue, payload: object) -> None:
         """A cycle evicts a workload at ``now``: its write waits its turn, cycles wait for the
         write, and the eviction completes when it is sent (the ``evicted`` event, carrying
         ``payload``; of the completions' class, so that a cycle at that instant sees the quota it
         gives back)."""
-        sent = self.api.write(now, "eviction")
-        self.writing_until = max(self.writing_until, sent)
-        events.push(sent, COMPLETION, "evicted", payload)
+        events.push(self._write_from_cycle(now, "eviction"), COMPLETION, "evicted", payload)
