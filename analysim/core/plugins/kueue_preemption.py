@@ -347,7 +347,10 @@ class KueuePreemption:
         running = st.running.by_queue[q]
         if within == NEVER or not running:
             return False
-        lowest, prio = running[0][0], st.priority_of(job)
+        prio = st.priority_of(job)
+        if within == LOWER_PRIORITY and prio <= self.lowest_priority:
+            return False  # (none runs below the lowest priority: read without the sorted list)
+        lowest = running[0][0]
         return lowest < prio or lowest == prio and within == LOWER_OR_NEWER_EQUAL
 
     # ------------------------------------------------------------------ a search
