@@ -369,13 +369,19 @@ class QuotaTree:
     def remove(self, i: int, fr: tuple[str, str], amount: int) -> None:
         """Undo ``add``: the parent gives back what the node held of it."""
         before = self.usage[i].get(fr, 0)
-        held_up = before - self.guaranteed(i, fr)
         self.usage[i][fr] = before - amount
         p = self.parent[i]
         if p >= 0:
             self._count_over(i, p, fr, before)
-            if held_up > 0:
-                self.remove(p, fr, min(amount, held_up))
+            up = self.given_back(i, fr, before, amount)
+            if up > 0:
+                self.remove(p, fr, up)
+
+    def given_back(self, i: int, fr: tuple[str, str], before: int, amount: int) -> int:
+        """What a release of ``amount`` from node ``i``, which used ``before``, gives back to its
+        parent: what the node held past its guarantee, at most ``amount`` (``remove``; and the
+        preemption's cohort caps, which count releases without making them)."""
+        return max(0, min(amount, before - self.guaranteed(i, fr)))
 
     def _count_over(self, i: int, p: int, fr: tuple[str, str], before: int) -> None:
         """Node ``i``'s usage of ``fr`` changed from ``before``: keep its parent's count of

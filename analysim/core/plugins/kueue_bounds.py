@@ -276,8 +276,8 @@ def _up_to_within(st: KueueState, k: int, need: frozenset,
     """The prefix of ``merged`` (candidates of queues below cohort ``k``, in walk order) that a
     walk may take: each while ``k`` is still over its nominal quota in what the job needs, with
     the ones before it released. The releases are counted here, in what the job needs and on
-    the path up to ``k`` only (the one usage the test reads), as QuotaTree.remove counts them: a
-    node gives its parent back only what it held past its guarantee."""
+    the path up to ``k`` only (the one usage the test reads), as QuotaTree.remove makes them
+    (QuotaTree.given_back: a node gives its parent back only what it held past its guarantee)."""
     tree = st.tree
     parent, sub_k = tree.parent, tree.subtree[k]
     frs = list(need)
@@ -293,17 +293,13 @@ def _up_to_within(st: KueueState, k: int, need: frozenset,
             if fr not in need:
                 continue
             i = c
-            while True:
-                before = level[fr] if i == k else usage.get((i, fr), tree.usage[i].get(fr, 0))
-                if i == k:
-                    level[fr] = before - a
-                    break
+            while i != k and a > 0:
+                before = usage.get((i, fr), tree.usage[i].get(fr, 0))
                 usage[(i, fr)] = before - a
-                held_up = before - tree.guaranteed(i, fr)
-                if held_up <= 0:
-                    break
-                a = min(a, held_up)
+                a = tree.given_back(i, fr, before, a)
                 i = parent[i]
+            if i == k:
+                level[fr] -= a
     return out
 
 
