@@ -122,7 +122,7 @@ def provision(admin, mix: Mix, model: str) -> dict[str, str]:  # noqa: ANN001 â€
     admin.call("PUT", f"/v1/admin/monitor/{model}/config", {"enforcement": {
         "action": mix.enforce, "method": "coverage_mass", "threshold": mix.enforce_threshold}})  # fmt: skip
     clients = user_names(mix)
-    existing = {u["name"] for u in admin.call("GET", "/v1/admin/users")["users"]}
+    existing = {u["user"] for u in admin.call("GET", "/v1/admin/users")["users"]}
     keys: dict[str, str] = {}
     for name in (u for us in clients.values() for u in us):
         if name in existing:

@@ -238,11 +238,23 @@ def test_the_stack_in_containers(project: Project) -> None:
     try:
         check_the_stack(project)
     except AssertionError as e:
-        tails = "\n".join(f"--- {s}:\n{project.logs(s)[-1500:]}" for s in ("traffic-gateway", "gateway", "scheduler"))
-        # (A container that podman could not start stays 'Created' with empty logs: its status says so.)
+        # (A container that podman could not start stays 'Created' with empty logs: its status says so.
+        # Start and exit times tell a container never started again from one that started and stopped.)
         states = containers.podman("ps", "-a", "--filter", f"label=com.docker.compose.project={project.name}",
-                                   "--format", "{{.Names}} {{.Status}}", check=False).stdout
+                                   "--format", "{{.Names}} {{.Status}} started={{.StartedAt}} exited={{.ExitedAt}}",
+                                   check=False).stdout
+        down = [s for s in SERVICES if f"{project.container(s)} Up" not in states and s not in ("tokens", "model-init")]
+        tails = "\n".join(f"--- {s}:\n{project.logs(s)[-1500:]}"
+                          for s in dict.fromkeys(["traffic-gateway", "gateway", "scheduler", *down]))
+        tails += "".join(f"\n--- podman's events of {s}:\n{lifecycle(project.container(s))}" for s in down)
         raise AssertionError(f"{e}\n--- containers:\n{states}{tails}") from None
+
+
+def lifecycle(container: str) -> str:
+    """The container's create, start, restart, kill, died... events (not its health checks)."""
+    out = containers.podman("events", "--stream=false", "--since", "1h", "--filter", f"container={container}",
+                            "--format", "{{.Time}} {{.Status}}", check=False, timeout=30).stdout
+    return "\n".join(line for line in out.splitlines() if not line.endswith(("health_status", "exec", "exec_died")))
 
 
 def check_the_stack(p: Project) -> None:
