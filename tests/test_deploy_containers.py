@@ -318,6 +318,9 @@ def check_the_stack(p: Project) -> None:
     users_after = users(p)
     assert all(users_after.get(u, -1) >= n for u, n in users_before.items()), (users_before, users_after)
     mark("journal and store kept")
+    # The traffic service started again finds its users there and queries with new keys.
+    wait_until(lambda: users(p).get("benign-0", 0) > users_after["benign-0"], DEADLINE_S,
+               "a benign user's queries charged again after the restart", poll_s=0.5)
     wait_targets_up(prom, 7, DEADLINE_S, "everything back after the restart")
     mark("resumed after the restart")
 
