@@ -279,27 +279,40 @@ def _up_to_within(st: KueueState, k: int, need: frozenset,
     the path up to ``k`` only (the one usage the test reads), as QuotaTree.remove makes them
     (QuotaTree.given_back: a node gives its parent back only what it held past its guarantee)."""
     tree = st.tree
-    parent, sub_k = tree.parent, tree.subtree[k]
-    frs = list(need)
-    usage: dict[tuple[int, tuple[str, str]], int] = {}  # (node, fr) -> its usage with the prefix released
-    level = {fr: tree.usage[k].get(fr, 0) for fr in frs}  # k's usage with the prefix released
+    parent, usage, sub_k = tree.parent, tree.usage, tree.subtree[k]
+    # Per flavor-resource needed: how far k is over its quota with the prefix released, and the
+    # usage of each node below k that a release changed (node -> its usage with the prefix released).
+    over: dict[tuple[str, str], int] = {}
+    released: dict[tuple[str, str], dict[int, int]] = {}
+    still_over = 0  # how many of ``over`` are above 0: the walk may take the next candidate while any is
+    for fr in need:
+        over[fr] = usage[k].get(fr, 0) - sub_k.get(fr, 0)
+        released[fr] = {}
+        if over[fr] > 0:
+            still_over += 1
     out: list[tuple[tuple, JobRun]] = []
-    for key, v in merged:
-        if all(level[fr] <= sub_k.get(fr, 0) for fr in frs):
+    for entry in merged:
+        if not still_over:
             break
-        out.append((key, v))
-        c, held = st.held[v.job_id]
+        out.append(entry)
+        c, held = st.held[entry[1].job_id]
         for fr, a in held:
-            if fr not in need:
-                continue
+            at = released.get(fr)
+            if at is None:
+                continue  # (one the job does not need: the test does not read it)
             i = c
             while i != k and a > 0:
-                before = usage.get((i, fr), tree.usage[i].get(fr, 0))
-                usage[(i, fr)] = before - a
+                before = at.get(i)
+                if before is None:
+                    before = usage[i].get(fr, 0)
+                at[i] = before - a
                 a = tree.given_back(i, fr, before, a)
                 i = parent[i]
-            if i == k:
-                level[fr] -= a
+            if i == k and a > 0:
+                was = over[fr]
+                over[fr] = was - a
+                if was > 0 >= was - a:
+                    still_over -= 1  # (k is within its quota in fr from here on)
     return out
 
 

@@ -154,11 +154,12 @@ class KueuePreemption:
         self.bounds = SearchBounds(state)  # the room and quota bounds asked before a walk, with their memos
 
         # _no_candidate's reading of the quota tree: (queue, request) -> (its cohort tree's
-        # version, whether another queue's candidate may be taken). Asked by every visit of a
+        # version, whether another queue's candidate may be taken, and the request's charges on
+        # the queue's flavors, which stand whatever the version). Asked by every visit of a
         # waiting job, mostly for the same few requests of a queue while its tree stands still
         # (83 % of the first 20,000 Philly jobs' asks under philly-preemption.yaml). Never asked
         # while a search has taken charges off the tree, which leaves the versions as they were.
-        self._tree_refusal: dict[tuple[int, tuple], tuple[int, bool]] = {}
+        self._tree_refusal: dict[tuple[int, tuple], tuple[int, bool, dict[tuple[str, str], int]]] = {}
         self._why: dict[str, tuple[str, str]] = {}  # victim -> (reason, preempting queue), until evicted
         # The shares a fair-sharing search reads: the state's, or its own if the state has none
         self.shares = state.shares if state.shares is not None else Shares(state.tree)
@@ -289,26 +290,36 @@ class KueuePreemption:
         known = self._tree_refusal.get(key)
         if known is not None and known[0] == version:
             return known[1]
-        refused = self._no_other_candidate(job, q)
+        charges = known[2] if known is not None else self._one_flavor_charges(job, q)
+        refused = self._no_other_candidate(q, charges)
         if len(self._tree_refusal) > 10_000:
             self._tree_refusal.clear()  # (a bound on the memory: queues x requests)
-        self._tree_refusal[key] = (version, refused)
+        self._tree_refusal[key] = (version, refused, charges)
         return refused
 
-    def _no_other_candidate(self, job: JobRun, q: int) -> bool:
-        """_no_candidate's reading of the quota tree, for a job that has no candidate of its own
-        and may reclaim: it reads the job's request and the usage of its queue's cohort tree only."""
-        st = self.state
-        tree = st.tree
+    def _one_flavor_charges(self, job: JobRun, q: int) -> dict[tuple[str, str], int]:
+        """The job's charges in a queue whose groups have one flavor each: its request of each
+        resource the queue covers, on that resource's flavor."""
         requests = requests_of(job.spec)
         charges: dict[tuple[str, str], int] = {}
-        for group in st.partition.nodes[q].groups:
+        for group in self.state.partition.nodes[q].groups:
             for r in group.resources:
                 if r in requests:
                     charges[(group.flavors[0], r)] = requests[r]
+        return charges
+
+    def _no_other_candidate(self, q: int, charges: dict[tuple[str, str], int]) -> bool:
+        """_no_candidate's reading of the quota tree, for a job that has no candidate of its own
+        and may reclaim: it reads the job's charges and the usage of its queue's cohort tree only."""
+        st = self.state
+        tree = st.tree
         need = [fr for fr, a in charges.items() if a > tree.available(q, fr)]
+        if not need:
+            return True  # (nothing needs preemption: there is no target to find)
         forbidden = st.partition.nodes[q].preemption.borrow_within_cohort == NEVER
-        advantage, remaining = _fits_in_quota(tree, q, charges)
+        # The hierarchical advantage is read only where it decides: while another queue's
+        # candidates may not be taken without it (forbidden), until the job has it.
+        advantage, remaining = _fits_in_quota(tree, q, charges) if forbidden else (False, charges)
         child, a = q, tree.parent[q]
         while a >= 0:
             counts = tree.over_children[a]
@@ -317,8 +328,8 @@ class KueuePreemption:
                     if advantage or not forbidden:
                         return False  # (a candidate of another queue may be taken)
                     break
-            fits, remaining = _fits_in_quota(tree, a, remaining)
-            advantage = advantage or fits
+            if forbidden and not advantage:
+                advantage, remaining = _fits_in_quota(tree, a, remaining)
             child, a = a, tree.parent[a]
         return True
 
