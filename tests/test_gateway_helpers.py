@@ -11,7 +11,7 @@ import os
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import pytest
 from mlaas_monitor.datasets import load_dataset
 from mlaas_monitor.model import Model, Policy
 from mlaas_monitor.schema import NUMERIC
-from mlaas_monitor.server import GatewayThread
+from mlaas_monitor.server import Extension, GatewayThread
 from mlaas_monitor.service import Gateway, Limits
 from mlaas_monitor.store import Store
 from mlaas_monitor.training import train_model
@@ -175,7 +175,8 @@ class Running:
 
 @contextmanager
 def running_gateway(
-    db: Path | str, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None
+    db: Path | str, models: list[Model] | None = None, limits: Limits | None = None, policies: dict[str, Policy] | None = None,
+    extensions: Sequence[Extension] = (),
 ) -> Iterator[Running]:
     store = Store(db, background_checkpoint=True)
     for m in models if models is not None else [credit_model()]:
@@ -183,7 +184,7 @@ def running_gateway(
             store.add_model(m)
     for mid, p in (policies or {}).items():
         store.set_policy(mid, p)
-    thread = GatewayThread(Gateway(store, ADMIN_KEY, limits or Limits())).start()
+    thread = GatewayThread(Gateway(store, ADMIN_KEY, limits or Limits()), extensions=extensions).start()
     try:
         yield Running(thread, store)
     finally:
