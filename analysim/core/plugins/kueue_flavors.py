@@ -175,8 +175,8 @@ def choose(tree: QuotaTree, heights: Heights, node: PartitionNode, q: int, reque
     level, mode = 0, FIT
     covered = 0
     # (Index loops, not zip(..., strict=True), which the compiled core calls as a Python builtin
-    # with keywords: 2.5 k instructions a zip, 18 % of a flavor choice. QuotaTree.group_keys has
-    # one entry per group, and per flavor of it, by construction.)
+    # with keywords: about a quarter of a choice's instructions on Philly's queues. QuotaTree.group_keys
+    # has one entry per group, and per flavor of it, by construction.)
     group_keys = tree.group_keys[q]
     for g, group in enumerate(node.groups):
         keys = group_keys[g]
