@@ -22,9 +22,10 @@ from analysim.core.cycle_state import (
     queue_scopes,
     scopes_blocked_by,
 )
+from analysim.core.framework import PassStreams
 from analysim.core.gate import PROCEED, REFUSED, WAIT, gate
 from analysim.core.job import JobRun, JobStatus, Placement
-from analysim.core.pass_streams import ShapeStream
+from analysim.core.pass_streams import ShapeStreams
 from analysim.core.unschedulable import IdleHint, QuietPass
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def run_pass(s: Scheduler) -> None:
         pool.leave_quiet(QuietPass(world, c.hold, dict(c.blocked), dict(c.failed), s.queue.last_key(), []))
 
 
-def _order(s: Scheduler, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | None:
+def _order(s: Scheduler, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator[JobRun]] | PassStreams | None:
     """The order this pass walks (None: the pass would repeat the last one, which changed nothing)."""
     q, sq, skip = s.plugins.queue, s.queue, s.shortcuts
     quiet = sq.pool.take_quiet()
@@ -93,15 +94,14 @@ def _order(s: Scheduler, c: CycleState) -> Iterable[JobRun] | dict[str, Iterator
             # (Streams that give every job and let the queue leave out runs of those whose visits
             # change nothing where its merge would take them one after another; shape_order's
             # leaving out a shape would bring the job behind it up early: pass_streams.)
-            streams: dict[str, Iterator[JobRun]] = {vc: ShapeStream(s, c, [vc]) for vc in sq.of_vc_shape}
-            return streams
+            return ShapeStreams(s, c)
         return {vc: orders.shape_order(s, c, (vc,), per_request) for vc in sq.of_vc_shape}
     if q.dynamic:
         return sq.for_dynamic_order(s.handle.traits.per_vc_order)
     return sq.jobs()
 
 
-def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str, Iterator[JobRun]]) -> int:
+def _visit_all(s: Scheduler, c: CycleState, source: Iterable[JobRun] | dict[str, Iterator[JobRun]] | PassStreams) -> int:
     """Visit every job the queue's order gives; the number given."""
     q, st = s.plugins.queue, s.handle.state
     blocking, backfilling = q.blocking, s.plugins.backfill

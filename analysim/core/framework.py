@@ -335,10 +335,6 @@ class PassStream:
     def __next__(self) -> JobRun:
         raise NotImplementedError
 
-    def join(self, others: list[PassStream]) -> PassStream:
-        """One stream of this one's VCs and those of ``others`` (none of them read yet)."""
-        raise NotImplementedError
-
     def no_op(self, job: JobRun) -> bool:
         """Whether the pass's visit of ``job``, one this stream gave, would change nothing now."""
         raise NotImplementedError
@@ -365,6 +361,27 @@ class PassStream:
     def holds(self) -> float:
         """Until when the failures the pass has found so far hold at their version (a failure
         that outlives no instant, like a job evicted now, holds until now)."""
+        raise NotImplementedError
+
+
+class PassStreams:
+    """What such a queue's order() is given in place of a mapping of VC -> stream: the VCs with
+    pending jobs, and one PassStream of any of them, made when asked. A queue may leave a VC out of
+    its merge unread (KueueQueue's inadmissible pool): a pass over a thousand ClusterQueues, most of
+    whose waiting queues are left out, then makes no stream for them.
+
+    A class, not a Protocol, for the compiled core (see Handle)."""
+
+    def vcs(self) -> list[str]:
+        """The VCs with pending jobs (each VC once)."""
+        raise NotImplementedError
+
+    def stream(self, vcs: list[str]) -> PassStream:
+        """One stream of the pending jobs of these VCs, merged in key order (unread)."""
+        raise NotImplementedError
+
+    def world(self) -> int:
+        """PassStream.world, without a stream."""
         raise NotImplementedError
 
 

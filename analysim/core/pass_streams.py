@@ -33,13 +33,33 @@ from typing import TYPE_CHECKING
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
 from analysim.core.cycle_state import CycleState
-from analysim.core.framework import PassStream
+from analysim.core.framework import PassStream, PassStreams
 from analysim.core.gate import REFUSED, UNFIT, gate
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.sorted_keys import first_after
 
 if TYPE_CHECKING:
     from analysim.core.scheduler import Scheduler
+
+
+class ShapeStreams(PassStreams):
+    """The VCs with pending jobs as a pass begins (``SchedulingQueue.of_vc_shape``'s), and a
+    ShapeStream of any of them on demand."""
+
+    def __init__(self, s: Scheduler, c: CycleState) -> None:
+        self.s = s  # the pass's scheduler
+        self.c = c  # the pass's cycle state
+
+    def vcs(self) -> list[str]:
+        lists = self.s.queue.of_vc_shape
+        assert lists is not None
+        return list(lists)
+
+    def stream(self, vcs: list[str]) -> PassStream:
+        return ShapeStream(self.s, self.c, vcs)
+
+    def world(self) -> int:
+        return self.s.world.running
 
 
 class ShapeStream(PassStream):
@@ -74,13 +94,6 @@ class ShapeStream(PassStream):
         heapq.heapify(self.heap)
         self.evicted = sorted(k for keys in s.queue.held_out(vcs, s.handle.now).values() for k in keys)
         self.built = True
-
-    def join(self, others: list[PassStream]) -> PassStream:
-        vcs = list(self.vcs)
-        for o in others:
-            assert isinstance(o, ShapeStream)
-            vcs += o.vcs
-        return ShapeStream(self.s, self.c, vcs)
 
     def __iter__(self) -> ShapeStream:
         return self

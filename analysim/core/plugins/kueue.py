@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 import numpy as np
 from sortedcontainers import SortedList  # type: ignore[import-untyped, import-not-found]
 
-from analysim.core.framework import QUOTA_WAIT, PassStream
+from analysim.core.framework import QUOTA_WAIT, PassStream, PassStreams
 from analysim.core.job import JobRun, JobStatus
 from analysim.core.partition import LOWER_OR_NEWER_EQUAL, STRICT_FIFO
 from analysim.core.plugins.kueue_state import KueueState
@@ -187,14 +187,15 @@ class KueueQueue(_QueueSort):
                 return entry[-1]
         return None
 
-    def order(self, pending: Mapping[str, Iterator[JobRun]], ctx: Handle) -> Iterator[JobRun]:  # type: ignore[override]
+    def order(self, pending: Mapping[str, Iterator[JobRun]] | PassStreams,  # type: ignore[override]
+              ctx: Handle) -> Iterator[JobRun]:
         # Each ClusterQueue is a stream of its jobs in key order (its LocalQueues' lists merged);
         # the heads of the streams are taken by (rank, key), Kueue's order across queues (rank:
         # would borrow; with fair sharing, the share it would give its queue), lazily: a pass
         # costs the jobs it looks at. A head's rank is read when it comes to the head and again
         # when taken (a head whose rank rose since goes back behind the others).
         #
-        # Drains (framework.PassStream, given with the shortcuts on under a partition;
+        # Drains (framework.PassStreams, given with the shortcuts on under a partition;
         # not with fair sharing, whose ranks are not 0 or 1). A head taken whose visit would change
         # nothing (most often: its quota does not fit, and a no smaller request of its VC failed
         # so in this pass) is not given; nor are the jobs after it in its stream while each is
@@ -206,19 +207,18 @@ class KueueQueue(_QueueSort):
         # entry when the drain began; one of rank 1 is above the whole run).
         st = self.state
         self.pass_now = ctx.now
-        streams, drainable = self._streams(pending)
         # The queues of the inadmissible pool (queue -> its tree's version, or _ANY_CHANGE), left
         # out of the merge as runs drained from before their first job: while what their jobs'
         # failures read does not change, the merge would take each of them, failing still,
-        # changing nothing.
-        refused = self._inadmissible(drainable, ctx)
+        # changing nothing. Their streams are made only if a change brings their jobs back.
+        made, refused = self._streams(pending, ctx)
         self.left_out += len(refused)
-        book = _Book(self.queued)  # what the pass found of each queue, for the pool (_to_pool)
+        streams, drainable = made.streams, made.drainable
+        book = _Book({q: self.queued[q] for q in made.may_drain})  # what the pass found of each queue (_to_pool)
         heap: list[tuple[float, tuple, int, int, int, JobRun]] = []
-        for q in streams:
-            if q not in refused:
-                self._push(heap, q, streams[q], 0)
-        gen = dict.fromkeys(streams, 0)  # a queue's entries from before an undrain are stale
+        for q, jobs in streams.items():
+            self._push(heap, q, jobs, 0)
+        gen = dict.fromkeys(made.vcs_of, 0)  # a queue's entries from before an undrain are stale
         # queue -> its run (past this key, before that one: None, to the end), the least entry when
         # the drain began, and where in ``taken`` the drain began (its front: _undrain)
         drained: dict[int, list] = {}
@@ -226,7 +226,7 @@ class KueueQueue(_QueueSort):
             for q in refused:
                 drained[q] = [_FIRST, None, heap[0][:3], 0]
         taken = _Taken()  # what the merge took while a run was drained
-        offered = dict.fromkeys(streams, 0)  # (under the control plane: heads offered this cycle)
+        offered = dict.fromkeys(made.vcs_of, 0)  # (under the control plane: heads offered this cycle)
         while heap:
             rank, key, seq, g, q, job = heapq.heappop(heap)
             if g != gen[q]:
@@ -253,7 +253,7 @@ class KueueQueue(_QueueSort):
             book.gave.add(q)
             yield job
             if drained and st.version != version:
-                self._undrain(heap, drained, drainable, gen, taken, refused, book)
+                self._undrain(heap, drained, made, gen, taken, refused, book)
             if self.control is not None and not self._offered(q, job, offered, ctx.now):
                 continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
@@ -273,21 +273,21 @@ class KueueQueue(_QueueSort):
         if nxt is not None:
             heapq.heappush(heap, (self._rank(q, nxt), self._key(nxt), nxt.seq, g, q, nxt))
 
-    def _inadmissible(self, drainable: dict[int, PassStream], ctx: Handle) -> dict[int, int]:
-        """The queues of the inadmissible pool whose place there stands (``_Failing``), each with
-        its tree's version if that is what it stands on, else ``_ANY_CHANGE``."""
+    def _inadmissible(self, queues: list[int], source: PassStreams, ctx: Handle) -> dict[int, int]:
+        """Of these queues, those of the inadmissible pool whose place there stands (``_Failing``),
+        each with its tree's version if that is what it stands on, else ``_ANY_CHANGE``."""
         st = self.state
         out: dict[int, int] = {}
         if not self.inadmissible or not ctx.spec.allow_borrowing:  # (without, a VC's own quota refuses too)
             return out
         world = -1  # (read once, when a queue's place stands on it)
-        for q, stream in drainable.items():
+        for q in queues:
             stamp = self.inadmissible.get(q)
             if stamp is None or stamp.queued != self.queued[q]:
                 continue
             if stamp.on_world:
                 if world < 0:
-                    world = stream.world()
+                    world = source.world()
                 if stamp.version == world:
                     out[q] = _ANY_CHANGE
             elif stamp.version == st.tree_versions[st.root[q]]:
@@ -325,28 +325,42 @@ class KueueQueue(_QueueSort):
                     continue
             self.inadmissible.pop(q, None)
 
-    def _streams(self, pending: Mapping[str, Iterator[JobRun]]) -> tuple[dict[int, Iterator[JobRun]],
-                                                                       dict[int, PassStream]]:
-        """Each ClusterQueue's stream of jobs (its LocalQueues' lists merged), and those of them
-        that may be drained (order)."""
-        by_queue: dict[int, list[Iterator[JobRun]]] = {}
-        for vc, jobs in pending.items():
-            by_queue.setdefault(self.state.queue_of[vc], []).append(jobs)
-        may_drain = self.state.shares is None and self.control is None
-        streams: dict[int, Iterator[JobRun]] = {}
-        drainable: dict[int, PassStream] = {}
-        for q, lists in by_queue.items():
-            parked = self._parked(q, self.pass_now) if self.control is not None else None
-            if parked:
-                for one in lists:
-                    if isinstance(one, PassStream):
-                        one.leave_out(parked)  # (else each is skipped as it comes: _push)
-            first = lists[0]
-            if may_drain and not self.strict[q] and isinstance(first, PassStream):
-                streams[q] = drainable[q] = first if len(lists) == 1 else first.join(lists[1:])  # type: ignore[arg-type]
+    def _streams(self, pending: Mapping[str, Iterator[JobRun]] | PassStreams,
+                 ctx: Handle) -> tuple[_Streams, dict[int, int]]:
+        """Each ClusterQueue's stream of jobs (its LocalQueues' lists merged), and which of them may
+        be drained (order); and the queues of the inadmissible pool whose place there stands
+        (_inadmissible), whose streams are not made (_Streams.back makes them)."""
+        st = self.state
+        lazy: PassStreams | None = None
+        if isinstance(pending, PassStreams):
+            lazy, names = pending, pending.vcs()
+        else:
+            names = list(pending)
+        vcs_of: dict[int, list[str]] = {}  # queue -> its VCs with pending jobs
+        for vc in names:
+            vcs_of.setdefault(st.queue_of[vc], []).append(vc)
+        drains = lazy is not None and st.shares is None and self.control is None
+        may_drain = [q for q in vcs_of if not self.strict[q]] if drains else []
+        refused = self._inadmissible(may_drain, lazy, ctx) if lazy is not None else {}
+        made = _Streams(lazy, vcs_of, may_drain)
+        for q, vcs in vcs_of.items():
+            if drains and not self.strict[q]:
+                if q not in refused:
+                    made.back(q)
             else:
-                streams[q] = first if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
-        return streams, drainable
+                made.streams[q] = self._merged(q, [lazy.stream([vc]) for vc in vcs] if lazy is not None
+                                               else [pending[vc] for vc in vcs])  # type: ignore[index]
+        return made, refused
+
+    def _merged(self, q: int, lists: list[Iterator[JobRun]]) -> Iterator[JobRun]:
+        """A queue's stream that is not drained: its VCs' lists merged in key order, without the
+        requests parked in it (under the control plane)."""
+        parked = self._parked(q, self.pass_now) if self.control is not None else None
+        if parked:
+            for one in lists:
+                if isinstance(one, PassStream):
+                    one.leave_out(parked)  # (else each is skipped as it comes: _push)
+        return lists[0] if len(lists) == 1 else heapq.merge(*lists, key=self._merge_key)
 
     def _parked(self, q: int, now: float) -> set[tuple] | None:
         """The requests parked in the queue (None: none)."""
@@ -412,8 +426,8 @@ class KueueQueue(_QueueSort):
         in a stream is taken by the merge before anything after them in it."""
         return self._rank(self.state.queue(job), job) == 0.0
 
-    def _undrain(self, heap: list, drained: dict[int, list], drainable: dict[int, PassStream],
-                 gen: dict[int, int], taken: _Taken, refused: dict[int, int], book: _Book) -> None:
+    def _undrain(self, heap: list, drained: dict[int, list], made: _Streams, gen: dict[int, int], taken: _Taken,
+                 refused: dict[int, int], book: _Book) -> None:
         """After a launch or stop: each drained run's jobs past its front were not taken yet; the
         first becomes its queue's entry again, with the rank 0 it had when its turn came (before
         the change). The front is the most of the least entry when the drain began and of every
@@ -440,7 +454,9 @@ class KueueQueue(_QueueSort):
             after = max(start, (front[1], front[2]))
             if stop is not None and after >= stop:
                 continue
-            stream = drainable[q]
+            stream = made.drainable.get(q)
+            if stream is None:
+                stream = made.back(q)  # (left out as the pass began: its stream is made now)
             stream.seek_after(after)
             job = next(stream, None)
             if job is None or stop is not None and (self._key(job), job.seq) >= stop:
@@ -499,6 +515,30 @@ class _Failing:
         self.queued = queued  # the queue's KueueQueue.queued then (an arrival or a stop brings a job unseen)
 
 
+class _Streams:
+    """The streams of one pass's ClusterQueues (KueueQueue.order): each queue's jobs, its
+    LocalQueues' lists merged into one.
+
+    Invariant: ``drainable`` holds the streams of ``streams`` that may be drained (of queues in
+    ``may_drain``): one PassStream per queue, of all its VCs."""
+
+    __slots__ = ("source", "vcs_of", "may_drain", "streams", "drainable")  # (not a dataclass: one per pass)
+
+    def __init__(self, source: PassStreams | None, vcs_of: dict[int, list[str]], may_drain: list[int]) -> None:
+        self.source = source  # what the drainable streams are made from (None: no queue's may be drained)
+        self.vcs_of = vcs_of  # queue -> its VCs with pending jobs
+        self.may_drain = may_drain  # the queues whose streams may be drained, made or not
+        self.streams: dict[int, Iterator[JobRun]] = {}  # queue -> its stream, for those made
+        self.drainable: dict[int, PassStream] = {}  # (above)
+
+    def back(self, q: int) -> PassStream:
+        """Make the drainable stream of a queue (at the pass's start, or once a change brings back
+        the jobs of one the inadmissible pool left out)."""
+        assert self.source is not None
+        stream = self.streams[q] = self.drainable[q] = self.source.stream(self.vcs_of[q])
+        return stream
+
+
 class _Book:
     """What one pass found of each drainable queue, for the inadmissible pool (KueueQueue._to_pool).
 
@@ -506,11 +546,13 @@ class _Book:
 
     __slots__ = ("queued", "first", "high", "gave")  # (not a dataclass: one per pass)
 
-    def __init__(self, queued: list[int]) -> None:
-        # KueueQueue.queued as the pass began: the jobs its lists hold. (A job evicted in the pass
+    def __init__(self, queued: dict[int, int]) -> None:
+        # KueueQueue.queued as the pass began, of each drainable queue (the only ones the pool
+        # takes; a copy of every queue's, a thousand of them in Kueue's large-scale scenario,
+        # cost more than the rest of a pass's book): the jobs its lists hold. (A job evicted in the pass
         # is queued again at once, but the pass does not see it: its queue's place in the pool
         # must not stand on a count that includes it.)
-        self.queued = queued.copy()
+        self.queued = queued
         # Queue -> its tree's version and the usage's (KueueState.version) when the merge took its
         # first job; (-1, -1), versions nothing has, for one it left out until a change brought
         # its jobs back (the jobs before the change were found failing before it).
