@@ -167,7 +167,8 @@ class QueueSort(Protocol):
     dynamic: ClassVar[bool]
     # The optional flags below (absent: False) are read once, into QueueTraits.
     # preemptive: ranks running jobs below waiting ones, so a post-filter may evict them.
-    # per_vc_order: order() gets ``pending`` per VC (a dict VC -> iterator of its jobs in key order).
+    # per_vc_order: order() gets ``pending`` per VC (a dict VC -> iterator of its jobs in key order;
+    #   with heads_ranked_by_state and the shortcuts on, a PassStreams, which makes them when asked).
     # heads_ranked_by_state: order() ranks a VC's next job by the job itself against state that
     #   changes within a pass, read when it comes up (Kueue: would it borrow?), so each VC's
     #   iterator gives every pending job: one left out for want of room would bring the job behind
@@ -317,10 +318,10 @@ class EvictionReasons(Protocol):
 
 
 class PassStream:
-    """One of the per-VC streams a ``per_vc_order`` queue's order() is given when its heads are
-    ranked by state (QueueSort.heads_ranked_by_state; Kueue's), with the shortcuts on: an iterator
-    of the VC's pending jobs in key order, the reference engine's, that also lets the queue leave
-    out jobs whose visits change nothing (analysim.core.pass_streams). Keys are (the queue's key, seq).
+    """A stream a ``per_vc_order`` queue whose heads are ranked by state (QueueSort.heads_ranked_by_state;
+    Kueue's) makes of some VCs' pending jobs with the shortcuts on (PassStreams): an iterator of their
+    jobs in key order, the reference engine's, that also lets the queue leave out jobs whose visits
+    change nothing (analysim.core.pass_streams). Keys are (the queue's key, seq).
 
     A class, not a Protocol, for the compiled core (see Handle)."""
 
@@ -365,7 +366,7 @@ class PassStream:
 
 
 class PassStreams:
-    """What such a queue's order() is given in place of a mapping of VC -> stream: the VCs with
+    """What such a queue's order() is given in place of a mapping of VC -> iterator: the VCs with
     pending jobs, and one PassStream of any of them, made when asked. A queue may leave a VC out of
     its merge unread (KueueQueue's inadmissible pool): a pass over a thousand ClusterQueues, most of
     whose waiting queues are left out, then makes no stream for them.
