@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -110,12 +109,14 @@ class SchedulingQueue:
         self.version = 0  # bumped by every change to the lists
         self.key_len = -1  # the length of the queue keys, once one is known (see add)
         # Shapes of the pending requests, to tell cheaply when nothing waiting can fit (hopeless).
-        self.whole: Counter[int] = Counter()  # whole-GPU jobs by GPUs asked
-        self.frac: Counter[int] = Counter()  # fractional jobs by GPU share (milli)
+        # (The counts here are plain dicts, not Counters: a Counter's missing key and deletion
+        # are Python-level calls, and these change at every arrival and launch.)
+        self.whole: dict[int, int] = {}  # whole-GPU jobs by GPUs asked
+        self.frac: dict[int, int] = {}  # fractional jobs by GPU share (milli)
         self.cpu_only = 0  # jobs asking for no GPU
         self.with_models = 0  # jobs that name GPU models
-        self.vcs: Counter[str] = Counter()  # VC -> jobs waiting
-        self.demands: dict[str, Counter[float]] = {}  # VC -> GPU demand -> jobs waiting
+        self.vcs: dict[str, int] = {}  # VC -> jobs waiting
+        self.demands: dict[str, dict[float, int]] = {}  # VC -> GPU demand -> jobs waiting
         self.demand = 0.0  # the pending jobs' GPU demand
         self.in_pass = False  # a pass is walking the lists: changes to them wait for its end
         self._adds: list[tuple] = []  # (key, spec, work) deferred during a pass
@@ -148,8 +149,11 @@ class SchedulingQueue:
             self.pool.arrived(key)
         self.by_seq[job.seq] = job
         self.filed[job.seq] = (key, work)
-        self.vcs[spec.vc] += 1
-        self.demands.setdefault(spec.vc, Counter())[spec.gpu_demand] += 1
+        self.vcs[spec.vc] = self.vcs.get(spec.vc, 0) + 1
+        demands = self.demands.get(spec.vc)
+        if demands is None:
+            demands = self.demands[spec.vc] = {}
+        _count(demands, spec.gpu_demand, 1)
         self.demand += spec.gpu_demand
         self._count_shape(spec, 1)
 
@@ -166,10 +170,7 @@ class SchedulingQueue:
         del self.by_seq[job.seq]
         vc = spec.vc
         left = self.vcs[vc] - 1
-        demands = self.demands[vc]
-        demands[spec.gpu_demand] -= 1
-        if not demands[spec.gpu_demand]:
-            del demands[spec.gpu_demand]
+        _count(self.demands[vc], spec.gpu_demand, -1)
         if left:
             self.vcs[vc] = left
         else:
@@ -234,11 +235,10 @@ class SchedulingQueue:
         if spec.num_gpus == 0:
             self.cpu_only += delta
             return
-        counter = self.frac if spec.is_fractional else self.whole
-        key = spec.gpu_milli if spec.is_fractional else spec.num_gpus
-        counter[key] += delta
-        if counter[key] == 0:
-            del counter[key]
+        if spec.is_fractional:
+            _count(self.frac, spec.gpu_milli, delta)
+        else:
+            _count(self.whole, spec.num_gpus, delta)
 
     # ----------------------------------------------------------------- reads
 
@@ -360,3 +360,12 @@ class SchedulingQueue:
             return int(ff.sum()) < min(gangs)
         desc = np.sort(ff)[::-1]
         return all(int(desc[: math.ceil(g / max(st.smallest_node_gpus, 1))].sum()) < g for g in gangs)
+
+
+def _count(counts: dict, key: object, delta: int) -> None:
+    """Add ``delta`` to a count, dropping it at 0 (the counts keep only the keys with jobs)."""
+    n = counts.get(key, 0) + delta
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
