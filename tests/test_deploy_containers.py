@@ -247,7 +247,45 @@ def test_the_stack_in_containers(project: Project) -> None:
         tails = "\n".join(f"--- {s}:\n{project.logs(s)[-1500:]}"
                           for s in dict.fromkeys(["traffic-gateway", "gateway", "scheduler", *down]))
         tails += "".join(f"\n--- podman's events of {s}:\n{lifecycle(project.container(s))}" for s in down)
-        raise AssertionError(f"{e}\n--- containers:\n{states}{tails}") from None
+        raise AssertionError(f"{e}\n--- containers:\n{states}{tails}{network_state(project)}") from None
+
+
+# Resolves each service's name as the stack's own processes do, from inside one of its containers.
+RESOLVE = """
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        print(name, sorted({a[4][0] for a in socket.getaddrinfo(name, None)}))
+    except OSError as e:
+        print(name, "unresolved:", e)
+"""
+
+
+def network_state(p: Project) -> str:
+    """What the stack's network looked like at a failure: every container's address, each service's
+    name as resolved inside the scheduler's container, the DNS server podman runs for the network
+    (aardvark-dns, its process and its entries) and Prometheus's view of its targets. (A restart
+    has once left names unresolvable with every container up.)"""
+    out = ["\n--- addresses:"]
+    for s in SERVICES:
+        r = containers.podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+                              p.container(s), check=False, timeout=30)
+        out.append(f"{s}: {r.stdout.strip() or r.stderr.strip()[-200:]}")
+    names = [s for s in SERVICES if s not in ("tokens", "model-init")]
+    r = containers.podman("exec", p.container("scheduler"), "python", "-c", RESOLVE, *names, check=False, timeout=60)
+    out.append(f"--- names, resolved in the scheduler's container:\n{r.stdout}{r.stderr[-500:]}")
+    ps = subprocess.run(["pgrep", "-a", "aardvark-dns"], capture_output=True, text=True)
+    out.append(f"--- aardvark-dns processes:\n{ps.stdout or '(none)'}")
+    for conf in sorted(Path("/run/containers/networks/aardvark-dns").glob(f"{p.name}*")):
+        out.append(f"--- {conf}:\n{conf.read_text()[-2000:]}")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{p.port('prometheus', 9090)}/api/v1/targets", timeout=10) as t:
+            active = json.load(t)["data"]["activeTargets"]
+        out.append("--- Prometheus's targets:")
+        out += [f"{a['scrapeUrl']} {a['health']} {a.get('lastError', '')}" for a in active]
+    except (OSError, AssertionError, ValueError, KeyError) as e:
+        out.append(f"--- Prometheus's targets: not read ({e})")
+    return "\n".join(out)
 
 
 def lifecycle(container: str) -> str:
