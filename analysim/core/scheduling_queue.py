@@ -149,7 +149,7 @@ class SchedulingQueue:
             self.pool.arrived(key)
         self.by_seq[job.seq] = job
         self.filed[job.seq] = (key, work)
-        self.vcs[spec.vc] = self.vcs.get(spec.vc, 0) + 1
+        _count(self.vcs, spec.vc, 1)
         demands = self.demands.get(spec.vc)
         if demands is None:
             demands = self.demands[spec.vc] = {}
@@ -169,12 +169,10 @@ class SchedulingQueue:
             self.pool.head_left()
         del self.by_seq[job.seq]
         vc = spec.vc
-        left = self.vcs[vc] - 1
+        _count(self.vcs, vc, -1)
         _count(self.demands[vc], spec.gpu_demand, -1)
-        if left:
-            self.vcs[vc] = left
-        else:
-            del self.vcs[vc], self.demands[vc]
+        if vc not in self.vcs:
+            del self.demands[vc]  # (its last pending job)
         self.demand -= spec.gpu_demand
         self._count_shape(spec, -1)
 

@@ -547,11 +547,11 @@ class _Book:
     __slots__ = ("queued", "first", "high", "gave")  # (not a dataclass: one per pass)
 
     def __init__(self, queued: dict[int, int]) -> None:
-        # KueueQueue.queued as the pass began, of each drainable queue (the only ones the pool
-        # takes; a copy of every queue's, a thousand of them in Kueue's large-scale scenario,
-        # cost more than the rest of a pass's book): the jobs its lists hold. (A job evicted in the pass
-        # is queued again at once, but the pass does not see it: its queue's place in the pool
-        # must not stand on a count that includes it.)
+        # KueueQueue.queued as the pass began, of each queue that may drain (the only ones the
+        # pool takes, not all of them: a thousand in Kueue's large-scale scenario, every pass):
+        # the jobs its lists hold. (A job evicted in the pass is queued again at once, but the
+        # pass does not see it: its queue's place in the pool must not stand on a count that
+        # includes it.)
         self.queued = queued
         # Queue -> its tree's version and the usage's (KueueState.version) when the merge took its
         # first job; (-1, -1), versions nothing has, for one it left out until a change brought
