@@ -265,8 +265,18 @@ def network_state(p: Project) -> str:
     """What the stack's network looked like at a failure: every container's address, each service's
     name as resolved inside the scheduler's container, the DNS server podman runs for the network
     (aardvark-dns, its process and its entries) and Prometheus's view of its targets. (A restart
-    has once left names unresolvable with every container up.)"""
-    out = ["\n--- addresses:"]
+    has once left names unresolvable with every container up.) It never raises: it is read after
+    a failure, whose own message must not be lost to a podman that hangs."""
+    out: list[str] = []  # (what was read before a part that failed stays)
+    try:
+        _read_network_state(p, out)
+    except (OSError, subprocess.SubprocessError, AssertionError, ValueError, KeyError) as e:
+        out.append(f"--- the rest not read: {e!r}")
+    return "\n" + "\n".join(out)
+
+
+def _read_network_state(p: Project, out: list[str]) -> None:
+    out.append("--- addresses:")
     for s in SERVICES:
         r = containers.podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
                               p.container(s), check=False, timeout=30)
@@ -278,14 +288,10 @@ def network_state(p: Project) -> str:
     out.append(f"--- aardvark-dns processes:\n{ps.stdout or '(none)'}")
     for conf in sorted(Path("/run/containers/networks/aardvark-dns").glob(f"{p.name}*")):
         out.append(f"--- {conf}:\n{conf.read_text()[-2000:]}")
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{p.port('prometheus', 9090)}/api/v1/targets", timeout=10) as t:
-            active = json.load(t)["data"]["activeTargets"]
-        out.append("--- Prometheus's targets:")
-        out += [f"{a['scrapeUrl']} {a['health']} {a.get('lastError', '')}" for a in active]
-    except (OSError, AssertionError, ValueError, KeyError) as e:
-        out.append(f"--- Prometheus's targets: not read ({e})")
-    return "\n".join(out)
+    with urllib.request.urlopen(f"http://127.0.0.1:{p.port('prometheus', 9090)}/api/v1/targets", timeout=10) as t:
+        active = json.load(t)["data"]["activeTargets"]
+    out.append("--- Prometheus's targets:")
+    out += [f"{a['scrapeUrl']} {a['health']} {a.get('lastError', '')}" for a in active]
 
 
 def lifecycle(container: str) -> str:
