@@ -111,6 +111,8 @@ def test_searches_answered_by_a_replayed_room_refutation_make_the_reference_engi
     fast = _against_reference(tmp_path, drawn)
     replayed = sum(p.replayed for p in fast.policy.post_filters if isinstance(p, KueuePreemption))
     event(f"searches answered by a replayed refutation: {'some' if replayed else 'none'}")
+    # (The gate's use of a refutation, KueuePreemption.finds_none_until, is for queues of one
+    # flavor; here each has two: test_kueue_preemption's _room_refuted checks it.)
 
 
 @pytest.mark.parametrize("preemption", [PREEMPTING, "{}"], ids=["preempting", "not preempting"])

@@ -462,8 +462,9 @@ def _room_refuted(tmp_path, *, stop_on_n1: bool):
     # (q3, 2) and B1 (q2, 2) fill n0; at 0.1 C2 (q3, 2) starts on n1. At 1 J (q1, 4) has 2 GPUs of
     # quota left: its one candidate is B1, and with B1 released no node has 4 free: the room bound
     # refuses the search. At 2 D (q2, 1) starts on n1: D is first in candidate order and no cohort
-    # below the root comes to borrow, so the refutation stands. At 2.5 E (q1, 4, behind J) brings a pass that
-    # searches for J again: answered by the refutation, replayed. Then C2 ends (at 3, or at 5000):
+    # below the root comes to borrow, so the refutation stands. At 2.5 E (q1, 4, behind J) brings a
+    # pass in which the gate fails J without a search: the refutation, replayed, still refutes it
+    # (KueuePreemption.finds_none_until; the reference engine searches). Then C2 ends (at 3, or at 5000):
     # not a candidate, its 2 GPUs freed on n1 reach 4 with D's released, which ends the refutation:
     # J reclaims D and starts on n1 in the pass of that stop.
     two = _nodes((2, "V100", 4, 16))
@@ -486,7 +487,9 @@ def test_a_room_refutation_outlives_a_launch_first_in_candidate_order_and_ends_a
     fast = _room_refuted(tmp_path, stop_on_n1=True)
     plugin = fast.policy.post_filters[0]
     assert isinstance(plugin, KueuePreemption)
-    assert plugin.replayed == 1  # (at 2.5)
+    # At 2.5 the gate fails J (and E, of its shape) by the refutation, replayed, without a search:
+    # the searches are J's at 1 (refused, the refutation kept) and at 3 (D found).
+    assert plugin.hinted >= 1 and plugin.replayed == 0 and plugin.looked == 2
     assert _preempted(fast) == [(3.0, "D", "InCohortReclamation", "q1")]
     assert _started(fast)["J"] == 3.0 and fast.running["J"].placement.nodes == (1,)
 
@@ -495,7 +498,7 @@ def test_without_the_stop_the_replayed_refutation_keeps_the_job_waiting(tmp_path
     fast = _room_refuted(tmp_path, stop_on_n1=False)
     plugin = fast.policy.post_filters[0]
     assert isinstance(plugin, KueuePreemption)
-    assert plugin.replayed >= 1
+    assert plugin.hinted >= 1 and plugin.looked == 1  # (J's search at 1 only: then the gate fails it)
     assert _preempted(fast) == [] and _started(fast)["J"] is None
 
 

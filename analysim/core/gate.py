@@ -8,7 +8,7 @@ codes, after the Kubernetes framework's status codes:
 |---|---|---|---|
 | ``PROCEED`` | Success | may fit | attempts it (after EASY's reservations, under backfilling) |
 | ``WAIT`` | Wait | was evicted at this instant | passes over it, blocking its queues as a failure would, and holds its answers to now (Engine.preempt) |
-| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller (under a partition, a gang's or a job's waiting for quota: the same request), with the same signature, failed in this pass | fails it (blocking its queues), with nothing new to note |
+| ``UNFIT`` | Unschedulable | cannot fit now, known without an attempt: no node has its whole GPUs free (a pass that only launches), or a request no smaller (under a partition, a gang's or a job's waiting for quota: the same request), with the same signature, failed in this pass, or it waits for quota and every post-filter's sure-failure hint says it finds nothing (hints.finds_none_now) | fails it (blocking its queues), with nothing new to note |
 | ``REFUSED`` | UnschedulableAndUnresolvable | is refused by quota: its VC's, with borrowing off, or the partition's admission | passes over it without blocking other tenants |
 
 For ``PROCEED`` the gate leaves in the cycle state what the attempt reads (``CycleState.gated``):
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from analysim.core.cycle_state import CycleState, failure_sig, is_gang, no_smaller_than_failed, request_of
 from analysim.core.framework import QUOTA_WAIT
+from analysim.core.hints import finds_none_now
 from analysim.core.job import JobRun
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ def gate(s: Scheduler, c: CycleState, job: JobRun) -> int:
     if s.admission is not None:
         # (The reference engine makes the attempt instead, and so checks this rule.)
         if s.shortcuts and ((sig, req) in c.failed_exact if exact else no_smaller_than_failed(c.failed, sig, req)):
+            return UNFIT
+        if waits_for_quota and c.checks is not None and finds_none_now(h, c.checks, job):
+            # (Its attempt, on no nodes, fails unless a post-filter finds victims, and each says it
+            # surely finds none: most waiting jobs of a queue that may reclaim, on a busy cluster.)
             return UNFIT
     elif not gang and no_smaller_than_failed(c.failed, sig, req):
         # (Without a partition the reference engine applies it too: for a blocking queue the

@@ -106,6 +106,15 @@ def answers_hold_until(h: Handle, job: JobRun, can_migrate: bool, can_preempt: b
     return until
 
 
+def finds_none_now(h: Handle, checks: FailureChecks, job: JobRun) -> bool:
+    """Whether every plugin a failed attempt asks surely finds nothing for ``job`` now, by their
+    sure-failure hints alone: for an attempt on no nodes (a job whose quota does not fit, attempted
+    only so that a post-filter may preempt for it: framework.QUOTA_WAIT), which only those plugins
+    could turn into a placement, whatever the free GPUs."""
+    now = h.now
+    return all(check(job, h) > now for check in checks.by_vc) and all(check(job, h) > now for check in checks.others)
+
+
 def surely_fails_until(h: Handle, pool: UnschedulablePool, world: World, job: JobRun, checks: FailureChecks) -> float:
     """Until when an attempt to place ``job`` surely fails while the running jobs and the nodes
     stay the same, known without making it: too few whole GPUs are free for it, by count, and each

@@ -64,7 +64,10 @@ bound that holds whatever the usage (the reference engine, shortcuts off, makes 
 A search that failed on the quota is remembered with what it read (the versions of every queue's
 usage it looked at) and not repeated until one changes. One that the room bound refused by whole
 GPUs alone is kept as a refutation (kueue_room) and replayed against the launches and stops since:
-while they leave the job's reach short, the same search is answered without being made.
+while they leave the job's reach short, the same search is answered without being made. The
+sure-failure hint (``finds_none_until``) gives that answer, and the others that need no search,
+before the attempt: the gate then fails the job without visiting it, and a pass drains a run of
+such jobs at once (pass_streams).
 """
 
 from __future__ import annotations
@@ -150,6 +153,7 @@ class KueuePreemption:
         self.searches = 0  # searches made past the bound
         self.calls = 0  # victims() asked
         self.replayed = 0  # searches answered by an earlier one's room refutation, replayed (kueue_room)
+        self.hinted = 0  # sure failures told by such a refutation before any search (finds_none_until)
         self.nodes_mattered = False  # the last search's quota fitted somewhere, its nodes did not
         self.bounds = SearchBounds(state)  # the room and quota bounds asked before a walk, with their memos
 
@@ -168,6 +172,38 @@ class KueuePreemption:
 
     def holds_until(self, job: JobRun, ctx: Handle) -> float:
         return math.inf
+
+    # The sure-failure hint (framework.FailureHints). It reads the quota tree's usage and the nodes.
+    finds_none_by_vc: ClassVar[bool] = False
+
+    def finds_none_until(self, job: JobRun, ctx: Handle) -> float:
+        """``inf`` when ``victims`` surely finds nothing for the job while the running jobs and the
+        nodes stay the same, known without a search: its queue does not preempt or its quota fits
+        (a search is for quota only), it has no candidate (``_no_candidate``), its flavor choice
+        needs no preemption, or the room refutation of its search still refutes it (kueue_room);
+        else ``ctx.now``. It reads only what every job of one queue, request and priority shares,
+        never a job's own failed searches nor its creation, so that a pass may read it of the first
+        of a run of such jobs for all of them (pass_streams): ``now`` for a queue whose candidates
+        depend on the job's creation. ``now`` too where the flavor choice reads the oracle (a
+        queue with a group of several flavors): that choice is a search per flavor, the cost the
+        hint would spare."""
+        st = self.state
+        q = st.queue(job)
+        if not st.partition.nodes[q].preemption.enabled or st.assign(job) is not None:
+            return math.inf
+        if (not ctx.shortcuts or self.by_creation[q] or not st.assignments.one_flavor[q]
+                or st.partition.fair_sharing is not None):
+            return ctx.now
+        if self._no_candidate(job, q):
+            return math.inf
+        choice = st.choose(job, self.oracle)
+        if choice is None or choice.mode == FIT:
+            return math.inf
+        rooms, room_key = self._rooms(job, q, st.priority_of(job), choice.flavors, ctx)
+        if rooms is not None and self._refuted_again(rooms.get(room_key), choice.need, q):
+            self.hinted += 1
+            return math.inf
+        return ctx.now
 
     def reason_of(self, victim: JobRun) -> tuple[str, str]:
         """Why a victim it chose is evicted: Kueue's reason and the preempting ClusterQueue."""
@@ -224,13 +260,14 @@ class KueuePreemption:
         mine = any(st.held[v.job_id][0] == q for v, _ in got)
         return (PREEMPT if mine else RECLAIM, level)
 
-    def _rooms(self, job: JobRun, q: int, prio: int, flavors: tuple[str, ...], mask: np.ndarray | None,
+    def _rooms(self, job: JobRun, q: int, prio: int, flavors: tuple[str, ...],
                ctx: Handle | None) -> tuple[dict[tuple, Refutation] | None, tuple]:
         """The room refutations of searches on the nodes (kueue_room), kept in the engine's lasting
         memo (a node going down or up ends them; the reference engine's keeps nothing), and the
         job's key there: what its search reads of it (its creation where its own candidates do).
-        None without the shortcuts, with fair sharing (no room bound) or for the quota alone."""
-        if mask is None or ctx is None or not ctx.shortcuts or self.state.partition.fair_sharing is not None:
+        None without the shortcuts, with fair sharing (no room bound) or for the quota alone (no
+        ``ctx``: the oracle's question)."""
+        if ctx is None or not ctx.shortcuts or self.state.partition.fair_sharing is not None:
             return None, ()
         memo = ctx.lasting_memo()
         got = memo.get(self.name)
@@ -376,7 +413,7 @@ class KueuePreemption:
         policy = st.partition.nodes[q].preemption
         need = choice.need
         prio = st.priority_of(job)
-        rooms, room_key = self._rooms(job, q, prio, choice.flavors, mask, ctx)
+        rooms, room_key = self._rooms(job, q, prio, choice.flavors, ctx)
         if rooms is not None and self._refuted_again(rooms.get(room_key), need, q):
             self.replayed += 1
             self.nodes_mattered = True
