@@ -353,17 +353,6 @@ class PassStream:
         """Give no job whose request (JobSpec.request) is one of these from now on."""
         raise NotImplementedError
 
-    def world(self) -> int:
-        """The version of what a visit's failure reads, now: the running jobs and the nodes
-        (memos.World.running). A job found failing at one fails again while it stands, until
-        ``holds()``, and while the job is not queued again."""
-        raise NotImplementedError
-
-    def holds(self) -> float:
-        """Until when the failures the pass has found so far hold at their version (a failure
-        that outlives no instant, like a job evicted now, holds until now)."""
-        raise NotImplementedError
-
 
 class PassStreams:
     """What such a queue's order() is given in place of a mapping of VC -> iterator: the VCs with
@@ -382,7 +371,14 @@ class PassStreams:
         raise NotImplementedError
 
     def world(self) -> int:
-        """PassStream.world, without a stream."""
+        """The version of what a visit's failure reads, now: the running jobs and the nodes
+        (memos.World.running). A job found failing at one fails again while it stands, until
+        ``holds()``, and while the job is not queued again."""
+        raise NotImplementedError
+
+    def holds(self) -> float:
+        """Until when the failures the pass has found so far hold at their version (a failure
+        that outlives no instant, like a job evicted now, holds until now)."""
         raise NotImplementedError
 
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 
 class ShapeStreams(PassStreams):
-    """The VCs with pending jobs as a pass begins (``SchedulingQueue.of_vc_shape``'s), and a
-    ShapeStream of any of them on demand."""
+    """The VCs with pending jobs as a pass begins (``SchedulingQueue.of_vc_shape``'s), a
+    ShapeStream of any of them on demand, and the versions the pass's failures stand on."""
 
     def __init__(self, s: Scheduler, c: CycleState) -> None:
         self.s = s  # the pass's scheduler
@@ -60,6 +60,9 @@ class ShapeStreams(PassStreams):
 
     def world(self) -> int:
         return self.s.world.running
+
+    def holds(self) -> float:
+        return self.c.hold
 
 
 class ShapeStream(PassStream):
@@ -143,12 +146,6 @@ class ShapeStream(PassStream):
             self._build()
         self.heap = [entry for entry in self.heap if self.shapes[entry[1]] not in requests]
         heapq.heapify(self.heap)
-
-    def world(self) -> int:
-        return self.s.world.running
-
-    def holds(self) -> float:
-        return self.c.hold
 
     def drain(self, also: Callable[[JobRun], bool]) -> JobRun | None:
         """Leave out the next jobs while each is a no-op and ``also`` holds for it; the first job

@@ -274,7 +274,7 @@ class KueueQueue(_QueueSort):
             if self.control is not None and not self._offered(q, job, offered, ctx.now):
                 continue  # (the queue's heads for this cycle are all taken)
             self._push(heap, q, streams[q], gen[q])
-        self._to_pool(drainable, refused, book)
+        self._to_pool(made, refused, book)
 
     def _drain(self, heap: list, q: int, stream: PassStream, start: tuple, g: int, gen: dict[int, int],
                drained: dict[int, list], since: int) -> None:
@@ -311,7 +311,7 @@ class KueueQueue(_QueueSort):
                 out[q] = stamp.version
         return out
 
-    def _to_pool(self, drainable: dict[int, PassStream], refused: dict[int, int], book: _Book) -> None:
+    def _to_pool(self, made: _Streams, refused: dict[int, int], book: _Book) -> None:
         """After a whole pass, which queues go into the inadmissible pool, and on what their place
         stands (``_Failing``); the others leave it. A queue the pass left out keeps its place, which
         stood through the pass.
@@ -326,7 +326,7 @@ class KueueQueue(_QueueSort):
         would then have to bound the hints the pass leaves, cycle.run_pass)."""
         st = self.state
         world, forever = -1, False
-        for q, stream in drainable.items():
+        for q, stream in made.drainable.items():
             if q in refused:
                 continue
             tree = st.tree_versions[st.root[q]]
@@ -336,7 +336,8 @@ class KueueQueue(_QueueSort):
                 continue
             if on == _ON_WORLD:
                 if world < 0:
-                    world, forever = stream.world(), stream.holds() == math.inf
+                    assert made.source is not None  # (a drainable stream was made from it)
+                    world, forever = made.source.world(), made.source.holds() == math.inf
                 if forever:
                     self.inadmissible[q] = _Failing(True, world, book.queued[q])
                     continue
@@ -528,7 +529,7 @@ class _Failing:
         # False: its cohort tree's usage (every job refused by the quota, which reads that alone);
         # True: the running jobs and the nodes (some failed on nodes or in a search for victims).
         self.on_world = on_world
-        self.version = version  # that one's version then: the tree's, or World.running (PassStream.world)
+        self.version = version  # that one's version then: the tree's, or World.running (PassStreams.world)
         self.queued = queued  # the queue's KueueQueue.queued then (an arrival or a stop brings a job unseen)
 
 
