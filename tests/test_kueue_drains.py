@@ -34,15 +34,16 @@ PREEMPTING = "{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any, borr
 
 @st.composite
 def _crowded(draw, sizes: tuple[int, ...] = (1, 1, 2, 2, 3, 4, 6, 8), forest: bool = False,
-             classes: tuple[str, ...] = ("low", "normal", "normal", "high")):
+             classes: tuple[str, ...] = ("low", "normal", "normal", "high"), flavors: tuple[str, ...] = ("f0", "f1")):
     """test_kueue_preemption's random trees and policies, with 120-300 jobs arriving over a span
     short enough that most of them wait: ``sizes`` GPUs (on 8-GPU nodes), priorities
     low/normal/high. The jobs come from a drawn seed (Hypothesis then shrinks the tree and the
     count, not each job). ``forest``: the two cohorts are the roots of two trees (no root cohort
     over them), so that a change in one leaves the other's usage as it was, and every queue is
     BestEffortFIFO (a StrictFIFO queue's head holds the rest, which no pass leaves out).
-    ``classes``: the priority classes drawn from ("": none, priority 0)."""
-    text, _ = draw(_preempting_partitions())
+    ``classes``: the priority classes drawn from ("": none, priority 0). ``flavors``: those the
+    queues use."""
+    text, _ = draw(_preempting_partitions(flavors=flavors))
     if forest:
         text = text.replace("\n  parent: root", "").replace("StrictFIFO", "BestEffortFIFO")
         if draw(st.booleans()):
@@ -111,8 +112,29 @@ def test_searches_answered_by_a_replayed_room_refutation_make_the_reference_engi
     fast = _against_reference(tmp_path, drawn)
     replayed = sum(p.replayed for p in fast.policy.post_filters if isinstance(p, KueuePreemption))
     event(f"searches answered by a replayed refutation: {'some' if replayed else 'none'}")
-    # (The gate's use of a refutation, KueuePreemption.finds_none_until, is for queues of one
-    # flavor; here each has two: test_kueue_preemption's _room_refuted checks it.)
+
+
+@st.composite
+def _one_flavor_crowd(draw):
+    """_crowded's jobs on queues of one flavor, as Philly's are: f0 on every node (32 GPUs) and each
+    quota three times as large, so that the nodes run out before the quotas and searches end at
+    the room bound (with f0 on half the nodes, the other half's free GPUs keep that bound open)."""
+    text, jobs = draw(_crowded(sizes=(1, 2, 4, 6, 8, 8, 12, 16), classes=("", "", "", "normal"), flavors=("f0",)))
+    text = text.replace("\nspec: {nodeLabels: {analysim.io/rack: r0}}", "")
+    text = re.sub(r"(nominalQuota|borrowingLimit|lendingLimit): (\d+)", lambda m: f"{m[1]}: {3 * int(m[2])}", text)
+    return text, jobs
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_one_flavor_crowd())
+def test_jobs_the_gate_fails_by_a_replayed_room_refutation_make_the_reference_engine_s_decisions(tmp_path, drawn):
+    # A job waiting for quota whose search a refutation still answers fails at the gate
+    # (KueuePreemption.finds_none_until, for queues of one flavor), and a pass drains a run of
+    # such jobs instead of visiting each; the reference engine searches for each.
+    fast = _against_reference(tmp_path, drawn)
+    hinted = sum(p.hinted for p in fast.policy.post_filters if isinstance(p, KueuePreemption))
+    event(f"jobs the gate failed by a replayed refutation: {'some' if hinted else 'none'}")
 
 
 @pytest.mark.parametrize("preemption", [PREEMPTING, "{}"], ids=["preempting", "not preempting"])
