@@ -296,7 +296,11 @@ class FailureHints(Protocol):
         its quota); ``ctx.now`` or earlier when only a search can tell. A job that does not fit on
         the free GPUs by count, and for which every plugin its attempt would ask says so, is passed
         over without an attempt: most waiting jobs on a busy cluster are such, and are asked again
-        after every stop."""
+        after every stop. The gate asks it too of a job an Admission attempts on no nodes (its
+        quota does not fit: QUOTA_WAIT), whatever the free GPUs, and fails the job when every
+        plugin says so (hints.finds_none_now): its answer there must then be the same for every
+        job of one VC, request and priority, which a pass reads of the first of a run of them
+        (pass_streams)."""
 
 
 class PerRequestHints(Protocol):
