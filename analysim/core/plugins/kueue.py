@@ -54,10 +54,6 @@ class KueueAdmission:
         self.by_creation = [n.is_queue and n.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL
                             for n in state.partition.nodes]
         self.nowhere: np.ndarray | None = None  # a mask of no node (made on first use), for those attempts
-        # (static key, flavors) -> (the static mask, the nodes of those flavors in it): made once,
-        # for a waiting job's admission is asked pass after pass and each ``&`` makes an array. A
-        # node event makes a new static mask (NodeViews), which the entry is checked against.
-        self._nodes: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def admit(self, job: JobRun, ctx: Handle) -> tuple[tuple, np.ndarray] | None:
         st = self.state
@@ -81,23 +77,7 @@ class KueueAdmission:
             return (QUOTA_WAIT + ((prio, job.seq) if self.by_creation[q] else (prio,))), self.nowhere
         flavors, charges, _ = got
         st.chosen[job.job_id] = (st.queue(job), charges, flavors)
-        return flavors, self._on(flavors, job, ctx)
-
-    def _on(self, flavors: tuple[str, ...], job: JobRun, ctx: Handle) -> np.ndarray:
-        """The nodes of ``flavors`` open to the job, one array for every job of its static key
-        (read only, as the static mask is)."""
-        base = ctx.static_mask(job.spec)
-        if not flavors:
-            return base
-        key = (ctx.static_key(job.spec), flavors)
-        known = self._nodes.get(key)
-        if known is not None and known[0] is base:
-            return known[1]
-        mask = base
-        for f in flavors:
-            mask = mask & self.state.flavor_mask[f]
-        self._nodes[key] = (base, mask)
-        return mask
+        return flavors, st.nodes_of(job, flavors, ctx)
 
     def forget(self, job: JobRun) -> None:
         """The flavors a preemption chose for the job go unused: it waits for its victims'

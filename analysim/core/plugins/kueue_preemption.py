@@ -224,7 +224,7 @@ class KueuePreemption:
         choice = st.choose(job, self.oracle)
         got = None
         if choice is not None and choice.mode != FIT:
-            got = self._search(job, q, choice, self._mask(job, choice.flavors, ctx), ctx)
+            got = self._search(job, q, choice, st.nodes_of(job, choice.flavors, ctx), ctx)
         if got:
             self._failed.pop(job.job_id, None)
             cq = st.partition.nodes[q].name
@@ -297,12 +297,6 @@ class KueuePreemption:
         total = state.total_full_free + sum(freed.values())
         return Refutation(gang, job.spec.num_gpus, need, {v.job_id for v in released}, within.tolist(), tops,
                           total, self.state.version)
-
-    def _mask(self, job: JobRun, flavors: tuple[str, ...], ctx: Handle) -> np.ndarray:
-        mask = ctx.static_mask(job.spec)
-        for f in flavors:
-            mask = mask & self.state.flavor_mask[f]
-        return mask
 
     def _surely_none(self, job: JobRun) -> bool:
         return self._no_candidate(job, self.state.queue(job))

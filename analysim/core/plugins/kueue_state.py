@@ -19,6 +19,7 @@ from analysim.core.plugins.kueue_flavors import FIT, Heights
 from analysim.core.plugins.kueue_room import Changes
 
 if TYPE_CHECKING:
+    from analysim.core.framework import Handle
     from analysim.core.plugins.kueue_flavors import Choice, Oracle
     from analysim.core.plugins.kueue_share import Shares
 
@@ -194,6 +195,10 @@ class KueueState:
             mask = np.zeros(len(node_names), dtype=bool)
             mask[[where[n] for n in f.nodes]] = True
             self.flavor_mask[f.name] = mask
+        # (static key, flavors) -> (the static mask, the nodes of those flavors in it): nodes_of's,
+        # made once, for a waiting job's admission is asked pass after pass and each ``&`` makes an
+        # array. A node event makes a new static mask (NodeViews), which an entry is checked against.
+        self._nodes: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.queue_of: dict[str, int] = {vc: self.tree.index[q] for vc, q in partition.queue_of}  # VC -> its queue
         self.priority: dict[str, int] = dict(partition.priorities)  # priority class (a job's qos) -> priority
         self.heights = Heights(self.tree)  # the tree's heights, for the flavor choice (kueue_flavors)
@@ -252,6 +257,22 @@ class KueueState:
 
     def queue(self, job: JobRun) -> int:
         return self.queue_of[job.spec.vc]
+
+    def nodes_of(self, job: JobRun, flavors: tuple[str, ...], ctx: Handle) -> np.ndarray:
+        """The nodes of ``flavors`` open to the job (its static mask): one array for every job of
+        its static key, read only, as the static mask is."""
+        base = ctx.static_mask(job.spec)
+        if not flavors:
+            return base
+        key = (ctx.static_key(job.spec), flavors)
+        known = self._nodes.get(key)
+        if known is not None and known[0] is base:
+            return known[1]
+        mask = base
+        for f in flavors:
+            mask = mask & self.flavor_mask[f]
+        self._nodes[key] = (base, mask)
+        return mask
 
     def assign(self, job: JobRun) -> Admissible | None:
         """The flavors Kueue would admit the job on now (one per resource group its requests touch),
