@@ -120,7 +120,9 @@ def _one_flavor_crowd(draw):
     quota three times as large, so that the nodes run out before the quotas and searches end at
     the room bound (with f0 on half the nodes, the other half's free GPUs keep that bound open)."""
     text, jobs = draw(_crowded(sizes=(1, 2, 4, 6, 8, 8, 12, 16), classes=("", "", "", "normal"), flavors=("f0",)))
-    text = text.replace("\nspec: {nodeLabels: {analysim.io/rack: r0}}", "")
+    rack = "\nspec: {nodeLabels: {analysim.io/rack: r0}}"  # (TWO_RACKS_AND_ROOT's f0: half the nodes)
+    assert rack in text
+    text = text.replace(rack, "")
     text = re.sub(r"(nominalQuota|borrowingLimit|lendingLimit): (\d+)", lambda m: f"{m[1]}: {3 * int(m[2])}", text)
     return text, jobs
 
