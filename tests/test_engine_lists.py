@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
+from analysim.core.sorted_keys import cursor_after, cursor_next, first_key
 from analysim.core.sorted_keys import first_after as _first_after
-from analysim.core.sorted_keys import first_key
 from analysim.core.sorted_keys import keys_from as _keys_from
 
 KEYS = st.tuples(st.tuples(st.integers(-3, 3), st.floats(0, 10, allow_nan=False)), st.integers(0, 10_000))
@@ -28,6 +28,19 @@ def test_first_after_is_the_key_at_bisect_right(keys, after, load):
         j = sl.bisect_right(k)
         assert _first_after(sl, k) == (sl[j] if j < len(sl) else None)
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(KEYS, unique_by=lambda k: k[1], max_size=3000), KEYS, st.integers(4, 64))
+def test_a_cursor_walks_the_keys_past_a_point_as_irange_gives_them(keys, after, load):
+    sl = SortedList(keys)
+    sl._reset(load)
+    walked = []
+    cur = cursor_after(sl, after)
+    while cur is not None:
+        walked.append(cur[0])
+        cur = cursor_next(sl, cur[1], cur[2])
+    assert walked == list(sl.irange(minimum=after, inclusive=(False, False)))
 
 
 @settings(max_examples=300, deadline=None)

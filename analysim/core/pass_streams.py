@@ -36,7 +36,7 @@ from analysim.core.cycle_state import CycleState
 from analysim.core.framework import PassStream, PassStreams
 from analysim.core.gate import REFUSED, UNFIT, gate
 from analysim.core.job import JobRun, JobStatus
-from analysim.core.sorted_keys import first_after
+from analysim.core.sorted_keys import cursor_after, cursor_next, first_after, first_key
 
 if TYPE_CHECKING:
     from analysim.core.scheduler import Scheduler
@@ -68,7 +68,11 @@ class ShapeStreams(PassStreams):
 class ShapeStream(PassStream):
     """The pending jobs of some VCs in key order, from their per-(VC, request) lists
     (``SchedulingQueue.of_vc_shape``, which do not change during a pass): a heap of each shape's
-    next key. Keys are (queue key, seq), unique."""
+    next key. Keys are (queue key, seq), unique.
+
+    Invariant (once built): ``heap`` holds, for each list with a key past ``last`` (while ``last``
+    is None: with any key), its first such key and that key's cursor in the list
+    (sorted_keys.cursor_after), which stands because the lists do not change during a pass."""
 
     def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
         self.s = s  # the pass's scheduler: its queue, handle and gate
@@ -79,7 +83,7 @@ class ShapeStream(PassStream):
         self.built = False
         self.lists: list[SortedList] = []  # each shape's keys
         self.shapes: list[tuple] = []  # each list's request
-        self.heap: list[tuple[tuple, int]] = []  # (next key, list)
+        self.heap: list[tuple[tuple, int, int, int]] = []  # (next key, list, its cursor: sublist, index)
         # Jobs of these VCs evicted at this instant (waiting for the next one), as of its build:
         # never left out. (Read per VC: an instant's evictions can be thousands, and a pass builds
         # a stream per ClusterQueue.)
@@ -93,7 +97,7 @@ class ShapeStream(PassStream):
         assert lists is not None
         self.lists = [keys for vc in vcs for keys in lists[vc].values()]
         self.shapes = [shape for vc in vcs for shape in lists[vc]]
-        self.heap = [(keys[0], i) for i, keys in enumerate(self.lists)]
+        self.heap = [(first_key(keys), i, 0, 0) for i, keys in enumerate(self.lists)]
         heapq.heapify(self.heap)
         self.evicted = sorted(k for keys in s.queue.held_out(vcs, s.handle.now).values() for k in keys)
         self.built = True
@@ -106,12 +110,12 @@ class ShapeStream(PassStream):
             self._build()
         heap, by_seq = self.heap, self.s.queue.by_seq
         while heap:
-            key, i = heap[0]
-            nxt = first_after(self.lists[i], key)
+            key, i, pos, at = heap[0]
+            nxt = cursor_next(self.lists[i], pos, at)
             if nxt is None:
                 heapq.heappop(heap)
             else:
-                heapq.heapreplace(heap, (nxt, i))
+                heapq.heapreplace(heap, (nxt[0], i, nxt[1], nxt[2]))
             job = by_seq.get(key[1])
             if job is not None:
                 self.last = key
@@ -133,13 +137,31 @@ class ShapeStream(PassStream):
         if not self.built:
             self._build()
         self.last = key
-        heap: list[tuple[tuple, int]] = []
+        heap: list[tuple[tuple, int, int, int]] = []
         for i, keys in enumerate(self.lists):
-            first = first_after(keys, key)
-            if first is not None:
-                heap.append((first, i))
+            cur = cursor_after(keys, key)
+            if cur is not None:
+                heap.append((cur[0], i, cur[1], cur[2]))
         heapq.heapify(heap)
         self.heap = heap
+
+    def _seek_to(self, stop: tuple) -> None:
+        """``seek_after(_before(stop))`` for a ``stop`` past ``last``: a list whose next key is no
+        earlier than ``stop`` keeps it (its keys before it are no later than ``last``), and only
+        the others are looked up."""
+        target = _before(stop)
+        heap: list[tuple[tuple, int, int, int]] = []
+        for entry in self.heap:
+            if entry[0] >= stop:
+                heap.append(entry)
+                continue
+            i = entry[1]
+            cur = cursor_after(self.lists[i], target)
+            if cur is not None:
+                heap.append((cur[0], i, cur[1], cur[2]))
+        heapq.heapify(heap)
+        self.heap = heap
+        self.last = target
 
     def leave_out(self, requests: set[tuple]) -> None:
         if not self.built:
@@ -154,7 +176,7 @@ class ShapeStream(PassStream):
             self._build()
         by_seq = self.s.queue.by_seq
         stop: tuple | None = None  # the first key not left out
-        for key, i in self.heap:
+        for key, i, _, _ in self.heap:
             keys = self.lists[i]
             k: tuple | None = key
             while k is not None and k[1] not in by_seq:
@@ -177,7 +199,7 @@ class ShapeStream(PassStream):
         if stop is None:
             self.heap = []
             return None
-        self.seek_after(_before(stop))
+        self._seek_to(stop)
         return next(self, None)
 
     def __repr__(self) -> str:

@@ -39,6 +39,32 @@ def first_after(keys: SortedList, after: tuple) -> tuple | None:
     return sub[bisect.bisect_right(sub, after)]
 
 
+def cursor_after(keys: SortedList, after: tuple) -> tuple[tuple, int, int] | None:
+    """The first of ``keys`` greater than ``after`` with where it is: (key, sublist, index in it),
+    a cursor that ``cursor_next`` moves on (None: no key is greater)."""
+    maxes = keys._maxes
+    pos = bisect.bisect_right(maxes, after)
+    if pos == len(maxes):
+        return None
+    sub = keys._lists[pos]
+    i = bisect.bisect_right(sub, after)
+    return sub[i], pos, i
+
+
+def cursor_next(keys: SortedList, pos: int, i: int) -> tuple[tuple, int, int] | None:
+    """The cursor of the key after the one at (``pos``, ``i``) (None: it was the last), for a list
+    that did not change since the cursor was made: a step, where ``first_after`` bisects."""
+    lists = keys._lists
+    sub = lists[pos]
+    i += 1
+    if i < len(sub):
+        return sub[i], pos, i
+    pos += 1
+    if pos < len(lists):
+        return lists[pos][0], pos, 0
+    return None
+
+
 def keys_from(keys: SortedList, start: tuple, inclusive: bool) -> Iterator[tuple]:
     """The keys from ``start`` on (past it unless ``inclusive``), as ``keys.irange(start)`` gives
     them, for a list that does not change while they are read."""
