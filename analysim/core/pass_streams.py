@@ -71,8 +71,10 @@ class ShapeStream(PassStream):
     next key. Keys are (queue key, seq), unique.
 
     Invariant (once built): ``heap`` holds, for each list with a key past ``last`` (while ``last``
-    is None: with any key), its first such key and that key's cursor in the list
-    (sorted_keys.cursor_after), which stands because the lists do not change during a pass."""
+    is None: with any key) that ``leave_out`` did not drop, its first such key and that key's
+    cursor in the list (sorted_keys.cursor_after), which stands because the lists do not change
+    during a pass. (``seek_after`` takes every list again; a queue that drains never leaves any
+    out: KueueQueue.order drains only without the control plane.)"""
 
     def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
         self.s = s  # the pass's scheduler: its queue, handle and gate
