@@ -73,8 +73,8 @@ class ShapeStream(PassStream):
     Invariant (once built): ``heap`` holds, for each list with a key past ``last`` (while ``last``
     is None: with any key) that ``leave_out`` did not drop, its first such key and that key's
     cursor in the list (sorted_keys.cursor_after), which stands because the lists do not change
-    during a pass. (``seek_after`` takes every list again; a queue that drains never leaves any
-    out: KueueQueue.order drains only without the control plane.)"""
+    during a pass. (A backward ``seek_after`` takes every list again; a queue that drains never
+    leaves any out: KueueQueue.order drains only without the control plane.)"""
 
     def __init__(self, s: Scheduler, c: CycleState, vcs: list[str]) -> None:
         self.s = s  # the pass's scheduler: its queue, handle and gate
@@ -136,34 +136,23 @@ class ShapeStream(PassStream):
         return code in (UNFIT, REFUSED)
 
     def seek_after(self, key: tuple) -> None:
+        """(PassStream's.) Forward, past ``last``, a list whose next key is past ``key`` keeps it
+        (its keys before that one are no later than ``last``): only the others are looked up, as
+        at the end of a drain, where most lists are past its stop. Backward, every list is."""
         if not self.built:
             self._build()
+        heap: list[tuple[tuple, int, int, int]] = []
+        behind: list[int] = list(range(len(self.lists)))
+        if self.last is None or key >= self.last:
+            heap = [entry for entry in self.heap if entry[0] > key]
+            behind = [entry[1] for entry in self.heap if entry[0] <= key]
+        for i in behind:
+            cur = cursor_after(self.lists[i], key)
+            if cur is not None:
+                heap.append((cur[0], i, cur[1], cur[2]))
+        heapq.heapify(heap)
+        self.heap = heap
         self.last = key
-        heap: list[tuple[tuple, int, int, int]] = []
-        for i, keys in enumerate(self.lists):
-            cur = cursor_after(keys, key)
-            if cur is not None:
-                heap.append((cur[0], i, cur[1], cur[2]))
-        heapq.heapify(heap)
-        self.heap = heap
-
-    def _seek_to(self, stop: tuple) -> None:
-        """``seek_after(_before(stop))`` for a ``stop`` past ``last``: a list whose next key is no
-        earlier than ``stop`` keeps it (its keys before it are no later than ``last``), and only
-        the others are looked up."""
-        target = _before(stop)
-        heap: list[tuple[tuple, int, int, int]] = []
-        for entry in self.heap:
-            if entry[0] >= stop:
-                heap.append(entry)
-                continue
-            i = entry[1]
-            cur = cursor_after(self.lists[i], target)
-            if cur is not None:
-                heap.append((cur[0], i, cur[1], cur[2]))
-        heapq.heapify(heap)
-        self.heap = heap
-        self.last = target
 
     def leave_out(self, requests: set[tuple]) -> None:
         if not self.built:
@@ -200,8 +189,9 @@ class ShapeStream(PassStream):
                 break
         if stop is None:
             self.heap = []
+            self.last = _PAST_ALL  # (the invariant: no list has a key past it)
             return None
-        self._seek_to(stop)
+        self.seek_after(_before(stop))
         return next(self, None)
 
     def __repr__(self) -> str:
@@ -211,6 +201,10 @@ class ShapeStream(PassStream):
 def _past_priority(k: tuple) -> tuple:
     """A key above every key of ``k``'s priority (keys are ((-priority, creation), seq))."""
     return ((k[0][0], math.inf), math.inf)
+
+
+# A key above every key ((-priority, creation), seq): where a stream drained to its end stands.
+_PAST_ALL: tuple = ((math.inf, math.inf), math.inf)
 
 
 def _before(k: tuple) -> tuple:

@@ -40,8 +40,9 @@ def first_after(keys: SortedList, after: tuple) -> tuple | None:
 
 
 def cursor_after(keys: SortedList, after: tuple) -> tuple[tuple, int, int] | None:
-    """The first of ``keys`` greater than ``after`` with where it is: (key, sublist, index in it),
-    a cursor that ``cursor_next`` moves on (None: no key is greater)."""
+    """``first_after``'s key with where it is: (key, sublist, index in it), a cursor that
+    ``cursor_next`` moves on (None: no key is greater). (first_after stays apart for its callers
+    that want the key alone, on hot paths, without the tuple.)"""
     maxes = keys._maxes
     pos = bisect.bisect_right(maxes, after)
     if pos == len(maxes):
