@@ -1,6 +1,7 @@
 """Container images for the tests that run the stack in real containers (podman), made without an
 image registry: Debian root filesystems from mmdebstrap, imported into podman as the Dockerfile's
-BASE and as a Prometheus image, then deploy/Dockerfile built on that base. Every image is tagged by
+BASE and as a Prometheus image, then deploy/Dockerfile built on that base, and deploy/Dockerfile.ray
+on that image (the KubeRay image: the core is compiled once for both). Every image is tagged by
 a hash of what it is made from (the mmdebstrap command; the Dockerfile, its build arguments and the
 files of the build context), so an existing one is reused and a change rebuilds it.
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+RAY_DOCKERFILE = ROOT / "deploy" / "Dockerfile.ray"
 SUITE = "bookworm"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # The Dockerfile's BASE: python3 (3.11 on bookworm), venv, headers for the compiled core, `python`.
@@ -34,7 +36,6 @@ PROMETHEUS_HOOK = 'mkdir -p "$1/prometheus" && chown 65534:65534 "$1/prometheus"
 PROMETHEUS_CHANGES = ("USER nobody", "WORKDIR /prometheus", 'ENTRYPOINT ["/usr/bin/prometheus"]')
 ENV = {"base": "ANALYSIM_TEST_BASE_IMAGE", "prometheus": "ANALYSIM_TEST_PROMETHEUS_IMAGE",
        "analysim": "ANALYSIM_TEST_IMAGE", "ray": "ANALYSIM_TEST_RAY_IMAGE"}
-RAY_EXTRAS = "postgres,ray,plots"
 # The label on every image (and build layer) the suite makes: what it prunes is only its own.
 SUITE_LABEL = "org.analysim.test-suite=1"
 # One build or prune of the suite's images at a time on this machine (see _one_at_a_time).
@@ -133,26 +134,40 @@ def prometheus_image() -> str:
     return _rootfs_image("analysim-prometheus", PROMETHEUS_PACKAGES, PROMETHEUS_HOOK, PROMETHEUS_CHANGES)
 
 
-def analysim_image(extras: str = "", base: str | None = None) -> str:
-    """deploy/Dockerfile built on the local base (with EXTRAS when given); its tag."""
+def analysim_image(base: str | None = None) -> str:
+    """deploy/Dockerfile built on the local base; its tag."""
     base = base or base_image()
-    base_id = podman("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
     files = context_files()
-    h = digest(base_id, extras, SUITE_LABEL, DOCKERFILE.read_bytes(),
+    h = digest(_image_id(base), SUITE_LABEL, DOCKERFILE.read_bytes(),
                *(x for f in files for x in (str(f.relative_to(ROOT)), f.read_bytes())))
-    repo = "localhost/analysim/analysim-ray" if "ray" in extras.split(",") else "localhost/analysim/analysim"
+    return _built("localhost/analysim/analysim", h, DOCKERFILE, {"BASE": base})
+
+
+def ray_image(service: str | None = None) -> str:
+    """deploy/Dockerfile.ray built on the service image (analysim_image); its tag."""
+    service = service or analysim_image()
+    h = digest(_image_id(service), SUITE_LABEL, RAY_DOCKERFILE.read_bytes())
+    return _built("localhost/analysim/analysim-ray", h, RAY_DOCKERFILE, {"IMAGE": service})
+
+
+def _image_id(tag: str) -> str:
+    return podman("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+
+
+def _built(repo: str, h: str, dockerfile: Path, build_args: dict[str, str]) -> str:
+    """The image of ``repo`` whose inputs hash to ``h``: found, or built now."""
     tag = f"{repo}:ctx-{h}"
     if exists(tag):
         return tag
     with _one_at_a_time():
-        return tag if exists(tag) else _build(tag, repo, base, extras)
+        return tag if exists(tag) else _build(tag, repo, dockerfile, build_args)
 
 
-def _build(tag: str, repo: str, base: str, extras: str) -> str:
-    args = ["build", "--format", "docker", "--network", "host", "--build-arg", f"BASE={base}", "-f", str(DOCKERFILE),
-            "-t", tag, "--label", SUITE_LABEL]
-    if extras:
-        args += ["--build-arg", f"EXTRAS={extras}"]
+def _build(tag: str, repo: str, dockerfile: Path, build_args: dict[str, str]) -> str:
+    args = ["build", "--format", "docker", "--network", "host", "-f", str(dockerfile), "-t", tag,
+            "--label", SUITE_LABEL]
+    for name, value in build_args.items():
+        args += ["--build-arg", f"{name}={value}"]
     if CA_BUNDLE.is_file():  # pip in the build verifies the package index with the host's CAs
         args += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
     podman(*args, str(ROOT), timeout=3600)
@@ -182,7 +197,7 @@ def from_env_or_build(kind: str) -> str:
     if tag and exists(tag):
         return tag
     build = {"base": base_image, "prometheus": prometheus_image, "analysim": analysim_image,
-             "ray": lambda: analysim_image(RAY_EXTRAS)}[kind]
+             "ray": ray_image}[kind]
     return build()
 
 
@@ -207,8 +222,8 @@ def main(argv: list[str]) -> int:
         print(f"tests.containers: {problem}: the container tests will be skipped", file=sys.stderr)
         return 0
     base = base_image()
-    tags = {"base": base, "prometheus": prometheus_image(), "analysim": analysim_image(base=base),
-            "ray": analysim_image(RAY_EXTRAS, base=base)}
+    service = analysim_image(base=base)
+    tags = {"base": base, "prometheus": prometheus_image(), "analysim": service, "ray": ray_image(service)}
     for kind, tag in tags.items():
         print(f"{ENV[kind]}={tag}")
     return 0

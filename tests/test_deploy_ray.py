@@ -22,7 +22,7 @@ DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 RAY_DIR = DEPLOY / "k8s" / "ray"
 # The user the image runs as (deploy/Dockerfile's useradd): Ray's pods must be the same.
 IMAGE_UID = int(re.search(r"useradd [^\n]*--uid (\d+)", (DEPLOY / "Dockerfile").read_text()).group(1))
-IMAGE = "analysim/analysim-ray:0.1.0"  # deploy/Dockerfile with EXTRAS=postgres,ray,plots
+IMAGE = "analysim/analysim-ray:0.1.0"  # deploy/Dockerfile.ray over the service image
 
 
 def docs() -> dict[str, dict]:

@@ -1,5 +1,5 @@
-"""The KubeRay image holds what its workload needs: deploy/Dockerfile built with
-EXTRAS=postgres,ray,plots (tests/containers.py; .ci/run builds it once) runs, as the image's own
+"""The KubeRay image holds what its workload needs: deploy/Dockerfile.ray built over
+the service image (tests/containers.py; .ci/run builds it once) runs, as the image's own
 user 10001, what KubeRay runs in the RayJob's head pod: `ray start --head`, then the RayJob's own
 entrypoint (read from deploy/k8s/ray/rayjob.yaml: `analysim sweep ... --engine ray` on that Ray
 cluster through RAY_ADDRESS, then `analysim report`), on a small SPEC mounted where the ConfigMap
