@@ -158,20 +158,20 @@ def test_dockerfile() -> None:
         assert (ROOT / module.replace(".", "/")).is_dir(), module
 
 
-
 def test_the_ray_dockerfile_extends_the_service_image_with_the_package_s_own_extras() -> None:
     """deploy/Dockerfile.ray (the KubeRay image; tests/test_deploy_ray_image.py runs it) is a layer
     over the image deploy/Dockerfile makes, by the tag the docs build it as, adds extras the
     package declares, and ends as the same non-root user."""
     text, service = (DEPLOY / "Dockerfile.ray").read_text(), (DEPLOY / "Dockerfile").read_text()
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert re.search(rf"^ARG IMAGE=analysim/analysim:{re.escape(version)}$", text, re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert re.search(rf"^ARG IMAGE=analysim/analysim:{re.escape(project['version'])}$", text, re.M)
     assert re.findall(r"^FROM (\S+)", text, re.M) == ["${IMAGE}"]
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = project["optional-dependencies"]
     (asked,) = re.findall(r'"analysim\[([\w,]+)\]"', text)
     assert {"ray", "plots"} <= set(asked.split(",")) <= set(extras), asked
     last_user = re.findall(r"^USER (\S+)", text, re.M)[-1]
     assert last_user == re.findall(r"^USER (\S+)", service, re.M)[-1] and not last_user.startswith(("root", "0"))
+
 
 def test_kueue_overlay_mounts_the_partition_the_scheduler_loads(tmp_path: Path) -> None:
     """deploy/compose.kueue.yaml over compose.yaml (the real Compose v2 parser): the scheduler's
