@@ -125,7 +125,8 @@ def read_generator(path: str | Path) -> Scenario:
     queue_class: dict[str, str] = {}
     nominal: dict[str, int] = {}
     priorities: set[int] = set()
-    sets: list[tuple[int, list[tuple]]] = []  # per workloads set: its interval (ms), its workloads' fields in order
+    # per workloads set of a queue: its interval (ms), the queue, its workloads' fields in order
+    sets: list[tuple[int, str, list[tuple]]] = []
     for ci, cset in enumerate(_list(f"{src}: cohorts", data.get("cohorts"))):
         at = f"{src}: cohorts[{ci}]"
         cset = _fields(at, cset, _COHORT_KEYS)
@@ -143,11 +144,12 @@ def read_generator(path: str | Path) -> Scenario:
                     if policy not in _POLICIES:
                         raise UserError(f"{qat}.{key}: expected one of {', '.join(sorted(_POLICIES))}, got {policy!r}")
                     policies[key] = policy
+                qsets = _workload_sets(qat, qset, priorities)  # (the same for each queue of the set)
                 for q in range(_count(f"{qat}.count", qset.get("count"), 1)):
                     name = f"{qset.get('className', '')}-{qi}-{q}-{cohort}"
                     queue_class[name], nominal[name] = str(qset.get("className", "")), quota
                     docs.append(_queue_yaml(name, cohort, quota, limit, policies))
-                    sets += _workload_sets(qat, qset, name, priorities)
+                    sets += [(interval, name, fields) for interval, fields in qsets]
     for p in sorted(priorities):
         docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {{name: p{p}}}\n"
                     f"value: {p}")
@@ -167,9 +169,9 @@ def _queue_yaml(name: str, cohort: str, quota: int, limit: int, policies: dict[s
             f"spec: {{clusterQueue: {name}}}")
 
 
-def _workload_sets(qat: str, qset: dict, queue: str, priorities: set[int]) -> list[tuple[int, list[tuple]]]:
-    """A queue's workloads sets: each one's creation interval (ms) and its workloads' fields but
-    the creation time, in the order its goroutine creates them."""
+def _workload_sets(qat: str, qset: dict, priorities: set[int]) -> list[tuple[int, list[tuple]]]:
+    """The workloads sets of each queue of a queue set: each one's creation interval (ms) and its
+    workloads' fields but the queue and the creation time, in the order its goroutine creates them."""
     out = []
     for si, wset in enumerate(_list(f"{qat}.workloadsSets", qset.get("workloadsSets"))):
         sat = f"{qat}.workloadsSets[{si}]"
@@ -185,18 +187,18 @@ def _workload_sets(qat: str, qset: dict, queue: str, priorities: set[int]) -> li
                 raise UserError(f"{tat}.podCount: only one pod per workload is supported, got {t.get('podCount')!r}")
             _count(f"{tat}.runtimeMs", t.get("runtimeMs"))
             _count(f"{tat}.priority", t.get("priority", 0))
-        fields = []
-        for r in range(_count(f"{sat}.count", wset.get("count"))):
-            for i, t in enumerate(templates):
-                priorities.add(t.get("priority", 0))
-                fields.append((f"{t.get('className', '')}-{si}-{r}-{i}", queue, str(t.get("className", "")),
-                               t["runtimeMs"] / 1000, t.get("priority", 0),
-                               _cores(f"{sat}.workloads[{i}].request", t.get("request"))))
+        made = [(str(t.get("className", "")), t["runtimeMs"] / 1000, t.get("priority", 0),
+                 _cores(f"{sat}.workloads[{i}].request", t.get("request"))) for i, t in enumerate(templates)]
+        rounds = _count(f"{sat}.count", wset.get("count"))
+        if rounds:
+            priorities.update(priority for _, _, priority, _ in made)
+        fields = [(f"{klass}-{si}-{r}-{i}", klass, runtime, priority, request)
+                  for r in range(rounds) for i, (klass, runtime, priority, request) in enumerate(made)]
         out.append((interval, fields))
     return out
 
 
-def _created(sets: list[tuple[int, list[tuple]]]) -> list[Workload]:
+def _created(sets: list[tuple[int, str, list[tuple]]]) -> list[Workload]:
     """Every set's workloads with their creation times: each set sleeps its interval, then asks
     the runner's client to create its next workload, which is created when the client's rate
     limit lets it (the asks taken in time order; of one time, in the generator's order of sets).
@@ -204,12 +206,12 @@ def _created(sets: list[tuple[int, list[tuple]]]) -> list[Workload]:
     so that an undelayed set's times are exactly (k + 1) × interval."""
     client = ApiClient(RUNNER_QPS, RUNNER_BURST)
     out: list[Workload] = []
-    asks = [(interval / 1000, n, 0, 0.0, 1) for n, (interval, fields) in enumerate(sets) if fields]
+    asks = [(interval / 1000, n, 0, 0.0, 1) for n, (interval, _, fields) in enumerate(sets) if fields]
     heapq.heapify(asks)  # (ask time, set, its next workload, since, j)
     while asks:
         at, n, k, since, j = asks[0]
-        interval, fields = sets[n]
-        name, queue, klass, runtime, priority, request = fields[k]
+        interval, queue, fields = sets[n]
+        name, klass, runtime, priority, request = fields[k]
         created = client.write(at, "create")
         out.append(Workload(name, queue, klass, created, runtime, priority, request))
         if k + 1 < len(fields):
