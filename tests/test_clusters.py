@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analysim.clusters import (
@@ -238,21 +238,37 @@ def test_node_list_errors(tmp_path, row, column):
 @settings(max_examples=60, deadline=None)
 @given(
     gpus=st.lists(st.sampled_from([1, 2, 8, 64]), min_size=1, max_size=4),
-    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2)), max_size=120),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2), st.integers(1, 20)), max_size=120),
 )
+# (the most free goes from the node that had it, 8, to another node's 6, not to its own 4)
+@example(gpus=[8, 8], ops=[(1, 0, 0, 2), (0, 0, 0, 4)])
 def test_max_full_free_follows_every_allocation_release_and_failure(gpus, ops):
-    """The kept maximum (and total) equals a scan of the arrays after any mix of whole-GPU allocations,
-    releases and nodes going down and up (a down node's free GPUs do not count)."""
+    """The kept maximum (and total) equals a scan of the arrays after any mix of whole-GPU allocations
+    and releases of one GPU or several, and nodes going down and up (a down node's free GPUs do not
+    count)."""
     state = ClusterState(ClusterSpec("h", tuple(NodeSpec(f"n{i}", "r", "V100", g, 1, 1) for i, g in enumerate(gpus))))
-    for node, slot, op in ops:
+    for node, slot, op, width in ops:
         node %= len(gpus)
         slot %= gpus[node]
+        slots = tuple(range(slot, min(slot + width, gpus[node])))
         if op == 2:
             state.set_up(node, not state.up[node])
-        elif op == 0 and state.free_milli[node, slot] == GPU_MILLI:
-            state.allocate(node, (slot,), GPU_MILLI, 0, 0)
-        elif op == 1 and state.free_milli[node, slot] == 0:
-            state.release(node, (slot,), GPU_MILLI, 0, 0)
+        elif op == 0 and all(state.free_milli[node, g] == GPU_MILLI for g in slots):
+            state.allocate(node, slots, GPU_MILLI, 0, 0)
+        elif op == 1 and all(state.free_milli[node, g] == 0 for g in slots):
+            state.release(node, slots, GPU_MILLI, 0, 0)
+        assert state.full_free.tolist() == [int((state.free_milli[n, :g] == GPU_MILLI).sum()) for n, g in enumerate(gpus)]
+        assert state.free_total.tolist() == [int(state.free_milli[n, :g].sum()) for n, g in enumerate(gpus)]
         expected = int(state.full_free[state.up].max()) if state.up.any() else 0
         assert state.max_full_free() == expected
         assert state.total_full_free == int(state.full_free[state.up].sum())
+
+
+@pytest.mark.parametrize("slots", [(0, 1, 2), (2, 3), (3, 3)])
+def test_a_whole_gpu_allocation_onto_a_taken_or_repeated_gpu_is_refused(slots):
+    """A whole-GPU job's GPUs must each be wholly free, and each given once: GPU 2 holds a share of
+    another job's, GPU 3 is asked for twice."""
+    state = ClusterState(ClusterSpec("h", (NodeSpec("n0", "r", "V100", 8, 1, 1),)))
+    state.allocate(0, (2,), 500, 0, 0)
+    with pytest.raises(AssertionError, match="over-allocated"):
+        state.allocate(0, slots, GPU_MILLI, 0, 0)

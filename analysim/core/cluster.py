@@ -165,13 +165,24 @@ class ClusterState:
     def allocate(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
         self.touched.add(node)
         row = self.free_milli[node]
-        for g in gpu_slots:
-            if row[g] == GPU_MILLI:
-                self._count_full_free(node, -1)
-            row[g] -= milli
-            if row[g] < 0:
+        k = len(gpu_slots)
+        if milli == GPU_MILLI and k > 1:
+            # A whole-GPU job's slots go from whole to empty: one indexing for them all, not a
+            # numpy scalar read and write per slot (a 20-GPU request made 100 of them).
+            at = list(gpu_slots)
+            if (row[at] != GPU_MILLI).any() or len(set(at)) != k:
+                g = next((g for g in at if row[g] != GPU_MILLI), at[-1])
                 raise AssertionError(f"GPU {g} of node {node} over-allocated")
-        self.free_total[node] -= milli * len(gpu_slots)
+            row[at] = 0
+            self._count_full_free(node, -k)
+        else:
+            for g in gpu_slots:
+                if row[g] == GPU_MILLI:
+                    self._count_full_free(node, -1)
+                row[g] -= milli
+                if row[g] < 0:
+                    raise AssertionError(f"GPU {g} of node {node} over-allocated")
+        self.free_total[node] -= milli * k
         if self.up[node]:
             self._free_up_milli -= milli * len(gpu_slots)
         self.cpu_free[node] -= cpu
@@ -180,11 +191,18 @@ class ClusterState:
     def release(self, node: int, gpu_slots: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
         self.touched.add(node)
         row = self.free_milli[node]
-        for g in gpu_slots:
-            row[g] += milli
-            if row[g] == GPU_MILLI:
-                self._count_full_free(node, +1)
-        self.free_total[node] += milli * len(gpu_slots)
+        k = len(gpu_slots)
+        if milli == GPU_MILLI and k > 1:
+            # (as in allocate: a GPU a whole-GPU job holds has nothing else on it, so each slot
+            # goes from empty to whole)
+            row[list(gpu_slots)] = GPU_MILLI
+            self._count_full_free(node, k)
+        else:
+            for g in gpu_slots:
+                row[g] += milli
+                if row[g] == GPU_MILLI:
+                    self._count_full_free(node, +1)
+        self.free_total[node] += milli * k
         if self.up[node]:
             self._free_up_milli += milli * len(gpu_slots)
         self.cpu_free[node] += cpu
@@ -199,9 +217,12 @@ class ClusterState:
             counts[old] -= 1
             counts[new] += 1
             self.total_full_free += delta
-            # delta is +-1, so when the top bucket empties the node just moved one below it: O(1).
-            if new > self._max_full_free or (old == self._max_full_free and not counts[old]):
+            # When the top bucket empties, the node just moved |delta| below it, and its new
+            # bucket is not empty: the scan down takes at most |delta| steps (one for a slot).
+            if new > self._max_full_free:
                 self._max_full_free = new
+            elif old == self._max_full_free and not counts[old]:
+                self._max_full_free = self._highest_count_from(old)
 
     def set_up(self, node: int, up: bool) -> None:
         """Mark a node up or down (its allocation is the caller's business)."""
