@@ -184,7 +184,7 @@ class ClusterState:
                     raise AssertionError(f"GPU {g} of node {node} over-allocated")
         self.free_total[node] -= milli * k
         if self.up[node]:
-            self._free_up_milli -= milli * len(gpu_slots)
+            self._free_up_milli -= milli * k
         self.cpu_free[node] -= cpu
         self.mem_free[node] -= mem
 
@@ -204,7 +204,7 @@ class ClusterState:
                     self._count_full_free(node, +1)
         self.free_total[node] += milli * k
         if self.up[node]:
-            self._free_up_milli += milli * len(gpu_slots)
+            self._free_up_milli += milli * k
         self.cpu_free[node] += cpu
         self.mem_free[node] += mem
 
