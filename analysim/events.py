@@ -3,7 +3,7 @@ engine makes it (so that a run of millions of jobs holds none of them), and at t
 job still pending with the reason it waits. docs/kueue.md describes the columns.
 
     with EventsCsv(path) as events:
-        result = simulation.run(..., event_sink=events)  # (attach, then pending at the end)
+        result = simulation.run(..., event_sinks=[events])  # (attach, then pending at the end)
 """
 
 from __future__ import annotations

@@ -35,11 +35,19 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from analysim.core.control_plane import ApiClient
+from analysim.core.job import JobStatus
 from analysim.errors import UserError
+from analysim.events import EVENT_OF, kueue_state, queue_in
+
+if TYPE_CHECKING:
+    from analysim.core.engine import Engine
+    from analysim.core.plugins.kueue import KueueState
+    from analysim.core.records import Decision
 
 RESOURCE = "nvidia.com/gpu"  # (the scenario's cpu: see the module docstring)
 NODE_GPUS = 128
@@ -246,59 +254,76 @@ def write_inputs(s: Scenario, out: Path) -> tuple[Path, Path, str]:
 # --- what Kueue's recorder reports -----------------------------------------------------------
 
 
-def recorded(s: Scenario, events_csv: Path) -> dict:
-    """Kueue's runner summary (summary.yaml's shape) of a replay, from its events file."""
-    klass = {f"{w.queue}/{w.name}": w.klass for w in s.workloads}
-    request = {f"{w.queue}/{w.name}": w.request for w in s.workloads}
-    created = {f"{w.queue}/{w.name}": w.created_s for w in s.workloads}
-    last_admit: dict[str, float] = {}
-    evictions: dict[str, int] = {}
-    finish: dict[str, float] = {}
-    held: dict[str, tuple[str, float]] = {}
-    used: dict[str, float] = {}
-    end = 0.0
-    with open(events_csv, newline="") as f:
-        rows = csv.reader(f)
-        header = next(rows)
-        at_time, at_event, at_job, at_queue = (header.index(c) for c in ("time_s", "event", "job_id", "queue"))
-        for r in rows:
-            t, kind, job = float(r[at_time]), r[at_event], r[at_job]
-            end = max(end, t)
-            if kind == "admit":
-                last_admit[job] = t
-                held[job] = (r[at_queue], t)
-            elif kind in ("evict", "complete") and job in held:
-                queue, since = held.pop(job)
-                used[queue] = used.get(queue, 0.0) + request[job] * (t - since)
-                if kind == "evict":
-                    evictions[job] = evictions.get(job, 0) + 1
-                else:
-                    finish[job] = t
-    classes: dict[str, dict] = {}
-    for job, c in klass.items():
-        e = classes.setdefault(c, {"count": 0, "admit": 0.0, "finish": 0.0, "evictions": 0})
-        e["count"] += 1
-        e["admit"] += last_admit.get(job, end) - created[job]
-        e["finish"] += finish.get(job, end) - created[job]
-        e["evictions"] += evictions.get(job, 0)
-    cq: dict[str, dict] = {}
-    for queue, c in s.queue_class.items():
-        e = cq.setdefault(c, {"cpuUsed": 0, "nominalQuota": 0})
-        e["cpuUsed"] += round(used.get(queue, 0.0) * 1000 * 1000)  # mCPU × ms
-        e["nominalQuota"] += s.nominal[queue] * 1000
-    elapsed_ms = round(end * 1000)
-    for e in cq.values():
-        e["cpuAverageUsage"] = e["cpuUsed"] // elapsed_ms if elapsed_ms else 0
-        e["firstEventTimeMs"], e["lastEventTimeMs"] = 0, elapsed_ms
-        e["usagePercent"] = e["cpuUsed"] * 100 / (e["nominalQuota"] * elapsed_ms) if elapsed_ms else 0.0
-    return {
-        "clusterQueueClasses": cq,
-        "workloadClasses": {c: {"count": e["count"], "totalEvictions": e["evictions"],
-                                "averageTimeToAdmissionMs": round(e["admit"] * 1000 / e["count"]),
-                                "averageTimeToFinishMs": round(e["finish"] * 1000 / e["count"])}
-                            for c, e in sorted(classes.items())},
-        "wallMs": elapsed_ms,
-    }
+class Recorder:
+    """Kueue's runner recorder over one replay: it follows the engine's decisions as they are
+    made (an event sink of ``simulation.run``, as the recorder watches the API server's events),
+    and gives the runner's summary (summary.yaml's shape). What it reads of each decision is what
+    the events file writes of it (``--events``), so that its figures are those of that file."""
+
+    def __init__(self, s: Scenario) -> None:
+        self.scenario = s
+        self.engine: Engine | None = None  # the run's (attach)
+        self.kueue: KueueState | None = None  # its quota tree: a job's ClusterQueue
+        self.last_admit: dict[str, float] = {}  # job -> its last admission
+        self.evictions: dict[str, int] = {}  # job -> times evicted
+        self.finish: dict[str, float] = {}  # job -> when it completed
+        self.held: dict[str, tuple[str, float]] = {}  # running job -> (its ClusterQueue, admitted at)
+        self.used: dict[str, float] = {}  # ClusterQueue -> cores × seconds held so far
+        self.end = 0.0  # the last decision's time (the recorder's last event)
+
+    def attach(self, engine: Engine) -> None:
+        self.engine, self.kueue = engine, kueue_state(engine)
+        engine.decision_log.add(self.decided)
+
+    def decided(self, d: Decision) -> None:
+        t, kind, job = d.time, EVENT_OF[d.kind], d.job_id
+        self.end = max(self.end, t)
+        if kind == "admit":
+            self.last_admit[job] = t
+            self.held[job] = (queue_in(self.kueue, self.engine.jobs[job].spec.vc), t)
+        elif kind in ("evict", "complete") and job in self.held:
+            queue, since = self.held.pop(job)
+            self.used[queue] = self.used.get(queue, 0.0) + self.engine.jobs[job].spec.num_gpus * (t - since)
+            if kind == "evict":
+                self.evictions[job] = self.evictions.get(job, 0) + 1
+            else:
+                self.finish[job] = t
+
+    def pending(self) -> None:
+        """A job still pending at the end is one (the events file's pending rows are at that time)."""
+        engine = self.engine
+        if any(j.status is JobStatus.PENDING for j in engine.jobs.values()):
+            self.end = max(self.end, engine.now)
+
+    def summary(self) -> dict:
+        """Kueue's runner summary of the replay followed."""
+        s, end = self.scenario, self.end
+        classes: dict[str, dict] = {}
+        for w in s.workloads:
+            job = f"{w.queue}/{w.name}"
+            e = classes.setdefault(w.klass, {"count": 0, "admit": 0.0, "finish": 0.0, "evictions": 0})
+            e["count"] += 1
+            e["admit"] += self.last_admit.get(job, end) - w.created_s
+            e["finish"] += self.finish.get(job, end) - w.created_s
+            e["evictions"] += self.evictions.get(job, 0)
+        cq: dict[str, dict] = {}
+        for queue, c in s.queue_class.items():
+            e = cq.setdefault(c, {"cpuUsed": 0, "nominalQuota": 0})
+            e["cpuUsed"] += round(self.used.get(queue, 0.0) * 1000 * 1000)  # mCPU × ms
+            e["nominalQuota"] += s.nominal[queue] * 1000
+        elapsed_ms = round(end * 1000)
+        for e in cq.values():
+            e["cpuAverageUsage"] = e["cpuUsed"] // elapsed_ms if elapsed_ms else 0
+            e["firstEventTimeMs"], e["lastEventTimeMs"] = 0, elapsed_ms
+            e["usagePercent"] = e["cpuUsed"] * 100 / (e["nominalQuota"] * elapsed_ms) if elapsed_ms else 0.0
+        return {
+            "clusterQueueClasses": cq,
+            "workloadClasses": {c: {"count": e["count"], "totalEvictions": e["evictions"],
+                                    "averageTimeToAdmissionMs": round(e["admit"] * 1000 / e["count"]),
+                                    "averageTimeToFinishMs": round(e["finish"] * 1000 / e["count"])}
+                                for c, e in sorted(classes.items())},
+            "wallMs": elapsed_ms,
+        }
 
 
 # --- what real Kueue recorded (rangespec.yaml) -----------------------------------------------

@@ -135,13 +135,13 @@ def _fewer_collections() -> Iterator[None]:
 def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
         trace_filtered: dict[str, int] | None = None,
         on_job_end: Callable[[], None] | None = None,
-        job_sink: JobSink | None = None, event_sink: EventSink | None = None,
+        job_sink: JobSink | None = None, event_sinks: Sequence[EventSink] = (),
         until: float = math.inf) -> RunResult:
     """One run. ``job_sink``: hand each ended job's row to it (``expect`` first, for every job as
     it enters the engine) instead of returning them in ``RunResult.jobs``; the run then keeps
     neither ended jobs nor its decision log, so that its memory does not grow with finished jobs.
-    ``event_sink``: give it the engine before the run, to follow its decisions, and have it note
-    the jobs still pending after (analysim.events.EventsCsv). ``until``: stop the run after the
+    ``event_sinks``: give each the engine before the run, to follow its decisions, and have each
+    note the jobs still pending after (analysim.events.EventsCsv, analysim.kueue_perf.Recorder). ``until``: stop the run after the
     pass at this virtual time (analysim explain --at).
     """
     if opts.mode not in MODES:
@@ -162,8 +162,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     if job_sink is not None:
         config = dataclasses.replace(config, keep_ended=False, keep_decisions=False)
     engine = Engine(cluster, policy, config, recorder=recorder, workload=jobs)
-    if event_sink is not None:
-        event_sink.attach(engine)
+    for sink in event_sinks:
+        sink.attach(engine)
     kept, reasons = filter_for_cluster(jobs, engine, "replay")
     check_something_runs(len(jobs), len(kept), merged_filters(trace_filtered, reasons))
     check_unique_ids(kept)
@@ -174,8 +174,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
             engine.submit(j)
     with _fewer_collections():
         engine.run(until)
-    if event_sink is not None:
-        event_sink.pending()
+    for sink in event_sinks:
+        sink.pending()
     summary = summary_header(cluster, policy.name, opts, len(jobs), trace_filtered, reasons)
     summary.update(recorder.summary(engine))
     summary["jobs_total"] = len(kept)

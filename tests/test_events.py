@@ -245,7 +245,7 @@ def test_a_streaming_run_keeps_no_event(tmp_path):
     jobs = generate(400, seed=1).jobs
     with JobsCsv(tmp_path / "jobs.csv") as sink, EventsCsv(tmp_path / "events.csv") as events:
         result = run(jobs, parse_cluster("4x8"), RunOptions(policy="srtf", preemption=True), job_sink=sink,
-                     event_sink=events)
+                     event_sinks=[events])
         assert result.decisions == [] and events.engine.decisions == []
         assert not [k for k, v in vars(events).items() if isinstance(v, list | dict | set | tuple)]
     lines = (tmp_path / "events.csv").read_text().splitlines()
@@ -324,7 +324,7 @@ def test_the_events_tell_each_job_s_story_as_jobs_csv_sums_it(tmp_path, seed, jo
     opts = run_options(args, args.policy, args.placement)
     path = tmp_path / f"events-{seed}-{jobs}.csv"
     with EventsCsv(path) as events:
-        result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, event_sink=events)
+        result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, event_sinks=[events])
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     by_job: dict[str, list[dict]] = {}

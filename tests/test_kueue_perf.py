@@ -4,6 +4,7 @@ read from its rangespec's comments, and both upstream scenarios end to end."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from itertools import pairwise
@@ -101,6 +102,7 @@ def test_the_recorder_s_figures_of_a_tiny_replay(tmp_path, capsys):
     cq = s["clusterQueueClasses"]["cq"]
     assert cq["usagePercent"] == pytest.approx(100 * 2 * 24.5 / (8 * 7))
     assert "time to admission, big (ms)" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "events.csv").exists()  # (only with --events)
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -136,12 +138,25 @@ def test_real_kueue_s_recorded_averages_are_read_from_the_rangespec_comments():
 def test_the_baseline_scenario_end_to_end(tmp_path):
     out = tmp_path / "base"
     assert main(["kueue-perf", str(REFERENCE / "baseline" / "generator.yaml"), "--rangespec",
-                 str(REFERENCE / "baseline" / "rangespec.yaml"), "--out", str(out)]) == 0
+                 str(REFERENCE / "baseline" / "rangespec.yaml"), "--events", "--out", str(out)]) == 0
     report = json.loads((out / "kueue-perf.json").read_text())
     classes = report["summary"]["workloadClasses"]
     assert {c: e["count"] for c, e in classes.items()} == {"large": 1500, "medium": 3000, "small": 10500}
     with open(out / "run" / "jobs.csv") as f:
         assert sum(1 for line in f if ",completed," in line) == 15_000
+    # The recorder followed the run's decisions; the events file wrote them: from the file and the
+    # trace, each class's mean time from creation to last admission, and the run's last event.
+    with open(out / "trace.csv", newline="") as f:
+        created = {r["job_id"]: float(r["submit_s"]) for r in csv.DictReader(f)}
+    with open(out / "events.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    admitted = {r["job_id"]: float(r["time_s"]) for r in rows if r["event"] == "admit"}
+    waits: dict[str, list[float]] = {}
+    for job, t in admitted.items():
+        waits.setdefault(job.split("/")[1].split("-")[0], []).append(t - created[job])
+    assert {c: round(1000 * sum(w) / len(w)) for c, w in waits.items()} == {
+        c: e["averageTimeToAdmissionMs"] for c, e in classes.items()}
+    assert report["summary"]["wallMs"] == round(1000 * max(float(r["time_s"]) for r in rows))
     assert {r["figure"] for r in report["comparison"]} >= {"wall (ms)", "ClusterQueue usage, cq (%)"}
 
 

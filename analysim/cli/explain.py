@@ -180,7 +180,7 @@ def pending_at(summary: dict, job_id: str, at: float) -> tuple[str, str]:
     probe = _Probe(job_id)
     try:
         run(trace.jobs, cluster, run_options(args, args.policy, args.placement), trace_filtered=trace.filtered,
-            event_sink=probe, until=at)
+            event_sinks=[probe], until=at)
     except ValueError as e:
         raise UserError(str(e)) from None
     if probe.answer is None:

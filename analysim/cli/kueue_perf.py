@@ -14,7 +14,8 @@ import yaml
 
 from analysim.argtypes import control_plane
 from analysim.core.records import PREEMPTION_COSTS
-from analysim.kueue_perf import compare, read_generator, read_rangespec, recorded, write_inputs
+from analysim.envconfig import apply_env
+from analysim.kueue_perf import Recorder, compare, read_generator, read_rangespec, write_inputs
 
 
 def register(subparsers: Any) -> None:
@@ -33,28 +34,36 @@ def register(subparsers: Any) -> None:
     p.add_argument("--preemption-cost", choices=PREEMPTION_COSTS, default="restart",
                    help="what a victim keeps (default restart: Kueue's runner runs an evicted workload again from "
                         "its admission)")
+    p.add_argument("--events", action="store_true", help="also write every decision of the replay to "
+                   "DIR/events.csv (docs/kueue.md, 'The events file'); the report does not need it")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysim.cli import main
+    from analysim.cli import build_parser
+    from analysim.cli.simulate import main as simulate
 
     scenario = read_generator(args.generator)
     spec = read_rangespec(args.rangespec) if args.rangespec else None
     out: Path = args.out
     partition, trace, cluster = write_inputs(scenario, out)
     flags = ["simulate", "--trace", str(trace), "--cluster", cluster, "--partition", str(partition), "--no-plots",
-             "--no-progress", "--preemption-cost", args.preemption_cost, "--events", str(out / "events.csv"),
-             "--out", str(out / "run")]
+             "--no-progress", "--preemption-cost", args.preemption_cost, "--out", str(out / "run")]
+    if args.events:
+        flags += ["--events", str(out / "events.csv")]
     if args.control_plane is not None:
         flags += ["--control-plane", args.control_plane]
+    parser = build_parser("simulate")
+    apply_env(parser)
+    replay = parser.parse_args(flags)  # (the replay is `analysim simulate` with these flags, run here)
+    recorder = Recorder(scenario)
     print(f"kueue-perf: {len(scenario.workloads):,} workloads, {len(scenario.nominal):,} ClusterQueues on {cluster}")
     (out / "run").mkdir(exist_ok=True)
     with open(out / "run" / "simulate.log", "w") as log, contextlib.redirect_stdout(log):
-        code = main(flags)  # (its tables, one row per ClusterQueue, go to run/simulate.log)
+        code = simulate(replay, follow=recorder)  # (its tables, one row per ClusterQueue, go to run/simulate.log)
     if code:
         return code
-    summary = recorded(scenario, out / "events.csv")
+    summary = recorder.summary()
     _write(out / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     report = {"generator": str(args.generator), "rangespec": args.rangespec,
               "control_plane": None if args.control_plane is None else flags[flags.index("--control-plane") + 1],

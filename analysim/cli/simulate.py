@@ -14,7 +14,7 @@ from analysim.core.cluster import ClusterSpec
 from analysim.errors import UserError
 from analysim.events import EventsCsv
 from analysim.report import JobsCsv, can_plot, cluster_queue_table, summary_table, write_run
-from analysim.simulation import RunOptions, RunResult, run
+from analysim.simulation import EventSink, RunOptions, RunResult, run
 from analysim.traces import Trace
 from analysim.traces.summary import describe_filtered
 
@@ -41,17 +41,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def simulate(args: argparse.Namespace, trace: Trace | None = None) -> tuple[RunResult, list[Path]]:
+def simulate(args: argparse.Namespace, trace: Trace | None = None,
+             follow: EventSink | None = None) -> tuple[RunResult, list[Path]]:
     """One run as ``analysim simulate`` does it, minus the printing: returns the result and the
     files written to ``args.out``. ``trace`` is the loaded ``--trace`` when the caller has it
-    already (``analysim sweep`` loads it once for all its cells)."""
+    already (``analysim sweep`` loads it once for all its cells); ``follow`` follows the run's
+    decisions beside the events file (``analysim kueue-perf``'s recorder)."""
     trace, cluster = load_inputs(args, trace)
     opts = run_options(args, args.policy, args.placement)
     bar = _progress(len(trace.jobs) if opts.mode == "replay" else 0, args)
     try:
         return run_and_write(args.out, trace, cluster, opts, plots=not args.no_plots and can_plot(),
                              on_job_end=bar.update if bar is not None else None, events=args.events,
-                             replay_args=recorded_args(args) if args.events is not None else None)
+                             replay_args=recorded_args(args) if args.events is not None else None, follow=follow)
     finally:
         if bar is not None:
             bar.close()
@@ -87,12 +89,14 @@ def simulate_namespace(recorded: dict) -> argparse.Namespace:
 
 def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOptions, *, plots: bool,
                   on_job_end: Callable[[], None] | None = None,
-                  events: Path | None = None, replay_args: dict | None = None) -> tuple[RunResult, list[Path]]:
+                  events: Path | None = None, replay_args: dict | None = None,
+                  follow: EventSink | None = None) -> tuple[RunResult, list[Path]]:
     """Run and write summary.json, jobs.csv, timeseries.csv (and plots) to ``out``; a replay
     streams jobs.csv as jobs end (the run keeps no row of a finished job; inflate writes none),
     and the events file to ``events`` as decisions are made. ``summary.json`` gets the run's
     ``wall_s``, the trace's source and, with ``events``, where the file is (relative to ``out``
-    when in it) with ``replay_args``, the options that replay the run (analysim explain --at)."""
+    when in it) with ``replay_args``, the options that replay the run (analysim explain --at).
+    ``follow``: another event sink, after the events file."""
     sink = JobsCsv(out / "jobs.csv", trace.recorded_admit_s) if opts.mode == "replay" else None
     if events is not None and opts.mode != "replay":
         raise UserError("--events: inflate mode places tasks without queues or decisions; the events file is a replay's")
@@ -102,7 +106,7 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
         out.mkdir(parents=True, exist_ok=True)
         with sink if sink is not None else nullcontext(), event_sink if event_sink is not None else nullcontext():
             result = run(trace.jobs, cluster, opts, trace_filtered=trace.filtered, on_job_end=on_job_end,
-                         job_sink=sink, event_sink=event_sink)
+                         job_sink=sink, event_sinks=[e for e in (event_sink, follow) if e is not None])
     except ValueError as e:
         raise UserError(str(e)) from None
     except OSError as e:
@@ -118,8 +122,9 @@ def run_and_write(out: Path, trace: Trace, cluster: ClusterSpec, opts: RunOption
     return result, written + ([events] if events is not None else [])
 
 
-def main(args: argparse.Namespace) -> int:
-    result, written = simulate(args)
+def main(args: argparse.Namespace, follow: EventSink | None = None) -> int:
+    """``analysim simulate``: the run (``follow``: as ``simulate``), its tables, what it wrote."""
+    result, written = simulate(args, follow=follow)
     print(summary_table([(result.summary["policy"], result.summary)]))
     per_queue = cluster_queue_table([(result.summary["policy"], result.summary)])
     if per_queue:
