@@ -267,7 +267,7 @@ class Recorder:
         self.last_admit: dict[str, float] = {}  # job -> its last admission
         self.evictions: dict[str, int] = {}  # job -> times evicted
         self.finish: dict[str, float] = {}  # job -> when it completed
-        self.held: dict[str, tuple[str, float]] = {}  # running job -> (its ClusterQueue, admitted at)
+        self.held: dict[str, tuple[str, int, float]] = {}  # running job -> (its ClusterQueue, cores, admitted at)
         self.used: dict[str, float] = {}  # ClusterQueue -> cores × seconds held so far
         self.end = 0.0  # the last decision's time (the recorder's last event)
 
@@ -280,10 +280,11 @@ class Recorder:
         self.end = max(self.end, t)
         if kind == "admit":
             self.last_admit[job] = t
-            self.held[job] = (queue_in(self.kueue, self.engine.jobs[job].spec.vc), t)
+            spec = self.engine.jobs[job].spec
+            self.held[job] = (queue_in(self.kueue, spec.vc), spec.num_gpus, t)
         elif kind in ("evict", "complete") and job in self.held:
-            queue, since = self.held.pop(job)
-            self.used[queue] = self.used.get(queue, 0.0) + self.engine.jobs[job].spec.num_gpus * (t - since)
+            queue, cores, since = self.held.pop(job)
+            self.used[queue] = self.used.get(queue, 0.0) + cores * (t - since)
             if kind == "evict":
                 self.evictions[job] = self.evictions.get(job, 0) + 1
             else:
