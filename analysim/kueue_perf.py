@@ -65,6 +65,11 @@ class Workload:
     priority: int
     request: int
 
+    @property
+    def job_id(self) -> str:
+        """Its job's id in the replay (trace.csv's job_id): names are unique within a queue."""
+        return f"{self.queue}/{self.name}"
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -240,7 +245,7 @@ def write_inputs(s: Scenario, out: Path) -> tuple[Path, Path, str]:
         w = csv.writer(f)
         w.writerow(["job_id", "submit_s", "duration_s", "num_gpus", "vc", "qos"])
         for x in s.workloads:
-            w.writerow([f"{x.queue}/{x.name}", repr(x.created_s), repr(x.runtime_s), x.request, x.queue, f"p{x.priority}"])
+            w.writerow([x.job_id, repr(x.created_s), repr(x.runtime_s), x.request, x.queue, f"p{x.priority}"])
     largest = max((x.request for x in s.workloads), default=1)
     if largest > NODE_GPUS:
         raise UserError(f"a workload asks for {largest} cores; at most {NODE_GPUS} are supported")
@@ -291,7 +296,8 @@ class Recorder:
                 self.finish[job] = t
 
     def pending(self) -> None:
-        """A job still pending at the end is one (the events file's pending rows are at that time)."""
+        """A job still pending at the end makes the end of the run an event of the recorder's (the
+        events file writes each such job a row at that time)."""
         engine = self.engine
         if any(j.status is JobStatus.PENDING for j in engine.jobs.values()):
             self.end = max(self.end, engine.now)
@@ -301,7 +307,7 @@ class Recorder:
         s, end = self.scenario, self.end
         classes: dict[str, dict] = {}
         for w in s.workloads:
-            job = f"{w.queue}/{w.name}"
+            job = w.job_id
             e = classes.setdefault(w.klass, {"count": 0, "admit": 0.0, "finish": 0.0, "evictions": 0})
             e["count"] += 1
             e["admit"] += self.last_admit.get(job, end) - w.created_s

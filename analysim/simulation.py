@@ -141,8 +141,8 @@ def run(jobs: Sequence[JobSpec], cluster: ClusterSpec, opts: RunOptions, *,
     it enters the engine) instead of returning them in ``RunResult.jobs``; the run then keeps
     neither ended jobs nor its decision log, so that its memory does not grow with finished jobs.
     ``event_sinks``: give each the engine before the run, to follow its decisions, and have each
-    note the jobs still pending after (analysim.events.EventsCsv, analysim.kueue_perf.Recorder). ``until``: stop the run after the
-    pass at this virtual time (analysim explain --at).
+    note the jobs still pending after (analysim.events.EventsCsv, analysim.kueue_perf.Recorder).
+    ``until``: stop the run after the pass at this virtual time (analysim explain --at).
     """
     if opts.mode not in MODES:
         raise ValueError(f"unknown mode {opts.mode!r}; known: {', '.join(MODES)}")
